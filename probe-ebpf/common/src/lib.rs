@@ -1,0 +1,220 @@
+//! The event layout shared by ordo's eBPF programs and user space.
+//!
+//! This crate is the one definition of what crosses the kernel/user boundary: the
+//! [`RawEvent`] record the probes write into the ring buffer, the event kinds, and
+//! the probe cookie that tells the generic uprobe programs what the probed function
+//! is. It is `no_std` so the eBPF programs can use it; user space enables the `user`
+//! feature to read records with aya.
+#![no_std]
+
+/// Event kinds. The numbers are part of the trace format: never reuse one.
+///
+/// A kind names a completed operation. Blocking operations whose start matters to
+/// analysis also have a `*_BEGIN` kind recorded when the call starts.
+pub mod kind {
+    /// A mutex was acquired (by lock, trylock, timedlock or a condvar wait's reacquire).
+    pub const MUTEX_LOCK: u16 = 1;
+    /// A trylock or timedlock on a mutex returned without acquiring it.
+    pub const MUTEX_LOCK_FAILED: u16 = 2;
+    /// A mutex is about to be released (recorded while still held).
+    pub const MUTEX_UNLOCK: u16 = 3;
+    /// A thread starts waiting on a condition variable (and releases the mutex).
+    pub const COND_WAIT_BEGIN: u16 = 4;
+    /// A condition-variable wait returned (woken, spuriously or by timeout: see result).
+    pub const COND_WAIT: u16 = 5;
+    /// `pthread_cond_signal`.
+    pub const COND_SIGNAL: u16 = 6;
+    /// `pthread_cond_broadcast`.
+    pub const COND_BROADCAST: u16 = 7;
+    /// A rwlock was acquired for reading.
+    pub const RWLOCK_RDLOCK: u16 = 8;
+    /// A rwlock was acquired for writing.
+    pub const RWLOCK_WRLOCK: u16 = 9;
+    /// A try/timed rwlock acquisition failed.
+    pub const RWLOCK_LOCK_FAILED: u16 = 10;
+    /// A rwlock is about to be released.
+    pub const RWLOCK_UNLOCK: u16 = 11;
+    /// A semaphore wait succeeded (the count was decremented).
+    pub const SEM_WAIT: u16 = 12;
+    /// A sem_trywait/sem_timedwait failed.
+    pub const SEM_WAIT_FAILED: u16 = 13;
+    /// A semaphore is about to be posted.
+    pub const SEM_POST: u16 = 14;
+    /// A thread arrived at a barrier.
+    pub const BARRIER_ARRIVE: u16 = 15;
+    /// A thread left a barrier (result: PTHREAD_BARRIER_SERIAL_THREAD for one thread).
+    pub const BARRIER_WAIT: u16 = 16;
+    /// A thread created another (value: the child's tid; addr: its pthread_t if any).
+    pub const THREAD_CREATE: u16 = 17;
+    /// A new thread's first event (recorded in the new thread).
+    pub const THREAD_START: u16 = 18;
+    /// A thread exits (name: its comm at exit).
+    pub const THREAD_EXIT: u16 = 19;
+    /// pthread_join returned (addr: the joined pthread_t).
+    pub const THREAD_JOIN: u16 = 20;
+    /// A direct futex wait returned (addr: the futex word; result: 0 or -errno).
+    pub const FUTEX_WAIT: u16 = 21;
+    /// A direct futex wake returned (result: threads woken).
+    pub const FUTEX_WAKE: u16 = 22;
+    /// A watched variable was read (value: the value read).
+    pub const READ: u16 = 23;
+    /// A watched variable was written (value: the value written).
+    pub const WRITE: u16 = 24;
+    /// A watched variable was atomically read-modify-written.
+    pub const RMW: u16 = 25;
+    /// One past the largest kind.
+    pub const COUNT: u16 = 26;
+}
+
+/// How an acquisition was requested, in [`RawEvent::via`].
+pub mod via {
+    /// Plain blocking call.
+    pub const PLAIN: u8 = 0;
+    /// A `try` variant.
+    pub const TRY: u8 = 1;
+    /// A `timed` or `clock` variant.
+    pub const TIMED: u8 = 2;
+    /// Released or reacquired inside a condition-variable wait.
+    pub const COND_WAIT: u8 = 3;
+}
+
+/// One event, as written by the probes into the ring buffer.
+///
+/// Fields that do not apply to a kind are zero.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RawEvent {
+    /// `bpf_ktime_get_ns()` (CLOCK_MONOTONIC) when the probe ran.
+    pub ts_ns: u64,
+    /// Per-object sequence number: the order of events on `addr` is exact even when
+    /// timestamps from different CPUs are too close to order.
+    pub seq: u64,
+    /// The synchronization object (mutex, condvar, futex word, watched variable…).
+    pub addr: u64,
+    /// A second object: the mutex of a condvar wait.
+    pub addr2: u64,
+    /// The return address into the caller (the call site), or the instruction address.
+    pub site: u64,
+    /// The function's result where it matters (trylock, timedwait, join, futex).
+    pub result: i64,
+    /// Kind-specific value: the child tid of THREAD_CREATE, the value of a watched access.
+    pub value: u64,
+    /// Kernel thread id.
+    pub tid: u32,
+    /// One of [`kind`].
+    pub kind: u16,
+    /// One of [`via`].
+    pub via: u8,
+    /// Access size in bytes for watched variables.
+    pub size: u8,
+    /// The thread's name (comm), only on THREAD_START and THREAD_EXIT.
+    pub name: [u8; 16],
+}
+
+#[cfg(feature = "user")]
+// SAFETY: RawEvent is repr(C), Copy, and every bit pattern is valid.
+unsafe impl aya::Pod for RawEvent {}
+
+/// What a probed function does; the low byte of a uprobe cookie.
+///
+/// The user-space probe table maps each libc function to one of these, so probe
+/// placement stays data-driven while one eBPF program serves all functions.
+pub mod op {
+    /// Acquire a mutex (entry stashes arguments, return emits).
+    pub const MUTEX_ACQUIRE: u8 = 1;
+    /// Release a mutex (entry emits).
+    pub const MUTEX_RELEASE: u8 = 2;
+    /// Acquire a rwlock for reading.
+    pub const RWLOCK_READ: u8 = 3;
+    /// Acquire a rwlock for writing.
+    pub const RWLOCK_WRITE: u8 = 4;
+    /// Release a rwlock.
+    pub const RWLOCK_RELEASE: u8 = 5;
+    /// Wait on a condition variable (arg0 cond, arg1 mutex).
+    pub const COND_WAIT: u8 = 6;
+    /// Signal a condition variable.
+    pub const COND_SIGNAL: u8 = 7;
+    /// Broadcast a condition variable.
+    pub const COND_BROADCAST: u8 = 8;
+    /// Wait on a semaphore.
+    pub const SEM_WAIT: u8 = 9;
+    /// Post a semaphore.
+    pub const SEM_POST: u8 = 10;
+    /// Wait at a barrier.
+    pub const BARRIER_WAIT: u8 = 11;
+    /// pthread_create (arg0: pthread_t *).
+    pub const THREAD_CREATE: u8 = 12;
+    /// pthread_join and its variants (arg0: pthread_t).
+    pub const THREAD_JOIN: u8 = 13;
+    /// libc's `syscall()`: marks a direct futex call so the futex tracepoint keeps it.
+    pub const SYSCALL_FN: u8 = 14;
+}
+
+/// Build a uprobe cookie from an [`op`] and a [`via`].
+pub const fn cookie(op: u8, via: u8) -> u64 {
+    (op as u64) | ((via as u64) << 8)
+}
+
+/// The [`op`] of a cookie.
+pub const fn cookie_op(cookie: u64) -> u8 {
+    cookie as u8
+}
+
+/// The [`via`] of a cookie.
+pub const fn cookie_via(cookie: u64) -> u8 {
+    (cookie >> 8) as u8
+}
+
+/// Arguments saved at a function's entry for its return probe, keyed by
+/// `(tid << 8) | op` so nested probed calls (glibc takes its own locks inside
+/// pthread_create) do not overwrite each other.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Stash {
+    /// First object argument.
+    pub addr: u64,
+    /// Second object argument.
+    pub addr2: u64,
+    /// Call site.
+    pub site: u64,
+    /// Sequence number taken at entry, or a value filled in by a later probe
+    /// (the child tid of a pthread_create).
+    pub value: u64,
+}
+
+#[cfg(feature = "user")]
+// SAFETY: repr(C), Copy, all bit patterns valid.
+unsafe impl aya::Pod for Stash {}
+
+/// Key of a [`Stash`].
+pub const fn stash_key(tid: u32, op: u8) -> u64 {
+    ((tid as u64) << 8) | op as u64
+}
+
+/// Indexes into the `CONFIG` array map.
+pub mod config {
+    /// The traced process id (tgid); raw tracepoints keep only its threads.
+    pub const TARGET_TGID: u32 = 0;
+    /// Number of entries.
+    pub const LEN: u32 = 1;
+}
+
+/// Syscall numbers the tracepoint programs care about (x86_64).
+pub mod sysno {
+    /// futex(2).
+    pub const FUTEX: u64 = 202;
+    /// clone(2).
+    pub const CLONE: u64 = 56;
+    /// clone3(2).
+    pub const CLONE3: u64 = 435;
+}
+
+/// `CLONE_THREAD` from `<linux/sched.h>`.
+pub const CLONE_THREAD: u64 = 0x0001_0000;
+
+/// Name of the ring buffer map.
+pub const EVENTS_MAP: &str = "EVENTS";
+/// Name of the per-CPU drop counter map.
+pub const DROPS_MAP: &str = "DROPS";
+/// Name of the configuration array map.
+pub const CONFIG_MAP: &str = "CONFIG";

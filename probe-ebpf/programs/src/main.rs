@@ -1,0 +1,376 @@
+//! ordo's eBPF programs: the kernel side of the recorder.
+//!
+//! Two generic uprobe programs (entry and return) serve every probed libc function:
+//! the attach cookie says which operation the function performs (see
+//! `ordo_probe_common::op`), so the probe table lives in user space and probe
+//! placement stays data-driven. Raw tracepoints on `sys_enter`/`sys_exit` record
+//! direct futex calls and thread creation, and `sched_process_exit` records thread
+//! exits; raw tracepoints need no tracefs. Every record goes through one ring
+//! buffer; a full buffer bumps a per-CPU drop counter instead of losing the event
+//! silently.
+#![cfg_attr(target_arch = "bpf", no_std, no_main)]
+// The bpf target has no AtomicU64::fetch_add; the intrinsic lowers to BPF_ATOMIC|BPF_FETCH.
+#![cfg_attr(target_arch = "bpf", feature(core_intrinsics))]
+#![cfg_attr(target_arch = "bpf", allow(internal_features))]
+
+#[cfg(not(target_arch = "bpf"))]
+fn main() {}
+
+#[cfg(target_arch = "bpf")]
+mod programs {
+    use core::intrinsics::{atomic_xadd, AtomicOrdering};
+
+    use aya_ebpf::{
+        bindings::{pt_regs, BPF_NOEXIST},
+        helpers::{
+            bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_ktime_get_ns,
+            bpf_probe_read_kernel, bpf_probe_read_user, generated::bpf_get_attach_cookie,
+        },
+        macros::{map, raw_tracepoint, uprobe, uretprobe},
+        maps::{Array, LruHashMap, PerCpuArray, RingBuf},
+        programs::{ProbeContext, RawTracePointContext, RetProbeContext},
+        EbpfContext,
+    };
+    use ordo_probe_common::{
+        config, cookie_op, cookie_via, kind, op, stash_key, sysno, via, RawEvent, Stash,
+        CLONE_THREAD,
+    };
+
+    /// The event stream. User space sets the real size before loading.
+    #[map(name = "EVENTS")]
+    static EVENTS: RingBuf = RingBuf::with_byte_size(1 << 22, 0);
+
+    /// Events that did not fit in `EVENTS`, per CPU.
+    #[map(name = "DROPS")]
+    static DROPS: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
+
+    /// Settings written by user space (see `ordo_probe_common::config`).
+    #[map(name = "CONFIG")]
+    static CONFIG: Array<u64> = Array::with_max_entries(config::LEN, 0);
+
+    /// Arguments saved at function entry for the return probe.
+    #[map(name = "STASH")]
+    static STASH: LruHashMap<u64, Stash> = LruHashMap::with_max_entries(65536, 0);
+
+    /// Per-object sequence counters.
+    #[map(name = "SEQ")]
+    static SEQ: LruHashMap<u64, u64> = LruHashMap::with_max_entries(262144, 0);
+
+    /// Internal stash slot for a thread-creating clone in flight.
+    const CLONE_SLOT: u8 = 0xf0;
+
+    /// The next sequence number of `addr`. The atomic add makes concurrent events on
+    /// one object (readers, posts, wakes) get distinct numbers in the order they ran.
+    #[inline(always)]
+    fn next_seq(addr: u64) -> u64 {
+        if let Some(counter) = SEQ.get_ptr_mut(&addr) {
+            // SAFETY: map values are 8-byte aligned and live while the program runs.
+            return unsafe { atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(counter, 1) };
+        }
+        if SEQ.insert(&addr, &1, BPF_NOEXIST as u64).is_ok() {
+            return 0;
+        }
+        // Another CPU created the counter between our lookup and insert.
+        match SEQ.get_ptr_mut(&addr) {
+            Some(counter) => unsafe { atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(counter, 1) },
+            None => 0,
+        }
+    }
+
+    #[inline(always)]
+    fn target_tgid() -> u32 {
+        CONFIG.get(config::TARGET_TGID).copied().unwrap_or(0) as u32
+    }
+
+    #[inline(always)]
+    fn current_tid() -> u32 {
+        bpf_get_current_pid_tgid() as u32
+    }
+
+    #[inline(always)]
+    fn count_drop() {
+        if let Some(counter) = DROPS.get_ptr_mut(0) {
+            // SAFETY: per-CPU slot, only this CPU writes it while the program runs.
+            unsafe { *counter += 1 };
+        }
+    }
+
+    /// Writes one record; on a full ring buffer, counts a drop.
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    fn emit(kind: u16, via: u8, addr: u64, addr2: u64, site: u64, seq: u64, result: i64, value: u64) {
+        match EVENTS.reserve::<RawEvent>(0) {
+            Some(mut entry) => {
+                entry.write(RawEvent {
+                    ts_ns: unsafe { bpf_ktime_get_ns() },
+                    seq,
+                    addr,
+                    addr2,
+                    site,
+                    result,
+                    value,
+                    tid: current_tid(),
+                    kind,
+                    via,
+                    size: 0,
+                    name: [0; 16],
+                });
+                entry.submit(0);
+            }
+            None => count_drop(),
+        }
+    }
+
+    /// Writes a thread lifecycle record, which carries the thread's name.
+    #[inline(always)]
+    fn emit_thread(kind: u16, value: u64) {
+        match EVENTS.reserve::<RawEvent>(0) {
+            Some(mut entry) => {
+                entry.write(RawEvent {
+                    ts_ns: unsafe { bpf_ktime_get_ns() },
+                    value,
+                    tid: current_tid(),
+                    kind,
+                    name: bpf_get_current_comm().unwrap_or([0; 16]),
+                    ..RawEvent::default()
+                });
+                entry.submit(0);
+            }
+            None => count_drop(),
+        }
+    }
+
+    #[inline(always)]
+    fn stash(tid: u32, op: u8, value: Stash) {
+        let _ = STASH.insert(&stash_key(tid, op), &value, 0);
+    }
+
+    #[inline(always)]
+    fn take_stash(tid: u32, op: u8) -> Option<Stash> {
+        let key = stash_key(tid, op);
+        // SAFETY: the value is copied out before the entry is removed.
+        let value = unsafe { STASH.get(&key) }.copied();
+        if value.is_some() {
+            let _ = STASH.remove(&key);
+        }
+        value
+    }
+
+    #[uprobe]
+    pub fn ordo_entry(ctx: ProbeContext) -> u32 {
+        on_entry(&ctx);
+        0
+    }
+
+    #[inline(always)]
+    fn on_entry(ctx: &ProbeContext) {
+        // SAFETY: the context pointer is the program's own.
+        let cookie = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) };
+        let (op, via_) = (cookie_op(cookie), cookie_via(cookie));
+        let tid = current_tid();
+        let a0: u64 = ctx.arg(0).unwrap_or(0);
+        let a1: u64 = ctx.arg(1).unwrap_or(0);
+        // SAFETY: `regs` is the probe's register frame.
+        let rsp = unsafe { (*ctx.regs).rsp };
+        // At a function's first instruction the return address is on top of the stack.
+        let site = unsafe { bpf_probe_read_user(rsp as *const u64) }.unwrap_or(0);
+        let saved = Stash { addr: a0, addr2: a1, site, value: 0 };
+        match op {
+            op::MUTEX_ACQUIRE | op::RWLOCK_READ | op::RWLOCK_WRITE | op::SEM_WAIT
+            | op::THREAD_CREATE | op::THREAD_JOIN => stash(tid, op, saved),
+            op::MUTEX_RELEASE => {
+                emit(kind::MUTEX_UNLOCK, via_, a0, 0, site, next_seq(a0), 0, 0)
+            }
+            op::RWLOCK_RELEASE => {
+                emit(kind::RWLOCK_UNLOCK, via_, a0, 0, site, next_seq(a0), 0, 0)
+            }
+            op::COND_WAIT => {
+                emit(kind::COND_WAIT_BEGIN, via_, a0, a1, site, next_seq(a0), 0, 0);
+                emit(kind::MUTEX_UNLOCK, via::COND_WAIT, a1, a0, site, next_seq(a1), 0, 0);
+                stash(tid, op, saved);
+            }
+            op::COND_SIGNAL => emit(kind::COND_SIGNAL, via_, a0, 0, site, next_seq(a0), 0, 0),
+            op::COND_BROADCAST => {
+                emit(kind::COND_BROADCAST, via_, a0, 0, site, next_seq(a0), 0, 0)
+            }
+            op::SEM_POST => emit(kind::SEM_POST, via_, a0, 0, site, next_seq(a0), 0, 0),
+            op::BARRIER_WAIT => {
+                emit(kind::BARRIER_ARRIVE, via_, a0, 0, site, next_seq(a0), 0, 0);
+                stash(tid, op, saved);
+            }
+            op::SYSCALL_FN => {
+                if a0 == sysno::FUTEX {
+                    stash(tid, op, saved);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    #[uretprobe]
+    pub fn ordo_return(ctx: RetProbeContext) -> u32 {
+        on_return(&ctx);
+        0
+    }
+
+    #[inline(always)]
+    fn on_return(ctx: &RetProbeContext) {
+        // SAFETY: the context pointer is the program's own.
+        let cookie = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) };
+        let (op, via_) = (cookie_op(cookie), cookie_via(cookie));
+        let tid = current_tid();
+        let Some(saved) = take_stash(tid, op) else {
+            return;
+        };
+        let ret: i64 = ctx.ret();
+        let ok = ret == 0;
+        let (a, site) = (saved.addr, saved.site);
+        match op {
+            op::MUTEX_ACQUIRE => {
+                if ok {
+                    emit(kind::MUTEX_LOCK, via_, a, 0, site, next_seq(a), 0, 0)
+                } else {
+                    emit(kind::MUTEX_LOCK_FAILED, via_, a, 0, site, 0, ret, 0)
+                }
+            }
+            op::RWLOCK_READ | op::RWLOCK_WRITE => {
+                let acquired = if op == op::RWLOCK_READ { kind::RWLOCK_RDLOCK } else { kind::RWLOCK_WRLOCK };
+                if ok {
+                    emit(acquired, via_, a, 0, site, next_seq(a), 0, 0)
+                } else {
+                    emit(kind::RWLOCK_LOCK_FAILED, via_, a, 0, site, 0, ret, 0)
+                }
+            }
+            op::SEM_WAIT => {
+                if ok {
+                    emit(kind::SEM_WAIT, via_, a, 0, site, next_seq(a), 0, 0)
+                } else {
+                    emit(kind::SEM_WAIT_FAILED, via_, a, 0, site, 0, ret, 0)
+                }
+            }
+            op::COND_WAIT => {
+                emit(kind::COND_WAIT, via_, a, saved.addr2, site, next_seq(a), ret, 0);
+                let m = saved.addr2;
+                emit(kind::MUTEX_LOCK, via::COND_WAIT, m, a, site, next_seq(m), 0, 0);
+            }
+            op::BARRIER_WAIT => emit(kind::BARRIER_WAIT, via_, a, 0, site, next_seq(a), ret, 0),
+            op::THREAD_CREATE => {
+                // arg0 was `pthread_t *`; on success the handle has been stored there.
+                let handle = unsafe { bpf_probe_read_user(a as *const u64) }.unwrap_or(0);
+                emit(kind::THREAD_CREATE, via_, handle, 0, site, 0, ret, saved.value)
+            }
+            op::THREAD_JOIN => emit(kind::THREAD_JOIN, via_, a, 0, site, 0, ret, 0),
+            _ => {}
+        }
+    }
+
+    #[inline(always)]
+    fn read_reg(regs: *const pt_regs, field: fn(*const pt_regs) -> *const u64) -> u64 {
+        unsafe { bpf_probe_read_kernel(field(regs)) }.unwrap_or(0)
+    }
+
+    fn is_futex_wait(cmd: u64) -> bool {
+        // FUTEX_WAIT, FUTEX_LOCK_PI, FUTEX_TRYLOCK_PI, FUTEX_WAIT_BITSET,
+        // FUTEX_WAIT_REQUEUE_PI, FUTEX_LOCK_PI2
+        matches!(cmd, 0 | 6 | 8 | 9 | 11 | 13)
+    }
+
+    #[raw_tracepoint(tracepoint = "sys_enter")]
+    pub fn ordo_sys_enter(ctx: RawTracePointContext) -> i32 {
+        let pid_tgid = bpf_get_current_pid_tgid();
+        if (pid_tgid >> 32) as u32 != target_tgid() {
+            return 0;
+        }
+        let tid = pid_tgid as u32;
+        let regs: *const pt_regs = ctx.arg(0);
+        let id: u64 = ctx.arg(1);
+        if id == sysno::FUTEX {
+            // Only futex calls made through libc's syscall() (Rust std, C++ atomic
+            // wait) were marked; glibc's own pthread internals are already covered by
+            // the pthread probes.
+            let key = stash_key(tid, op::SYSCALL_FN);
+            if let Some(saved) = STASH.get_ptr_mut(&key) {
+                let uaddr = read_reg(regs, |r| unsafe { &raw const (*r).rdi } as *const u64);
+                let futex_op = read_reg(regs, |r| unsafe { &raw const (*r).rsi } as *const u64);
+                let val = read_reg(regs, |r| unsafe { &raw const (*r).rdx } as *const u64);
+                let cmd = futex_op & 0x7f;
+                // SAFETY: the map value lives while the program runs.
+                unsafe {
+                    (*saved).addr = uaddr;
+                    (*saved).addr2 = cmd | (val << 8);
+                    // A wake must take its sequence number before it takes effect.
+                    (*saved).value = if is_futex_wait(cmd) { 0 } else { next_seq(uaddr) };
+                }
+            }
+        } else if id == sysno::CLONE || id == sysno::CLONE3 {
+            let arg0 = read_reg(regs, |r| unsafe { &raw const (*r).rdi } as *const u64);
+            let flags = if id == sysno::CLONE {
+                arg0
+            } else {
+                unsafe { bpf_probe_read_user(arg0 as *const u64) }.unwrap_or(0)
+            };
+            if flags & CLONE_THREAD != 0 {
+                stash(tid, CLONE_SLOT, Stash::default());
+            }
+        }
+        0
+    }
+
+    #[raw_tracepoint(tracepoint = "sys_exit")]
+    pub fn ordo_sys_exit(ctx: RawTracePointContext) -> i32 {
+        let pid_tgid = bpf_get_current_pid_tgid();
+        if (pid_tgid >> 32) as u32 != target_tgid() {
+            return 0;
+        }
+        let tid = pid_tgid as u32;
+        let regs: *const pt_regs = ctx.arg(0);
+        let ret: i64 = ctx.arg(1);
+        let id = read_reg(regs, |r| unsafe { &raw const (*r).orig_rax } as *const u64);
+        if id == sysno::FUTEX {
+            let Some(saved) = take_stash(tid, op::SYSCALL_FN) else {
+                return 0;
+            };
+            let cmd = saved.addr2 & 0xff;
+            let val = saved.addr2 >> 8;
+            if is_futex_wait(cmd) {
+                let seq = next_seq(saved.addr);
+                emit(kind::FUTEX_WAIT, 0, saved.addr, cmd, saved.site, seq, ret, val);
+            } else {
+                emit(kind::FUTEX_WAKE, 0, saved.addr, cmd, saved.site, saved.value, ret, val);
+            }
+        } else if id == sysno::CLONE || id == sysno::CLONE3 {
+            if ret == 0 {
+                // The new thread's first return to user space.
+                emit_thread(kind::THREAD_START, 0);
+            } else if ret > 0 && take_stash(tid, CLONE_SLOT).is_some() {
+                let key = stash_key(tid, op::THREAD_CREATE);
+                match STASH.get_ptr_mut(&key) {
+                    // pthread_create's return probe reports it, with the handle.
+                    Some(pending) => unsafe { (*pending).value = ret as u64 },
+                    None => emit(kind::THREAD_CREATE, 0, 0, 0, 0, 0, 0, ret as u64),
+                }
+            }
+        }
+        0
+    }
+
+    #[raw_tracepoint(tracepoint = "sched_process_exit")]
+    pub fn ordo_thread_exit(_ctx: RawTracePointContext) -> i32 {
+        if (bpf_get_current_pid_tgid() >> 32) as u32 != target_tgid() {
+            return 0;
+        }
+        emit_thread(kind::THREAD_EXIT, 0);
+        0
+    }
+
+    #[cfg(not(test))]
+    #[panic_handler]
+    fn panic(_info: &core::panic::PanicInfo) -> ! {
+        loop {}
+    }
+}
+
+#[cfg(target_arch = "bpf")]
+#[unsafe(link_section = "license")]
+#[unsafe(no_mangle)]
+static LICENSE: [u8; 4] = *b"GPL\0";

@@ -1,0 +1,58 @@
+//! `ordo`: record, analyze and replay the synchronization of multithreaded Linux
+//! programs. This binary only parses arguments; each subcommand lives in its own
+//! module, over the library crates.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod analyze;
+mod dump;
+mod record;
+mod replay;
+
+/// Make concurrency bugs in native Linux programs reproducible.
+#[derive(Parser)]
+#[command(name = "ordo", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Record a program's synchronization events with eBPF.
+    Record(record::RecordArgs),
+    /// Print a trace's events.
+    Dump(dump::DumpArgs),
+    /// Find races, deadlocks, condvar bugs and candidate reorderings in a trace.
+    Analyze(analyze::AnalyzeArgs),
+    /// Convert a trace for other tools.
+    Export(analyze::ExportArgs),
+    /// Rerun a program enforcing a schedule.
+    Replay(replay::ReplayArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Record(args) => record::run(args),
+        Command::Dump(args) => dump::run(args),
+        Command::Analyze(args) => analyze::run(args),
+        Command::Export(args) => analyze::export(args),
+        Command::Replay(args) => replay::run(args),
+    };
+    match result {
+        Ok(code) => ExitCode::from(code),
+        Err(err) => {
+            // One line: the chain of causes, outermost first.
+            let mut line = err.to_string();
+            for cause in err.chain().skip(1) {
+                line.push_str(": ");
+                line.push_str(&cause.to_string());
+            }
+            eprintln!("ordo: {line}");
+            ExitCode::from(2)
+        }
+    }
+}

@@ -1,0 +1,85 @@
+//! Helpers shared by the end-to-end tests: build the C test programs, run `ordo`,
+//! skip with a message when a test needs root and does not have it.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// The `ordo` binary under test.
+pub fn ordo() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_ordo"))
+}
+
+/// A scratch directory for one test.
+pub fn scratch(name: &str) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Compiles `tests/programs/NAME.c` (or `.cpp`) with debug info; returns the binary.
+pub fn build_program(name: &str) -> PathBuf {
+    let src_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/programs");
+    let out_dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("programs");
+    std::fs::create_dir_all(&out_dir).unwrap();
+    let c = src_dir.join(format!("{name}.c"));
+    let cpp = src_dir.join(format!("{name}.cpp"));
+    let (src, compiler, std) = if c.exists() { (c, "cc", "-std=gnu11") } else { (cpp, "c++", "-std=c++17") };
+    let out = out_dir.join(name);
+    let status = Command::new(compiler)
+        .args(["-O1", "-g", std, "-pthread", "-o"])
+        .arg(&out)
+        .arg(&src)
+        .status()
+        .expect("run the C compiler");
+    assert!(status.success(), "compiling {}", src.display());
+    out
+}
+
+/// True when running as root (eBPF tests need CAP_BPF and CAP_PERFMON).
+pub fn is_root() -> bool {
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Returns false (and says so) when the test must be skipped for lack of root.
+/// In CI (`CI` set) a missing privilege is a failure, not a skip.
+pub fn have_root(test: &str) -> bool {
+    if is_root() {
+        return true;
+    }
+    if std::env::var_os("CI").is_some() {
+        panic!("{test}: needs root to load eBPF programs, and CI must run it");
+    }
+    eprintln!("SKIPPED {test}: needs root to load eBPF programs (run as root or via `cargo xtask test`)");
+    false
+}
+
+/// Runs `ordo ARGS…`.
+pub fn run_ordo(args: &[&str]) -> Output {
+    Command::new(ordo()).args(args).output().expect("run ordo")
+}
+
+/// Records `program ARGS` into `trace`; panics with ordo's stderr on failure.
+pub fn record(trace: &Path, program: &Path, args: &[&str]) -> Output {
+    let mut cmd = Command::new(ordo());
+    cmd.arg("record").arg("-o").arg(trace).arg("--").arg(program).args(args);
+    let out = cmd.output().expect("run ordo record");
+    assert!(
+        trace.exists(),
+        "ordo record wrote no trace; stderr:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// `ordo dump --json TRACE`, parsed: one JSON object per event.
+pub fn dump_json(trace: &Path) -> Vec<serde_json::Value> {
+    let out = Command::new(ordo()).arg("dump").arg("--json").arg(trace).output().expect("run ordo dump");
+    assert!(out.status.success(), "ordo dump failed: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect()
+}

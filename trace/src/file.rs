@@ -1,0 +1,631 @@
+//! The trace file: a magic, then framed records (header, chunks, footer), then a
+//! trailer pointing at the footer.
+//!
+//! ```text
+//! file    = "ORDOTRC\0" header chunk* [footer trailer]
+//! record  = tag:u8 len:u32le crc32:u32le payload[len]
+//! tag     = 1 header (protobuf Header) | 2 chunk (zstd of protobuf Chunk) | 3 footer
+//! trailer = footer_offset:u64le "ORDOEND\0"
+//! ```
+//!
+//! Each chunk is self-contained and checksummed, so a trace cut short by a crash
+//! reads back up to its last complete chunk; the footer and trailer only make opening
+//! fast and carry the totals.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::fs::{File, OpenOptions};
+use std::io::{self, BufReader, BufWriter, Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+use prost::Message;
+
+use crate::event::{Event, Kind, Via};
+use crate::schema::{Chunk, EventColumns, Footer, Header, ModuleRecord, ThreadRecord};
+use crate::thread::{LogicalId, ThreadInfo, ThreadTable};
+
+/// Magic at the start of every trace.
+pub const MAGIC: &[u8; 8] = b"ORDOTRC\0";
+/// Magic closing the trailer.
+pub const TRAILER_MAGIC: &[u8; 8] = b"ORDOEND\0";
+/// The format version this library writes and the newest it reads.
+pub const FORMAT_VERSION: u32 = 1;
+
+const TAG_HEADER: u8 = 1;
+const TAG_CHUNK: u8 = 2;
+const TAG_FOOTER: u8 = 3;
+const FRAME_LEN: u64 = 9;
+/// Records larger than this are corrupt rather than real.
+const MAX_RECORD: u32 = 1 << 30;
+
+/// An error reading a trace, naming the file and the byte offset.
+#[derive(Debug)]
+pub struct TraceError {
+    /// The trace file.
+    pub path: PathBuf,
+    /// Byte offset where the problem is.
+    pub offset: u64,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl fmt::Display for TraceError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: at byte {}: {}", self.path.display(), self.offset, self.message)
+    }
+}
+
+impl std::error::Error for TraceError {}
+
+/// Writes a trace as events arrive.
+pub struct TraceWriter {
+    out: BufWriter<File>,
+    offset: u64,
+    events: u64,
+    threads: HashMap<u32, ThreadRecord>,
+    modules: Vec<ModuleRecord>,
+}
+
+impl TraceWriter {
+    /// Creates `path` (mode 0600: traces can hold memory contents) and writes the header.
+    pub fn create(path: &Path, header: &Header) -> io::Result<TraceWriter> {
+        let file = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(path)?;
+        let mut writer = TraceWriter {
+            out: BufWriter::new(file),
+            offset: 0,
+            events: 0,
+            threads: HashMap::new(),
+            modules: Vec::new(),
+        };
+        writer.out.write_all(MAGIC)?;
+        writer.offset = MAGIC.len() as u64;
+        let mut header = header.clone();
+        header.format_version = FORMAT_VERSION;
+        writer.record(TAG_HEADER, &header.encode_to_vec())?;
+        Ok(writer)
+    }
+
+    fn record(&mut self, tag: u8, payload: &[u8]) -> io::Result<()> {
+        let mut frame = [0u8; FRAME_LEN as usize];
+        frame[0] = tag;
+        frame[1..5].copy_from_slice(&(payload.len() as u32).to_le_bytes());
+        frame[5..9].copy_from_slice(&crc32fast::hash(payload).to_le_bytes());
+        self.out.write_all(&frame)?;
+        self.out.write_all(payload)?;
+        self.offset += FRAME_LEN + payload.len() as u64;
+        Ok(())
+    }
+
+    /// Appends a chunk and flushes it to the file, so a crash loses at most the
+    /// events not yet written.
+    pub fn write_chunk(
+        &mut self,
+        events: &[Event],
+        threads: &[ThreadRecord],
+        modules: &[ModuleRecord],
+        dropped_so_far: u64,
+    ) -> io::Result<()> {
+        let chunk = Chunk {
+            events: Some(columns(events)),
+            threads: threads.to_vec(),
+            modules: modules.to_vec(),
+            dropped_so_far,
+        };
+        let packed = zstd::bulk::compress(&chunk.encode_to_vec(), 1)?;
+        self.record(TAG_CHUNK, &packed)?;
+        self.out.flush()?;
+        self.events += events.len() as u64;
+        for t in threads {
+            self.threads.insert(t.tid, t.clone());
+        }
+        self.modules.extend_from_slice(modules);
+        Ok(())
+    }
+
+    /// Events written so far.
+    pub fn events_written(&self) -> u64 {
+        self.events
+    }
+
+    /// Bytes written so far.
+    pub fn bytes_written(&self) -> u64 {
+        self.offset
+    }
+
+    /// Writes the footer (with the final thread and module tables) and the trailer.
+    pub fn finish(mut self, mut footer: Footer) -> io::Result<u64> {
+        footer.events = self.events;
+        let mut threads: Vec<_> = self.threads.values().cloned().collect();
+        threads.sort_by_key(|t| t.tid);
+        footer.threads = threads;
+        footer.modules = std::mem::take(&mut self.modules);
+        let footer_offset = self.offset;
+        self.record(TAG_FOOTER, &footer.encode_to_vec())?;
+        self.out.write_all(&footer_offset.to_le_bytes())?;
+        self.out.write_all(TRAILER_MAGIC)?;
+        self.offset += 16;
+        self.out.flush()?;
+        self.out.get_ref().sync_all()?;
+        Ok(self.offset)
+    }
+}
+
+fn columns(events: &[Event]) -> EventColumns {
+    let mut c = EventColumns::default();
+    let mut prev = 0u64;
+    for e in events {
+        c.ts_delta.push(e.ts_ns.wrapping_sub(prev) as i64);
+        prev = e.ts_ns;
+        c.tid.push(e.tid);
+        c.kind.push(e.kind as u32);
+        c.via.push(e.via.code() as u32);
+        c.addr.push(e.addr);
+        c.addr2.push(e.addr2);
+        c.site.push(e.site);
+        c.seq.push(e.seq);
+        c.result.push(e.result);
+        c.value.push(e.value);
+        c.size.push(e.size as u32);
+    }
+    c
+}
+
+/// How strictly to read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReadMode {
+    /// Any torn or corrupt record is an error.
+    Strict,
+    /// Stop at the first torn or corrupt record and keep what came before.
+    Salvage,
+}
+
+/// A trace opened for reading: its metadata, and its events chunk by chunk.
+#[derive(Debug)]
+pub struct TraceReader {
+    path: PathBuf,
+    file: BufReader<File>,
+    /// The header.
+    pub header: Header,
+    /// Threads, densely indexed in logical-id order.
+    pub threads: ThreadTable,
+    /// Mapped files of the target.
+    pub modules: Vec<ModuleRecord>,
+    /// The footer, if the recording finished normally.
+    pub footer: Option<Footer>,
+    /// Kernel-side drops (from the footer, or the last chunk of a cut-short trace).
+    pub dropped: u64,
+    /// Where and why reading stopped early in salvage mode, or where a cut-short trace ends.
+    pub cut_short: Option<TraceError>,
+    chunks_start: u64,
+    chunks_end: u64,
+    pos: u64,
+    mode: ReadMode,
+    /// For each chunk offset: drops so far (filled while iterating).
+    drops_at_chunk: Vec<(u64, u64)>,
+}
+
+impl TraceReader {
+    /// Opens a trace, reading its header and thread table.
+    pub fn open(path: &Path, mode: ReadMode) -> Result<TraceReader, TraceError> {
+        let err = |offset: u64, message: String| TraceError { path: path.to_path_buf(), offset, message };
+        let file = File::open(path).map_err(|e| err(0, format!("cannot open: {e}")))?;
+        let len = file.metadata().map_err(|e| err(0, e.to_string()))?.len();
+        let mut file = BufReader::with_capacity(1 << 20, file);
+        let mut magic = [0u8; 8];
+        if len < 8 {
+            return Err(err(len, "file too short to be an ordo trace".into()));
+        }
+        file.read_exact(&mut magic).map_err(|e| err(0, e.to_string()))?;
+        if &magic != MAGIC {
+            return Err(err(0, "not an ordo trace (bad magic)".into()));
+        }
+        let mut reader = TraceReader {
+            path: path.to_path_buf(),
+            file,
+            header: Header::default(),
+            threads: ThreadTable::default(),
+            modules: Vec::new(),
+            footer: None,
+            dropped: 0,
+            cut_short: None,
+            chunks_start: 0,
+            chunks_end: len,
+            pos: 8,
+            mode,
+            drops_at_chunk: Vec::new(),
+        };
+        let (tag, payload) = match reader.next_record(len)? {
+            Some(r) => r,
+            None => return Err(err(8, "truncated: no header record".into())),
+        };
+        if tag != TAG_HEADER {
+            return Err(err(8, format!("expected the header record, found tag {tag}")));
+        }
+        reader.header = Header::decode(payload.as_slice()).map_err(|e| err(8, format!("corrupt header: {e}")))?;
+        if reader.header.format_version > FORMAT_VERSION {
+            return Err(err(
+                8,
+                format!(
+                    "written by a newer ordo (format version {}; this ordo reads up to {})",
+                    reader.header.format_version, FORMAT_VERSION
+                ),
+            ));
+        }
+        reader.chunks_start = reader.pos;
+
+        let (threads, modules) = match reader.read_trailer(len)? {
+            Some(footer) => {
+                let t = footer.threads.clone();
+                let m = footer.modules.clone();
+                reader.dropped = footer.dropped;
+                reader.footer = Some(footer);
+                (t, m)
+            }
+            None => reader.scan_without_footer(len)?,
+        };
+        reader.modules = modules;
+        reader.threads = ThreadTable::new(threads.into_iter().map(thread_info).collect());
+        reader.pos = reader.chunks_start;
+        reader.file.seek(SeekFrom::Start(reader.pos)).map_err(|e| err(reader.pos, e.to_string()))?;
+        Ok(reader)
+    }
+
+    fn error(&self, offset: u64, message: impl Into<String>) -> TraceError {
+        TraceError { path: self.path.clone(), offset, message: message.into() }
+    }
+
+    /// Reads the next framed record at `self.pos`; `None` at a clean end.
+    fn next_record(&mut self, end: u64) -> Result<Option<(u8, Vec<u8>)>, TraceError> {
+        let at = self.pos;
+        if at == end {
+            return Ok(None);
+        }
+        if end - at < FRAME_LEN {
+            return Err(self.error(at, format!("truncated record frame ({} of {FRAME_LEN} bytes)", end - at)));
+        }
+        let mut frame = [0u8; FRAME_LEN as usize];
+        self.file.read_exact(&mut frame).map_err(|e| self.error(at, e.to_string()))?;
+        let tag = frame[0];
+        let len = u32::from_le_bytes(frame[1..5].try_into().unwrap());
+        let crc = u32::from_le_bytes(frame[5..9].try_into().unwrap());
+        if !(TAG_HEADER..=TAG_FOOTER).contains(&tag) || len > MAX_RECORD {
+            return Err(self.error(at, format!("corrupt record frame (tag {tag}, length {len})")));
+        }
+        if end - at - FRAME_LEN < len as u64 {
+            return Err(self.error(
+                at,
+                format!("truncated record: {len} bytes announced, {} present", end - at - FRAME_LEN),
+            ));
+        }
+        let mut payload = vec![0u8; len as usize];
+        self.file.read_exact(&mut payload).map_err(|e| self.error(at, e.to_string()))?;
+        if crc32fast::hash(&payload) != crc {
+            return Err(self.error(at, "corrupt record: checksum mismatch"));
+        }
+        self.pos = at + FRAME_LEN + len as u64;
+        Ok(Some((tag, payload)))
+    }
+
+    fn read_trailer(&mut self, len: u64) -> Result<Option<Footer>, TraceError> {
+        if len < self.chunks_start + 16 + FRAME_LEN {
+            return Ok(None);
+        }
+        let mut trailer = [0u8; 16];
+        self.file.seek(SeekFrom::Start(len - 16)).map_err(|e| self.error(len - 16, e.to_string()))?;
+        self.file.read_exact(&mut trailer).map_err(|e| self.error(len - 16, e.to_string()))?;
+        if &trailer[8..] != TRAILER_MAGIC {
+            return Ok(None);
+        }
+        let footer_offset = u64::from_le_bytes(trailer[..8].try_into().unwrap());
+        if footer_offset < self.chunks_start || footer_offset >= len - 16 {
+            return Err(self.error(len - 16, format!("corrupt trailer: footer offset {footer_offset}")));
+        }
+        self.pos = footer_offset;
+        self.file.seek(SeekFrom::Start(footer_offset)).map_err(|e| self.error(footer_offset, e.to_string()))?;
+        match self.next_record(len - 16)? {
+            Some((TAG_FOOTER, payload)) => {
+                self.chunks_end = footer_offset;
+                Footer::decode(payload.as_slice())
+                    .map(Some)
+                    .map_err(|e| self.error(footer_offset, format!("corrupt footer: {e}")))
+            }
+            _ => Err(self.error(footer_offset, "corrupt trailer: no footer record at its offset")),
+        }
+    }
+
+    /// A trace without footer (cut short): collect thread and module records from
+    /// every chunk, and find where the readable part ends.
+    fn scan_without_footer(&mut self, len: u64) -> Result<(Vec<ThreadRecord>, Vec<ModuleRecord>), TraceError> {
+        self.pos = self.chunks_start;
+        self.file.seek(SeekFrom::Start(self.pos)).map_err(|e| self.error(self.pos, e.to_string()))?;
+        let mut threads: HashMap<u32, ThreadRecord> = HashMap::new();
+        let mut modules = Vec::new();
+        loop {
+            let at = self.pos;
+            let record = match self.next_record(len) {
+                Ok(r) => r,
+                Err(e) if self.mode == ReadMode::Salvage => {
+                    self.chunks_end = at;
+                    self.cut_short = Some(e);
+                    break;
+                }
+                Err(e) => return Err(e),
+            };
+            match record {
+                None => {
+                    self.chunks_end = at;
+                    self.cut_short = Some(self.error(at, "no footer: the recording was cut short; read up to its last complete chunk"));
+                    break;
+                }
+                Some((TAG_CHUNK, payload)) => match decode_chunk(&payload) {
+                    Ok(chunk) => {
+                        for t in chunk.threads {
+                            threads.insert(t.tid, t);
+                        }
+                        modules.extend(chunk.modules);
+                        self.dropped = chunk.dropped_so_far;
+                    }
+                    Err(message) if self.mode == ReadMode::Salvage => {
+                        self.chunks_end = at;
+                        self.cut_short = Some(self.error(at, message));
+                        break;
+                    }
+                    Err(message) => return Err(self.error(at, message)),
+                },
+                Some((TAG_FOOTER, _)) => {
+                    return Err(self.error(at, "footer without trailer"));
+                }
+                Some((tag, _)) => return Err(self.error(at, format!("unexpected record tag {tag}"))),
+            }
+        }
+        let mut threads: Vec<_> = threads.into_values().collect();
+        threads.sort_by_key(|t| t.tid);
+        Ok((threads, modules))
+    }
+
+    /// The next chunk's events, with `thread` filled in; `None` after the last chunk.
+    pub fn next_chunk(&mut self) -> Result<Option<Vec<Event>>, TraceError> {
+        let mut events = Vec::new();
+        Ok(self.next_chunk_into(&mut events)?.then_some(events))
+    }
+
+    /// Like [`TraceReader::next_chunk`], reusing `events`' allocation; returns false at the end.
+    pub fn next_chunk_into(&mut self, events: &mut Vec<Event>) -> Result<bool, TraceError> {
+        events.clear();
+        loop {
+            let at = self.pos;
+            let Some((tag, payload)) = self.next_record(self.chunks_end)? else {
+                return Ok(false);
+            };
+            if tag != TAG_CHUNK {
+                return Err(self.error(at, format!("unexpected record tag {tag} among chunks")));
+            }
+            let chunk = decode_chunk(&payload).map_err(|m| self.error(at, m))?;
+            self.drops_at_chunk.push((at, chunk.dropped_so_far));
+            let Some(c) = chunk.events else { continue };
+            let n = c.tid.len();
+            let same = [c.ts_delta.len(), c.kind.len(), c.via.len(), c.addr.len(), c.addr2.len(), c.site.len(), c.seq.len(), c.result.len(), c.value.len(), c.size.len()];
+            if same.iter().any(|&l| l != n) {
+                return Err(self.error(at, "corrupt chunk: event columns differ in length"));
+            }
+            events.reserve(n);
+            let mut ts = 0u64;
+            for i in 0..n {
+                ts = ts.wrapping_add(c.ts_delta[i] as u64);
+                let Some(kind) = u16::try_from(c.kind[i]).ok().and_then(Kind::from_code) else {
+                    return Err(self.error(at, format!("corrupt chunk: unknown event kind {}", c.kind[i])));
+                };
+                let tid = c.tid[i];
+                events.push(Event {
+                    ts_ns: ts,
+                    tid,
+                    thread: self.threads.index_of(tid).unwrap_or(u32::MAX),
+                    kind,
+                    via: Via::from_code(c.via[i] as u8),
+                    addr: c.addr[i],
+                    addr2: c.addr2[i],
+                    site: c.site[i],
+                    seq: c.seq[i],
+                    result: c.result[i],
+                    value: c.value[i],
+                    size: c.size[i] as u8,
+                });
+            }
+            if n > 0 {
+                return Ok(true);
+            }
+        }
+    }
+
+    /// Reads every remaining event.
+    pub fn read_all(&mut self) -> Result<Vec<Event>, TraceError> {
+        let mut all = Vec::new();
+        while let Some(chunk) = self.next_chunk()? {
+            all.extend(chunk);
+        }
+        Ok(all)
+    }
+
+    /// Chunks read so far, with the cumulative drop count at each: where events were
+    /// lost (drops between two chunks happened while the earlier one was being filled).
+    pub fn drops_by_chunk(&self) -> &[(u64, u64)] {
+        &self.drops_at_chunk
+    }
+
+    /// The trace file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+fn decode_chunk(payload: &[u8]) -> Result<Chunk, String> {
+    let raw = zstd::stream::decode_all(payload).map_err(|e| format!("corrupt chunk: cannot decompress: {e}"))?;
+    Chunk::decode(raw.as_slice()).map_err(|e| format!("corrupt chunk: {e}"))
+}
+
+fn thread_info(t: ThreadRecord) -> ThreadInfo {
+    ThreadInfo { tid: t.tid, logical: LogicalId(t.logical), name: t.name, parent_tid: t.parent_tid }
+}
+
+/// Reads a whole trace into memory: metadata and every event.
+pub fn read_trace(path: &Path, mode: ReadMode) -> Result<(TraceReader, Vec<Event>), TraceError> {
+    let mut reader = TraceReader::open(path, mode)?;
+    let events = match reader.read_all() {
+        Ok(events) => events,
+        Err(e) if mode == ReadMode::Salvage => {
+            let mut kept = Vec::new();
+            // Re-read up to the failing chunk.
+            let mut again = TraceReader::open(path, mode)?;
+            again.chunks_end = e.offset;
+            while let Ok(Some(chunk)) = again.next_chunk() {
+                kept.extend(chunk);
+            }
+            again.cut_short = Some(e);
+            return Ok((again, kept));
+        }
+        Err(e) => return Err(e),
+    };
+    Ok((reader, events))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(n: usize) -> Vec<Event> {
+        (0..n)
+            .map(|i| Event {
+                ts_ns: 1_000 + i as u64 * 7,
+                tid: 100 + (i % 3) as u32,
+                thread: 0,
+                kind: if i % 2 == 0 { Kind::MutexLock } else { Kind::MutexUnlock },
+                via: if i % 5 == 0 { Via::Try } else { Via::Plain },
+                addr: 0x5555_0000 + (i % 2) as u64 * 64,
+                addr2: 0,
+                site: 0x4000 + i as u64,
+                seq: i as u64 / 2,
+                result: -(i as i64 % 3),
+                value: i as u64 * 3,
+                size: (i % 9) as u8,
+            })
+            .collect()
+    }
+
+    fn threads() -> Vec<ThreadRecord> {
+        vec![
+            ThreadRecord { tid: 100, logical: vec![], name: "main".into(), parent_tid: 0 },
+            ThreadRecord { tid: 101, logical: vec![1], name: "w1".into(), parent_tid: 100 },
+            ThreadRecord { tid: 102, logical: vec![2], name: "w2".into(), parent_tid: 100 },
+        ]
+    }
+
+    fn write(path: &Path, events: &[Event], finish: bool) -> u64 {
+        let header = Header { pid: 100, command: vec!["prog".into()], ..Default::default() };
+        let mut w = TraceWriter::create(path, &header).unwrap();
+        for (i, part) in events.chunks(100).enumerate() {
+            let t = if i == 0 { threads() } else { vec![] };
+            w.write_chunk(part, &t, &[], i as u64).unwrap();
+        }
+        if finish {
+            w.finish(Footer { dropped: 7, ..Default::default() }).unwrap()
+        } else {
+            w.bytes_written()
+        }
+    }
+
+    fn strip_thread(events: Vec<Event>) -> Vec<Event> {
+        events.into_iter().map(|e| Event { thread: 0, ..e }).collect()
+    }
+
+    #[test]
+    fn round_trip() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.ordo");
+        let events = sample(1000);
+        write(&path, &events, true);
+        let (reader, back) = read_trace(&path, ReadMode::Strict).unwrap();
+        assert_eq!(strip_thread(back.clone()), events);
+        assert_eq!(reader.dropped, 7);
+        assert_eq!(reader.threads.len(), 3);
+        assert_eq!(reader.threads.by_tid(101).unwrap().logical.to_string(), "1");
+        assert_eq!(back[1].thread, reader.threads.index_of(101).unwrap());
+        assert!(reader.cut_short.is_none());
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
+    }
+
+    #[test]
+    fn cut_short_trace_reads_up_to_last_chunk() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.ordo");
+        let events = sample(1000);
+        write(&path, &events, false);
+        let (reader, back) = read_trace(&path, ReadMode::Strict).unwrap();
+        assert_eq!(back.len(), 1000);
+        assert!(reader.cut_short.is_some());
+        assert_eq!(reader.dropped, 9);
+        assert_eq!(reader.threads.len(), 3);
+    }
+
+    #[test]
+    fn truncated_file_names_offset() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.ordo");
+        let len = write(&path, &sample(1000), true);
+        let bytes = std::fs::read(&path).unwrap();
+        std::fs::write(&path, &bytes[..(len as usize - 40)]).unwrap();
+        let err = read_trace(&path, ReadMode::Strict).unwrap_err();
+        assert!(err.to_string().contains("truncated"), "{err}");
+        assert!(err.offset > 8);
+        // Salvage keeps the complete chunks.
+        let (reader, back) = read_trace(&path, ReadMode::Salvage).unwrap();
+        assert_eq!(back.len(), 1000);
+        assert!(reader.cut_short.is_some());
+        // A header cut in half.
+        std::fs::write(&path, &bytes[..12]).unwrap();
+        let err = read_trace(&path, ReadMode::Strict).unwrap_err();
+        assert_eq!(err.offset, 8, "{err}");
+    }
+
+    #[test]
+    fn corrupt_chunk_is_an_error_with_offset() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.ordo");
+        write(&path, &sample(1000), true);
+        let mut bytes = std::fs::read(&path).unwrap();
+        // Flip a byte in the middle of the file (inside some chunk's payload).
+        let mid = bytes.len() / 2;
+        bytes[mid] ^= 0xff;
+        std::fs::write(&path, &bytes).unwrap();
+        let err = read_trace(&path, ReadMode::Strict).unwrap_err();
+        assert!(err.to_string().contains("checksum"), "{err}");
+        assert!(err.offset > 8 && err.offset <= mid as u64);
+        let (_, back) = read_trace(&path, ReadMode::Salvage).unwrap();
+        assert!(back.len() < 1000 && !back.is_empty());
+    }
+
+    #[test]
+    fn rejects_other_files_and_newer_versions() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.ordo");
+        std::fs::write(&path, b"hello world, not a trace").unwrap();
+        assert!(read_trace(&path, ReadMode::Strict).unwrap_err().to_string().contains("bad magic"));
+        let missing = dir.path().join("missing.ordo");
+        assert!(read_trace(&missing, ReadMode::Strict).unwrap_err().to_string().contains("cannot open"));
+        // A newer format version.
+        let header = Header { format_version: FORMAT_VERSION + 1, ..Default::default() }.encode_to_vec();
+        let mut bytes = MAGIC.to_vec();
+        bytes.push(TAG_HEADER);
+        bytes.extend((header.len() as u32).to_le_bytes());
+        bytes.extend(crc32fast::hash(&header).to_le_bytes());
+        bytes.extend(&header);
+        std::fs::write(&path, &bytes).unwrap();
+        assert!(read_trace(&path, ReadMode::Strict).unwrap_err().to_string().contains("newer ordo"));
+    }
+}

@@ -1,0 +1,294 @@
+//! Names for addresses: call sites to `function (file:line)`, objects to global
+//! variable names, using the module table recorded in the trace.
+//!
+//! ELF symbols come from `object`, DWARF lines and inlined frames from `addr2line`
+//! (both from the gimli project, the de-facto standard for this in Rust). A module
+//! whose file changed since the recording (different build-id) is not used for
+//! names: its sites print as `module+0xoffset`.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::fmt;
+use std::path::Path;
+
+use object::{Object, ObjectSegment, ObjectSymbol, SymbolKind};
+
+use crate::schema::{Mapping, ModuleRecord};
+
+/// A symbolized address.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Location {
+    /// File name of the module.
+    pub module: String,
+    /// Offset of the address from the module's load bias (its ELF virtual address).
+    pub offset: u64,
+    /// Function or variable name, demangled.
+    pub symbol: Option<String>,
+    /// Offset from the symbol's start.
+    pub symbol_offset: u64,
+    /// Source file, when debug info exists.
+    pub file: Option<String>,
+    /// Source line.
+    pub line: Option<u32>,
+}
+
+impl fmt::Display for Location {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (&self.symbol, &self.file, self.line) {
+            (Some(sym), Some(file), Some(line)) => {
+                let short = Path::new(file).file_name().map(|s| s.to_string_lossy()).unwrap_or_default();
+                write!(f, "{sym} ({short}:{line})")
+            }
+            (Some(sym), _, _) if self.symbol_offset == 0 => write!(f, "{sym} ({})", self.module),
+            (Some(sym), _, _) => write!(f, "{sym}+{:#x} ({})", self.symbol_offset, self.module),
+            _ => write!(f, "{}+{:#x}", self.module, self.offset),
+        }
+    }
+}
+
+/// An ELF file's symbols and load layout.
+pub struct ElfInfo {
+    /// (address, size, name) sorted by address: functions and data objects.
+    symbols: Vec<(u64, u64, String)>,
+    /// (vaddr - offset) of each PT_LOAD segment with its file range.
+    segments: Vec<(u64, u64, u64)>,
+    /// GNU build-id, hex.
+    pub build_id: String,
+}
+
+impl ElfInfo {
+    /// Reads the symbols and segments of an ELF file.
+    pub fn read(path: &Path) -> Result<ElfInfo, String> {
+        let data = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let file = object::File::parse(data.as_slice()).map_err(|e| format!("{}: not an ELF file: {e}", path.display()))?;
+        let mut symbols = Vec::new();
+        for sym in file.symbols().chain(file.dynamic_symbols()) {
+            if !matches!(sym.kind(), SymbolKind::Text | SymbolKind::Data | SymbolKind::Tls) || sym.address() == 0 {
+                continue;
+            }
+            if let Ok(name) = sym.name() {
+                if !name.is_empty() {
+                    symbols.push((sym.address(), sym.size(), demangle(name)));
+                }
+            }
+        }
+        symbols.sort();
+        symbols.dedup_by(|a, b| a.0 == b.0 && a.2 == b.2);
+        let segments = file
+            .segments()
+            .map(|s| {
+                let (off, size) = s.file_range();
+                (s.address().wrapping_sub(off), off, off + size.max(s.size()))
+            })
+            .collect();
+        let build_id = file.build_id().ok().flatten().map(hex).unwrap_or_default();
+        Ok(ElfInfo { symbols, segments, build_id })
+    }
+
+    /// The symbol containing `vaddr` (or the nearest one below it, for symbols
+    /// without size), with the offset into it.
+    pub fn symbol_at(&self, vaddr: u64) -> Option<(&str, u64)> {
+        let i = self.symbols.partition_point(|s| s.0 <= vaddr);
+        let (start, size, name) = self.symbols.get(i.checked_sub(1)?)?;
+        let off = vaddr - start;
+        (size == &0 && off < 4096 || off < *size).then_some((name.as_str(), off))
+    }
+
+    /// The address and size of a symbol by (demangled or raw) name.
+    pub fn symbol_named(&self, name: &str) -> Option<(u64, u64)> {
+        self.symbols.iter().find(|s| s.2 == name).map(|s| (s.0, s.1))
+    }
+
+    /// The ELF virtual address of a file offset.
+    pub fn vaddr_of_offset(&self, offset: u64) -> u64 {
+        // Mappings start at page-aligned offsets, which can fall in the previous
+        // segment's last page: take the last segment starting at or before it.
+        self.segments
+            .iter()
+            .filter(|(_, start, end)| start & !0xfff <= offset && offset < *end)
+            .max_by_key(|(_, start, _)| *start)
+            .map(|(delta, _, _)| offset.wrapping_add(*delta))
+            .unwrap_or(offset)
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Demangles Rust and C++ names; leaves C names alone.
+pub fn demangle(name: &str) -> String {
+    let s = addr2line::demangle_auto(name.into(), None).into_owned();
+    // Drop Rust's trailing hash (`::h0123…`).
+    match s.rfind("::h") {
+        Some(i) if s.len() - i == 19 && s[i + 3..].chars().all(|c| c.is_ascii_hexdigit()) => s[..i].to_string(),
+        _ => s,
+    }
+}
+
+struct Loaded {
+    info: Option<ElfInfo>,
+    dwarf: Option<addr2line::Loader>,
+}
+
+/// Symbolizes addresses of one recorded process.
+pub struct Symbolizer {
+    modules: Vec<ModuleRecord>,
+    loaded: RefCell<HashMap<usize, Loaded>>,
+}
+
+impl Symbolizer {
+    /// A symbolizer over a trace's module table.
+    pub fn new(modules: &[ModuleRecord]) -> Symbolizer {
+        Symbolizer { modules: modules.to_vec(), loaded: RefCell::new(HashMap::new()) }
+    }
+
+    fn module_of(&self, addr: u64) -> Option<(usize, &Mapping)> {
+        for (i, m) in self.modules.iter().enumerate() {
+            for map in &m.mappings {
+                if (map.start..map.end).contains(&addr) {
+                    return Some((i, map));
+                }
+            }
+        }
+        // .bss lies in an anonymous mapping right after a module's last file mapping.
+        self.modules.iter().enumerate().find_map(|(i, m)| {
+            let last = m.mappings.iter().max_by_key(|map| map.end)?;
+            (addr >= last.end && addr < last.end + (64 << 20)).then_some((i, last))
+        })
+    }
+
+    fn with_loaded<T>(&self, index: usize, f: impl FnOnce(&Loaded) -> T) -> T {
+        let mut cache = self.loaded.borrow_mut();
+        let loaded = cache.entry(index).or_insert_with(|| {
+            let record = &self.modules[index];
+            let path = Path::new(&record.path);
+            let info = ElfInfo::read(path)
+                .ok()
+                .filter(|i| record.build_id.is_empty() || i.build_id == record.build_id);
+            let dwarf = info.as_ref().and_then(|_| addr2line::Loader::new(path).ok());
+            Loaded { info, dwarf }
+        });
+        f(loaded)
+    }
+
+    /// The ELF virtual address of a runtime address, with its module index.
+    fn vaddr(&self, addr: u64) -> Option<(usize, u64)> {
+        let (index, map) = self.module_of(addr)?;
+        let base = self.with_loaded(index, |l| {
+            l.info.as_ref().map(|i| i.vaddr_of_offset(map.file_offset)).unwrap_or(map.file_offset)
+        });
+        Some((index, addr - map.start + base))
+    }
+
+    /// Symbolizes a code address. For a return address pass `is_return = true`: the
+    /// line of the call instruction is reported, not the one after it.
+    pub fn locate(&self, addr: u64, is_return: bool) -> Option<Location> {
+        let (index, vaddr) = self.vaddr(addr)?;
+        let module = module_name(&self.modules[index].path);
+        let probe = if is_return { vaddr.saturating_sub(1) } else { vaddr };
+        Some(self.with_loaded(index, |l| {
+            let mut loc = Location { module, offset: vaddr, ..Default::default() };
+            if let Some(info) = &l.info {
+                if let Some((name, off)) = info.symbol_at(probe) {
+                    loc.symbol = Some(name.to_string());
+                    loc.symbol_offset = off + (vaddr - probe);
+                }
+            }
+            if let Some(dwarf) = &l.dwarf {
+                if let Ok(mut frames) = dwarf.find_frames(probe) {
+                    if let Ok(Some(frame)) = frames.next() {
+                        if let Some(func) = frame.function.as_ref().and_then(|f| f.demangle().ok()) {
+                            loc.symbol = Some(demangle(&func));
+                        }
+                        if let Some(l) = frame.location {
+                            loc.file = l.file.map(str::to_string);
+                            loc.line = l.line;
+                        }
+                    }
+                }
+            }
+            loc
+        }))
+    }
+
+    /// The name of the global or static variable at `addr` (`name` or `name+off`).
+    pub fn data_name(&self, addr: u64) -> Option<String> {
+        let (index, vaddr) = self.vaddr(addr)?;
+        self.with_loaded(index, |l| {
+            let (name, off) = l.info.as_ref()?.symbol_at(vaddr)?;
+            Some(if off == 0 { name.to_string() } else { format!("{name}+{off}") })
+        })
+    }
+
+    /// A site as text: symbolized when possible, `0x…` otherwise.
+    pub fn site_text(&self, addr: u64) -> String {
+        if addr == 0 {
+            return String::new();
+        }
+        self.locate(addr, true).map(|l| l.to_string()).unwrap_or_else(|| format!("{addr:#x}"))
+    }
+}
+
+fn module_name(path: &str) -> String {
+    Path::new(path).file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| path.to_string())
+}
+
+/// Reads `/proc/PID/maps` into module records (file-backed mappings only, build-ids
+/// read from the files). Returns an empty list if the process is gone.
+pub fn modules_of_process(pid: u32) -> Vec<ModuleRecord> {
+    let Ok(maps) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else {
+        return Vec::new();
+    };
+    let mut modules: Vec<ModuleRecord> = Vec::new();
+    for line in maps.lines() {
+        let mut fields = line.split_whitespace();
+        let (Some(range), Some(_perms), Some(offset), Some(_dev), Some(inode)) =
+            (fields.next(), fields.next(), fields.next(), fields.next(), fields.next())
+        else {
+            continue;
+        };
+        let path: String = fields.collect::<Vec<_>>().join(" ");
+        if inode == "0" || !path.starts_with('/') {
+            continue;
+        }
+        let Some((start, end)) = range.split_once('-') else { continue };
+        let (Ok(start), Ok(end), Ok(file_offset)) =
+            (u64::from_str_radix(start, 16), u64::from_str_radix(end, 16), u64::from_str_radix(offset, 16))
+        else {
+            continue;
+        };
+        let mapping = Mapping { start, end, file_offset };
+        match modules.iter_mut().find(|m| m.path == path) {
+            Some(m) => m.mappings.push(mapping),
+            None => modules.push(ModuleRecord { path, build_id: String::new(), mappings: vec![mapping] }),
+        }
+    }
+    for m in &mut modules {
+        if let Ok(info) = ElfInfo::read(Path::new(&m.path)) {
+            m.build_id = info.build_id;
+        }
+    }
+    modules
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn symbolizes_this_test_binary() {
+        // A function and a static of this very process, through its own maps.
+        static MARKER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        let modules = modules_of_process(std::process::id());
+        assert!(!modules.is_empty());
+        let sym = Symbolizer::new(&modules);
+        let f = symbolizes_this_test_binary as *const () as u64;
+        let loc = sym.locate(f, false).expect("located");
+        assert!(loc.symbol.as_deref().unwrap_or("").contains("symbolizes_this_test_binary"), "{loc:?}");
+        let name = sym.data_name(&MARKER as *const _ as u64).expect("named");
+        assert!(name.contains("MARKER"), "{name}");
+        assert_eq!(demangle("_ZN3foo3barE"), "foo::bar");
+        assert_eq!(demangle("pthread_mutex_lock"), "pthread_mutex_lock");
+    }
+}
