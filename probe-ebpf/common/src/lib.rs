@@ -218,3 +218,71 @@ pub const EVENTS_MAP: &str = "EVENTS";
 pub const DROPS_MAP: &str = "DROPS";
 /// Name of the configuration array map.
 pub const CONFIG_MAP: &str = "CONFIG";
+
+/// Register numbers used in [`WatchSite`], in `pt_regs` order names (x86_64).
+pub mod reg {
+    /// No register.
+    pub const NONE: u8 = 0xff;
+    pub const RAX: u8 = 0;
+    pub const RBX: u8 = 1;
+    pub const RCX: u8 = 2;
+    pub const RDX: u8 = 3;
+    pub const RSI: u8 = 4;
+    pub const RDI: u8 = 5;
+    pub const RBP: u8 = 6;
+    pub const RSP: u8 = 7;
+    pub const R8: u8 = 8;
+    pub const R9: u8 = 9;
+    pub const R10: u8 = 10;
+    pub const R11: u8 = 11;
+    pub const R12: u8 = 12;
+    pub const R13: u8 = 13;
+    pub const R14: u8 = 14;
+    pub const R15: u8 = 15;
+    /// The address of the next instruction (for RIP-relative operands the decoder
+    /// has already folded it into `disp`, so this is rarely needed).
+    pub const RIP: u8 = 16;
+}
+
+/// One instruction that may access a watched variable, as the watch uprobe needs it.
+/// User space decodes the binary and fills the `WATCH_SITES` array; the uprobe's
+/// cookie is the index into it.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WatchSite {
+    /// Runtime address of the watched bytes (start).
+    pub watch_addr: u64,
+    /// Displacement of the memory operand. For RIP-relative operands, the absolute
+    /// runtime address of the operand (base and index are NONE).
+    pub disp: i64,
+    /// Immediate source value, when `value_reg` is NONE and the access writes an immediate.
+    pub imm: u64,
+    /// Runtime address of the instruction (reported as the site).
+    pub ip: u64,
+    /// Length of the watched bytes.
+    pub watch_len: u32,
+    /// Base register of the memory operand ([`reg`]).
+    pub base: u8,
+    /// Index register ([`reg`]).
+    pub index: u8,
+    /// Index scale (1, 2, 4, 8).
+    pub scale: u8,
+    /// Access size in bytes.
+    pub size: u8,
+    /// [`kind::READ`], [`kind::WRITE`] or [`kind::RMW`] (as u8).
+    pub access: u8,
+    /// Register holding the value written, or NONE (then `imm`, or read memory).
+    pub value_reg: u8,
+    /// True when the value written is `imm`.
+    pub value_is_imm: u8,
+    pub _pad: u8,
+}
+
+#[cfg(feature = "user")]
+// SAFETY: repr(C), Copy, all bit patterns valid.
+unsafe impl aya::Pod for WatchSite {}
+
+/// Name of the watch site array map.
+pub const WATCH_SITES_MAP: &str = "WATCH_SITES";
+/// Capacity of the watch site array.
+pub const MAX_WATCH_SITES: u32 = 4096;
