@@ -1,1 +1,2 @@
-
+//! ordo's recorder (being written).
+pub mod watch;

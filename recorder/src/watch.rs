@@ -1,0 +1,1 @@
+//! Variable watches: choosing the instructions and addresses to watch (being written).

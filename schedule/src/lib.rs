@@ -1,0 +1,1 @@
+//! ordo schedule language (being written).
