@@ -1,9 +1,196 @@
-//! `ordo dump`.
+//! `ordo dump`: print a trace's events, symbolized, in an order consistent with
+//! happens-before; or as JSON lines; or totals.
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::{BufWriter, Write};
+use std::path::PathBuf;
+
+use anyhow::Result;
 use clap::Args;
+use ordo_trace::symbolize::Symbolizer;
+use ordo_trace::{global_order, read_trace, Event, Kind, ReadMode, ThreadTable};
+use serde_json::{json, Map, Value};
+
+/// Arguments of `ordo dump`.
 #[derive(Args)]
 pub struct DumpArgs {
-    pub trace: std::path::PathBuf,
+    /// The trace file.
+    pub trace: PathBuf,
+    /// One JSON object per event.
+    #[arg(long)]
+    pub json: bool,
+    /// Totals only.
+    #[arg(long)]
+    pub stats: bool,
+    /// Read a damaged trace up to its last intact chunk instead of failing.
+    #[arg(long)]
+    pub salvage: bool,
 }
-pub fn run(_args: DumpArgs) -> anyhow::Result<u8> {
-    anyhow::bail!("not built yet")
+
+pub fn run(args: DumpArgs) -> Result<u8> {
+    let mode = if args.salvage { ReadMode::Salvage } else { ReadMode::Strict };
+    let (reader, events) = read_trace(&args.trace, mode)?;
+    if let Some(cut) = &reader.cut_short {
+        eprintln!("ordo: warning: {cut}");
+    }
+    let stdout = std::io::stdout();
+    let mut out = BufWriter::new(stdout.lock());
+    if args.stats {
+        let mut by_kind: BTreeMap<&str, u64> = BTreeMap::new();
+        for e in &events {
+            *by_kind.entry(e.kind.name()).or_insert(0) += 1;
+        }
+        let stats = json!({
+            "events": events.len(),
+            "lost": reader.dropped,
+            "threads": reader.threads.len(),
+            "by_kind": by_kind,
+        });
+        if args.json {
+            writeln!(out, "{stats}")?;
+        } else {
+            writeln!(out, "events {}  lost {}  threads {}", events.len(), reader.dropped, reader.threads.len())?;
+            for (k, n) in &by_kind {
+                writeln!(out, "  {k:<20} {n}")?;
+            }
+        }
+        out.flush()?;
+        return Ok(0);
+    }
+    let symbolizer = Symbolizer::new(&reader.modules);
+    let events = global_order(events);
+    let handles = thread_handles(&events);
+    let start = reader.header.start_monotonic_ns;
+    if !args.json {
+        writeln!(
+            out,
+            "# {} — pid {}, {} threads, {} events, {} lost",
+            reader.header.command.join(" "),
+            reader.header.pid,
+            reader.threads.len(),
+            events.len(),
+            reader.dropped
+        )?;
+        for t in reader.threads.iter() {
+            writeln!(out, "# thread {:<6} tid {:<8} {}", t.logical.to_string(), t.tid, t.name)?;
+        }
+    }
+    let mut names: HashMap<u64, Option<String>> = HashMap::new();
+    let mut sites: HashMap<u64, String> = HashMap::new();
+    for e in &events {
+        let object = names.entry(e.addr).or_insert_with(|| symbolizer.data_name(e.addr)).clone();
+        let site = sites.entry(e.site).or_insert_with(|| symbolizer.site_text(e.site)).clone();
+        if args.json {
+            writeln!(out, "{}", Value::Object(event_json(e, &reader.threads, &handles, object, site)))?;
+        } else {
+            writeln!(out, "{}", event_text(e, start, &reader.threads, &handles, object, &site))?;
+        }
+    }
+    out.flush()?;
+    Ok(0)
+}
+
+/// pthread_t handle → created kernel tids, to name the thread a join waits for.
+fn thread_handles(events: &[Event]) -> HashMap<u64, u32> {
+    events.iter().filter_map(|e| Some((e.addr, e.child_tid()?))).collect()
+}
+
+fn logical(threads: &ThreadTable, tid: u32) -> String {
+    threads.by_tid(tid).map(|t| t.logical.to_string()).unwrap_or_else(|| format!("tid{tid}"))
+}
+
+fn event_json(
+    e: &Event,
+    threads: &ThreadTable,
+    handles: &HashMap<u64, u32>,
+    object: Option<String>,
+    site: String,
+) -> Map<String, Value> {
+    let mut m = Map::new();
+    m.insert("thread".into(), json!(logical(threads, e.tid)));
+    m.insert("tid".into(), json!(e.tid));
+    m.insert("kind".into(), json!(e.kind.name()));
+    m.insert("addr".into(), json!(format!("{:#x}", e.addr)));
+    if let Some(name) = object {
+        m.insert("object".into(), json!(name));
+    }
+    m.insert("site".into(), json!(site));
+    m.insert("ts_ns".into(), json!(e.ts_ns));
+    if e.kind.is_sequenced() {
+        m.insert("seq".into(), json!(e.seq));
+    }
+    match e.kind {
+        Kind::MutexLock | Kind::MutexLockFailed | Kind::RwlockRdlock | Kind::RwlockWrlock | Kind::RwlockLockFailed | Kind::MutexUnlock => {
+            m.insert("via".into(), json!(e.via.name()));
+        }
+        _ => {}
+    }
+    if matches!(e.kind, Kind::CondWaitBegin | Kind::CondWait) || (e.via == ordo_trace::Via::CondWait && e.addr2 != 0) {
+        let key = if matches!(e.kind, Kind::CondWaitBegin | Kind::CondWait) { "mutex" } else { "cond" };
+        m.insert(key.into(), json!(format!("{:#x}", e.addr2)));
+    }
+    if e.kind.has_result() {
+        m.insert("result".into(), json!(e.result));
+    }
+    match e.kind {
+        Kind::ThreadCreate => {
+            if let Some(child) = e.child_tid() {
+                m.insert("child".into(), json!(logical(threads, child)));
+                m.insert("child_tid".into(), json!(child));
+            }
+        }
+        Kind::ThreadJoin => {
+            if let Some(&child) = handles.get(&e.addr) {
+                m.insert("joined".into(), json!(logical(threads, child)));
+            }
+        }
+        Kind::Read | Kind::Write | Kind::Rmw => {
+            m.insert("value".into(), json!(e.value));
+            m.insert("size".into(), json!(e.size));
+        }
+        Kind::FutexWait | Kind::FutexWake => {
+            m.insert("futex_op".into(), json!(e.addr2));
+            m.insert("value".into(), json!(e.value));
+        }
+        _ => {}
+    }
+    m
+}
+
+fn event_text(
+    e: &Event,
+    start: u64,
+    threads: &ThreadTable,
+    handles: &HashMap<u64, u32>,
+    object: Option<String>,
+    site: &str,
+) -> String {
+    let rel = e.ts_ns.saturating_sub(start) as f64 / 1e6;
+    let obj = match object {
+        Some(name) => format!("{name} ({:#x})", e.addr),
+        None => format!("{:#x}", e.addr),
+    };
+    let mut extra = String::new();
+    if matches!(e.via, ordo_trace::Via::Try | ordo_trace::Via::Timed | ordo_trace::Via::CondWait) && e.kind != Kind::CondWait {
+        extra.push_str(&format!(" via {}", e.via.name()));
+    }
+    if e.kind.has_result() && e.result != 0 {
+        extra.push_str(&format!(" result {}", e.result));
+    }
+    match e.kind {
+        Kind::ThreadCreate => {
+            if let Some(child) = e.child_tid() {
+                extra.push_str(&format!(" → thread {}", logical(threads, child)));
+            }
+        }
+        Kind::ThreadJoin => {
+            if let Some(&child) = handles.get(&e.addr) {
+                extra.push_str(&format!(" ← thread {}", logical(threads, child)));
+            }
+        }
+        Kind::Read | Kind::Write | Kind::Rmw => extra.push_str(&format!(" value {} size {}", e.value, e.size)),
+        _ => {}
+    }
+    let obj = if matches!(e.kind, Kind::ThreadStart | Kind::ThreadExit) { String::new() } else { obj };
+    format!("{rel:>12.6} ms  [{:>5}] {:<17} {obj}{extra}  @ {site}", logical(threads, e.tid), e.kind.name())
 }

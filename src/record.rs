@@ -1,10 +1,143 @@
-//! `ordo record`.
+//! `ordo record`: launch a program (or attach to one) and record its
+//! synchronization events into a trace.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicI32, AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
 use clap::Args;
+use ordo_recorder::{check_privileges, launch, parse_buffer_size, spawn_stopped, RecordOptions, Recording};
+
+/// Arguments of `ordo record`.
 #[derive(Args)]
 pub struct RecordArgs {
+    /// Trace file to write (default: PROGRAM.ordo, or pid-PID.ordo when attaching).
+    #[arg(short, long)]
+    pub output: Option<PathBuf>,
+    /// Ring buffer size (power of two, e.g. 16M, 512K).
+    #[arg(long, value_parser = parse_buffer_size, default_value = "16M")]
+    pub buffer_size: usize,
+    /// Attach to this running process instead of launching a command.
+    #[arg(long, conflicts_with = "command")]
+    pub pid: Option<u32>,
+    /// With --pid: stop recording after this many seconds (default: until Ctrl-C or exit).
+    #[arg(long, requires = "pid")]
+    pub duration: Option<f64>,
+    /// Extra environment variable for the launched program (KEY=VALUE, repeatable).
+    #[arg(long = "env", value_name = "KEY=VALUE")]
+    pub env: Vec<String>,
+    /// The command to launch, after `--`.
     #[arg(last = true)]
     pub command: Vec<String>,
 }
-pub fn run(_args: RecordArgs) -> anyhow::Result<u8> {
-    anyhow::bail!("not built yet")
+
+static SIGNALS: AtomicU32 = AtomicU32::new(0);
+static CHILD: AtomicI32 = AtomicI32::new(0);
+
+extern "C" fn on_signal(_: libc::c_int) {
+    // The launched program got the same Ctrl-C (same process group) and normally
+    // exits on it; a second one kills it so the recording can always be finished.
+    if SIGNALS.fetch_add(1, Ordering::SeqCst) >= 1 {
+        let child = CHILD.load(Ordering::SeqCst);
+        if child > 0 {
+            // SAFETY: kill is async-signal-safe.
+            unsafe { libc::kill(child, libc::SIGKILL) };
+        }
+    }
 }
+
+fn install_signal_handlers() {
+    for sig in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: installing a handler that only touches atomics and calls kill.
+        unsafe {
+            let mut action: libc::sigaction = std::mem::zeroed();
+            action.sa_sigaction = on_signal as *const () as usize;
+            libc::sigemptyset(&mut action.sa_mask);
+            libc::sigaction(sig, &action, std::ptr::null_mut());
+        }
+    }
+}
+
+pub fn run(args: RecordArgs) -> Result<u8> {
+    if args.pid.is_none() && args.command.is_empty() {
+        bail!("nothing to record: give a command after `--` (ordo record -- ./prog args) or --pid PID");
+    }
+    let mut env = Vec::new();
+    for pair in &args.env {
+        let Some((k, v)) = pair.split_once('=') else {
+            bail!("--env {pair}: expected KEY=VALUE");
+        };
+        env.push((OsString::from(k), OsString::from(v)));
+    }
+    if let Some(d) = args.duration {
+        if !(d > 0.0 && d.is_finite()) {
+            bail!("--duration {d}: expected a positive number of seconds");
+        }
+    }
+    check_privileges()?;
+    match args.pid {
+        Some(pid) => attach(pid, &args),
+        None => launch_and_record(&args, &env),
+    }
+}
+
+fn launch_and_record(args: &RecordArgs, env: &[(OsString, OsString)]) -> Result<u8> {
+    let program = launch::find_program(&args.command[0])?;
+    if !launch::is_dynamic(&program) {
+        eprintln!("ordo: warning: {} is statically linked: its pthread calls cannot be probed; only futex and thread events are recorded", program.display());
+    }
+    let output = args.output.clone().unwrap_or_else(|| {
+        let base = program.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "trace".into());
+        PathBuf::from(format!("{base}.ordo"))
+    });
+    let options = RecordOptions { output, buffer_size: args.buffer_size, command: args.command.clone(), attached: false };
+    let stopped = spawn_stopped(&args.command, env)?;
+    let recording = Recording::start(stopped.pid(), &options)?;
+    CHILD.store(stopped.pid() as i32, Ordering::SeqCst);
+    install_signal_handlers();
+    let mut child = match stopped.release() {
+        Ok(child) => child,
+        Err(e) => {
+            let _ = recording.finish(None);
+            return Err(e);
+        }
+    };
+    let status = child.wait().context("wait for the program")?;
+    let summary = recording.finish(Some(status))?;
+    eprint!("{}", summary.render());
+    use std::os::unix::process::ExitStatusExt;
+    Ok(match (status.code(), status.signal()) {
+        (Some(code), _) => code as u8,
+        (None, Some(sig)) => 128u8.wrapping_add(sig as u8),
+        _ => 1,
+    })
+}
+
+fn attach(pid: u32, args: &RecordArgs) -> Result<u8> {
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).with_context(|| format!("--pid {pid}: no such process"))?;
+    let command: Vec<String> =
+        cmdline.split(|&b| b == 0).filter(|s| !s.is_empty()).map(|s| String::from_utf8_lossy(s).into_owned()).collect();
+    let output = args.output.clone().unwrap_or_else(|| PathBuf::from(format!("pid-{pid}.ordo")));
+    let options = RecordOptions { output, buffer_size: args.buffer_size, command, attached: true };
+    let recording = Recording::start(pid, &options)?;
+    install_signal_handlers();
+    let deadline = args.duration.map(|d| Instant::now() + Duration::from_secs_f64(d));
+    eprintln!("ordo: recording pid {pid}; Ctrl-C to stop");
+    let alive = || std::path::Path::new(&format!("/proc/{pid}/task")).exists() && !is_zombie(pid);
+    while SIGNALS.load(Ordering::SeqCst) == 0 && deadline.is_none_or(|d| Instant::now() < d) && alive() {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let summary = recording.finish(None)?;
+    eprint!("{}", summary.render());
+    Ok(0)
+}
+
+fn is_zombie(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| s.rsplit_once(')').map(|(_, rest)| rest.trim_start().starts_with('Z')))
+        .unwrap_or(true)
+}
+

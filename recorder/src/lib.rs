@@ -1,2 +1,15 @@
-//! ordo's recorder (being written).
+//! ordo's recorder: loads the eBPF probes, launches or attaches to the target,
+//! drains the ring buffer and writes the trace.
+//!
+//! - [`probes`]: the data-driven table of probed libc functions.
+//! - [`launch`]: starting a program held before `exec` until probes are attached.
+//! - [`recording`]: a recording session ([`Recording`]).
+//! - [`watch`]: choosing the instructions and addresses of watched variables.
+
+pub mod launch;
+pub mod probes;
+pub mod recording;
 pub mod watch;
+
+pub use launch::{spawn_stopped, StoppedChild};
+pub use recording::{check_privileges, parse_buffer_size, RecordOptions, RecordSummary, Recording, DEFAULT_BUFFER_SIZE};

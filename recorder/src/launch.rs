@@ -1,0 +1,158 @@
+//! Starting a program so that probes are attached before its first instruction runs.
+//!
+//! The child is forked and then blocks on a pipe before `exec`; the recorder learns
+//! its pid through a second pipe, attaches probes scoped to that pid (uprobes are
+//! per-inode, so they apply after `exec` too), and releases it. Raising SIGSTOP in
+//! `pre_exec` would deadlock `Command::spawn`, which waits for the `exec`.
+
+use std::ffi::OsString;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::thread::JoinHandle;
+
+use anyhow::{anyhow, bail, Context, Result};
+
+/// A forked child waiting, before `exec`, for [`StoppedChild::release`].
+pub struct StoppedChild {
+    pid: u32,
+    release: Option<OwnedFd>,
+    spawner: Option<JoinHandle<io::Result<Child>>>,
+}
+
+impl StoppedChild {
+    /// The child's process id (unchanged by `exec`).
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// Lets the child `exec` the program; returns it once `exec` succeeded.
+    pub fn release(mut self) -> Result<Child> {
+        let fd = self.release.take().expect("released once");
+        let byte = [1u8];
+        // SAFETY: writing one byte to a pipe we own.
+        unsafe { libc::write(fd.as_raw_fd(), byte.as_ptr().cast(), 1) };
+        drop(fd);
+        let spawner = self.spawner.take().expect("released once");
+        spawner
+            .join()
+            .map_err(|_| anyhow!("the spawning thread panicked"))?
+            .context("exec failed")
+    }
+}
+
+impl Drop for StoppedChild {
+    fn drop(&mut self) {
+        // Not released: closing the pipe makes the child exit instead of exec'ing.
+        self.release.take();
+        if let Some(spawner) = self.spawner.take() {
+            let _ = spawner.join();
+        }
+    }
+}
+
+fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: fds is a valid array of two ints.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: pipe2 returned two new descriptors we now own.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// Finds `program` the way a shell would and checks it can be executed, so a typo
+/// is reported before anything is loaded into the kernel.
+pub fn find_program(program: &str) -> Result<PathBuf> {
+    let candidates: Vec<PathBuf> = if program.contains('/') {
+        vec![PathBuf::from(program)]
+    } else {
+        std::env::var_os("PATH")
+            .map(|p| std::env::split_paths(&p).map(|d| d.join(program)).collect())
+            .unwrap_or_default()
+    };
+    for path in &candidates {
+        if let Ok(meta) = std::fs::metadata(path) {
+            use std::os::unix::fs::PermissionsExt;
+            if meta.is_dir() {
+                bail!("{program}: is a directory");
+            }
+            if meta.permissions().mode() & 0o111 == 0 {
+                bail!("{program}: is not executable");
+            }
+            return Ok(path.clone());
+        }
+    }
+    if program.contains('/') {
+        bail!("{program}: no such file");
+    }
+    bail!("{program}: command not found in PATH");
+}
+
+/// Forks `command` with extra environment `env`, stopped before `exec`.
+pub fn spawn_stopped(command: &[String], env: &[(OsString, OsString)]) -> Result<StoppedChild> {
+    let Some(program) = command.first() else {
+        bail!("no command given");
+    };
+    let path = find_program(program)?;
+    let (pid_read, pid_write) = pipe().context("pipe")?;
+    let (release_read, release_write) = pipe().context("pipe")?;
+    let mut cmd = Command::new(&path);
+    cmd.arg0(program).args(&command[1..]);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let (pid_w, rel_r) = (pid_write.as_raw_fd(), release_read.as_raw_fd());
+    // SAFETY: the closure only calls async-signal-safe functions (getpid, write, read).
+    unsafe {
+        cmd.pre_exec(move || {
+            let pid = libc::getpid();
+            libc::write(pid_w, (&pid as *const i32).cast(), 4);
+            let mut byte = 0u8;
+            loop {
+                let n = libc::read(rel_r, (&mut byte as *mut u8).cast(), 1);
+                if n == 1 {
+                    return Ok(());
+                }
+                if n == 0 || *libc::__errno_location() != libc::EINTR {
+                    return Err(io::Error::other("the recorder went away before releasing the program"));
+                }
+            }
+        });
+    }
+    let spawner = std::thread::spawn(move || {
+        let child = cmd.spawn();
+        drop(pid_write);
+        drop(release_read);
+        child
+    });
+    let mut pid = [0u8; 4];
+    let mut got = 0;
+    while got < 4 {
+        // SAFETY: reading into our own buffer.
+        let n = unsafe { libc::read(pid_read.as_raw_fd(), pid[got..].as_mut_ptr().cast(), 4 - got) };
+        if n <= 0 {
+            let err = io::Error::last_os_error();
+            if n < 0 && err.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            let spawn_err = spawner.join().ok().and_then(|r| r.err());
+            return Err(anyhow!("cannot start {}: {}", path.display(), spawn_err.map(|e| e.to_string()).unwrap_or_else(|| "fork failed".into())));
+        }
+        got += n as usize;
+    }
+    Ok(StoppedChild { pid: i32::from_ne_bytes(pid) as u32, release: Some(release_write), spawner: Some(spawner) })
+}
+
+/// Whether `path` is a dynamically linked ELF (has an interpreter): statically linked
+/// programs do not use libc.so.6, so the pthread probes cannot see them.
+pub fn is_dynamic(path: &Path) -> bool {
+    use object::Object;
+    let Ok(data) = std::fs::read(path) else { return true };
+    match object::File::parse(data.as_slice()) {
+        Ok(file) => file.section_by_name(".interp").is_some() || file.kind() == object::ObjectKind::Dynamic,
+        Err(_) => true,
+    }
+}
