@@ -1,0 +1,263 @@
+//! Names recorded events the way schedules name them.
+//!
+//! Feed [`EventNamer::name`] the events of a trace in an order consistent with each
+//! thread's program order (the file order or a global order both are). The namer
+//! counts, per thread, the distinct objects of each [`Family`] (for `@K`) and the
+//! occurrences of each kind on each object (for `#N`).
+//!
+//! Events glibc makes on its own behalf (a pthread call whose call site lies inside
+//! libc or the dynamic loader, e.g. the loader's recursive lock) get no name: the
+//! replayer's agent interposes the pthread API at the program's calls and never sees
+//! them, so counting them would shift every later occurrence number.
+
+use std::collections::HashMap;
+
+use ordo_trace::symbolize::Symbolizer;
+use ordo_trace::{Event, Kind, LogicalId, ThreadTable};
+
+use crate::{EventRef, Family, ObjectRef};
+
+/// Whether a module file name is glibc's C library or dynamic loader, whose internal
+/// pthread calls the replayer cannot see.
+pub fn is_glibc_internal_module(file_name: &str) -> bool {
+    file_name.starts_with("libc.so")
+        || file_name.starts_with("libc-2.")
+        || file_name.starts_with("ld-linux")
+        || file_name.starts_with("ld64.so")
+        || file_name.starts_with("libpthread")
+}
+
+#[derive(Default)]
+struct ThreadCounts {
+    /// Per family: object address → K.
+    objects: HashMap<(Family, u64), u32>,
+    /// Per family: distinct objects seen.
+    distinct: HashMap<Family, u32>,
+    /// (kind, object address) → occurrences so far.
+    occurrences: HashMap<(Kind, u64), u32>,
+}
+
+/// Gives events their schedule names (`THREAD:KIND(OBJECT)#N`).
+pub struct EventNamer<'a> {
+    threads: &'a ThreadTable,
+    symbolizer: &'a Symbolizer,
+    counts: HashMap<u32, ThreadCounts>,
+    internal_site: HashMap<u64, bool>,
+    data_names: HashMap<u64, Option<String>>,
+}
+
+impl<'a> EventNamer<'a> {
+    /// A namer for the events of one trace.
+    pub fn new(threads: &'a ThreadTable, symbolizer: &'a Symbolizer) -> EventNamer<'a> {
+        EventNamer {
+            threads,
+            symbolizer,
+            counts: HashMap::new(),
+            internal_site: HashMap::new(),
+            data_names: HashMap::new(),
+        }
+    }
+
+    fn logical_of(&self, e: &Event) -> Option<LogicalId> {
+        match self.threads.get(e.thread) {
+            Some(t) if t.tid == e.tid => Some(t.logical.clone()),
+            _ => self.threads.by_tid(e.tid).map(|t| t.logical.clone()),
+        }
+    }
+
+    /// Whether the event's call site is inside glibc (see the module docs).
+    pub fn is_internal(&mut self, e: &Event) -> bool {
+        if e.site == 0 || e.kind.is_access() {
+            return false;
+        }
+        let symbolizer = self.symbolizer;
+        *self.internal_site.entry(e.site).or_insert_with(|| {
+            symbolizer
+                .locate(e.site, true)
+                .is_some_and(|loc| is_glibc_internal_module(&loc.module))
+        })
+    }
+
+    /// The symbol name of an object address, cached.
+    fn data_name(&mut self, addr: u64) -> Option<String> {
+        let symbolizer = self.symbolizer;
+        self.data_names
+            .entry(addr)
+            .or_insert_with(|| symbolizer.data_name(addr))
+            .clone()
+    }
+
+    /// The event's name, or `None` for an event no schedule can name: a thread missing
+    /// from the thread table, or a pthread call glibc made internally. Call it once per
+    /// event, in each thread's program order: it counts.
+    pub fn name(&mut self, e: &Event) -> Option<EventRef> {
+        let thread = self.logical_of(e)?;
+        if self.is_internal(e) {
+            return None;
+        }
+        let family = Family::of(e.kind);
+        let symbol = if family == Family::NoObject || family == Family::Thread {
+            None
+        } else {
+            self.data_name(e.addr)
+        };
+        let counts = self.counts.entry(e.tid).or_default();
+        let (object, key) = if family == Family::NoObject {
+            (ObjectRef::None, 0)
+        } else {
+            // Every object counts for `@K`, named or not, so `@K` stays meaningful for
+            // a replayer that does not know which objects have names.
+            let k = match counts.objects.get(&(family, e.addr)) {
+                Some(k) => *k,
+                None => {
+                    let n = counts.distinct.entry(family).or_insert(0);
+                    *n += 1;
+                    counts.objects.insert((family, e.addr), *n);
+                    *n
+                }
+            };
+            (
+                symbol.map(ObjectRef::Symbol).unwrap_or(ObjectRef::Nth(k)),
+                e.addr,
+            )
+        };
+        let occ = counts.occurrences.entry((e.kind, key)).or_insert(0);
+        *occ += 1;
+        Some(EventRef {
+            thread,
+            kind: e.kind,
+            object,
+            occurrence: *occ,
+        })
+    }
+
+    /// The `@K` name of an object for a thread, if the thread has acted on it (useful
+    /// to offer both spellings of a named object).
+    pub fn nth_of(&self, tid: u32, kind: Kind, addr: u64) -> Option<u32> {
+        self.counts
+            .get(&tid)?
+            .objects
+            .get(&(Family::of(kind), addr))
+            .copied()
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use ordo_trace::{ThreadInfo, Via};
+
+    pub(crate) fn ev(tid: u32, kind: Kind, addr: u64) -> Event {
+        Event {
+            ts_ns: 0,
+            tid,
+            thread: 0,
+            kind,
+            via: Via::Plain,
+            addr,
+            addr2: 0,
+            site: 0,
+            seq: 0,
+            result: 0,
+            value: 0,
+            size: 0,
+        }
+    }
+
+    pub(crate) fn table() -> ThreadTable {
+        ThreadTable::new(vec![
+            ThreadInfo {
+                tid: 100,
+                logical: LogicalId::main(),
+                name: "main".into(),
+                parent_tid: 0,
+            },
+            ThreadInfo {
+                tid: 101,
+                logical: LogicalId(vec![1]),
+                name: "a".into(),
+                parent_tid: 100,
+            },
+            ThreadInfo {
+                tid: 102,
+                logical: LogicalId(vec![1, 1]),
+                name: "b".into(),
+                parent_tid: 101,
+            },
+        ])
+    }
+
+    #[test]
+    fn counts_objects_per_family_and_occurrences_per_object() {
+        let threads = table();
+        let sym = Symbolizer::new(&[]);
+        let mut namer = EventNamer::new(&threads, &sym);
+        let names: Vec<String> = [
+            ev(101, Kind::MutexLock, 0x10),
+            ev(101, Kind::CondWaitBegin, 0x50),
+            ev(101, Kind::MutexUnlock, 0x10),
+            ev(101, Kind::MutexLock, 0x20),
+            ev(101, Kind::MutexLock, 0x10),
+            ev(102, Kind::MutexLock, 0x20),
+            ev(102, Kind::ThreadStart, 0),
+            ev(100, Kind::ThreadCreate, 0x7000),
+            ev(100, Kind::ThreadJoin, 0x7000),
+        ]
+        .iter()
+        .map(|e| namer.name(e).unwrap().to_string())
+        .collect();
+        assert_eq!(
+            names,
+            [
+                "1:mutex_lock(@1)#1",
+                "1:cond_wait_begin(@1)#1",
+                "1:mutex_unlock(@1)#1",
+                "1:mutex_lock(@2)#1",
+                "1:mutex_lock(@1)#2",
+                "1.1:mutex_lock(@1)#1",
+                "1.1:thread_start()#1",
+                "0:thread_create(@1)#1",
+                "0:thread_join(@1)#1",
+            ]
+        );
+        assert_eq!(namer.nth_of(101, Kind::MutexUnlock, 0x20), Some(2));
+        // A thread missing from the table gets no name.
+        assert!(namer.name(&ev(999, Kind::MutexLock, 0x10)).is_none());
+    }
+
+    #[test]
+    fn names_globals_of_this_process_by_symbol() {
+        static LOCK_WORD: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let modules = ordo_trace::symbolize::modules_of_process(std::process::id());
+        let sym = Symbolizer::new(&modules);
+        let threads = table();
+        let mut namer = EventNamer::new(&threads, &sym);
+        let addr = &LOCK_WORD as *const _ as u64;
+        let name = namer.name(&ev(101, Kind::MutexLock, addr)).unwrap();
+        match &name.object {
+            ObjectRef::Symbol(s) => assert!(s.contains("LOCK_WORD"), "{s}"),
+            other => panic!("expected a symbol, got {other:?}"),
+        }
+        // The named object still took `@1` in the thread's mutex family.
+        assert_eq!(namer.nth_of(101, Kind::MutexLock, addr), Some(1));
+        // A call whose site is inside libc is glibc's own and gets no name.
+        let libc_site = libc_function_address(&modules);
+        let mut internal = ev(101, Kind::MutexLock, addr);
+        internal.site = libc_site;
+        assert!(namer.name(&internal).is_none());
+    }
+
+    fn libc_function_address(modules: &[ordo_trace::schema::ModuleRecord]) -> u64 {
+        let libc = modules
+            .iter()
+            .find(|m| {
+                m.path
+                    .rsplit('/')
+                    .next()
+                    .is_some_and(is_glibc_internal_module)
+            })
+            .expect("libc is mapped");
+        // The first executable-looking mapping plus a little: inside libc's text.
+        libc.mappings.iter().map(|m| m.start).max().unwrap() + 0x10
+    }
+}
