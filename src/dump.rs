@@ -77,22 +77,36 @@ pub fn run(args: DumpArgs) -> Result<u8> {
     }
     let mut names: HashMap<u64, Option<String>> = HashMap::new();
     let mut sites: HashMap<u64, String> = HashMap::new();
-    for e in &events {
+    for (i, e) in events.iter().enumerate() {
+        let joined = handles.get(&i).copied();
         let object = names.entry(e.addr).or_insert_with(|| symbolizer.data_name(e.addr)).clone();
         let site = sites.entry(e.site).or_insert_with(|| symbolizer.site_text(e.site)).clone();
         if args.json {
-            writeln!(out, "{}", Value::Object(event_json(e, &reader.threads, &handles, object, site)))?;
+            writeln!(out, "{}", Value::Object(event_json(e, &reader.threads, joined, object, site)))?;
         } else {
-            writeln!(out, "{}", event_text(e, start, &reader.threads, &handles, object, &site))?;
+            writeln!(out, "{}", event_text(e, start, &reader.threads, joined, object, &site))?;
         }
     }
     out.flush()?;
     Ok(0)
 }
 
-/// pthread_t handle → created kernel tids, to name the thread a join waits for.
-fn thread_handles(events: &[Event]) -> HashMap<u64, u32> {
-    events.iter().filter_map(|e| Some((e.addr, e.child_tid()?))).collect()
+/// For each thread_join (by position in `events`, which is in global order), the
+/// kernel tid it joined: the latest thread created with the same pthread_t before it
+/// (glibc reuses a joined thread's descriptor for later threads).
+fn thread_handles(events: &[Event]) -> HashMap<usize, u32> {
+    let mut latest: HashMap<u64, u32> = HashMap::new();
+    let mut joined = HashMap::new();
+    for (i, e) in events.iter().enumerate() {
+        if let Some(child) = e.child_tid() {
+            latest.insert(e.addr, child);
+        } else if e.kind == Kind::ThreadJoin {
+            if let Some(&child) = latest.get(&e.addr) {
+                joined.insert(i, child);
+            }
+        }
+    }
+    joined
 }
 
 fn logical(threads: &ThreadTable, tid: u32) -> String {
@@ -102,7 +116,7 @@ fn logical(threads: &ThreadTable, tid: u32) -> String {
 fn event_json(
     e: &Event,
     threads: &ThreadTable,
-    handles: &HashMap<u64, u32>,
+    joined: Option<u32>,
     object: Option<String>,
     site: String,
 ) -> Map<String, Value> {
@@ -140,7 +154,7 @@ fn event_json(
             }
         }
         Kind::ThreadJoin => {
-            if let Some(&child) = handles.get(&e.addr) {
+            if let Some(child) = joined {
                 m.insert("joined".into(), json!(logical(threads, child)));
             }
         }
@@ -161,7 +175,7 @@ fn event_text(
     e: &Event,
     start: u64,
     threads: &ThreadTable,
-    handles: &HashMap<u64, u32>,
+    joined: Option<u32>,
     object: Option<String>,
     site: &str,
 ) -> String {
@@ -184,7 +198,7 @@ fn event_text(
             }
         }
         Kind::ThreadJoin => {
-            if let Some(&child) = handles.get(&e.addr) {
+            if let Some(child) = joined {
                 extra.push_str(&format!(" ← thread {}", logical(threads, child)));
             }
         }

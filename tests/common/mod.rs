@@ -83,3 +83,38 @@ pub fn dump_json(trace: &Path) -> Vec<serde_json::Value> {
         .map(|l| serde_json::from_str(l).expect("a JSON line"))
         .collect()
 }
+
+/// Compiles `tests/programs/NAME.rs` with rustc (optimized, debug info).
+pub fn build_rust_program(name: &str) -> PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/programs").join(format!("{name}.rs"));
+    let out_dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("programs");
+    std::fs::create_dir_all(&out_dir).unwrap();
+    let out = out_dir.join(name);
+    let status = Command::new("rustc")
+        .args(["-O", "-g", "--edition", "2021", "-o"])
+        .arg(&out)
+        .arg(&src)
+        .status()
+        .expect("run rustc");
+    assert!(status.success(), "compiling {}", src.display());
+    out
+}
+
+/// The value after `key ` on a line of the program's stdout (`lock 0x…`).
+pub fn printed(stdout: &[u8], key: &str) -> String {
+    let text = String::from_utf8_lossy(stdout);
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{key} ")))
+        .unwrap_or_else(|| panic!("program printed no `{key}` line:\n{text}"))
+        .trim()
+        .to_string()
+}
+
+/// Events of `events` with `kind` on object `addr`, counted per logical thread.
+pub fn count_by_thread(events: &[serde_json::Value], kind: &str, addr: &str) -> std::collections::BTreeMap<String, usize> {
+    let mut counts = std::collections::BTreeMap::new();
+    for e in events.iter().filter(|e| e["kind"] == kind && e["addr"] == addr) {
+        *counts.entry(e["thread"].as_str().unwrap().to_string()).or_insert(0) += 1;
+    }
+    counts
+}

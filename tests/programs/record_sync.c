@@ -40,6 +40,27 @@ static int mode_contention(int threads, int m) {
     return counter == (long)threads * m ? 0 : 1;
 }
 
+static volatile int stop_flag;
+static void *contend_until_stopped(void *arg) {
+    while (!stop_flag) {
+        pthread_mutex_lock(&counter_lock);
+        counter++;
+        pthread_mutex_unlock(&counter_lock);
+    }
+    return NULL;
+}
+
+// N threads contend until MILLIS milliseconds have passed (for attaching to).
+static int mode_timed(int threads, int millis) {
+    pthread_t t[64];
+    for (int i = 0; i < threads; i++) pthread_create(&t[i], NULL, contend_until_stopped, NULL);
+    usleep((useconds_t)millis * 1000);
+    stop_flag = 1;
+    for (int i = 0; i < threads; i++) pthread_join(t[i], NULL);
+    printf("lock %p\n", (void *)&counter_lock);
+    return 0;
+}
+
 static pthread_mutex_t pp_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t pp_cond = PTHREAD_COND_INITIALIZER;
 static int turn, rounds;
@@ -207,6 +228,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(mode, "barrier")) rc = mode_barrier(a);
     else if (!strcmp(mode, "tree")) rc = mode_tree(a);
     else if (!strcmp(mode, "exit")) rc = a;
+    else if (!strcmp(mode, "timed")) rc = mode_timed(a, b);
     else { fprintf(stderr, "unknown mode %s\n", mode); return 2; }
     fflush(stdout);
     return rc;

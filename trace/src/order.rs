@@ -26,6 +26,7 @@ pub struct OrderMerger {
     creates_pending: HashMap<u32, u32>,
     exited: HashSet<u32>,
     handles: HashMap<u64, Vec<u32>>,
+    joins: HashMap<u64, usize>,
     buffered: usize,
     finished: bool,
 }
@@ -72,9 +73,11 @@ impl OrderMerger {
         }
     }
 
+    /// The thread a join waits for. glibc reuses a joined thread's descriptor (the
+    /// pthread_t) for later threads, so a handle's joins match its creations in order.
     fn join_target(&self, e: &Event) -> Option<u32> {
         let children = self.handles.get(&e.addr)?;
-        children.iter().copied().find(|c| !self.exited.contains(c)).or(children.last().copied())
+        children.get(self.joins.get(&e.addr).copied().unwrap_or(0)).copied()
     }
 
     /// The next event in global order, or `None` when more input is needed (or, after
@@ -120,6 +123,9 @@ impl OrderMerger {
             }
             Kind::ThreadExit => {
                 self.exited.insert(e.tid);
+            }
+            Kind::ThreadJoin if e.result == 0 => {
+                *self.joins.entry(e.addr).or_insert(0) += 1;
             }
             _ => {}
         }

@@ -222,7 +222,9 @@ mod programs {
         let Some(saved) = take_stash(tid, op) else {
             return;
         };
-        let ret: i64 = ctx.ret();
+        // Every probed function returns a C int: sign-extend eax
+        // (PTHREAD_BARRIER_SERIAL_THREAD is -1).
+        let ret = ctx.ret::<i64>() as i32 as i64;
         let ok = ret == 0;
         let (a, site) = (saved.addr, saved.site);
         match op {

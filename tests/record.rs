@@ -1,0 +1,482 @@
+//! End-to-end tests of `ordo record` and `ordo dump` on the real kernel: C, C++ and
+//! Rust programs are recorded with eBPF and their traces checked against what the
+//! programs did and logged themselves.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::process::Command;
+
+use common::*;
+use serde_json::Value;
+
+fn counts(pairs: &[(&str, usize)]) -> BTreeMap<String, usize> {
+    pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect()
+}
+
+fn stats(trace: &std::path::Path) -> Value {
+    let out = run_ordo(&["dump", "--stats", "--json", trace.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn contention_order_matches_the_programs_own_log() {
+    if !have_root("contention_order_matches_the_programs_own_log") {
+        return;
+    }
+    let dir = scratch("contention");
+    let program = build_program("record_sync");
+    let trace = dir.join("t.ordo");
+    let out = record(&trace, &program, &["contention", "4", "10000"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let lock = printed(&out.stdout, "lock");
+    let logged: Vec<String> = printed(&out.stdout, "order").split(' ').map(str::to_string).collect();
+    assert_eq!(logged.len(), 40_000);
+
+    let events = dump_json(&trace);
+    let each = counts(&[("1", 10_000), ("2", 10_000), ("3", 10_000), ("4", 10_000)]);
+    assert_eq!(count_by_thread(&events, "mutex_lock", &lock), each);
+    assert_eq!(count_by_thread(&events, "mutex_unlock", &lock), each);
+
+    // The dump's global order of acquisitions is the order the program logged.
+    let traced: Vec<String> = events
+        .iter()
+        .filter(|e| e["kind"] == "mutex_lock" && e["addr"] == lock.as_str())
+        .map(|e| e["thread"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(traced, logged, "acquisition order differs from the program's log");
+    // And lock/unlock strictly alternate on the lock, by the same thread.
+    let mut holder: Option<String> = None;
+    for e in events.iter().filter(|e| e["addr"] == lock.as_str()) {
+        let t = e["thread"].as_str().unwrap().to_string();
+        match e["kind"].as_str().unwrap() {
+            "mutex_lock" => assert!(holder.replace(t).is_none(), "two holders at once"),
+            "mutex_unlock" => assert_eq!(holder.take(), Some(t), "unlock by a non-holder"),
+            other => panic!("unexpected {other}"),
+        }
+    }
+
+    let s = stats(&trace);
+    assert_eq!(s["lost"], 0, "drops at the default buffer size");
+    assert_eq!(s["threads"], 5);
+    assert_eq!(s["by_kind"]["thread_create"], 4);
+    assert_eq!(s["by_kind"]["thread_start"], 4);
+    assert_eq!(s["by_kind"]["thread_join"], 4);
+    assert_eq!(s["by_kind"]["thread_exit"], 5);
+}
+
+#[test]
+fn create_and_join_edges_and_logical_ids() {
+    if !have_root("create_and_join_edges_and_logical_ids") {
+        return;
+    }
+    let dir = scratch("tree");
+    let program = build_program("record_sync");
+    let trace = dir.join("t.ordo");
+    let out = record(&trace, &program, &["tree", "2"]);
+    assert!(out.status.success());
+    let events = dump_json(&trace);
+    let mut ids: Vec<String> = events.iter().map(|e| e["thread"].as_str().unwrap().to_string()).collect();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids, ["0", "1", "1.1", "1.2", "2", "2.1", "2.2"]);
+    // Every child starts after its creation and is joined after its exit, in dump order.
+    let pos = |pred: &dyn Fn(&Value) -> bool| events.iter().position(pred).expect("event present");
+    for child in ["1", "2", "1.1", "1.2", "2.1", "2.2"] {
+        let parent = child.rsplit_once('.').map(|(p, _)| p).unwrap_or("0");
+        let created = pos(&|e| e["kind"] == "thread_create" && e["child"] == child);
+        let started = pos(&|e| e["kind"] == "thread_start" && e["thread"] == child);
+        let exited = pos(&|e| e["kind"] == "thread_exit" && e["thread"] == child);
+        let joined = pos(&|e| e["kind"] == "thread_join" && e["joined"] == child);
+        assert_eq!(events[created]["thread"], parent);
+        assert_eq!(events[joined]["thread"], parent);
+        assert!(created < started && started < exited && exited < joined, "{child}: {created} {started} {exited} {joined}");
+    }
+    // Logical ids do not depend on tids or timing: a second run gives the same tree.
+    let trace2 = dir.join("t2.ordo");
+    record(&trace2, &program, &["tree", "2"]);
+    let creates = |evs: &[Value]| -> Vec<(String, String)> {
+        let mut v: Vec<_> = evs
+            .iter()
+            .filter(|e| e["kind"] == "thread_create")
+            .map(|e| (e["thread"].as_str().unwrap().to_string(), e["child"].as_str().unwrap().to_string()))
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(creates(&events), creates(&dump_json(&trace2)));
+}
+
+#[test]
+fn condvar_ping_pong() {
+    if !have_root("condvar_ping_pong") {
+        return;
+    }
+    let dir = scratch("pingpong");
+    let program = build_program("record_sync");
+    let trace = dir.join("t.ordo");
+    let out = record(&trace, &program, &["pingpong", "200"]);
+    assert!(out.status.success());
+    let (lock, cond) = (printed(&out.stdout, "lock"), printed(&out.stdout, "cond"));
+    let events = dump_json(&trace);
+    assert_eq!(count_by_thread(&events, "cond_signal", &cond), counts(&[("1", 200), ("2", 200)]));
+    let begins = count_by_thread(&events, "cond_wait_begin", &cond);
+    let waits = count_by_thread(&events, "cond_wait", &cond);
+    assert_eq!(begins, waits, "every wait that began returned");
+    for t in ["1", "2"] {
+        let w = waits.get(t).copied().unwrap_or(0);
+        assert_eq!(count_by_thread(&events, "mutex_lock", &lock)[t], 200 + w, "lock + reacquires");
+        assert_eq!(count_by_thread(&events, "mutex_unlock", &lock)[t], 200 + w, "unlock + releases");
+    }
+    // Wait returns carry the mutex; the reacquire is a mutex_lock via cond_wait.
+    let reacquires = events.iter().filter(|e| e["kind"] == "mutex_lock" && e["via"] == "cond_wait").count();
+    assert_eq!(reacquires, waits.values().sum::<usize>());
+    assert!(events.iter().filter(|e| e["kind"] == "cond_wait").all(|e| e["mutex"] == lock.as_str()));
+}
+
+#[test]
+fn rwlock_readers_and_writers() {
+    if !have_root("rwlock_readers_and_writers") {
+        return;
+    }
+    let dir = scratch("rwlock");
+    let program = build_program("record_sync");
+    let trace = dir.join("t.ordo");
+    let out = record(&trace, &program, &["rwlock", "3", "2", "500"]);
+    assert!(out.status.success());
+    let rw = printed(&out.stdout, "rwlock");
+    let events = dump_json(&trace);
+    assert_eq!(count_by_thread(&events, "rwlock_rdlock", &rw), counts(&[("1", 500), ("2", 500), ("3", 500)]));
+    assert_eq!(count_by_thread(&events, "rwlock_wrlock", &rw), counts(&[("4", 500), ("5", 500)]));
+    assert_eq!(
+        count_by_thread(&events, "rwlock_unlock", &rw),
+        counts(&[("1", 500), ("2", 500), ("3", 500), ("4", 500), ("5", 500)])
+    );
+    // A writer is alone: between a wrlock and its unlock no other thread acquires.
+    let mut writer: Option<String> = None;
+    let mut readers = 0i64;
+    for e in events.iter().filter(|e| e["addr"] == rw.as_str()) {
+        let t = e["thread"].as_str().unwrap().to_string();
+        match e["kind"].as_str().unwrap() {
+            "rwlock_wrlock" => {
+                assert!(writer.is_none() && readers == 0, "writer overlaps");
+                writer = Some(t);
+            }
+            "rwlock_rdlock" => {
+                assert!(writer.is_none(), "reader inside a write section");
+                readers += 1;
+            }
+            "rwlock_unlock" => {
+                if writer.as_deref() == Some(t.as_str()) {
+                    writer = None;
+                } else {
+                    readers -= 1;
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+#[test]
+fn trylock_timedlock_recursive_semaphores() {
+    if !have_root("trylock_timedlock_recursive_semaphores") {
+        return;
+    }
+    let dir = scratch("trylock");
+    let program = build_program("record_sync");
+    let trace = dir.join("t.ordo");
+    let out = record(&trace, &program, &["trylock"]);
+    assert!(out.status.success());
+    assert_eq!(printed(&out.stdout, "results"), "16 110 0");
+    let lock = printed(&out.stdout, "lock");
+    let events = dump_json(&trace);
+    let failed: Vec<(String, i64)> = events
+        .iter()
+        .filter(|e| e["kind"] == "mutex_lock_failed" && e["addr"] == lock.as_str())
+        .map(|e| (e["via"].as_str().unwrap().to_string(), e["result"].as_i64().unwrap()))
+        .collect();
+    assert_eq!(failed, [("trylock".to_string(), 16), ("timedlock".to_string(), 110)]);
+    let acquired: Vec<(String, String)> = events
+        .iter()
+        .filter(|e| e["kind"] == "mutex_lock" && e["addr"] == lock.as_str())
+        .map(|e| (e["thread"].as_str().unwrap().to_string(), e["via"].as_str().unwrap().to_string()))
+        .collect();
+    assert_eq!(acquired, [("0".to_string(), "lock".to_string()), ("1".to_string(), "trylock".to_string())]);
+    for sem in ["sem_a", "sem_b"] {
+        let addr = printed(&out.stdout, sem);
+        assert_eq!(events.iter().filter(|e| e["kind"] == "sem_post" && e["addr"] == addr.as_str()).count(), 1);
+        assert_eq!(events.iter().filter(|e| e["kind"] == "sem_wait" && e["addr"] == addr.as_str()).count(), 1);
+    }
+    // The post happens before the wait it satisfied, in dump order.
+    let a = printed(&out.stdout, "sem_a");
+    let post = events.iter().position(|e| e["kind"] == "sem_post" && e["addr"] == a.as_str()).unwrap();
+    let wait = events.iter().position(|e| e["kind"] == "sem_wait" && e["addr"] == a.as_str()).unwrap();
+    assert!(post < wait);
+
+    let trace = dir.join("rec.ordo");
+    let out = record(&trace, &program, &["recursive"]);
+    let lock = printed(&out.stdout, "lock");
+    let events = dump_json(&trace);
+    assert_eq!(count_by_thread(&events, "mutex_lock", &lock), counts(&[("0", 6)]));
+    assert_eq!(count_by_thread(&events, "mutex_unlock", &lock), counts(&[("0", 6)]));
+}
+
+#[test]
+fn barrier_rounds() {
+    if !have_root("barrier_rounds") {
+        return;
+    }
+    let dir = scratch("barrier");
+    let program = build_program("record_sync");
+    let trace = dir.join("t.ordo");
+    let out = record(&trace, &program, &["barrier", "3"]);
+    assert!(out.status.success());
+    let b = printed(&out.stdout, "barrier");
+    let events = dump_json(&trace);
+    let each = counts(&[("0", 3), ("1", 3), ("2", 3), ("3", 3)]);
+    assert_eq!(count_by_thread(&events, "barrier_wait", &b), each);
+    assert_eq!(count_by_thread(&events, "barrier_arrive", &b), each);
+    // One serial thread per round (PTHREAD_BARRIER_SERIAL_THREAD = -1).
+    let serial = events.iter().filter(|e| e["kind"] == "barrier_wait" && e["result"] == -1).count();
+    assert_eq!(serial, 3);
+}
+
+#[test]
+fn cxx_std_mutex_is_seen_through_pthread() {
+    if !have_root("cxx_std_mutex_is_seen_through_pthread") {
+        return;
+    }
+    let dir = scratch("cxx");
+    let program = build_program("record_cxx_mutex");
+    let trace = dir.join("t.ordo");
+    let out = record(&trace, &program, &[]);
+    assert!(out.status.success());
+    let m = printed(&out.stdout, "mutex");
+    let events = dump_json(&trace);
+    let each = counts(&[("1", 2000), ("2", 2000), ("3", 2000), ("4", 2000)]);
+    assert_eq!(count_by_thread(&events, "mutex_lock", &m), each);
+    assert_eq!(count_by_thread(&events, "mutex_unlock", &m), each);
+}
+
+#[test]
+fn rust_std_mutex_contention_shows_as_futex_events() {
+    if !have_root("rust_std_mutex_contention_shows_as_futex_events") {
+        return;
+    }
+    let dir = scratch("rust");
+    let program = build_rust_program("record_rust_mutex");
+    let trace = dir.join("t.ordo");
+    let out = record(&trace, &program, &[]);
+    assert!(out.status.success());
+    let m = printed(&out.stdout, "mutex");
+    let events = dump_json(&trace);
+    // std's Mutex<u64> starts with its futex word: contended lock/unlock appear as
+    // futex waits and wakes on the mutex's address; uncontended ones are invisible.
+    let waits = events.iter().filter(|e| e["kind"] == "futex_wait" && e["addr"] == m.as_str()).count();
+    let wakes = events.iter().filter(|e| e["kind"] == "futex_wake" && e["addr"] == m.as_str()).count();
+    assert!(wakes > 0, "no futex_wake on the contended mutex");
+    assert!(waits > 0, "no futex_wait on the contended mutex");
+    // No pthread mutex events for it, and glibc's own futex calls are not mistaken for direct ones.
+    assert_eq!(events.iter().filter(|e| e["kind"] == "mutex_lock" && e["addr"] == m.as_str()).count(), 0);
+    let threads: std::collections::BTreeSet<_> = events.iter().map(|e| e["thread"].as_str().unwrap()).collect();
+    assert!(threads.contains("1") && threads.contains("4"));
+}
+
+#[test]
+fn exit_status_passes_through_and_bad_commands_fail_clearly() {
+    if !have_root("exit_status_passes_through_and_bad_commands_fail_clearly") {
+        return;
+    }
+    let dir = scratch("exit");
+    let program = build_program("record_sync");
+    let trace = dir.join("t.ordo");
+    let out = record(&trace, &program, &["exit", "7"]);
+    assert_eq!(out.status.code(), Some(7));
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(std::fs::metadata(&trace).unwrap().permissions().mode() & 0o777, 0o600);
+
+    let out = run_ordo(&["record", "-o", dir.join("x.ordo").to_str().unwrap(), "--", "/nonexistent/prog"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("/nonexistent/prog") && err.lines().count() == 1, "{err}");
+
+    let not_exec = dir.join("plain.txt");
+    std::fs::write(&not_exec, "hello").unwrap();
+    let out = run_ordo(&["record", "--", not_exec.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not executable"));
+
+    let out = run_ordo(&["record", "--buffer-size", "1000", "--", "true"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("power of two"));
+}
+
+#[test]
+fn tiny_buffer_counts_drops_instead_of_losing_them_silently() {
+    if !have_root("tiny_buffer_counts_drops_instead_of_losing_them_silently") {
+        return;
+    }
+    let dir = scratch("drops");
+    let program = build_program("record_sync");
+    let trace = dir.join("t.ordo");
+    let mut cmd = Command::new(ordo());
+    cmd.args(["record", "--buffer-size", "4K", "-o"]).arg(&trace).arg("--").arg(&program).args(["contention", "4", "20000"]);
+    let out = cmd.output().unwrap();
+    assert!(out.status.success());
+    let s = stats(&trace);
+    let lost = s["lost"].as_u64().unwrap();
+    let events = s["events"].as_u64().unwrap();
+    // Every event is either in the trace or counted as lost.
+    assert!(lost > 0, "a 4 KiB buffer should overflow under this load");
+    assert!(events + lost >= 160_000, "events {events} + lost {lost}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains(&format!("{lost} dropped")));
+}
+
+#[test]
+fn attach_to_a_running_process() {
+    if !have_root("attach_to_a_running_process") {
+        return;
+    }
+    let dir = scratch("attach");
+    let program = build_program("record_sync");
+    // A contention run of 3 s to attach to.
+    let mut target = Command::new(&program).args(["timed", "2", "3000"]).stdout(std::process::Stdio::null()).spawn().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    let trace = dir.join("t.ordo");
+    let out = run_ordo(&["record", "--pid", &target.id().to_string(), "--duration", "0.5", "-o", trace.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let _ = target.kill();
+    let _ = target.wait();
+    let s = stats(&trace);
+    assert!(s["by_kind"]["mutex_lock"].as_u64().unwrap_or(0) > 100, "{s}");
+    assert!(s["threads"].as_u64().unwrap() >= 2);
+}
+
+#[test]
+fn interrupted_recordings_are_readable() {
+    if !have_root("interrupted_recordings_are_readable") {
+        return;
+    }
+    let dir = scratch("interrupt");
+    let program = build_program("record_sync");
+    // SIGINT to ordo (not the program): the recording still ends with a footer.
+    let trace = dir.join("int.ordo");
+    let mut rec = Command::new(ordo())
+        .args(["record", "-o"])
+        .arg(&trace)
+        .arg("--")
+        .arg(&program)
+        .args(["contention", "2", "300000"])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(700));
+    unsafe { libc::kill(rec.id() as i32, libc::SIGINT) };
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    unsafe { libc::kill(rec.id() as i32, libc::SIGINT) };
+    let _ = rec.wait();
+    let out = run_ordo(&["dump", "--stats", "--json", trace.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("cut short"), "a finished trace has a footer");
+
+    // SIGKILL of the recorder: the trace reads back up to its last complete chunk.
+    let trace = dir.join("kill.ordo");
+    let mut rec = Command::new(ordo())
+        .args(["record", "-o"])
+        .arg(&trace)
+        .arg("--")
+        .arg(&program)
+        .args(["contention", "2", "300000"])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(700));
+    let _ = rec.kill();
+    let _ = rec.wait();
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let _ = Command::new("pkill").args(["-f", "record_sync contention 2 300000"]).status();
+    let mut out = run_ordo(&["dump", "--stats", "--json", trace.to_str().unwrap()]);
+    if !out.status.success() {
+        // Killed in the middle of writing a chunk: strict reading names the offset,
+        // salvage reads the complete chunks.
+        assert!(String::from_utf8_lossy(&out.stderr).contains("at byte"));
+        out = run_ordo(&["dump", "--stats", "--json", "--salvage", trace.to_str().unwrap()]);
+    }
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cut short") || String::from_utf8_lossy(&out.stderr).contains("at byte"));
+    let s: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(s["events"].as_u64().unwrap() > 0);
+}
+
+#[test]
+fn bad_traces_get_one_line_errors_with_offsets() {
+    let dir = scratch("badtrace");
+    let missing = dir.join("missing.ordo");
+    let out = run_ordo(&["dump", missing.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("missing.ordo") && err.contains("at byte 0") && err.lines().count() == 1, "{err}");
+
+    let garbage = dir.join("garbage.ordo");
+    std::fs::write(&garbage, b"this is not a trace at all").unwrap();
+    let out = run_ordo(&["dump", "--json", garbage.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("bad magic"));
+
+    // A real trace, cut in the middle of a record.
+    use ordo_trace_for_tests::*;
+    let good = dir.join("good.ordo");
+    write_small_trace(&good);
+    let bytes = std::fs::read(&good).unwrap();
+    let cut = dir.join("cut.ordo");
+    std::fs::write(&cut, &bytes[..bytes.len() - 30]).unwrap();
+    let out = run_ordo(&["dump", cut.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("cut.ordo: at byte") && err.contains("truncated"), "{err}");
+    // Corrupt a byte inside the chunk.
+    let mut bad = bytes.clone();
+    let mid = bad.len() / 2;
+    bad[mid] ^= 0x5a;
+    let corrupt = dir.join("corrupt.ordo");
+    std::fs::write(&corrupt, &bad).unwrap();
+    let out = run_ordo(&["dump", corrupt.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("at byte"));
+}
+
+/// Writes a small valid trace with the trace library, for the bad-input tests.
+mod ordo_trace_for_tests {
+    use ordo_trace::schema::{Footer, Header, ThreadRecord};
+    use ordo_trace::{Event, Kind, TraceWriter, Via};
+    use std::path::Path;
+
+    pub fn write_small_trace(path: &Path) {
+        let events: Vec<Event> = (0..2000u64)
+            .map(|i| Event {
+                ts_ns: 1000 + i,
+                tid: 10 + (i % 2) as u32,
+                thread: 0,
+                kind: if i % 2 == 0 { Kind::MutexLock } else { Kind::MutexUnlock },
+                via: Via::Plain,
+                addr: 0x1000,
+                addr2: 0,
+                site: 0,
+                seq: i,
+                result: 0,
+                value: 0,
+                size: 0,
+            })
+            .collect();
+        let threads = [
+            ThreadRecord { tid: 10, logical: vec![], name: "main".into(), parent_tid: 0 },
+            ThreadRecord { tid: 11, logical: vec![1], name: "w".into(), parent_tid: 10 },
+        ];
+        let mut w = TraceWriter::create(path, &Header::default()).unwrap();
+        w.write_chunk(&events[..1000], &threads, &[], 0).unwrap();
+        w.write_chunk(&events[1000..], &[], &[], 0).unwrap();
+        w.finish(Footer::default()).unwrap();
+    }
+}

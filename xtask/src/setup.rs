@@ -1,0 +1,73 @@
+//! `cargo xtask setup`: install the eBPF toolchain when missing.
+//!
+//! What and why (shared/FACTS.md): rustup's toolchains have no `rust-src` and cannot
+//! build `core` for the bpf target, but Debian's `rustc-web` with
+//! `libstd-rust-web-dev-bpf` ships a prebuilt one; it is linked into rustup as the
+//! `debian-web` toolchain. bpf-linker 0.13 is built against Debian's libLLVM 22 (its
+//! build only needs `lib/libLLVM.so` under LLVM_PREFIX).
+
+use std::process::Command;
+
+use anyhow::{bail, Context, Result};
+
+const APT_PACKAGES: &[&str] = &["rustc-web", "cargo-web", "libstd-rust-web-dev-bpf", "libllvm22", "gcc", "g++", "make"];
+const TOOLCHAIN: &str = "debian-web";
+const BPF_LINKER_VERSION: &str = "0.13.0";
+
+fn installed(package: &str) -> bool {
+    Command::new("dpkg-query")
+        .args(["-W", "-f=${Status}", package])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).contains("install ok installed"))
+        .unwrap_or(false)
+}
+
+pub fn run() -> Result<()> {
+    let missing: Vec<&str> = APT_PACKAGES.iter().copied().filter(|p| !installed(p)).collect();
+    if !missing.is_empty() {
+        eprintln!("xtask: installing {}", missing.join(" "));
+        if unsafe { libc_geteuid() } != 0 {
+            bail!("installing {} needs root (apt-get)", missing.join(" "));
+        }
+        crate::run(Command::new("apt-get").args(["update", "-q"]))?;
+        crate::run(Command::new("apt-get").args(["install", "-y", "-q", "--no-install-recommends"]).args(&missing).env("DEBIAN_FRONTEND", "noninteractive"))?;
+    }
+    let toolchains = Command::new("rustup").args(["toolchain", "list"]).output().context("run rustup")?;
+    if !String::from_utf8_lossy(&toolchains.stdout).lines().any(|l| l.starts_with(TOOLCHAIN)) {
+        eprintln!("xtask: linking Debian's rustc into rustup as `{TOOLCHAIN}`");
+        crate::run(Command::new("rustup").args(["toolchain", "link", TOOLCHAIN, "/usr"]))?;
+    }
+    let linker = Command::new("bpf-linker").arg("--version").output();
+    let have_linker = linker.map(|o| String::from_utf8_lossy(&o.stdout).contains(BPF_LINKER_VERSION)).unwrap_or(false);
+    if !have_linker {
+        install_bpf_linker()?;
+    }
+    Ok(())
+}
+
+fn install_bpf_linker() -> Result<()> {
+    eprintln!("xtask: building bpf-linker {BPF_LINKER_VERSION} against Debian's libLLVM 22 (about 2 minutes)");
+    let libdir = std::path::Path::new("/usr/lib/x86_64-linux-gnu");
+    let llvm = std::fs::read_dir(libdir)?
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .find(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("libLLVM.so.22")))
+        .context("libLLVM.so.22 not found after installing libllvm22")?;
+    let prefix = std::env::temp_dir().join("ordo-llvm22-prefix");
+    std::fs::create_dir_all(prefix.join("lib"))?;
+    let link = prefix.join("lib/libLLVM.so");
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink(&llvm, &link)?;
+    crate::run(
+        Command::new("cargo")
+            .args(["install", "bpf-linker", "--version", BPF_LINKER_VERSION, "--no-default-features", "--features", "llvm-22"])
+            .env("LLVM_PREFIX", &prefix)
+            .env("LLVM_SYS_221_PREFIX", &prefix)
+            .env("LLVM_SYS_220_PREFIX", &prefix),
+    )
+}
+
+extern "C" {
+    #[link_name = "geteuid"]
+    fn libc_geteuid() -> u32;
+}
