@@ -1,1 +1,131 @@
+//! ordo's analysis engine: happens-before over a recorded trace, detectors for
+//! lock-order deadlocks, condition-variable hazards, races and atomicity
+//! violations, and ranked candidate reorderings written in the schedule language so
+//! the replayer can enforce them.
+//!
+//! A pure library (no eBPF, no async): [`analyze_trace`] streams a trace file through
+//! [`merge::Merger`] (a global order consistent with happens-before) into the
+//! [`engine::Engine`], then symbolizes the
+//! findings into a [`report::Analysis`] that prints as text or JSON.
+//! [`perfetto`] converts a trace for the Perfetto UI. `docs/ANALYSIS.md` explains the
+//! method.
 
+pub mod clock;
+pub mod deadlock;
+pub mod engine;
+pub mod findings;
+pub mod merge;
+pub mod model;
+pub mod naming;
+pub mod report;
+pub mod synthetic;
+
+use std::path::Path;
+use std::time::Instant;
+
+use ordo_trace::symbolize::Symbolizer;
+use ordo_trace::{Event, ReadMode, TraceError, TraceReader};
+
+pub use model::{FindingKind, Rank};
+pub use report::{Analysis, Finding, Loss, ObjectDesc, Stats};
+
+/// Where the kernel's drop counter rose, chunk by chunk.
+#[derive(Default)]
+struct LossTracker {
+    prev_dropped: u64,
+    prev_chunk: Option<(u64, u64, u64)>,
+    chunks: u64,
+    losses: Vec<Loss>,
+}
+
+impl LossTracker {
+    /// A chunk was read: its byte offset, the cumulative drops when it was written,
+    /// and its first timestamp.
+    fn chunk(&mut self, offset: u64, dropped_so_far: u64, first_ts: u64) {
+        let index = self.chunks;
+        if dropped_so_far > self.prev_dropped {
+            // Lost while the previous chunk was being filled (or before the first).
+            let (first_chunk, first_offset, from_ts) =
+                self.prev_chunk.unwrap_or((index, offset, first_ts));
+            self.losses.push(Loss {
+                first_chunk,
+                last_chunk: index,
+                offset: first_offset,
+                events: dropped_so_far - self.prev_dropped,
+                from_ts,
+            });
+            self.prev_dropped = dropped_so_far;
+        }
+        self.prev_chunk = Some((index, offset, first_ts));
+        self.chunks += 1;
+    }
+
+    /// The trace's total drops: any beyond the last chunk's counter were lost at the end.
+    fn finish(&mut self, total: u64) {
+        if total > self.prev_dropped {
+            let (first_chunk, offset, from_ts) = self.prev_chunk.unwrap_or((0, 0, 0));
+            self.losses.push(Loss {
+                first_chunk,
+                last_chunk: self.chunks.saturating_sub(1),
+                offset,
+                events: total - self.prev_dropped,
+                from_ts,
+            });
+            self.prev_dropped = total;
+        }
+    }
+}
+
+/// Analyzes a trace file, streaming it: see the crate docs.
+pub fn analyze_trace(path: &Path) -> Result<Analysis, TraceError> {
+    let started = Instant::now();
+    let mut reader = TraceReader::open(path, ReadMode::Strict)?;
+    let mut engine = engine::Engine::new(&reader.threads);
+    let mut merger = merge::Merger::new();
+    let mut chunk: Vec<Event> = Vec::new();
+    let mut losses = LossTracker::default();
+    while reader.next_chunk_into(&mut chunk)? {
+        let (offset, dropped) = reader.drops_by_chunk().last().copied().unwrap_or((0, 0));
+        losses.chunk(offset, dropped, chunk.first().map(|e| e.ts_ns).unwrap_or(0));
+        for e in chunk.drain(..) {
+            merger.push(e);
+        }
+        while let Some(e) = merger.pop() {
+            engine.process(&e);
+        }
+    }
+    merger.finish();
+    while let Some(e) = merger.pop() {
+        engine.process(&e);
+    }
+    losses.finish(reader.dropped);
+    let pass = engine.finish();
+    let pass_seconds = started.elapsed().as_secs_f64();
+    let symbolizer = Symbolizer::new(&reader.modules);
+    let namer = naming::Namer::new(&reader.threads, &pass.tids, &pass.objects, &symbolizer);
+    let first_loss = losses.losses.first().map(|l| l.from_ts);
+    let findings = report::resolve(pass.findings, &namer, first_loss);
+    let stats = Stats {
+        pass: pass.stats,
+        threads: reader.threads.len() as u64,
+        chunks: losses.chunks,
+        dropped: reader.dropped.max(losses.prev_dropped),
+        cut_short: reader.cut_short.as_ref().map(|e| e.to_string()),
+        peak_rss_kb: peak_rss_kb(),
+        seconds: started.elapsed().as_secs_f64(),
+        pass_seconds,
+    };
+    Ok(Analysis {
+        trace: path.to_path_buf(),
+        findings,
+        losses: losses.losses,
+        stats,
+    })
+}
+
+/// This process's peak resident set (VmHWM), in kB.
+pub fn peak_rss_kb() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}

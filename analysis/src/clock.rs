@@ -1,0 +1,128 @@
+//! Vector clocks and epochs (Roşu–Sen multithreaded vector clocks, FastTrack epochs).
+//!
+//! Threads are numbered by their dense index in the trace's thread table. A thread's
+//! own component starts at 1 and grows by one after each operation other threads can
+//! synchronize with (a release), so an event's *epoch* — its thread and that
+//! thread's component when it happened — is enough to ask whether it happens before
+//! a later point of another thread: `epoch.clock <= clock_of_that_point[thread]`.
+
+/// A vector clock: component `i` is how much of thread `i`'s history is known.
+/// Missing components are zero, so clocks grow lazily as threads appear.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct VectorClock(Vec<u32>);
+
+impl VectorClock {
+    /// The clock of a fresh thread `thread`: its own component is 1, others 0.
+    pub fn for_thread(thread: u32, threads: usize) -> VectorClock {
+        let mut v = vec![0; threads.max(thread as usize + 1)];
+        v[thread as usize] = 1;
+        VectorClock(v)
+    }
+
+    /// Component `thread` (0 when absent).
+    #[inline]
+    pub fn get(&self, thread: u32) -> u32 {
+        self.0.get(thread as usize).copied().unwrap_or(0)
+    }
+
+    /// Advances `thread`'s own component after a release.
+    #[inline]
+    pub fn tick(&mut self, thread: u32) {
+        let i = thread as usize;
+        if i >= self.0.len() {
+            self.0.resize(i + 1, 0);
+        }
+        self.0[i] += 1;
+    }
+
+    /// Sets component `thread` to `value`.
+    pub fn set(&mut self, thread: u32, value: u32) {
+        let i = thread as usize;
+        if i >= self.0.len() {
+            self.0.resize(i + 1, 0);
+        }
+        self.0[i] = value;
+    }
+
+    /// Pointwise maximum with `other` (an acquire).
+    #[inline]
+    pub fn join(&mut self, other: &VectorClock) {
+        if other.0.len() > self.0.len() {
+            self.0.resize(other.0.len(), 0);
+        }
+        for (a, b) in self.0.iter_mut().zip(other.0.iter()) {
+            if *b > *a {
+                *a = *b;
+            }
+        }
+    }
+
+    /// Overwrites with `other`, reusing the allocation (a mutex release).
+    #[inline]
+    pub fn assign(&mut self, other: &VectorClock) {
+        self.0.clear();
+        self.0.extend_from_slice(&other.0);
+    }
+
+    /// Whether every component is ≤ the same component of `other`.
+    pub fn le(&self, other: &VectorClock) -> bool {
+        self.0
+            .iter()
+            .enumerate()
+            .all(|(i, &c)| c <= other.get(i as u32))
+    }
+
+    /// The components, by dense thread index.
+    pub fn components(&self) -> &[u32] {
+        &self.0
+    }
+}
+
+/// A point in one thread's history: the thread and its own clock component then.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Epoch {
+    /// Dense thread index.
+    pub thread: u32,
+    /// The thread's own component at that point.
+    pub clock: u32,
+}
+
+impl Epoch {
+    /// Whether the point happens before (or is known to) a thread whose clock is `vc`.
+    #[inline]
+    pub fn happens_before(&self, vc: &VectorClock) -> bool {
+        self.clock <= vc.get(self.thread)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn join_tick_and_epochs() {
+        let mut a = VectorClock::for_thread(0, 2);
+        let mut b = VectorClock::for_thread(1, 2);
+        let release = Epoch {
+            thread: 0,
+            clock: a.get(0),
+        };
+        assert!(!release.happens_before(&b));
+        b.join(&a);
+        a.tick(0);
+        assert!(release.happens_before(&b));
+        assert!(!Epoch {
+            thread: 0,
+            clock: a.get(0)
+        }
+        .happens_before(&b));
+        assert_eq!(b.components(), &[1, 1]);
+        let mut c = VectorClock::default();
+        c.tick(3);
+        b.join(&c);
+        assert_eq!(b.get(3), 1);
+        assert!(c.le(&b) && !b.le(&c));
+        c.assign(&a);
+        assert_eq!(c, a);
+    }
+}

@@ -1,0 +1,811 @@
+//! The streaming pass: happens-before with vector clocks over events in a global
+//! order, and every detector fed from it.
+//!
+//! Events must arrive in an order consistent with happens-before (each thread's
+//! program order, each object's `seq` order, create before start, exit before join),
+//! which is what [`ordo_trace::OrderMerger`] produces. Memory is bounded by threads ×
+//! objects: per thread a vector clock, a fork/join clock and the held locks; per
+//! object its synchronization clocks and a constant-size summary (the last two
+//! critical sections of a lock, a condvar's current waiters, a variable's last write
+//! and reads); plus the lock-order graph and the deduplicated candidates, which grow
+//! with the program's structure, not with the trace's length.
+//!
+//! Happens-before edges: program order; mutex release → next acquire; rwlock write
+//! release → later acquires, read releases → later write acquires; signal/broadcast →
+//! return of a wait that was in progress (joining only signals issued after the wait
+//! began); sem post → later successful waits; barrier arrivals of a generation → its
+//! returns; create → child start; child exit → join; futex wake that woke someone →
+//! later successful futex waits on the same word. Clocks advance only at releases
+//! (FastTrack), so an event's epoch is one number.
+
+use std::rc::Rc;
+
+use ordo_trace::{Event, Kind, ThreadTable, Via};
+use rustc_hash::{FxHashMap, FxHashSet};
+
+use crate::clock::{Epoch, VectorClock};
+use crate::deadlock::{HeldLock, LockGraph};
+use crate::findings::{Candidate, DedupKey, FindingSet};
+use crate::model::{
+    kind_slot, EventId, Family, FindingKind, Mode, ObjId, Rank, RawFinding, FAMILIES, NO_OBJECT,
+};
+
+/// `ETIMEDOUT` on Linux: a timed wait that was not woken.
+const ETIMEDOUT: i64 = 110;
+
+/// Per-thread naming state of one object, for the schedule language.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Naming {
+    /// The object is the thread's `nth` distinct object of its family (0: never used).
+    pub nth: u32,
+    counts: [u32; 4],
+}
+
+/// An object seen in the trace.
+pub struct Object {
+    /// Its address in the recorded run.
+    pub addr: u64,
+    /// Its family.
+    pub family: Family,
+    /// Naming state per dense thread index.
+    pub naming: Vec<Naming>,
+    state: State,
+}
+
+enum State {
+    None,
+    Lock(Box<LockState>),
+    Cond(Box<CondState>),
+    Acc(VectorClock),
+    Barrier(Box<BarrierState>),
+    Var(Box<VarState>),
+}
+
+#[derive(Default)]
+struct LockState {
+    release: VectorClock,
+    read_release: VectorClock,
+    /// The last two critical sections in acquisition order (`[older, newer]`).
+    recent: [Option<CsRec>; 2],
+}
+
+/// A critical section, as the candidate generators need it.
+#[derive(Clone, Copy, Debug)]
+struct CsRec {
+    acq: EventId,
+    epoch: u32,
+    mode: Mode,
+    /// Whether it could have taken the lock before the previous holder's critical
+    /// section without breaking any other happens-before edge.
+    swappable_with_prev: bool,
+    /// For a reacquire inside a cond wait: the signal that woke it and the wait's site.
+    woken_by: Option<(EventId, u64)>,
+}
+
+#[derive(Default)]
+struct CondState {
+    waiters: Vec<Waiter>,
+    /// The last signal or broadcast that found no waiter, with its epoch.
+    lonely: Option<(EventId, u32)>,
+}
+
+struct Waiter {
+    thread: u32,
+    begin: EventId,
+    epoch: u32,
+    signals: VectorClock,
+    woken_by: Option<EventId>,
+}
+
+#[derive(Default)]
+struct BarrierState {
+    gens: Vec<Generation>,
+    next_id: u64,
+}
+
+struct Generation {
+    id: u64,
+    vc: VectorClock,
+    fj: VectorClock,
+    closed: bool,
+}
+
+#[derive(Default)]
+struct VarState {
+    write: Option<Access>,
+    reads: Vec<Access>,
+}
+
+#[derive(Clone, Copy)]
+struct Access {
+    epoch: Epoch,
+    ev: EventId,
+}
+
+struct ThreadState {
+    tid: u32,
+    vc: VectorClock,
+    /// Fork/join clock: only thread creation, join and barrier edges. Its own
+    /// component is not maintained; snapshots set it from `vc`.
+    fj: Rc<VectorClock>,
+    held: Vec<HeldLock>,
+    distinct: [u32; FAMILIES],
+    lifecycle: [u32; 2],
+    /// Epoch of the mutex release inside a cond wait that has not met its
+    /// `cond_wait_begin` yet (keyed by the condvar's address).
+    condwait_release: Option<(u64, u32)>,
+    /// After a woken cond wait: (mutex address, waking signal, wait site), for the
+    /// reacquire that follows.
+    woken: Option<(u64, Option<EventId>, u64)>,
+    /// After a cond wait returned, until the thread releases a mutex: (condvar, wait
+    /// site). A new wait at the same site meanwhile means the wait is in a loop.
+    after_wake: Option<(ObjId, u64)>,
+    barrier: Option<(ObjId, u64)>,
+}
+
+impl ThreadState {
+    fn new(tid: u32, index: u32, threads: usize) -> ThreadState {
+        ThreadState {
+            tid,
+            vc: VectorClock::for_thread(index, threads),
+            fj: Rc::new(VectorClock::default()),
+            held: Vec::new(),
+            distinct: [0; FAMILIES],
+            lifecycle: [0; 2],
+            condwait_release: None,
+            woken: None,
+            after_wake: None,
+            barrier: None,
+        }
+    }
+
+    /// The fork/join clock with the thread's own component filled in.
+    fn fj_snapshot(&self, index: u32) -> VectorClock {
+        let mut fj = (*self.fj).clone();
+        fj.set(index, self.vc.get(index));
+        fj
+    }
+}
+
+/// Counters describing a pass.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PassStats {
+    /// Events processed.
+    pub events: u64,
+    /// Threads that had events.
+    pub threads_seen: u32,
+    /// Distinct objects per family.
+    pub objects: [u64; FAMILIES],
+    /// Critical sections (outermost lock acquisitions).
+    pub critical_sections: u64,
+    /// Distinct lock-order edges.
+    pub lock_order_edges: u64,
+    /// Candidates offered before deduplication.
+    pub candidates_offered: u64,
+    /// Events of threads missing from the trace's thread table.
+    pub unknown_thread_events: u64,
+}
+
+/// What a finished pass hands to reporting.
+pub struct PassResult {
+    /// Deduplicated findings, best rank first.
+    pub findings: Vec<(Rank, RawFinding)>,
+    /// The object table, indexed by [`ObjId`].
+    pub objects: Vec<Object>,
+    /// Kernel tid of each dense thread index (indices past the thread table are
+    /// threads the table did not know).
+    pub tids: Vec<u32>,
+    /// Counters.
+    pub stats: PassStats,
+}
+
+/// The streaming analysis state.
+pub struct Engine {
+    table_len: usize,
+    threads: Vec<ThreadState>,
+    seen: Vec<bool>,
+    extra: FxHashMap<u32, u32>,
+    objects: Vec<Object>,
+    intern: FxHashMap<(Family, u64), ObjId>,
+    index: u64,
+    creates: FxHashMap<u32, (VectorClock, VectorClock)>,
+    handles: FxHashMap<u64, u32>,
+    exits: FxHashMap<u32, (VectorClock, VectorClock)>,
+    graph: LockGraph,
+    found: FindingSet,
+    looped_wait_sites: FxHashSet<u64>,
+    stats: PassStats,
+}
+
+impl Engine {
+    /// A fresh pass over a trace with these threads.
+    pub fn new(table: &ThreadTable) -> Engine {
+        let n = table.len();
+        let threads = table
+            .iter()
+            .enumerate()
+            .map(|(i, t)| ThreadState::new(t.tid, i as u32, n))
+            .collect();
+        Engine {
+            table_len: n,
+            threads,
+            seen: vec![false; n],
+            extra: FxHashMap::default(),
+            objects: Vec::new(),
+            intern: FxHashMap::default(),
+            index: 0,
+            creates: FxHashMap::default(),
+            handles: FxHashMap::default(),
+            exits: FxHashMap::default(),
+            graph: LockGraph::default(),
+            found: FindingSet::default(),
+            looped_wait_sites: FxHashSet::default(),
+            stats: PassStats::default(),
+        }
+    }
+
+    fn thread_index(&mut self, e: &Event) -> u32 {
+        let t = if (e.thread as usize) < self.table_len
+            && self.threads[e.thread as usize].tid == e.tid
+        {
+            e.thread
+        } else {
+            self.stats.unknown_thread_events += 1;
+            match self.extra.get(&e.tid) {
+                Some(&t) => t,
+                None => {
+                    let t = self.threads.len() as u32;
+                    self.threads
+                        .push(ThreadState::new(e.tid, t, self.table_len));
+                    self.seen.push(false);
+                    self.extra.insert(e.tid, t);
+                    t
+                }
+            }
+        };
+        if !self.seen[t as usize] {
+            self.seen[t as usize] = true;
+            self.stats.threads_seen += 1;
+        }
+        t
+    }
+
+    fn intern(&mut self, family: Family, addr: u64) -> ObjId {
+        if let Some(&id) = self.intern.get(&(family, addr)) {
+            return id;
+        }
+        let id = self.objects.len() as ObjId;
+        let state = match family {
+            Family::Mutex | Family::Rwlock => State::Lock(Box::default()),
+            Family::Cond => State::Cond(Box::default()),
+            Family::Sem | Family::Futex => State::Acc(VectorClock::default()),
+            Family::Barrier => State::Barrier(Box::default()),
+            Family::Var => State::Var(Box::default()),
+            Family::Thread => State::None,
+        };
+        self.objects.push(Object {
+            addr,
+            family,
+            naming: Vec::new(),
+            state,
+        });
+        self.intern.insert((family, addr), id);
+        self.stats.objects[family as usize] += 1;
+        id
+    }
+
+    /// Names the event (object, occurrence) and advances the per-thread counters.
+    fn name(&mut self, t: u32, e: &Event) -> EventId {
+        let slot = kind_slot(e.kind);
+        let (obj, occurrence) = match Family::of(e.kind) {
+            None => {
+                let th = &mut self.threads[t as usize];
+                th.lifecycle[slot] += 1;
+                (NO_OBJECT, th.lifecycle[slot])
+            }
+            Some(family) => {
+                let obj = self.intern(family, e.addr);
+                let naming = &mut self.objects[obj as usize].naming;
+                if naming.len() <= t as usize {
+                    naming.resize(t as usize + 1, Naming::default());
+                }
+                let n = &mut naming[t as usize];
+                if n.nth == 0 {
+                    let d = &mut self.threads[t as usize].distinct[family as usize];
+                    *d += 1;
+                    n.nth = *d;
+                }
+                n.counts[slot] += 1;
+                (obj, n.counts[slot])
+            }
+        };
+        EventId {
+            thread: t,
+            kind: e.kind,
+            obj,
+            occurrence,
+            site: e.site,
+            ts: e.ts_ns,
+            index: self.index,
+        }
+    }
+
+    /// Processes the next event in global order.
+    pub fn process(&mut self, e: &Event) {
+        let t = self.thread_index(e);
+        let id = self.name(t, e);
+        self.index += 1;
+        self.stats.events += 1;
+        match e.kind {
+            Kind::MutexLock => self.acquire(t, id, Mode::Exclusive, e.via),
+            Kind::RwlockRdlock => self.acquire(t, id, Mode::Read, e.via),
+            Kind::RwlockWrlock => self.acquire(t, id, Mode::Write, e.via),
+            Kind::MutexUnlock | Kind::RwlockUnlock => self.release(t, e, id),
+            Kind::MutexLockFailed | Kind::RwlockLockFailed | Kind::SemWaitFailed => {}
+            Kind::CondWaitBegin => self.wait_begin(t, e, id),
+            Kind::CondWait => self.wait_return(t, e, id),
+            Kind::CondSignal | Kind::CondBroadcast => self.signal(t, id),
+            Kind::SemPost => self.publish(t, id.obj),
+            Kind::SemWait => self.consume(t, id.obj),
+            Kind::FutexWake if e.result > 0 => self.publish(t, id.obj),
+            Kind::FutexWait if e.result == 0 => self.consume(t, id.obj),
+            Kind::FutexWake | Kind::FutexWait => {}
+            Kind::BarrierArrive => self.barrier_arrive(t, id.obj),
+            Kind::BarrierWait => self.barrier_return(t, id.obj),
+            Kind::ThreadCreate => {
+                if let Some(child) = e.child_tid() {
+                    let th = &mut self.threads[t as usize];
+                    self.creates
+                        .insert(child, (th.vc.clone(), th.fj_snapshot(t)));
+                    self.handles.insert(e.addr, child);
+                    th.vc.tick(t);
+                }
+            }
+            Kind::ThreadStart => {
+                if let Some((vc, fj)) = self.creates.remove(&e.tid) {
+                    let th = &mut self.threads[t as usize];
+                    th.vc.join(&vc);
+                    Rc::make_mut(&mut th.fj).join(&fj);
+                }
+            }
+            Kind::ThreadExit => {
+                let th = &self.threads[t as usize];
+                self.exits.insert(e.tid, (th.vc.clone(), th.fj_snapshot(t)));
+            }
+            Kind::ThreadJoin => {
+                if let Some((vc, fj)) = self
+                    .handles
+                    .get(&e.addr)
+                    .and_then(|child| self.exits.remove(child))
+                {
+                    let th = &mut self.threads[t as usize];
+                    th.vc.join(&vc);
+                    Rc::make_mut(&mut th.fj).join(&fj);
+                }
+            }
+            Kind::Read | Kind::Write | Kind::Rmw => self.access(t, id),
+        }
+    }
+
+    fn acquire(&mut self, t: u32, id: EventId, mode: Mode, via: Via) {
+        let th = &mut self.threads[t as usize];
+        let State::Lock(lock) = &mut self.objects[id.obj as usize].state else {
+            return;
+        };
+        if let Some(h) = th.held.iter_mut().find(|h| h.obj == id.obj) {
+            // A recursive acquisition: same critical section.
+            h.count += 1;
+            th.vc.join(&lock.release);
+            return;
+        }
+        let epoch = th.vc.get(t);
+        if via != Via::Try && !th.held.is_empty() {
+            self.graph.acquired(&th.held, id, mode, epoch);
+        }
+        let woken_by = match th.woken.take() {
+            Some((mutex, Some(signal), site))
+                if via == Via::CondWait && mutex == self.objects[id.obj as usize].addr =>
+            {
+                Some((signal, site))
+            }
+            _ => None,
+        };
+        let State::Lock(lock) = &mut self.objects[id.obj as usize].state else {
+            return;
+        };
+        let prev2 = lock.recent[0];
+        let prev1 = lock.recent[1];
+        let swappable = match prev1 {
+            Some(p) if p.acq.thread != t && p.mode.conflicts(mode) => {
+                th.vc.get(p.acq.thread) < p.epoch
+            }
+            _ => false,
+        };
+        th.vc.join(&lock.release);
+        if mode != Mode::Read {
+            th.vc.join(&lock.read_release);
+        }
+        let cur = CsRec {
+            acq: id,
+            epoch,
+            mode,
+            swappable_with_prev: swappable,
+            woken_by,
+        };
+        lock.recent = [prev1, Some(cur)];
+        th.held.push(HeldLock {
+            obj: id.obj,
+            mode,
+            acq: id,
+            count: 1,
+            fj: th.fj.clone(),
+        });
+        self.stats.critical_sections += 1;
+        if let Some(p1) = prev1 {
+            self.critical_section_candidates(prev2, p1, cur);
+        }
+    }
+
+    /// Candidates from the last three critical sections on a lock (`p2`, `p1`, `cur`
+    /// in acquisition order): reorder, atomicity and barging.
+    fn critical_section_candidates(&mut self, p2: Option<CsRec>, p1: CsRec, cur: CsRec) {
+        let (a, b) = (p1.acq.thread, cur.acq.thread);
+        if a != b && cur.swappable_with_prev {
+            match p1.woken_by {
+                // `b` can take the mutex between the signal and the waiter's reacquire.
+                Some((signal, wait_site)) if signal.thread != a => self.offer_at(
+                    FindingKind::Barging,
+                    &[signal, p1.acq, cur.acq],
+                    &[(&[signal], cur.acq), (&[cur.acq], p1.acq)],
+                    "",
+                    wait_site,
+                ),
+                _ => self.offer(
+                    FindingKind::Reorder,
+                    &[p1.acq, cur.acq],
+                    &[(&[cur.acq], p1.acq)],
+                    "",
+                ),
+            }
+            if let Some(p2) = p2 {
+                if p2.acq.thread == a && p2.acq.site != p1.acq.site && p2.mode.conflicts(cur.mode) {
+                    // `b`'s critical section fits between `a`'s two.
+                    self.offer(
+                        FindingKind::Atomicity,
+                        &[p2.acq, p1.acq, cur.acq],
+                        &[(&[p2.acq], cur.acq), (&[cur.acq], p1.acq)],
+                        "",
+                    );
+                }
+            }
+        }
+        if a == b {
+            if let Some(p2) = p2 {
+                if p2.acq.thread != a && p1.swappable_with_prev && p1.acq.site != cur.acq.site {
+                    // `p2`'s thread could have come after `a`'s first section.
+                    self.offer(
+                        FindingKind::Atomicity,
+                        &[p1.acq, cur.acq, p2.acq],
+                        &[(&[p1.acq], p2.acq), (&[p2.acq], cur.acq)],
+                        "",
+                    );
+                }
+            }
+        }
+        if let Some((signal, wait_site)) = cur.woken_by {
+            if a != b && p1.acq.index > signal.index && p1.mode.conflicts(cur.mode) {
+                self.offer_at(
+                    FindingKind::Barging,
+                    &[signal, cur.acq, p1.acq],
+                    &[(&[signal], p1.acq), (&[p1.acq], cur.acq)],
+                    "happened in this run",
+                    wait_site,
+                );
+            }
+        }
+    }
+
+    fn release(&mut self, t: u32, e: &Event, id: EventId) {
+        let th = &mut self.threads[t as usize];
+        let State::Lock(lock) = &mut self.objects[id.obj as usize].state else {
+            return;
+        };
+        let mode = match th.held.iter().position(|h| h.obj == id.obj) {
+            Some(i) => {
+                let h = &mut th.held[i];
+                h.count = if e.via == Via::CondWait {
+                    0
+                } else {
+                    h.count - 1
+                };
+                if h.count > 0 {
+                    return;
+                }
+                let mode = h.mode;
+                th.held.remove(i);
+                Some(mode)
+            }
+            None => None,
+        };
+        match mode {
+            Some(Mode::Read) => lock.read_release.join(&th.vc),
+            Some(_) => lock.release.assign(&th.vc),
+            // Not known to be held (recording started inside it, or events were
+            // lost): publish without forgetting earlier releases.
+            None => lock.release.join(&th.vc),
+        }
+        if e.via == Via::CondWait {
+            th.condwait_release = Some((e.addr2, th.vc.get(t)));
+        } else {
+            th.after_wake = None;
+        }
+        th.vc.tick(t);
+    }
+
+    fn wait_begin(&mut self, t: u32, e: &Event, id: EventId) {
+        let th = &mut self.threads[t as usize];
+        // The wait began when its mutex was released, whichever of the two events
+        // the probes delivered first.
+        let epoch = match th.condwait_release.take() {
+            Some((cond, epoch)) if cond == e.addr => epoch,
+            _ => th.vc.get(t),
+        };
+        if th.after_wake.take() == Some((id.obj, e.site)) {
+            self.looped_wait_sites.insert(e.site);
+        }
+        let State::Cond(cond) = &mut self.objects[id.obj as usize].state else {
+            return;
+        };
+        let lonely = cond
+            .lonely
+            .filter(|(s, epoch)| s.thread != t && th.vc.get(s.thread) < *epoch);
+        cond.waiters.retain(|w| w.thread != t);
+        cond.waiters.push(Waiter {
+            thread: t,
+            begin: id,
+            epoch,
+            signals: VectorClock::default(),
+            woken_by: None,
+        });
+        if let Some((signal, _)) = lonely {
+            self.offer(
+                FindingKind::LostWakeup,
+                &[id, signal],
+                &[(&[signal], id)],
+                "the signal found no waiter in this run",
+            );
+        }
+    }
+
+    fn wait_return(&mut self, t: u32, e: &Event, id: EventId) {
+        let th = &mut self.threads[t as usize];
+        let State::Cond(cond) = &mut self.objects[id.obj as usize].state else {
+            return;
+        };
+        let Some(i) = cond.waiters.iter().position(|w| w.thread == t) else {
+            th.woken = Some((e.addr2, None, e.site));
+            return;
+        };
+        let w = cond.waiters.swap_remove(i);
+        if e.result != ETIMEDOUT {
+            th.vc.join(&w.signals);
+        }
+        th.woken = Some((
+            e.addr2,
+            if e.result == 0 { w.woken_by } else { None },
+            w.begin.site,
+        ));
+        th.after_wake = Some((id.obj, w.begin.site));
+    }
+
+    fn signal(&mut self, t: u32, id: EventId) {
+        let th = &self.threads[t as usize];
+        let epoch = th.vc.get(t);
+        let State::Cond(cond) = &mut self.objects[id.obj as usize].state else {
+            return;
+        };
+        let mut lost: Vec<EventId> = Vec::new();
+        if cond.waiters.is_empty() {
+            cond.lonely = Some((id, epoch));
+        }
+        for w in &mut cond.waiters {
+            w.signals.join(&th.vc);
+            if w.woken_by.is_none() {
+                w.woken_by = Some(id);
+            }
+            if th.vc.get(w.thread) < w.epoch {
+                // Nothing orders the signal after the wait began: it could come first.
+                lost.push(w.begin);
+            }
+        }
+        self.threads[t as usize].vc.tick(t);
+        for begin in lost {
+            self.offer(FindingKind::LostWakeup, &[begin, id], &[(&[id], begin)], "");
+        }
+    }
+
+    fn publish(&mut self, t: u32, obj: ObjId) {
+        let th = &mut self.threads[t as usize];
+        if let State::Acc(acc) = &mut self.objects[obj as usize].state {
+            acc.join(&th.vc);
+        }
+        th.vc.tick(t);
+    }
+
+    fn consume(&mut self, t: u32, obj: ObjId) {
+        if let State::Acc(acc) = &self.objects[obj as usize].state {
+            self.threads[t as usize].vc.join(acc);
+        }
+    }
+
+    fn barrier_arrive(&mut self, t: u32, obj: ObjId) {
+        let th = &mut self.threads[t as usize];
+        let State::Barrier(b) = &mut self.objects[obj as usize].state else {
+            return;
+        };
+        if b.gens.last().is_none_or(|g| g.closed) {
+            b.gens.push(Generation {
+                id: b.next_id,
+                vc: VectorClock::default(),
+                fj: VectorClock::default(),
+                closed: false,
+            });
+            b.next_id += 1;
+            if b.gens.len() > 3 {
+                b.gens.remove(0);
+            }
+        }
+        let g = b.gens.last_mut().unwrap();
+        g.vc.join(&th.vc);
+        g.fj.join(&th.fj);
+        g.fj.set(t, g.fj.get(t).max(th.vc.get(t)));
+        th.barrier = Some((obj, g.id));
+        th.vc.tick(t);
+    }
+
+    fn barrier_return(&mut self, t: u32, obj: ObjId) {
+        let th = &mut self.threads[t as usize];
+        let State::Barrier(b) = &mut self.objects[obj as usize].state else {
+            return;
+        };
+        let Some((o, id)) = th.barrier.take() else {
+            return;
+        };
+        if o != obj {
+            return;
+        }
+        if let Some(g) = b.gens.iter_mut().find(|g| g.id == id) {
+            g.closed = true;
+            th.vc.join(&g.vc);
+            Rc::make_mut(&mut th.fj).join(&g.fj);
+        }
+    }
+
+    fn access(&mut self, t: u32, id: EventId) {
+        let th = &self.threads[t as usize];
+        let State::Var(var) = &mut self.objects[id.obj as usize].state else {
+            return;
+        };
+        let writes = id.kind != Kind::Read;
+        let mut races: Vec<EventId> = Vec::new();
+        if let Some(w) = var.write {
+            if w.epoch.thread != t && !w.epoch.happens_before(&th.vc) {
+                races.push(w.ev);
+            }
+        }
+        let me = Access {
+            epoch: Epoch {
+                thread: t,
+                clock: th.vc.get(t),
+            },
+            ev: id,
+        };
+        if writes {
+            for r in &var.reads {
+                if r.epoch.thread != t && !r.epoch.happens_before(&th.vc) {
+                    races.push(r.ev);
+                }
+            }
+            var.reads.clear();
+            var.write = Some(me);
+        } else {
+            match var.reads.iter_mut().find(|r| r.epoch.thread == t) {
+                Some(r) => *r = me,
+                None => var.reads.push(me),
+            }
+        }
+        for earlier in races {
+            self.offer(FindingKind::Race, &[earlier, id], &[(&[id], earlier)], "");
+        }
+    }
+
+    /// Offers a candidate: `events` in report order, `orderings` as (before, after).
+    fn offer(
+        &mut self,
+        kind: FindingKind,
+        events: &[EventId],
+        orderings: &[(&[EventId], EventId)],
+        note: &'static str,
+    ) {
+        self.offer_at(kind, events, orderings, note, 0)
+    }
+
+    fn offer_at(
+        &mut self,
+        kind: FindingKind,
+        events: &[EventId],
+        orderings: &[(&[EventId], EventId)],
+        note: &'static str,
+        wait_site: u64,
+    ) {
+        self.stats.candidates_offered += 1;
+        // An atomicity candidate is about the split thread's pair of sections; which
+        // section of another thread splits them does not make it a different one.
+        let keyed = if kind == FindingKind::Atomicity {
+            &events[..2]
+        } else {
+            events
+        };
+        let key = DedupKey::new(kind, keyed);
+        let rank = quick_rank(events);
+        self.found.offer(
+            key,
+            rank,
+            &Candidate {
+                kind,
+                events,
+                orderings,
+                note,
+                wait_site,
+            },
+        );
+    }
+
+    /// Ends the pass: closes the lock-order graph into deadlock findings and drops
+    /// barging candidates whose wait is seen re-checking its predicate in a loop.
+    pub fn finish(mut self) -> PassResult {
+        for f in self.graph.cycles() {
+            self.stats.candidates_offered += 1;
+            self.found.offer_finding(f);
+        }
+        self.stats.lock_order_edges = self.graph.edge_count() as u64;
+        let looped = &self.looped_wait_sites;
+        let findings = self
+            .found
+            .into_sorted()
+            .into_iter()
+            .filter(|(_, f)| f.kind != FindingKind::Barging || !looped.contains(&f.wait_site))
+            .collect();
+        PassResult {
+            findings,
+            objects: self.objects,
+            tids: self.threads.iter().map(|t| t.tid).collect(),
+            stats: self.stats,
+        }
+    }
+}
+
+/// The rank of a candidate whose events are exactly `events`.
+fn quick_rank(events: &[EventId]) -> Rank {
+    let mut threads = [u32::MAX; 8];
+    let mut objects = [NO_OBJECT; 8];
+    let (mut nt, mut no) = (0usize, 0usize);
+    let (mut lo, mut hi) = (u64::MAX, 0u64);
+    for e in events {
+        if nt < 8 && !threads[..nt].contains(&e.thread) {
+            threads[nt] = e.thread;
+            nt += 1;
+        }
+        if no < 8 && e.obj != NO_OBJECT && !objects[..no].contains(&e.obj) {
+            objects[no] = e.obj;
+            no += 1;
+        }
+        lo = lo.min(e.index);
+        hi = hi.max(e.index);
+    }
+    Rank {
+        v: no as u32,
+        t: nt as u32,
+        distance: hi.saturating_sub(lo),
+    }
+}

@@ -1,0 +1,153 @@
+//! Collecting candidates: deduplication of candidates that ask for the same order at
+//! the code level, keeping the best-ranked instance, with memory bounded by the
+//! program's structure (sites, objects, threads), not by the trace's length.
+
+use rustc_hash::FxHashMap;
+
+use crate::model::{EventId, FindingKind, ObjId, Rank, RawFinding, RawOrdering, NO_OBJECT};
+
+/// What makes two candidates "the same order": the kind, and the objects and call
+/// sites of the events involved, role by role. Two occurrences of the same swap in a
+/// loop, or by two worker threads running the same code, are one candidate; the
+/// instance with the best rank (fewest threads, smallest change) is kept.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct DedupKey {
+    kind: FindingKind,
+    objects: [ObjId; 4],
+    sites: [u64; 6],
+}
+
+impl DedupKey {
+    /// The key of a candidate involving `events` (in a fixed role order).
+    pub fn new(kind: FindingKind, events: &[EventId]) -> DedupKey {
+        let mut key = DedupKey {
+            kind,
+            objects: [NO_OBJECT; 4],
+            sites: [0; 6],
+        };
+        let mut no = 0;
+        for (i, e) in events.iter().enumerate() {
+            if i < 6 {
+                key.sites[i] = e.site;
+            }
+            if no < 4 && e.obj != NO_OBJECT && !key.objects[..no].contains(&e.obj) {
+                key.objects[no] = e.obj;
+                no += 1;
+            }
+        }
+        key
+    }
+}
+
+/// A candidate as the detectors produce it, borrowed: see [`RawFinding`].
+#[derive(Clone, Copy)]
+pub struct Candidate<'a> {
+    /// What it is.
+    pub kind: FindingKind,
+    /// The events the report shows.
+    pub events: &'a [EventId],
+    /// The schedule: (before, after) pairs.
+    pub orderings: &'a [(&'a [EventId], EventId)],
+    /// A detail for the message.
+    pub note: &'static str,
+    /// For barging: the wait's call site.
+    pub wait_site: u64,
+}
+
+/// The deduplicated candidates found so far.
+#[derive(Default)]
+pub struct FindingSet {
+    index: FxHashMap<DedupKey, usize>,
+    items: Vec<(Rank, RawFinding)>,
+}
+
+impl FindingSet {
+    /// Offers a candidate given as slices: stored when new, or copied over the kept
+    /// instance (reusing its allocations) when better ranked, so repeats cost a hash
+    /// lookup and nothing else.
+    pub fn offer(&mut self, key: DedupKey, rank: Rank, c: &Candidate<'_>) {
+        let Candidate {
+            kind,
+            events,
+            orderings,
+            note,
+            wait_site,
+        } = *c;
+        match self.index.get(&key) {
+            Some(&i) if self.items[i].0 <= rank => {}
+            Some(&i) => {
+                let (r, f) = &mut self.items[i];
+                *r = rank;
+                f.events.clear();
+                f.events.extend_from_slice(events);
+                f.orderings.resize_with(orderings.len(), || RawOrdering {
+                    before: Vec::new(),
+                    after: events[0],
+                });
+                for (o, (before, after)) in f.orderings.iter_mut().zip(orderings) {
+                    o.before.clear();
+                    o.before.extend_from_slice(before);
+                    o.after = *after;
+                }
+                f.note = note;
+                f.wait_site = wait_site;
+            }
+            None => {
+                self.index.insert(key, self.items.len());
+                let f = RawFinding {
+                    kind,
+                    events: events.to_vec(),
+                    orderings: orderings
+                        .iter()
+                        .map(|(b, a)| RawOrdering {
+                            before: b.to_vec(),
+                            after: *a,
+                        })
+                        .collect(),
+                    note,
+                    wait_site,
+                };
+                self.items.push((rank, f));
+            }
+        }
+    }
+
+    /// Offers a finished finding (rank and key computed from it).
+    pub fn offer_finding(&mut self, finding: RawFinding) {
+        let key = DedupKey::new(finding.kind, &finding.events);
+        let rank = finding.rank();
+        match self.index.get(&key) {
+            Some(&i) if self.items[i].0 <= rank => {}
+            Some(&i) => self.items[i] = (rank, finding),
+            None => {
+                self.index.insert(key, self.items.len());
+                self.items.push((rank, finding));
+            }
+        }
+    }
+
+    /// Number of distinct candidates.
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    /// All candidates, best rank first (ties: by kind, then by position in the trace).
+    pub fn into_sorted(self) -> Vec<(Rank, RawFinding)> {
+        let mut items = self.items;
+        items.sort_by(|a, b| {
+            a.0.cmp(&b.0)
+                .then(a.1.kind.cmp(&b.1.kind))
+                .then(first_index(&a.1).cmp(&first_index(&b.1)))
+        });
+        items
+    }
+}
+
+fn first_index(f: &RawFinding) -> u64 {
+    f.events.iter().map(|e| e.index).min().unwrap_or(0)
+}

@@ -1,0 +1,266 @@
+//! The analysis' internal vocabulary: object families, the compact identity of an
+//! event (enough to name it in a schedule later), and raw findings before they are
+//! symbolized.
+
+use ordo_trace::Kind;
+
+/// Object families, as the schedule language numbers `@K` objects.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[repr(u8)]
+pub enum Family {
+    /// `mutex_*`.
+    Mutex,
+    /// `cond_*`.
+    Cond,
+    /// `rwlock_*`.
+    Rwlock,
+    /// `sem_*`.
+    Sem,
+    /// `barrier_*`.
+    Barrier,
+    /// `futex_*`.
+    Futex,
+    /// `read`, `write`, `rmw`.
+    Var,
+    /// `thread_create`, `thread_join` (the object is the `pthread_t` handle).
+    Thread,
+}
+
+/// Number of families.
+pub const FAMILIES: usize = 8;
+
+impl Family {
+    /// The family of a kind's object; `None` for `thread_start`/`thread_exit`.
+    pub fn of(kind: Kind) -> Option<Family> {
+        Some(match kind {
+            Kind::MutexLock | Kind::MutexLockFailed | Kind::MutexUnlock => Family::Mutex,
+            Kind::CondWaitBegin | Kind::CondWait | Kind::CondSignal | Kind::CondBroadcast => {
+                Family::Cond
+            }
+            Kind::RwlockRdlock
+            | Kind::RwlockWrlock
+            | Kind::RwlockLockFailed
+            | Kind::RwlockUnlock => Family::Rwlock,
+            Kind::SemWait | Kind::SemWaitFailed | Kind::SemPost => Family::Sem,
+            Kind::BarrierArrive | Kind::BarrierWait => Family::Barrier,
+            Kind::FutexWait | Kind::FutexWake => Family::Futex,
+            Kind::Read | Kind::Write | Kind::Rmw => Family::Var,
+            Kind::ThreadCreate | Kind::ThreadJoin => Family::Thread,
+            Kind::ThreadStart | Kind::ThreadExit => return None,
+        })
+    }
+
+    /// Lower-case name used in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Family::Mutex => "mutex",
+            Family::Cond => "condvar",
+            Family::Rwlock => "rwlock",
+            Family::Sem => "semaphore",
+            Family::Barrier => "barrier",
+            Family::Futex => "futex",
+            Family::Var => "variable",
+            Family::Thread => "thread handle",
+        }
+    }
+}
+
+/// Position of a kind among its family's kinds, for per-object occurrence counters.
+pub fn kind_slot(kind: Kind) -> usize {
+    match kind {
+        Kind::MutexLock
+        | Kind::CondWaitBegin
+        | Kind::RwlockRdlock
+        | Kind::SemWait
+        | Kind::BarrierArrive => 0,
+        Kind::FutexWait | Kind::Read | Kind::ThreadCreate | Kind::ThreadStart => 0,
+        Kind::MutexLockFailed | Kind::CondWait | Kind::RwlockWrlock | Kind::SemWaitFailed => 1,
+        Kind::BarrierWait | Kind::FutexWake | Kind::Write | Kind::ThreadJoin | Kind::ThreadExit => {
+            1
+        }
+        Kind::MutexUnlock
+        | Kind::CondSignal
+        | Kind::RwlockLockFailed
+        | Kind::SemPost
+        | Kind::Rmw => 2,
+        Kind::CondBroadcast | Kind::RwlockUnlock => 3,
+    }
+}
+
+/// Index of an object in the analysis' object table.
+pub type ObjId = u32;
+
+/// `ObjId` of events without an object (`thread_start`, `thread_exit`).
+pub const NO_OBJECT: ObjId = u32::MAX;
+
+/// One event, as much as a finding needs: who, what, on which object, which
+/// occurrence (for the schedule language), where in the code and in the trace.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EventId {
+    /// Dense thread index.
+    pub thread: u32,
+    /// What happened.
+    pub kind: Kind,
+    /// The object ([`NO_OBJECT`] for thread start/exit).
+    pub obj: ObjId,
+    /// 1-based occurrence of `kind` on `obj` in `thread`.
+    pub occurrence: u32,
+    /// Call site.
+    pub site: u64,
+    /// Timestamp.
+    pub ts: u64,
+    /// Position in the global (happens-before consistent) order, from 0.
+    pub index: u64,
+}
+
+/// How a lock is held.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Mode {
+    /// A mutex.
+    Exclusive,
+    /// An rwlock held for reading.
+    Read,
+    /// An rwlock held for writing.
+    Write,
+}
+
+impl Mode {
+    /// Whether two holds of the same lock exclude each other.
+    pub fn conflicts(self, other: Mode) -> bool {
+        !(self == Mode::Read && other == Mode::Read)
+    }
+}
+
+/// What a finding is about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum FindingKind {
+    /// A cycle in the lock-order graph.
+    Deadlock,
+    /// A signal that can be lost because no thread waits yet.
+    LostWakeup,
+    /// A thread that can take a mutex between a signal and the woken waiter's reacquire.
+    Barging,
+    /// Conflicting accesses not ordered by happens-before.
+    Race,
+    /// Another thread's critical section can fall between two of a thread's.
+    Atomicity,
+    /// Two adjacent critical sections of different threads can swap.
+    Reorder,
+}
+
+impl FindingKind {
+    /// Every kind, in report order.
+    pub const ALL: [FindingKind; 6] = [
+        FindingKind::Deadlock,
+        FindingKind::LostWakeup,
+        FindingKind::Barging,
+        FindingKind::Race,
+        FindingKind::Atomicity,
+        FindingKind::Reorder,
+    ];
+
+    /// The JSON name.
+    pub fn name(self) -> &'static str {
+        match self {
+            FindingKind::Deadlock => "deadlock",
+            FindingKind::LostWakeup => "lost_wakeup",
+            FindingKind::Barging => "barging",
+            FindingKind::Race => "race",
+            FindingKind::Atomicity => "atomicity",
+            FindingKind::Reorder => "reorder",
+        }
+    }
+
+    /// The kind with this JSON name.
+    pub fn from_name(name: &str) -> Option<FindingKind> {
+        FindingKind::ALL.into_iter().find(|k| k.name() == name)
+    }
+}
+
+/// One ordering of a candidate schedule: `after` may not take effect before all of
+/// `before` have happened.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RawOrdering {
+    /// Events that must happen first.
+    pub before: Vec<EventId>,
+    /// The gated event.
+    pub after: EventId,
+}
+
+/// A finding before symbolization: the events involved and the schedule exposing it.
+#[derive(Clone, Debug)]
+pub struct RawFinding {
+    /// What it is.
+    pub kind: FindingKind,
+    /// The events the report shows, in the order the message refers to them.
+    pub events: Vec<EventId>,
+    /// The candidate schedule.
+    pub orderings: Vec<RawOrdering>,
+    /// A detail for the message (e.g. "happened in this run").
+    pub note: &'static str,
+    /// For barging: the call site of the woken wait (0 otherwise).
+    pub wait_site: u64,
+}
+
+impl RawFinding {
+    /// Distinct objects named by the schedule and events, in first-mention order.
+    pub fn objects(&self) -> Vec<ObjId> {
+        let mut out = Vec::new();
+        for e in self.all_events() {
+            if e.obj != NO_OBJECT && !out.contains(&e.obj) {
+                out.push(e.obj);
+            }
+        }
+        out
+    }
+
+    /// Distinct threads, in first-mention order.
+    pub fn threads(&self) -> Vec<u32> {
+        let mut out = Vec::new();
+        for e in self.all_events() {
+            if !out.contains(&e.thread) {
+                out.push(e.thread);
+            }
+        }
+        out
+    }
+
+    fn all_events(&self) -> impl Iterator<Item = &EventId> {
+        self.events.iter().chain(
+            self.orderings
+                .iter()
+                .flat_map(|o| o.before.iter().chain(std::iter::once(&o.after))),
+        )
+    }
+
+    /// (v, t, distance): distinct objects, distinct threads, and how many recorded
+    /// events lie between the first and the last event the schedule names.
+    pub fn rank(&self) -> Rank {
+        let (mut lo, mut hi) = (u64::MAX, 0);
+        for e in self
+            .orderings
+            .iter()
+            .flat_map(|o| o.before.iter().chain(std::iter::once(&o.after)))
+        {
+            lo = lo.min(e.index);
+            hi = hi.max(e.index);
+        }
+        Rank {
+            v: self.objects().len() as u32,
+            t: self.threads().len() as u32,
+            distance: hi.saturating_sub(lo),
+        }
+    }
+}
+
+/// A candidate's rank: smaller is simpler and likelier (variable and thread bounding,
+/// then the smallest change from the recorded order).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Rank {
+    /// Distinct objects involved.
+    pub v: u32,
+    /// Distinct threads involved.
+    pub t: u32,
+    /// Recorded events between the first and last event of the schedule.
+    pub distance: u64,
+}

@@ -1,0 +1,444 @@
+//! Findings made readable: symbolized sites and objects, the candidate schedule as
+//! text, the rank, and a one-line message; printed as a text report grouped by kind
+//! or as one JSON document.
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+
+use ordo_trace::Kind;
+use serde_json::{json, Value};
+
+use crate::engine::PassStats;
+use crate::model::{EventId, Family, FindingKind, Rank, RawFinding, FAMILIES};
+use crate::naming::Namer;
+
+/// An object a finding involves.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ObjectDesc {
+    /// Address in the recorded run.
+    pub addr: u64,
+    /// Global or static variable name, when it is one.
+    pub name: Option<String>,
+    /// Object family (`mutex`, `condvar`, …).
+    pub family: &'static str,
+}
+
+/// One finding, ready to print.
+#[derive(Clone, Debug)]
+pub struct Finding {
+    /// What it is.
+    pub kind: FindingKind,
+    /// Logical ids of the threads involved.
+    pub threads: Vec<String>,
+    /// Objects involved.
+    pub objects: Vec<ObjectDesc>,
+    /// Symbolized call sites of the events involved, in the order the details list them.
+    pub sites: Vec<String>,
+    /// The candidate schedule, in the schedule language (empty when a thread could
+    /// not be named).
+    pub schedule: String,
+    /// (v, t, distance).
+    pub rank: Rank,
+    /// One-line description.
+    pub message: String,
+    /// One line per event involved: thread, what, object, site.
+    pub details: Vec<String>,
+    /// Whether an event of the finding lies at or after the first lost event.
+    pub possibly_affected_by_drops: bool,
+}
+
+/// Events lost to a full ring buffer between two chunks of the trace.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Loss {
+    /// Index of the first chunk that may miss events (0-based).
+    pub first_chunk: u64,
+    /// Index of the chunk whose drop counter rose (the loss is before its end).
+    pub last_chunk: u64,
+    /// Byte offset of `first_chunk` in the file.
+    pub offset: u64,
+    /// Events lost.
+    pub events: u64,
+    /// Timestamp of the first event of `first_chunk`: later events may be affected.
+    pub from_ts: u64,
+}
+
+/// Counters about the trace and the analysis.
+#[derive(Clone, Debug, Default)]
+pub struct Stats {
+    /// Counters from the happens-before pass.
+    pub pass: PassStats,
+    /// Threads in the trace's thread table.
+    pub threads: u64,
+    /// Chunks read.
+    pub chunks: u64,
+    /// Events lost in the kernel (total).
+    pub dropped: u64,
+    /// Why the trace ends early, if it does.
+    pub cut_short: Option<String>,
+    /// Peak resident memory of this process (kB), when known.
+    pub peak_rss_kb: Option<u64>,
+    /// Wall time of the analysis in seconds.
+    pub seconds: f64,
+    /// Of which the streaming pass (reading, ordering, happens-before, detectors).
+    pub pass_seconds: f64,
+}
+
+/// The result of analyzing a trace.
+#[derive(Clone, Debug)]
+pub struct Analysis {
+    /// The trace file.
+    pub trace: PathBuf,
+    /// Findings, best rank first.
+    pub findings: Vec<Finding>,
+    /// Where events were lost.
+    pub losses: Vec<Loss>,
+    /// Counters.
+    pub stats: Stats,
+}
+
+/// Symbolizes raw findings.
+pub fn resolve(
+    raw: Vec<(Rank, RawFinding)>,
+    namer: &Namer<'_>,
+    first_loss_ts: Option<u64>,
+) -> Vec<Finding> {
+    raw.into_iter()
+        .map(|(rank, f)| resolve_one(rank, &f, namer, first_loss_ts))
+        .collect()
+}
+
+fn resolve_one(
+    rank: Rank,
+    f: &RawFinding,
+    namer: &Namer<'_>,
+    first_loss_ts: Option<u64>,
+) -> Finding {
+    let threads = f
+        .threads()
+        .into_iter()
+        .map(|t| namer.thread_text(t))
+        .collect();
+    let objects = f
+        .objects()
+        .into_iter()
+        .map(|o| ObjectDesc {
+            addr: namer.addr(o),
+            name: namer.symbol(o),
+            family: family_of_obj(f, o).map(Family::name).unwrap_or("object"),
+        })
+        .collect();
+    let sites = f.events.iter().map(|e| namer.site(e)).collect();
+    let schedule = schedule_text(f, namer).unwrap_or_default();
+    let details = f.events.iter().map(|e| describe_event(e, namer)).collect();
+    let possibly_affected_by_drops =
+        first_loss_ts.is_some_and(|ts| f.events.iter().any(|e| e.ts >= ts));
+    Finding {
+        kind: f.kind,
+        threads,
+        objects,
+        sites,
+        schedule,
+        rank,
+        message: message(f, namer),
+        details,
+        possibly_affected_by_drops,
+    }
+}
+
+fn family_of_obj(f: &RawFinding, obj: u32) -> Option<Family> {
+    f.events
+        .iter()
+        .find(|e| e.obj == obj)
+        .and_then(|e| Family::of(e.kind))
+}
+
+/// The schedule as text, one ordering per line; `None` if an event's thread has no
+/// logical id.
+pub fn schedule_text(f: &RawFinding, namer: &Namer<'_>) -> Option<String> {
+    let mut out = String::new();
+    for o in &f.orderings {
+        let before: Option<Vec<String>> = o.before.iter().map(|e| namer.event_name(e)).collect();
+        let _ = writeln!(
+            out,
+            "{} -> {}",
+            before?.join(" && "),
+            namer.event_name(&o.after)?
+        );
+    }
+    Some(out)
+}
+
+fn verb(kind: Kind) -> &'static str {
+    match kind {
+        Kind::MutexLock => "locks",
+        Kind::MutexUnlock | Kind::RwlockUnlock => "unlocks",
+        Kind::RwlockRdlock => "read-locks",
+        Kind::RwlockWrlock => "write-locks",
+        Kind::CondSignal => "signals",
+        Kind::CondBroadcast => "broadcasts",
+        Kind::CondWaitBegin => "starts waiting on",
+        Kind::CondWait => "returns from waiting on",
+        Kind::Read => "reads",
+        Kind::Write => "writes",
+        Kind::Rmw => "updates",
+        other => other.name(),
+    }
+}
+
+fn describe_event(e: &EventId, namer: &Namer<'_>) -> String {
+    let object = if e.obj == crate::model::NO_OBJECT {
+        String::new()
+    } else {
+        format!(" {}", namer.object_text(e.obj))
+    };
+    format!(
+        "thread {} {}{} at {}",
+        namer.thread_text(e.thread),
+        verb(e.kind),
+        object,
+        namer.site(e)
+    )
+}
+
+fn message(f: &RawFinding, n: &Namer<'_>) -> String {
+    let t = |e: &EventId| n.thread_text(e.thread);
+    let o = |e: &EventId| n.object_text(e.obj);
+    let s = |e: &EventId| n.site(e);
+    let ev = &f.events;
+    let mut m = match f.kind {
+        FindingKind::Deadlock => {
+            let locks: Vec<String> = ev.iter().step_by(2).map(o).collect();
+            let threads: Vec<String> = ev.iter().step_by(2).map(t).collect();
+            format!(
+                "lock-order cycle {} → {}: threads {} take these locks in opposite orders with no common gate lock; \
+                 they can deadlock",
+                locks.join(" → "),
+                locks[0],
+                threads.join(", ")
+            )
+        }
+        FindingKind::LostWakeup => format!(
+            "thread {} {} {} ({}) when thread {} is not waiting yet ({}); nothing orders the wait after it, so the \
+             wakeup can be lost",
+            t(&ev[1]),
+            verb(ev[1].kind),
+            o(&ev[1]),
+            s(&ev[1]),
+            t(&ev[0]),
+            s(&ev[0])
+        ),
+        FindingKind::Barging => {
+            let (signal, waiter, barger) = (&ev[0], &ev[1], &ev[2]);
+            format!(
+                "thread {} can take {} ({}) after thread {} {} {} and before woken thread {} reacquires it ({}); \
+                 a waiter that does not re-check its condition in a loop then acts on a stale state",
+                t(barger),
+                o(barger),
+                s(barger),
+                t(signal),
+                verb(signal.kind),
+                o(signal),
+                t(waiter),
+                s(waiter)
+            )
+        }
+        FindingKind::Race => format!(
+            "data race on {}: thread {} {} it at {} and thread {} {} it at {}, unordered by happens-before",
+            o(&ev[0]),
+            t(&ev[0]),
+            verb(ev[0].kind),
+            s(&ev[0]),
+            t(&ev[1]),
+            verb(ev[1].kind),
+            s(&ev[1])
+        ),
+        FindingKind::Atomicity => format!(
+            "thread {}'s critical sections on {} at {} and at {} can be split by thread {}'s at {} \
+             (check-then-act)",
+            t(&ev[0]),
+            o(&ev[0]),
+            s(&ev[0]),
+            s(&ev[1]),
+            t(&ev[2]),
+            s(&ev[2])
+        ),
+        FindingKind::Reorder => format!(
+            "thread {}'s critical section on {} at {} and thread {}'s at {} can run in the other order",
+            t(&ev[0]),
+            o(&ev[0]),
+            s(&ev[0]),
+            t(&ev[1]),
+            s(&ev[1])
+        ),
+    };
+    if !f.note.is_empty() {
+        let _ = write!(m, " ({})", f.note);
+    }
+    m
+}
+
+impl Analysis {
+    /// The JSON document of `ordo analyze --json`.
+    pub fn to_json(&self) -> Value {
+        let findings: Vec<Value> = self
+            .findings
+            .iter()
+            .map(|f| {
+                json!({
+                    "kind": f.kind.name(),
+                    "threads": f.threads,
+                    "objects": f.objects.iter().map(|o| json!({
+                        "addr": format!("{:#x}", o.addr),
+                        "name": o.name,
+                        "family": o.family,
+                    })).collect::<Vec<_>>(),
+                    "sites": f.sites,
+                    "schedule": f.schedule,
+                    "rank": {"v": f.rank.v, "t": f.rank.t, "distance": f.rank.distance},
+                    "message": f.message,
+                    "details": f.details,
+                    "possibly_affected_by_drops": f.possibly_affected_by_drops,
+                })
+            })
+            .collect();
+        let p = &self.stats.pass;
+        let mut objects = serde_json::Map::new();
+        for (i, name) in [
+            "mutex",
+            "condvar",
+            "rwlock",
+            "semaphore",
+            "barrier",
+            "futex",
+            "variable",
+            "thread_handle",
+        ]
+        .iter()
+        .enumerate()
+        .take(FAMILIES)
+        {
+            objects.insert(name.to_string(), json!(p.objects[i]));
+        }
+        let mut by_kind = serde_json::Map::new();
+        for k in FindingKind::ALL {
+            by_kind.insert(
+                k.name().to_string(),
+                json!(self.findings.iter().filter(|f| f.kind == k).count()),
+            );
+        }
+        json!({
+            "findings": findings,
+            "stats": {
+                "trace": self.trace.display().to_string(),
+                "events": p.events,
+                "threads": self.stats.threads,
+                "threads_seen": p.threads_seen,
+                "chunks": self.stats.chunks,
+                "dropped": self.stats.dropped,
+                "losses": self.losses.iter().map(|l| json!({
+                    "first_chunk": l.first_chunk,
+                    "last_chunk": l.last_chunk,
+                    "offset": l.offset,
+                    "events": l.events,
+                    "from_ts": l.from_ts,
+                })).collect::<Vec<_>>(),
+                "cut_short": self.stats.cut_short,
+                "objects": objects,
+                "critical_sections": p.critical_sections,
+                "lock_order_edges": p.lock_order_edges,
+                "candidates_offered": p.candidates_offered,
+                "unknown_thread_events": p.unknown_thread_events,
+                "findings": by_kind,
+                "seconds": self.stats.seconds,
+                "pass_seconds": self.stats.pass_seconds,
+                "peak_rss_kb": self.stats.peak_rss_kb,
+            }
+        })
+    }
+
+    /// The text report: a summary, then findings grouped by kind, each group best
+    /// rank first. At most `per_kind` findings of a kind are printed in full.
+    pub fn to_text(&self, per_kind: usize) -> String {
+        let mut out = String::new();
+        let s = &self.stats;
+        let _ = writeln!(
+            out,
+            "{}: {} events, {} threads, {} critical sections, {} findings",
+            self.trace.display(),
+            s.pass.events,
+            s.threads,
+            s.pass.critical_sections,
+            self.findings.len()
+        );
+        if s.dropped > 0 || !self.losses.is_empty() {
+            let _ = writeln!(
+                out,
+                "warning: {} events were lost in the kernel while recording",
+                s.dropped
+            );
+            for l in &self.losses {
+                let _ = writeln!(
+                    out,
+                    "  {} lost between chunk {} (byte {}) and the end of chunk {}",
+                    l.events, l.first_chunk, l.offset, l.last_chunk
+                );
+            }
+            let affected = self
+                .findings
+                .iter()
+                .filter(|f| f.possibly_affected_by_drops)
+                .count();
+            let _ = writeln!(
+                out,
+                "  {affected} findings involve events at or after the first loss (marked [drops])"
+            );
+        }
+        if let Some(c) = &s.cut_short {
+            let _ = writeln!(out, "warning: {c}");
+        }
+        for kind in FindingKind::ALL {
+            let group: Vec<&Finding> = self.findings.iter().filter(|f| f.kind == kind).collect();
+            if group.is_empty() {
+                continue;
+            }
+            let _ = writeln!(out, "\n{} ({}):", kind.name(), group.len());
+            for (i, f) in group.iter().take(per_kind).enumerate() {
+                let _ = writeln!(
+                    out,
+                    "  [{}] rank v={} t={} distance={}{}",
+                    i + 1,
+                    f.rank.v,
+                    f.rank.t,
+                    f.rank.distance,
+                    if f.possibly_affected_by_drops {
+                        " [drops]"
+                    } else {
+                        ""
+                    }
+                );
+                let _ = writeln!(out, "      {}", f.message);
+                for d in &f.details {
+                    let _ = writeln!(out, "      - {d}");
+                }
+                if !f.schedule.is_empty() {
+                    let _ = writeln!(out, "      schedule:");
+                    for line in f.schedule.lines() {
+                        let _ = writeln!(out, "        {line}");
+                    }
+                }
+            }
+            if group.len() > per_kind {
+                let _ = writeln!(
+                    out,
+                    "  … {} more {} findings (all are in --json)",
+                    group.len() - per_kind,
+                    kind.name()
+                );
+            }
+        }
+        if self.findings.is_empty() {
+            let _ = writeln!(out, "\nno findings");
+        }
+        out
+    }
+}

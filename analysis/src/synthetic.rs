@@ -1,0 +1,280 @@
+//! Traces made in code: a builder for hand-made traces in tests, and the generator
+//! of the large traces the benchmark analyzes.
+//!
+//! The builder emits events in the order they are added, with increasing
+//! timestamps and per-object sequence numbers, exactly as the recorder would for a
+//! run that happened in that order.
+
+use std::io;
+use std::path::Path;
+
+use ordo_trace::schema::{Footer, Header, ThreadRecord};
+use ordo_trace::{Event, Kind, LogicalId, TraceWriter, Via};
+use rustc_hash::FxHashMap;
+
+/// Kernel tid of the main thread in built traces.
+pub const MAIN_TID: u32 = 1000;
+
+/// Builds a trace event by event.
+pub struct TraceBuilder {
+    events: Vec<Event>,
+    threads: Vec<ThreadRecord>,
+    seq: FxHashMap<u64, u64>,
+    ts: u64,
+    children: FxHashMap<u32, u32>,
+    /// Events per chunk when written.
+    pub chunk_events: usize,
+    /// Kernel drop counter to record after chunk `i` (cumulative), if any.
+    pub drops_after_chunk: Vec<(usize, u64)>,
+}
+
+impl Default for TraceBuilder {
+    fn default() -> Self {
+        TraceBuilder::new()
+    }
+}
+
+impl TraceBuilder {
+    /// A trace with only the main thread (`0`, tid [`MAIN_TID`]).
+    pub fn new() -> TraceBuilder {
+        TraceBuilder {
+            events: Vec::new(),
+            threads: vec![ThreadRecord {
+                tid: MAIN_TID,
+                logical: vec![],
+                name: "main".into(),
+                parent_tid: 0,
+            }],
+            seq: FxHashMap::default(),
+            ts: 1_000_000,
+            children: FxHashMap::default(),
+            chunk_events: 4096,
+            drops_after_chunk: Vec::new(),
+        }
+    }
+
+    /// Registers a thread created by `parent` (its next child); returns its tid.
+    /// Call [`TraceBuilder::create`] and [`TraceBuilder::start`] to give it events.
+    pub fn spawn(&mut self, parent: u32) -> u32 {
+        let tid = MAIN_TID + self.threads.len() as u32;
+        let parent_logical = self.logical(parent);
+        let n = self.children.entry(parent).or_insert(0);
+        *n += 1;
+        let logical = parent_logical.child(*n);
+        self.threads.push(ThreadRecord {
+            tid,
+            logical: logical.0,
+            name: format!("t{tid}"),
+            parent_tid: parent,
+        });
+        tid
+    }
+
+    /// The logical id of a tid.
+    pub fn logical(&self, tid: u32) -> LogicalId {
+        LogicalId(
+            self.threads
+                .iter()
+                .find(|t| t.tid == tid)
+                .map(|t| t.logical.clone())
+                .unwrap_or_default(),
+        )
+    }
+
+    /// Adds an event; sequenced kinds get the object's next `seq`. Returns it for
+    /// adjustment (`via`, `addr2`, `result`, …).
+    pub fn push(&mut self, tid: u32, kind: Kind, addr: u64, site: u64) -> &mut Event {
+        self.ts += 10;
+        let seq = if kind.is_sequenced() {
+            let s = self.seq.entry(addr).or_insert(0);
+            *s += 1;
+            *s - 1
+        } else {
+            0
+        };
+        self.events.push(Event {
+            ts_ns: self.ts,
+            tid,
+            thread: 0,
+            kind,
+            via: Via::Plain,
+            addr,
+            addr2: 0,
+            site,
+            seq,
+            result: 0,
+            value: 0,
+            size: 0,
+        });
+        self.events.last_mut().unwrap()
+    }
+
+    /// `parent` creates `child` with pthread_t handle `handle`, and the child starts.
+    pub fn create(&mut self, parent: u32, child: u32, handle: u64, site: u64) {
+        self.push(parent, Kind::ThreadCreate, handle, site).value = child as u64;
+        self.push(child, Kind::ThreadStart, 0, 0);
+    }
+
+    /// `child` exits and `parent` joins it through `handle`.
+    pub fn exit_join(&mut self, parent: u32, child: u32, handle: u64, site: u64) {
+        self.push(child, Kind::ThreadExit, 0, 0);
+        self.push(parent, Kind::ThreadJoin, handle, site);
+    }
+
+    /// A mutex acquisition.
+    pub fn lock(&mut self, tid: u32, mutex: u64, site: u64) {
+        self.push(tid, Kind::MutexLock, mutex, site);
+    }
+
+    /// A successful trylock.
+    pub fn trylock(&mut self, tid: u32, mutex: u64, site: u64) {
+        self.push(tid, Kind::MutexLock, mutex, site).via = Via::Try;
+    }
+
+    /// A mutex release.
+    pub fn unlock(&mut self, tid: u32, mutex: u64, site: u64) {
+        self.push(tid, Kind::MutexUnlock, mutex, site);
+    }
+
+    /// `pthread_cond_wait` starts: the mutex is released and the thread waits.
+    pub fn wait_begin(&mut self, tid: u32, cond: u64, mutex: u64, site: u64) {
+        let e = self.push(tid, Kind::MutexUnlock, mutex, site);
+        e.via = Via::CondWait;
+        e.addr2 = cond;
+        self.push(tid, Kind::CondWaitBegin, cond, site).addr2 = mutex;
+    }
+
+    /// `pthread_cond_wait` returns (result 0 or ETIMEDOUT) and reacquires the mutex.
+    pub fn wait_end(&mut self, tid: u32, cond: u64, mutex: u64, result: i64, site: u64) {
+        let e = self.push(tid, Kind::CondWait, cond, site);
+        e.addr2 = mutex;
+        e.result = result;
+        let e = self.push(tid, Kind::MutexLock, mutex, site);
+        e.via = Via::CondWait;
+        e.addr2 = cond;
+    }
+
+    /// `pthread_cond_signal`.
+    pub fn signal(&mut self, tid: u32, cond: u64, site: u64) {
+        self.push(tid, Kind::CondSignal, cond, site);
+    }
+
+    /// A watched read.
+    pub fn read(&mut self, tid: u32, var: u64, site: u64) {
+        self.push(tid, Kind::Read, var, site).size = 4;
+    }
+
+    /// A watched write.
+    pub fn write(&mut self, tid: u32, var: u64, site: u64) {
+        self.push(tid, Kind::Write, var, site).size = 4;
+    }
+
+    /// The events so far.
+    pub fn events(&self) -> &[Event] {
+        &self.events
+    }
+
+    /// Number of events so far.
+    pub fn len(&self) -> usize {
+        self.events.len()
+    }
+
+    /// Whether no event was added.
+    pub fn is_empty(&self) -> bool {
+        self.events.is_empty()
+    }
+
+    /// Writes the trace (chunks of [`TraceBuilder::chunk_events`] events).
+    pub fn write_to(&self, path: &Path) -> io::Result<()> {
+        let header = Header {
+            pid: MAIN_TID,
+            command: vec!["built".into()],
+            ..Default::default()
+        };
+        let mut w = TraceWriter::create(path, &header)?;
+        let mut dropped = 0;
+        for (i, part) in self.events.chunks(self.chunk_events.max(1)).enumerate() {
+            let threads = if i == 0 {
+                self.threads.clone()
+            } else {
+                Vec::new()
+            };
+            if let Some(&(_, d)) = self.drops_after_chunk.iter().find(|(c, _)| *c == i) {
+                dropped = d;
+            }
+            w.write_chunk(part, &threads, &[], dropped)?;
+        }
+        w.finish(Footer {
+            dropped,
+            ..Default::default()
+        })?;
+        Ok(())
+    }
+}
+
+/// Writes the benchmark's trace: `threads` worker threads (plus main) doing
+/// `events` events in total — critical sections on 16 mutexes, nested in a fixed
+/// order, with watched accesses under one of them — streamed to disk in chunks so
+/// generating needs no more memory than one chunk. Returns the events written.
+pub fn write_benchmark_trace(path: &Path, events: u64, threads: u32) -> io::Result<u64> {
+    const LOCKS: u64 = 16;
+    const LOCK_BASE: u64 = 0x5000_0000;
+    const VAR: u64 = 0x6000_0000;
+    const CHUNK: usize = 65_536;
+    let header = Header {
+        pid: MAIN_TID,
+        command: vec!["bench".into()],
+        ..Default::default()
+    };
+    let mut w = TraceWriter::create(path, &header)?;
+    let mut b = TraceBuilder::new();
+    let workers: Vec<u32> = (0..threads).map(|_| b.spawn(MAIN_TID)).collect();
+    let records = b.threads.clone();
+    for (i, &t) in workers.iter().enumerate() {
+        b.create(MAIN_TID, t, 0x7000_0000 + 8 * i as u64, 0x401000);
+    }
+    // xorshift: deterministic, dependency-free.
+    let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = move || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng
+    };
+    let mut written = 0u64;
+    let mut first = true;
+    let budget = events.saturating_sub(3 * threads as u64);
+    while written + (b.len() as u64) < budget {
+        let r = next();
+        let t = workers[(r % threads as u64) as usize];
+        let outer = (r >> 8) % LOCKS;
+        let site = 0x402000 + ((r >> 16) % 2) * 0x10 + outer * 0x100;
+        b.lock(t, LOCK_BASE + outer * 64, site);
+        if (r >> 24) % 4 == 0 && outer + 1 < LOCKS {
+            let inner = outer + 1 + (r >> 28) % (LOCKS - outer - 1);
+            b.lock(t, LOCK_BASE + inner * 64, 0x403000 + inner * 0x10);
+            b.unlock(t, LOCK_BASE + inner * 64, 0x403004 + inner * 0x10);
+        }
+        if outer == 0 {
+            if (r >> 32) % 2 == 0 {
+                b.read(t, VAR, site + 6);
+            } else {
+                b.write(t, VAR, site + 7);
+            }
+        }
+        b.unlock(t, LOCK_BASE + outer * 64, site + 8);
+        if b.len() >= CHUNK {
+            w.write_chunk(&b.events, if first { &records } else { &[] }, &[], 0)?;
+            first = false;
+            written += b.events.len() as u64;
+            b.events.clear();
+        }
+    }
+    for (i, &t) in workers.iter().enumerate() {
+        b.exit_join(MAIN_TID, t, 0x7000_0000 + 8 * i as u64, 0x401100);
+    }
+    w.write_chunk(&b.events, if first { &records } else { &[] }, &[], 0)?;
+    written += b.events.len() as u64;
+    w.finish(Footer::default())?;
+    Ok(written)
+}
