@@ -1,15 +1,83 @@
-//! `ordo replay`: rerun a program enforcing a schedule.
+//! `ordo replay`: rerun a program enforcing (or only checking) a schedule, and say
+//! whether the bug showed: exit status 0 passed, 1 reproduced, 3 infeasible.
 
-use clap::Args;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{bail, Result};
+use clap::{Args, ValueEnum};
+use ordo_recorder::parse_buffer_size;
+use ordo_replayer::run::read_schedule;
+use ordo_replayer::{replay, Mode, OnInfeasible, ReplayOptions};
+
+/// What to do when the schedule proves infeasible.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum InfeasibleAction {
+    /// Kill the program at once.
+    Kill,
+    /// Open every gate and let the program finish freely.
+    Release,
+}
 
 /// Arguments of `ordo replay`.
 #[derive(Args)]
 pub struct ReplayArgs {
+    /// The schedule file (see docs/SCHEDULE.md).
+    #[arg(short, long, value_name = "FILE")]
+    pub schedule: PathBuf,
+    /// Print the outcome as one JSON object (the last line of stdout).
+    #[arg(long)]
+    pub json: bool,
+    /// Kill the program after this many seconds.
+    #[arg(long, value_name = "S", default_value = "60")]
+    pub timeout: f64,
+    /// A run is stuck when every thread stayed blocked (or held), with no progress,
+    /// this many milliseconds: a deadlock, or an infeasible schedule.
+    #[arg(long, value_name = "MS", default_value = "300")]
+    pub stall_ms: u64,
+    /// When the schedule is infeasible: kill the program, or release it to finish freely.
+    #[arg(long, value_enum, default_value = "kill")]
+    pub on_infeasible: InfeasibleAction,
+    /// Record the replay into this trace and check the schedule held on the recording.
+    #[arg(long, value_name = "OUT")]
+    pub record: Option<PathBuf>,
+    /// Ring buffer size for --record (power of two, e.g. 16M).
+    #[arg(long, value_parser = parse_buffer_size, default_value = "16M")]
+    pub buffer_size: usize,
+    /// Passive mode: gate nothing, only report whether the run happened to follow the schedule.
+    #[arg(long)]
+    pub check: bool,
     /// The command to run.
     #[arg(last = true, required = true)]
     pub command: Vec<String>,
 }
 
-pub fn run(_args: ReplayArgs) -> anyhow::Result<u8> {
-    anyhow::bail!("ordo replay is not built yet")
+pub fn run(args: ReplayArgs) -> Result<u8> {
+    if !(args.timeout > 0.0 && args.timeout.is_finite()) {
+        bail!("--timeout {}: expected a positive number of seconds", args.timeout);
+    }
+    if args.stall_ms == 0 {
+        bail!("--stall-ms 0: expected a positive number of milliseconds");
+    }
+    let schedule = read_schedule(&args.schedule)?;
+    let options = ReplayOptions {
+        command: args.command,
+        schedule,
+        mode: if args.check { Mode::Check } else { Mode::Enforce },
+        timeout: Duration::from_secs_f64(args.timeout),
+        stall: Duration::from_millis(args.stall_ms),
+        on_infeasible: match args.on_infeasible {
+            InfeasibleAction::Kill => OnInfeasible::Kill,
+            InfeasibleAction::Release => OnInfeasible::Release,
+        },
+        record: args.record,
+        buffer_size: args.buffer_size,
+    };
+    let outcome = replay(&options)?;
+    if args.json {
+        println!("{}", outcome.to_json());
+    } else {
+        eprint!("{}", outcome.render());
+    }
+    Ok(outcome.verdict.exit_status())
 }

@@ -1,1 +1,21 @@
+//! ordo's replayer: rerun a program so that a chosen partial order of its
+//! synchronization events happens, and say whether the predicted bug showed.
+//!
+//! - [`plan`]: a [`ordo_schedule::Schedule`] compiled for the agent.
+//! - [`shared`]: the memfd the driver and the agent share ([`shm`] is its layout,
+//!   one file compiled into both).
+//! - [`agent`]: the agent library, built by this crate's build script and embedded.
+//! - [`run`]: spawning the program with the agent, watching it for deadlocks and
+//!   infeasible schedules, the verdict, and verification by recording.
+//!
+//! `docs/REPLAY.md` explains the mechanism and why it was chosen.
 
+pub mod agent;
+pub mod plan;
+pub mod run;
+pub mod shared;
+#[path = "../agent/src/shm.rs"]
+pub mod shm;
+
+pub use plan::Plan;
+pub use run::{replay, Mode, OnInfeasible, ReplayOptions, ReplayOutcome, Verdict};

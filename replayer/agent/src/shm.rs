@@ -1,0 +1,254 @@
+//! The shared-memory page between `ordo replay` (the driver) and the agent it preloads
+//! into the program. One definition, compiled into both: the agent includes it as a
+//! module and the driver includes the same file with `#[path]`.
+//!
+//! The driver fills in the plan (named events, their predecessors, the symbols they
+//! use, the threads that own them) before the program starts; the agent fills in
+//! what happened (counts, done flags, order stamps) and each thread's state, which
+//! the driver polls to tell a deadlock or an infeasible schedule from a slow run.
+//! Every field either side writes while the other runs is an atomic.
+#![allow(dead_code)]
+
+use std::sync::atomic::{AtomicU32, AtomicU64};
+
+/// "ORDO_REP".
+pub const MAGIC: u64 = 0x4f52_444f_5f52_4550;
+/// Bumped whenever the layout changes.
+pub const VERSION: u32 = 1;
+
+/// Named events a plan can hold.
+pub const MAX_EVENTS: usize = 512;
+/// Predecessor entries a plan can hold.
+pub const MAX_PREDS: usize = 2048;
+/// Distinct symbols a plan can name.
+pub const MAX_SYMBOLS: usize = 64;
+/// Distinct threads a plan can name.
+pub const MAX_PLAN_THREADS: usize = 64;
+/// Threads of the program the driver can watch.
+pub const MAX_SLOTS: usize = 2048;
+/// Deepest logical thread id (`1.2.3` has depth 3).
+pub const MAX_DEPTH: usize = 8;
+/// Largest `@K` a gated event can use.
+pub const MAX_K: usize = 16;
+/// Object families (see `ordo_schedule::Family::ALL`, same order).
+pub const FAMILIES: usize = 9;
+/// Bytes of a symbol name, NUL included.
+pub const SYMBOL_LEN: usize = 120;
+
+/// `flags`: gate nothing, only observe (passive mode).
+pub const FLAG_CHECK_ONLY: u32 = 1;
+/// `flags`: the driver released every gate (the run continues freely).
+pub const FLAG_RELEASED: u32 = 2;
+
+/// `PlanEvent::object_kind`: no object.
+pub const OBJ_NONE: u8 = 0;
+/// `PlanEvent::object_kind`: `@K`, `object` = K.
+pub const OBJ_NTH: u8 = 1;
+/// `PlanEvent::object_kind`: a symbol, `object` = index into `symbols`.
+pub const OBJ_SYMBOL: u8 = 2;
+
+/// `Slot::state`: the slot is free.
+pub const STATE_FREE: u32 = 0;
+/// Running program code (or anything the agent does not know to block).
+pub const STATE_RUNNING: u32 = 1;
+/// Held at a gate: `detail` = plan event index.
+pub const STATE_HELD: u32 = 2;
+/// Inside a pthread call that can block forever: `detail` = kind code.
+pub const STATE_BLOCKED: u32 = 3;
+/// Inside a pthread call with a timeout: will come back by itself.
+pub const STATE_TIMED: u32 = 4;
+/// The thread finished.
+pub const STATE_EXITED: u32 = 5;
+
+/// Event kind codes, equal to `ordo_probe_common::kind` (a driver test checks).
+pub mod kind {
+    pub const MUTEX_LOCK: u16 = 1;
+    pub const MUTEX_LOCK_FAILED: u16 = 2;
+    pub const MUTEX_UNLOCK: u16 = 3;
+    pub const COND_WAIT_BEGIN: u16 = 4;
+    pub const COND_WAIT: u16 = 5;
+    pub const COND_SIGNAL: u16 = 6;
+    pub const COND_BROADCAST: u16 = 7;
+    pub const RWLOCK_RDLOCK: u16 = 8;
+    pub const RWLOCK_WRLOCK: u16 = 9;
+    pub const RWLOCK_LOCK_FAILED: u16 = 10;
+    pub const RWLOCK_UNLOCK: u16 = 11;
+    pub const SEM_WAIT: u16 = 12;
+    pub const SEM_WAIT_FAILED: u16 = 13;
+    pub const SEM_POST: u16 = 14;
+    pub const BARRIER_ARRIVE: u16 = 15;
+    pub const BARRIER_WAIT: u16 = 16;
+    pub const THREAD_CREATE: u16 = 17;
+    pub const THREAD_START: u16 = 18;
+    pub const THREAD_EXIT: u16 = 19;
+    pub const THREAD_JOIN: u16 = 20;
+    pub const FUTEX_WAIT: u16 = 21;
+    pub const FUTEX_WAKE: u16 = 22;
+    pub const READ: u16 = 23;
+    pub const WRITE: u16 = 24;
+    pub const RMW: u16 = 25;
+}
+
+/// The object family index of a kind code (the order of `ordo_schedule::Family::ALL`).
+pub const fn family_of(kind: u16) -> usize {
+    match kind {
+        1..=3 => 0,
+        4..=7 => 1,
+        8..=11 => 2,
+        12..=14 => 3,
+        15 | 16 => 4,
+        21 | 22 => 5,
+        23..=25 => 6,
+        17 | 20 => 7,
+        _ => 8,
+    }
+}
+
+/// Kinds whose order stamp is taken before the call, like the recorder's sequence
+/// numbers: a release, wake or post must count as earlier than whatever it lets run.
+pub const fn stamps_before(kind: u16) -> bool {
+    matches!(
+        kind,
+        kind::MUTEX_UNLOCK
+            | kind::RWLOCK_UNLOCK
+            | kind::COND_SIGNAL
+            | kind::COND_BROADCAST
+            | kind::COND_WAIT_BEGIN
+            | kind::SEM_POST
+            | kind::BARRIER_ARRIVE
+            | kind::FUTEX_WAKE
+            | kind::THREAD_CREATE
+            | kind::THREAD_EXIT
+    )
+}
+
+/// One named event of the schedule.
+#[repr(C)]
+pub struct PlanEvent {
+    /// Index into `threads`.
+    pub plan_thread: u32,
+    /// Kind code.
+    pub kind: u16,
+    /// Family index of the kind.
+    pub family: u8,
+    /// `OBJ_*`.
+    pub object_kind: u8,
+    /// K for `OBJ_NTH`, symbol index for `OBJ_SYMBOL`.
+    pub object: u32,
+    /// The occurrence (1-based).
+    pub occurrence: u32,
+    /// Nonzero when the event has predecessors: the thread waits before it.
+    pub gated: u32,
+    /// First entry in `preds`.
+    pub pred_start: u32,
+    /// Number of entries in `preds`.
+    pub pred_count: u32,
+    /// Matching events the owning thread has had so far (agent).
+    pub count: AtomicU32,
+    /// 1 once the event happened (agent).
+    pub done: AtomicU32,
+    /// Kernel tid of the thread that did it (agent).
+    pub done_tid: AtomicU32,
+    /// Position in the run's order (agent; from `Shared::stamp`, 1-based).
+    pub stamp: AtomicU64,
+}
+
+/// A global or static variable named by the schedule.
+#[repr(C)]
+pub struct PlanSymbol {
+    /// Name, NUL-terminated (for `dlsym` and messages).
+    pub name: [u8; SYMBOL_LEN],
+    /// ELF virtual address in the main executable, 0 when the driver did not find it
+    /// there (the agent then asks `dlsym`).
+    pub vaddr: u64,
+    /// Byte offset into the symbol (`name+offset`).
+    pub offset: u64,
+    /// Runtime address once resolved (agent), 0 before.
+    pub addr: AtomicU64,
+}
+
+/// A thread the schedule names, and what the agent tracks for it.
+#[repr(C)]
+pub struct PlanThread {
+    /// Depth of the logical id.
+    pub depth: u32,
+    /// The logical id's path (`1.2` = [1, 2]); the main thread has depth 0.
+    pub path: [u32; MAX_DEPTH],
+    /// First plan event of this thread (plan events are grouped by thread).
+    pub first_event: u32,
+    /// Number of plan events of this thread.
+    pub event_count: u32,
+    /// Largest `@K` used per family: the agent remembers that many objects.
+    pub kmax: [u32; FAMILIES],
+    /// Kernel tid of the thread that has this id (agent).
+    pub tid: AtomicU32,
+    /// Distinct objects seen per family, capped at `kmax` (agent).
+    pub nobjects: [AtomicU32; FAMILIES],
+    /// The first `kmax` distinct objects per family (agent).
+    pub objects: [[AtomicU64; MAX_K]; FAMILIES],
+}
+
+/// What one program thread is doing, for the driver's stall detection.
+#[repr(C)]
+pub struct Slot {
+    /// Kernel tid, 0 while the slot is free.
+    pub tid: AtomicU32,
+    /// `STATE_*`.
+    pub state: AtomicU32,
+    /// Plan event (held) or kind code (blocked).
+    pub detail: AtomicU32,
+    /// Depth of the logical id, or `u32::MAX` when deeper than `MAX_DEPTH`.
+    pub depth: AtomicU32,
+    /// Logical id path.
+    pub path: [AtomicU32; MAX_DEPTH],
+    /// Calls the agent saw from this thread: changes whenever it makes progress.
+    pub progress: AtomicU64,
+}
+
+/// The whole shared page.
+#[repr(C)]
+pub struct Shared {
+    /// `MAGIC`.
+    pub magic: u64,
+    /// `VERSION`.
+    pub version: u32,
+    /// `FLAG_*`.
+    pub flags: AtomicU32,
+    /// Pid of the process whose agent took the plan (agent; others stay inert).
+    pub target_pid: AtomicU32,
+    /// Futex word: bumped (and woken) whenever a named event happens or the driver
+    /// releases the gates. Held threads sleep on it.
+    pub epoch: AtomicU32,
+    /// Order stamps handed out so far.
+    pub stamp: AtomicU64,
+    /// Used entries of `events`.
+    pub n_events: u32,
+    /// Used entries of `preds`.
+    pub n_preds: u32,
+    /// Used entries of `symbols`.
+    pub n_symbols: u32,
+    /// Used entries of `threads`.
+    pub n_threads: u32,
+    /// Slots handed out (agent).
+    pub n_slots: AtomicU32,
+    /// Nonzero once the agent attached in the target (agent).
+    pub attached: AtomicU32,
+    /// Load bias of the main executable (agent).
+    pub main_base: AtomicU64,
+    /// The plan's events.
+    pub events: [PlanEvent; MAX_EVENTS],
+    /// Predecessor lists: plan event indices.
+    pub preds: [u32; MAX_PREDS],
+    /// Symbols.
+    pub symbols: [PlanSymbol; MAX_SYMBOLS],
+    /// Named threads.
+    pub threads: [PlanThread; MAX_PLAN_THREADS],
+    /// Program threads.
+    pub slots: [Slot; MAX_SLOTS],
+}
+
+/// Environment variable carrying the shared memory's file descriptor to the agent.
+pub const ENV_SHM_FD: &str = "ORDO_REPLAY_SHM_FD";
+/// Environment variable carrying the user's own `LD_PRELOAD`, restored by the agent
+/// (absent: there was none).
+pub const ENV_ORIGINAL_PRELOAD: &str = "ORDO_REPLAY_ORIGINAL_PRELOAD";

@@ -1,0 +1,264 @@
+//! A schedule compiled for the agent: its named events grouped by thread, each with
+//! the events that must happen before it, symbols resolved against the program.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use anyhow::{bail, Result};
+use ordo_schedule::{EventRef, Family, ObjectRef, Schedule};
+use ordo_trace::symbolize::ElfInfo;
+use ordo_trace::{Kind, LogicalId};
+
+use crate::shm;
+
+/// Kinds the agent cannot see: accesses to watched variables happen in plain
+/// instructions, not library calls.
+pub fn agent_can_observe(kind: Kind) -> bool {
+    !kind.is_access()
+}
+
+/// Kinds whose effect happens inside a blocking call, so the agent can only hold the
+/// thread after the call returned (with the reacquired mutex or past the barrier).
+pub fn gated_late(kind: Kind) -> bool {
+    matches!(kind, Kind::CondWait | Kind::BarrierWait)
+}
+
+/// One symbol the schedule names.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PlanSymbol {
+    /// The symbol as written (`state+8`).
+    pub text: String,
+    /// The symbol's name.
+    pub name: String,
+    /// Byte offset into it.
+    pub offset: u64,
+    /// ELF virtual address in the main executable, when found there.
+    pub vaddr: Option<u64>,
+}
+
+/// One named event.
+#[derive(Clone, Debug)]
+pub struct PlanEvent {
+    /// The event.
+    pub event: EventRef,
+    /// Index into [`Plan::threads`].
+    pub thread: usize,
+    /// Indices into [`Plan::events`] that must happen before it.
+    pub preds: Vec<usize>,
+}
+
+/// A schedule ready to be written into the agent's shared memory.
+#[derive(Clone, Debug, Default)]
+pub struct Plan {
+    /// Named events, grouped by thread (in [`Plan::threads`] order).
+    pub events: Vec<PlanEvent>,
+    /// The named threads.
+    pub threads: Vec<LogicalId>,
+    /// The named symbols.
+    pub symbols: Vec<PlanSymbol>,
+}
+
+impl Plan {
+    /// Compiles `schedule` for `program` (whose symbol table resolves symbol names).
+    /// Events the agent cannot observe (variable accesses) are an error unless
+    /// `skip_unobservable`, when they are left out (a recording checks them).
+    pub fn compile(schedule: &Schedule, program: &Path, skip_unobservable: bool) -> Result<Plan> {
+        let mut named: Vec<&EventRef> = Vec::new();
+        for o in &schedule.orderings {
+            for e in o.before.iter().chain(std::iter::once(&o.after)) {
+                if !agent_can_observe(e.kind) {
+                    if skip_unobservable {
+                        continue;
+                    }
+                    bail!(
+                        "schedule line {}: `{e}`: {} events happen in plain instructions the replay agent cannot \
+                         hold or see; order the synchronization around them instead (or check with --check --record)",
+                        o.line,
+                        e.kind.name()
+                    );
+                }
+                if !named.contains(&e) {
+                    named.push(e);
+                }
+            }
+        }
+        // Threads, and events grouped by thread (stable within a thread).
+        let mut threads: Vec<LogicalId> = Vec::new();
+        for e in &named {
+            if e.thread.0.len() > shm::MAX_DEPTH {
+                bail!("`{e}`: thread ids deeper than {} levels are not supported", shm::MAX_DEPTH);
+            }
+            if !threads.contains(&e.thread) {
+                threads.push(e.thread.clone());
+            }
+        }
+        named.sort_by_key(|e| threads.iter().position(|t| t == &e.thread));
+        let index_of = |e: &EventRef| named.iter().position(|n| *n == e);
+        let mut events: Vec<PlanEvent> = named
+            .iter()
+            .map(|e| PlanEvent {
+                event: (*e).clone(),
+                thread: threads.iter().position(|t| t == &e.thread).unwrap_or(0),
+                preds: Vec::new(),
+            })
+            .collect();
+        for o in &schedule.orderings {
+            let Some(after) = index_of(&o.after) else { continue };
+            for b in &o.before {
+                if let Some(before) = index_of(b) {
+                    if !events[after].preds.contains(&before) {
+                        events[after].preds.push(before);
+                    }
+                }
+            }
+        }
+        // Symbols, resolved in the main executable when they are there; the agent asks
+        // the dynamic linker for the others.
+        let mut symbols: Vec<PlanSymbol> = Vec::new();
+        let mut elf: Option<Result<ElfInfo, String>> = None;
+        for e in &named {
+            let Some((name, offset)) = e.object.symbol_parts() else { continue };
+            let ObjectRef::Symbol(text) = &e.object else { continue };
+            if symbols.iter().any(|s| &s.text == text) {
+                continue;
+            }
+            if name.len() >= shm::SYMBOL_LEN {
+                bail!("`{e}`: the symbol name is longer than {} bytes", shm::SYMBOL_LEN - 1);
+            }
+            let info = elf.get_or_insert_with(|| ElfInfo::read(program));
+            let vaddr = match info {
+                Ok(info) => info.symbol_named(name).map(|(vaddr, _)| vaddr),
+                Err(_) => None,
+            };
+            symbols.push(PlanSymbol { text: text.clone(), name: name.to_string(), offset, vaddr });
+        }
+        let plan = Plan { events, threads, symbols };
+        plan.check_limits()?;
+        Ok(plan)
+    }
+
+    fn check_limits(&self) -> Result<()> {
+        let preds: usize = self.events.iter().map(|e| e.preds.len()).sum();
+        if self.events.len() > shm::MAX_EVENTS {
+            bail!("the schedule names {} events; the replayer handles at most {}", self.events.len(), shm::MAX_EVENTS);
+        }
+        if preds > shm::MAX_PREDS {
+            bail!("the schedule has {preds} ordering edges; the replayer handles at most {}", shm::MAX_PREDS);
+        }
+        if self.threads.len() > shm::MAX_PLAN_THREADS {
+            bail!("the schedule names {} threads; the replayer handles at most {}", self.threads.len(), shm::MAX_PLAN_THREADS);
+        }
+        if self.symbols.len() > shm::MAX_SYMBOLS {
+            bail!("the schedule names {} symbols; the replayer handles at most {}", self.symbols.len(), shm::MAX_SYMBOLS);
+        }
+        for e in &self.events {
+            if let ObjectRef::Nth(k) = e.event.object {
+                if k as usize > shm::MAX_K {
+                    bail!("`{}`: `@{k}` is beyond the {} objects per family the replayer tracks; name the object by symbol", e.event, shm::MAX_K);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Symbols the driver did not find in the main executable.
+    pub fn unresolved_symbols(&self) -> impl Iterator<Item = &PlanSymbol> {
+        self.symbols.iter().filter(|s| s.vaddr.is_none())
+    }
+
+    /// Writes the plan into a zeroed shared page.
+    pub fn write_to(&self, sh: &mut shm::Shared, check_only: bool) {
+        sh.magic = shm::MAGIC;
+        sh.version = shm::VERSION;
+        *sh.flags.get_mut() = if check_only { shm::FLAG_CHECK_ONLY } else { 0 };
+        sh.n_events = self.events.len() as u32;
+        sh.n_threads = self.threads.len() as u32;
+        sh.n_symbols = self.symbols.len() as u32;
+        for (i, s) in self.symbols.iter().enumerate() {
+            let slot = &mut sh.symbols[i];
+            slot.name = [0; shm::SYMBOL_LEN];
+            slot.name[..s.name.len()].copy_from_slice(s.name.as_bytes());
+            slot.vaddr = s.vaddr.unwrap_or(0);
+            slot.offset = s.offset;
+        }
+        let mut per_thread: BTreeMap<usize, (u32, u32)> = BTreeMap::new();
+        let mut pred_next = 0usize;
+        for (i, e) in self.events.iter().enumerate() {
+            let entry = per_thread.entry(e.thread).or_insert((i as u32, 0));
+            entry.1 += 1;
+            let family = Family::of(e.event.kind);
+            let (object_kind, object) = match &e.event.object {
+                ObjectRef::None => (shm::OBJ_NONE, 0),
+                ObjectRef::Nth(k) => (shm::OBJ_NTH, *k),
+                ObjectRef::Symbol(text) => {
+                    (shm::OBJ_SYMBOL, self.symbols.iter().position(|s| &s.text == text).unwrap_or(0) as u32)
+                }
+            };
+            let out = &mut sh.events[i];
+            out.plan_thread = e.thread as u32;
+            out.kind = e.event.kind as u16;
+            out.family = family.index() as u8;
+            out.object_kind = object_kind;
+            out.object = object;
+            out.occurrence = e.event.occurrence;
+            out.gated = u32::from(!e.preds.is_empty());
+            out.pred_start = pred_next as u32;
+            out.pred_count = e.preds.len() as u32;
+            for p in &e.preds {
+                sh.preds[pred_next] = *p as u32;
+                pred_next += 1;
+            }
+            if let ObjectRef::Nth(k) = e.event.object {
+                let t = &mut sh.threads[e.thread];
+                t.kmax[family.index()] = t.kmax[family.index()].max(k);
+            }
+        }
+        sh.n_preds = pred_next as u32;
+        for (i, id) in self.threads.iter().enumerate() {
+            let t = &mut sh.threads[i];
+            t.depth = id.0.len() as u32;
+            for (d, n) in id.0.iter().enumerate() {
+                t.path[d] = *n;
+            }
+            let (first, count) = per_thread.get(&i).copied().unwrap_or((0, 0));
+            t.first_event = first;
+            t.event_count = count;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn groups_events_by_thread_with_predecessors() {
+        let s = Schedule::parse(
+            "1:mutex_lock(@1)#1 -> 2:mutex_lock(@1)#1\n\
+             2:mutex_unlock(@1)#1 && 0:thread_create(@2)#2 -> 1:mutex_lock(@1)#2\n\
+             1:mutex_lock(@1)#1 -> 1:mutex_lock(@1)#2\n",
+        )
+        .unwrap();
+        let plan = Plan::compile(&s, Path::new("/nonexistent"), false).unwrap();
+        assert_eq!(plan.threads.len(), 3);
+        // Grouped: thread 1's events first (it is named first), then 2, then 0.
+        let names: Vec<String> = plan.events.iter().map(|e| e.event.to_string()).collect();
+        assert_eq!(
+            names,
+            ["1:mutex_lock(@1)#1", "1:mutex_lock(@1)#2", "2:mutex_lock(@1)#1", "2:mutex_unlock(@1)#1", "0:thread_create(@2)#2"]
+        );
+        assert_eq!(plan.events[1].preds, vec![3, 4, 0]);
+        assert_eq!(plan.events[2].preds, vec![0]);
+        assert!(plan.events[0].preds.is_empty());
+    }
+
+    #[test]
+    fn rejects_what_the_agent_cannot_see() {
+        let s = Schedule::parse("1:write(flag)#1 -> 2:read(flag)#1").unwrap();
+        let err = Plan::compile(&s, Path::new("/nonexistent"), false).unwrap_err().to_string();
+        assert!(err.contains("schedule line 1") && err.contains("1:write(flag)#1"), "{err}");
+        assert!(Plan::compile(&s, Path::new("/nonexistent"), true).unwrap().events.is_empty());
+        let deep = Schedule::parse("1:mutex_lock(@17)#1 -> 2:mutex_lock(@1)#1").unwrap();
+        assert!(Plan::compile(&deep, Path::new("/nonexistent"), false).is_err());
+    }
+}
