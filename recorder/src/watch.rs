@@ -1,1 +1,67 @@
-//! Variable watches: choosing the instructions and addresses to watch (being written).
+//! Variable watches, user-space half: from a `--watch SPEC` to the instructions and
+//! addresses the watch probes attach to. Pure code (files in, plans out): no eBPF,
+//! no privileges.
+//!
+//! # Steps
+//! 1. [`WatchSpec::parse`] reads `SYMBOL`, `SYMBOL:SIZE`, `SYMBOL+OFFSET:SIZE` or
+//!    `0xADDR:SIZE` (a link-time address in the main binary); SIZE is 1 to 8 bytes.
+//! 2. [`resolve`] (or a [`Resolver`] for several watches) finds the variable: ELF
+//!    symbols of the main binary, then of each library in order, matched by raw
+//!    name, demangled name (`prog::COUNTER`, `ns::Pool::live`), trailing path
+//!    (`COUNTER`, `Pool::live`) or without GCC's suffix for local statics
+//!    (`calls` for `calls.0`). When no symbol matches, DWARF variables with a
+//!    static location are searched by their source name qualified by namespace,
+//!    type and function (`bump::calls`), which finds statics whose symbols are
+//!    stripped. The result is a [`ResolvedWatch`]: module, link-time address,
+//!    size, name. Unknown names (with close matches suggested), functions,
+//!    thread-locals, ambiguous names and sizes past the variable's end are errors.
+//! 3. [`plan_sites`] decodes every executable section of that module (the
+//!    executable segments when there are no section headers) with iced-x86 and
+//!    keeps each instruction whose memory operand can reach the watched bytes:
+//!    - a RIP-relative operand (or an absolute one, in position-dependent code)
+//!      whose `[target, target + access size)` overlaps them;
+//!    - an operand `[reg + disp]` or `[reg + index*scale + disp]` where `reg` was
+//!      loaded with the variable's address earlier in the same straight-line code
+//!      (`lea var(%rip), %reg`, a load of the variable's GOT slot, `mov $var, %reg`,
+//!      or a copy of such a register), until the register is overwritten, a call
+//!      clobbers it or control leaves (jump, return). This is how a struct field or
+//!      an array element reached through the base address is found. Such sites are
+//!      marked [`PlannedSite::via_register`]: the probe must check the effective
+//!      address, since another path may reach the instruction with another value.
+//!
+//!    Each site is a [`PlannedSite`]: the file offset for the uprobe and an
+//!    `ordo_probe_common::WatchSite` with link-time addresses ([`Relocate`] adds
+//!    the load bias), the access kind from iced-x86's instruction info (read,
+//!    write, or read-modify-write, flagged atomic for `lock`-prefixed instructions
+//!    and `xchg`), and for plain stores the register or immediate being written.
+//!
+//! # Limits
+//! - Accesses through pointers whose value comes from elsewhere (a function
+//!   argument, a heap object, a pointer stored in memory, a register live across a
+//!   jump target) are not statically reachable. [`WatchPlan::address_refs`] lists
+//!   where the variable's address is put in a register, as a hint that such
+//!   accesses exist; hardware watchpoints (`--watch-hw`) are the mechanism for them.
+//! - Only the module holding the variable is scanned. Code in other modules that
+//!   accesses it (a library's global used by the main program, or a library
+//!   global copy-relocated into the main binary, which the library then reaches
+//!   through its GOT) is not found.
+//! - Code is found by a linear sweep of executable sections: bytes the decoder
+//!   cannot decode are skipped, data embedded in code could hide an instruction,
+//!   and code generated or modified at run time (JITs, self-modifying code) is
+//!   never seen.
+//! - String instructions (`rep movs`…), gathers/scatters and `fs:`/`gs:`-relative
+//!   accesses have no static address and are not sites.
+//! - A probe runs before its instruction: for a write it records the register or
+//!   immediate being stored ([`PlannedSite::value_known`] is false when the
+//!   source is neither), for a read-modify-write the value before the update.
+
+mod resolve;
+mod sites;
+mod spec;
+
+#[cfg(test)]
+mod tests;
+
+pub use resolve::{resolve, ResolvedWatch, Resolver};
+pub use sites::{plan_sites, PlannedSite, Relocate, WatchPlan};
+pub use spec::{WatchSpec, WatchTarget, MAX_WATCH_SIZE};

@@ -1,0 +1,501 @@
+//! Finding the instructions that can access a watched variable: a linear sweep of
+//! the module's executable code with iced-x86, keeping the instructions whose
+//! memory operand can reach the watched bytes.
+
+use std::collections::HashMap;
+
+use iced_x86::{
+    Decoder, DecoderOptions, FlowControl, Instruction, InstructionInfoFactory, Mnemonic, OpAccess,
+    OpKind, Register,
+};
+use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol, RelocationTarget, SectionKind};
+use ordo_probe_common::{kind, reg, WatchSite};
+
+use super::resolve::ResolvedWatch;
+
+/// One instruction to put a watch uprobe on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PlannedSite {
+    /// Offset of the instruction in the module's file: where the uprobe attaches.
+    pub file_offset: u64,
+    /// What the watch uprobe needs, with LINK-TIME addresses: apply
+    /// [`Relocate::relocated`] with the module's load bias before use.
+    pub site: WatchSite,
+    /// The access is an atomic read-modify-write (lock prefix, or `xchg` with
+    /// memory). Non-atomic read-modify-writes (`add $1, mem`, `inc mem`) are also
+    /// [`kind::RMW`] but not atomic: they race like a read and a write.
+    pub atomic: bool,
+    /// Whether the probe, which runs before the instruction, can know the value
+    /// accessed. Reads and read-modify-writes: yes, it reads the memory (for a
+    /// read-modify-write that is the value before the update). Writes: only when
+    /// the written value is a general register or an immediate (`value_reg`,
+    /// `value_is_imm`); a write from an SSE register, a flag (`setcc`) or a
+    /// byte-swapping `movbe` is `false` (the memory still holds the old value).
+    pub value_known: bool,
+    /// The memory operand is `[base + index*scale + disp]` with a register found to
+    /// hold the variable's address (`lea var(%rip), %reg` earlier in the same
+    /// straight-line code), not a RIP-relative or absolute operand. The probe must
+    /// compute the effective address from the registers and drop accesses that do
+    /// not overlap the watched bytes.
+    pub via_register: bool,
+    /// The instruction in Intel syntax, for messages.
+    pub instruction: String,
+}
+
+/// The sites of one watch, and where its address escapes static analysis.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WatchPlan {
+    /// The watch these sites are for.
+    pub watch: ResolvedWatch,
+    /// Instructions that access the watched bytes, in address order.
+    pub sites: Vec<PlannedSite>,
+    /// Link-time addresses of instructions that put the address of the variable
+    /// (or of a byte inside it) into a register: `lea`, a GOT load, or an
+    /// absolute immediate. Accesses through such pointers after a call, a jump or
+    /// in another function are not sites; when this is not empty, a hardware
+    /// watchpoint (`--watch-hw`) sees what instruction sites may miss.
+    pub address_refs: Vec<u64>,
+}
+
+/// Adds a module's load bias to link-time addresses.
+pub trait Relocate {
+    /// The same thing with runtime addresses, `bias` being the load bias (runtime
+    /// address minus link-time address) of the module the addresses are from.
+    fn relocated(&self, bias: u64) -> Self;
+}
+
+impl Relocate for WatchSite {
+    fn relocated(&self, bias: u64) -> WatchSite {
+        let mut site = *self;
+        site.watch_addr = site.watch_addr.wrapping_add(bias);
+        site.ip = site.ip.wrapping_add(bias);
+        // Only an operand without registers holds an absolute address; a register
+        // operand's displacement is an offset from runtime register values.
+        if site.base == reg::NONE && site.index == reg::NONE {
+            site.disp = site.disp.wrapping_add(bias as i64);
+        }
+        site
+    }
+}
+
+impl Relocate for PlannedSite {
+    fn relocated(&self, bias: u64) -> PlannedSite {
+        PlannedSite {
+            site: self.site.relocated(bias),
+            ..self.clone()
+        }
+    }
+}
+
+/// Decodes the executable code of the module holding `watch` and lists every
+/// instruction whose memory operand can reach the watched bytes.
+pub fn plan_sites(watch: &ResolvedWatch) -> Result<WatchPlan, String> {
+    let path = &watch.module;
+    let data = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let file = object::File::parse(data.as_slice())
+        .map_err(|e| format!("{}: not an ELF file: {e}", path.display()))?;
+    if file.architecture() != object::Architecture::X86_64 {
+        return Err(format!(
+            "{}: watches need x86-64 code, this file is {:?}",
+            path.display(),
+            file.architecture()
+        ));
+    }
+    let got = got_targets(&file);
+    let mut scanner = Scanner::new(watch, &got);
+    let mut regions = 0;
+    for section in file.sections() {
+        if section.kind() != SectionKind::Text {
+            continue;
+        }
+        let (Some((file_offset, _)), Ok(code)) = (section.file_range(), section.data()) else {
+            continue;
+        };
+        scanner.scan(code, section.address(), file_offset);
+        regions += 1;
+    }
+    if regions == 0 {
+        // No section headers (e.g. `sstrip`ped): the executable segments hold the code.
+        for segment in file.segments() {
+            let executable = matches!(segment.flags(), object::SegmentFlags::Elf { p_flags } if p_flags & object::elf::PF_X != 0);
+            let (file_offset, _) = segment.file_range();
+            if let (true, Ok(code)) = (executable, segment.data()) {
+                scanner.scan(code, segment.address(), file_offset);
+            }
+        }
+    }
+    let Scanner {
+        mut sites,
+        mut address_refs,
+        ..
+    } = scanner;
+    sites.sort_by_key(|s| s.site.ip);
+    address_refs.sort_unstable();
+    address_refs.dedup();
+    Ok(WatchPlan {
+        watch: watch.clone(),
+        sites,
+        address_refs,
+    })
+}
+
+/// GOT slot address → the link-time address it will hold, for slots filled by a
+/// dynamic relocation against something this module defines.
+fn got_targets(file: &object::File<'_>) -> HashMap<u64, u64> {
+    let mut targets = HashMap::new();
+    let Some(relocations) = file.dynamic_relocations() else {
+        return targets;
+    };
+    for (slot, relocation) in relocations {
+        let object::RelocationFlags::Elf { r_type } = relocation.flags() else {
+            continue;
+        };
+        let target = match (r_type, relocation.target()) {
+            (object::elf::R_X86_64_RELATIVE, _) => relocation.addend() as u64,
+            (
+                object::elf::R_X86_64_GLOB_DAT | object::elf::R_X86_64_64,
+                RelocationTarget::Symbol(index),
+            ) => match file.symbol_by_index(index) {
+                Ok(sym) if !sym.is_undefined() => {
+                    sym.address().wrapping_add(relocation.addend() as u64)
+                }
+                _ => continue,
+            },
+            _ => continue,
+        };
+        targets.insert(slot, target);
+    }
+    targets
+}
+
+/// The [`reg`] number of a general-purpose register (any width), `None` for other
+/// registers. The high-byte registers (AH…) are `None` too: their value is not the
+/// low bits of the full register.
+fn gpr_number(register: Register) -> Option<u8> {
+    if matches!(
+        register,
+        Register::AH | Register::BH | Register::CH | Register::DH
+    ) || !register.is_gpr()
+    {
+        return None;
+    }
+    Some(match register.full_register() {
+        Register::RAX => reg::RAX,
+        Register::RBX => reg::RBX,
+        Register::RCX => reg::RCX,
+        Register::RDX => reg::RDX,
+        Register::RSI => reg::RSI,
+        Register::RDI => reg::RDI,
+        Register::RBP => reg::RBP,
+        Register::RSP => reg::RSP,
+        Register::R8 => reg::R8,
+        Register::R9 => reg::R9,
+        Register::R10 => reg::R10,
+        Register::R11 => reg::R11,
+        Register::R12 => reg::R12,
+        Register::R13 => reg::R13,
+        Register::R14 => reg::R14,
+        Register::R15 => reg::R15,
+        _ => return None,
+    })
+}
+
+/// Registers a call may change (System V x86-64 ABI).
+const CALLER_SAVED: [u8; 9] = [
+    reg::RAX,
+    reg::RCX,
+    reg::RDX,
+    reg::RSI,
+    reg::RDI,
+    reg::R8,
+    reg::R9,
+    reg::R10,
+    reg::R11,
+];
+
+/// Where an instruction's memory operand points, statically.
+enum Operand {
+    /// RIP-relative or absolute: the address is known.
+    Fixed(u64),
+    /// A register known to hold `value` plus the displacement, no index.
+    Based(u64),
+    /// A register known to hold an address inside the variable, plus an index.
+    Indexed,
+}
+
+struct Scanner<'w> {
+    watch: &'w ResolvedWatch,
+    got: &'w HashMap<u64, u64>,
+    /// The variable's whole extent: a register value inside it is worth tracking.
+    object: std::ops::Range<u64>,
+    factory: InstructionInfoFactory,
+    /// Registers known to hold an address inside the variable (index: [`reg`] number).
+    known: [Option<u64>; 16],
+    sites: Vec<PlannedSite>,
+    address_refs: Vec<u64>,
+}
+
+impl<'w> Scanner<'w> {
+    fn new(watch: &'w ResolvedWatch, got: &'w HashMap<u64, u64>) -> Scanner<'w> {
+        let object_end = watch.object_vaddr + watch.object_size.max(1);
+        let object =
+            watch.object_vaddr.min(watch.vaddr)..object_end.max(watch.vaddr + watch.size as u64);
+        Scanner {
+            watch,
+            got,
+            object,
+            factory: InstructionInfoFactory::new(),
+            known: [None; 16],
+            sites: Vec::new(),
+            address_refs: Vec::new(),
+        }
+    }
+
+    fn overlaps(&self, address: u64, len: u64) -> bool {
+        address < self.watch.vaddr + self.watch.size as u64
+            && self.watch.vaddr < address.wrapping_add(len.max(1))
+    }
+
+    fn scan(&mut self, code: &[u8], vaddr: u64, file_offset: u64) {
+        self.known = [None; 16];
+        let mut decoder = Decoder::with_ip(64, code, vaddr, DecoderOptions::NONE);
+        let mut instr = Instruction::default();
+        while decoder.can_decode() {
+            decoder.decode_out(&mut instr);
+            if instr.is_invalid() {
+                self.known = [None; 16];
+                continue;
+            }
+            self.visit(&instr, file_offset + (instr.ip() - vaddr));
+        }
+    }
+
+    fn visit(&mut self, instr: &Instruction, file_offset: u64) {
+        let memory_operand = (0..instr.op_count()).find(|&i| instr.op_kind(i) == OpKind::Memory);
+        let operand = memory_operand.and_then(|_| self.operand(instr));
+        let mut new_value = None;
+        if let Some(operand) = &operand {
+            new_value = self.address_load(instr, operand);
+            if new_value.is_none() {
+                self.consider_site(instr, operand, file_offset);
+            }
+        } else if let Some(value) = self.immediate_address(instr) {
+            new_value = Some(value);
+        } else if instr.mnemonic() == Mnemonic::Mov && instr.op_count() == 2 {
+            // A copy of a tracked register is tracked too.
+            if let (OpKind::Register, OpKind::Register) = (instr.op0_kind(), instr.op1_kind()) {
+                if instr.op1_register().size() == 8 {
+                    new_value =
+                        gpr_number(instr.op1_register()).and_then(|r| self.known[r as usize]);
+                }
+            }
+        }
+        if let Some(value) = new_value {
+            self.address_refs.push(instr.ip());
+            let dest =
+                gpr_number(instr.op0_register()).filter(|_| instr.op0_register().size() == 8);
+            self.forget_written(instr);
+            if let Some(dest) = dest {
+                self.known[dest as usize] = Some(value);
+            }
+        } else if self.known.iter().any(Option::is_some) {
+            self.forget_written(instr);
+        }
+        match instr.flow_control() {
+            FlowControl::Next | FlowControl::ConditionalBranch | FlowControl::XbeginXabortXend => {}
+            FlowControl::Call | FlowControl::IndirectCall => {
+                for r in CALLER_SAVED {
+                    self.known[r as usize] = None;
+                }
+            }
+            _ => self.known = [None; 16],
+        }
+    }
+
+    /// The memory operand's static target, if it has one that matters here.
+    fn operand(&self, instr: &Instruction) -> Option<Operand> {
+        let base = instr.memory_base();
+        let index = instr.memory_index();
+        if base == Register::RIP {
+            return Some(Operand::Fixed(instr.memory_displacement64()));
+        }
+        if base == Register::None && index == Register::None {
+            // fs:/gs: operands are offsets into thread-local storage, not addresses.
+            return match instr.memory_segment() {
+                Register::FS | Register::GS => None,
+                _ => Some(Operand::Fixed(instr.memory_displacement64())),
+            };
+        }
+        if base == Register::None {
+            // `var(,%idx,4)` in position-dependent code: an array indexed from its
+            // absolute address.
+            let address = instr.memory_displacement64();
+            gpr_number(index)?;
+            return self.object.contains(&address).then_some(Operand::Indexed);
+        }
+        let value = self.known[gpr_number(base).filter(|_| base.size() == 8)? as usize]?;
+        let address = value.wrapping_add(instr.memory_displacement64());
+        if index == Register::None {
+            Some(Operand::Based(address))
+        } else {
+            gpr_number(index)?;
+            self.object.contains(&address).then_some(Operand::Indexed)
+        }
+    }
+
+    /// If the instruction loads the variable's address into a register (`lea` of
+    /// it, or a load from the GOT slot holding it), that address.
+    fn address_load(&self, instr: &Instruction, operand: &Operand) -> Option<u64> {
+        let address = match operand {
+            Operand::Fixed(a) | Operand::Based(a) => *a,
+            Operand::Indexed => return None,
+        };
+        let loaded = match instr.mnemonic() {
+            Mnemonic::Lea => address,
+            Mnemonic::Mov
+                if instr.op0_kind() == OpKind::Register && instr.op0_register().size() == 8 =>
+            {
+                *self.got.get(&address)?
+            }
+            _ => return None,
+        };
+        self.object.contains(&loaded).then_some(loaded)
+    }
+
+    /// A `mov $var, %reg` in position-dependent code.
+    fn immediate_address(&self, instr: &Instruction) -> Option<u64> {
+        if instr.mnemonic() != Mnemonic::Mov || instr.op0_kind() != OpKind::Register {
+            return None;
+        }
+        let value = match instr.op1_kind() {
+            OpKind::Immediate32 | OpKind::Immediate32to64 | OpKind::Immediate64 => {
+                instr.immediate(1)
+            }
+            _ => return None,
+        };
+        self.object.contains(&value).then_some(value)
+    }
+
+    /// Drops what the instruction overwrites from the tracked registers.
+    fn forget_written(&mut self, instr: &Instruction) {
+        let info = self.factory.info(instr);
+        for used in info.used_registers() {
+            let written = matches!(
+                used.access(),
+                OpAccess::Write
+                    | OpAccess::CondWrite
+                    | OpAccess::ReadWrite
+                    | OpAccess::ReadCondWrite
+            );
+            if let (true, Some(r)) = (written, gpr_number(used.register())) {
+                self.known[r as usize] = None;
+            }
+        }
+    }
+
+    fn consider_site(&mut self, instr: &Instruction, operand: &Operand, file_offset: u64) {
+        let len = instr.memory_size().size() as u64;
+        let reachable = match operand {
+            Operand::Fixed(address) | Operand::Based(address) => self.overlaps(*address, len),
+            Operand::Indexed => true,
+        };
+        if !reachable {
+            return;
+        }
+        let base = instr.memory_base();
+        let index = instr.memory_index();
+        let info = self.factory.info(instr);
+        let access = info
+            .used_memory()
+            .iter()
+            .find(|m| match operand {
+                Operand::Fixed(address) => {
+                    m.base() == Register::None
+                        && m.index() == Register::None
+                        && m.displacement() == *address
+                }
+                _ => m.base() == base && m.index() == index,
+            })
+            .map(|m| m.access());
+        let access = match access {
+            Some(OpAccess::Read | OpAccess::CondRead) => kind::READ,
+            Some(OpAccess::Write | OpAccess::CondWrite) => kind::WRITE,
+            Some(OpAccess::ReadWrite | OpAccess::ReadCondWrite) => kind::RMW,
+            // lea, prefetch, nop with a memory operand: no access.
+            _ => return,
+        };
+        let atomic =
+            access == kind::RMW && (instr.has_lock_prefix() || instr.mnemonic() == Mnemonic::Xchg);
+        let mut site = WatchSite {
+            watch_addr: self.watch.vaddr,
+            watch_len: self.watch.size,
+            ip: instr.ip(),
+            size: len.min(u8::MAX as u64) as u8,
+            access: access as u8,
+            value_reg: reg::NONE,
+            ..WatchSite::default()
+        };
+        let via_register = match operand {
+            Operand::Fixed(address) => {
+                site.base = reg::NONE;
+                site.index = reg::NONE;
+                site.scale = 1;
+                site.disp = *address as i64;
+                false
+            }
+            Operand::Based(_) | Operand::Indexed => {
+                site.base = gpr_number(base).unwrap_or(reg::NONE);
+                site.index = gpr_number(index).unwrap_or(reg::NONE);
+                site.scale = instr.memory_index_scale() as u8;
+                site.disp = instr.memory_displacement64() as i64;
+                true
+            }
+        };
+        let value_known = if access == kind::WRITE {
+            fill_written_value(instr, &mut site)
+        } else {
+            true
+        };
+        self.sites.push(PlannedSite {
+            file_offset,
+            site,
+            atomic,
+            value_known,
+            via_register,
+            instruction: instr.to_string(),
+        });
+    }
+}
+
+/// Fills `value_reg` or `imm` for a plain store; false when the value written is
+/// not a general register or an immediate.
+fn fill_written_value(instr: &Instruction, site: &mut WatchSite) -> bool {
+    if !matches!(instr.mnemonic(), Mnemonic::Mov | Mnemonic::Movnti) {
+        return false;
+    }
+    let Some(source) = (0..instr.op_count()).find(|&i| instr.op_kind(i) != OpKind::Memory) else {
+        return false;
+    };
+    match instr.op_kind(source) {
+        OpKind::Register => match gpr_number(instr.op_register(source)) {
+            Some(r) => {
+                site.value_reg = r;
+                true
+            }
+            None => false,
+        },
+        OpKind::Immediate8
+        | OpKind::Immediate16
+        | OpKind::Immediate32
+        | OpKind::Immediate64
+        | OpKind::Immediate8to16
+        | OpKind::Immediate8to32
+        | OpKind::Immediate8to64
+        | OpKind::Immediate32to64 => {
+            site.value_is_imm = 1;
+            site.imm = instr.immediate(source);
+            true
+        }
+        _ => false,
+    }
+}
