@@ -386,10 +386,10 @@ impl Resolver {
         let mut message = format!(
             "no global or static variable named `{query}` in {}{}",
             self.paths[0].display(),
-            if libs > 0 {
-                format!(" or its {libs} libraries")
-            } else {
-                String::new()
+            match libs {
+                0 => String::new(),
+                1 => " or its library".to_string(),
+                n => format!(" or its {n} libraries"),
             }
         );
         if !scored.is_empty() {

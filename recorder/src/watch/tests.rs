@@ -548,3 +548,66 @@ fn hardware_breakpoint_constraints() {
         .unwrap_err()
         .contains("1, 2, 4 or 8 bytes"));
 }
+
+/// The C library this test process runs with, from its own memory map.
+fn running_libc() -> PathBuf {
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+    maps.lines()
+        .filter_map(|l| l.split_whitespace().nth(5))
+        .find(|p| {
+            Path::new(p)
+                .file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("libc.so"))
+        })
+        .map(PathBuf::from)
+        .expect("libc in /proc/self/maps")
+}
+
+#[test]
+fn library_variable_is_found_in_the_library() {
+    let program = build_c("watch_globals", &["-O1"]);
+    let libc = running_libc();
+    let libs = vec![libc.clone()];
+    let watch = resolve(
+        &WatchSpec::parse("__libc_single_threaded").unwrap(),
+        &program.path,
+        &libs,
+    )
+    .unwrap();
+    assert_eq!((watch.module.as_path(), watch.size), (libc.as_path(), 1));
+    let started = std::time::Instant::now();
+    let plan = plan_sites(&watch).unwrap();
+    eprintln!(
+        "planned {} sites in {} in {:?}",
+        plan.sites.len(),
+        libc.display(),
+        started.elapsed()
+    );
+    // glibc tests it before taking its internal locks and sets it in pthread_create.
+    assert!(
+        plan.sites
+            .iter()
+            .any(|s| s.site.access as u16 == kind::READ),
+        "{:?}",
+        plan.sites
+    );
+    assert!(
+        plan.sites
+            .iter()
+            .any(|s| s.site.access as u16 == kind::WRITE),
+        "{:?}",
+        plan.sites
+    );
+    assert_file_offsets_match(&libc, &plan);
+
+    let err = resolve(
+        &WatchSpec::parse("shared_valu").unwrap(),
+        &program.path,
+        &libs,
+    )
+    .unwrap_err();
+    assert!(
+        err.contains("or its library") && err.contains("did you mean `shared_value`"),
+        "{err}"
+    );
+}
