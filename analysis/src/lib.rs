@@ -17,6 +17,7 @@ pub mod findings;
 pub mod merge;
 pub mod model;
 pub mod naming;
+pub mod perfetto;
 pub mod report;
 pub mod synthetic;
 

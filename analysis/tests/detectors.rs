@@ -64,7 +64,10 @@ fn ab_ba_deadlock_is_found_though_the_run_did_not_deadlock() {
         "1:mutex_lock(@1)#1 && 2:mutex_lock(@1)#1 -> 1:mutex_lock(@2)#1\n\
          1:mutex_lock(@1)#1 && 2:mutex_lock(@1)#1 -> 2:mutex_lock(@2)#1\n"
     );
-    assert_eq!(d[0].objects.iter().map(|o| o.addr).collect::<Vec<_>>(), [A, B]);
+    assert_eq!(
+        d[0].objects.iter().map(|o| o.addr).collect::<Vec<_>>(),
+        [A, B]
+    );
     assert_eq!(d[0].sites.len(), 4);
 }
 
@@ -146,12 +149,24 @@ fn rw_cycle(second_mode: Kind) -> TraceBuilder {
 
 #[test]
 fn rwlocks_take_part_but_read_read_does_not_conflict() {
-    assert!(of(&analyze(&rw_cycle(Kind::RwlockRdlock)), FindingKind::Deadlock).is_empty());
+    assert!(of(
+        &analyze(&rw_cycle(Kind::RwlockRdlock)),
+        FindingKind::Deadlock
+    )
+    .is_empty());
     let a = analyze(&rw_cycle(Kind::RwlockWrlock));
     let d = of(&a, FindingKind::Deadlock);
     assert_eq!(d.len(), 1, "{:#?}", a.findings);
-    assert!(d[0].schedule.contains("2:rwlock_wrlock(@1)#1"), "{}", d[0].schedule);
-    assert!(d[0].schedule.contains("1:rwlock_rdlock(@1)#1 &&"), "{}", d[0].schedule);
+    assert!(
+        d[0].schedule.contains("2:rwlock_wrlock(@1)#1"),
+        "{}",
+        d[0].schedule
+    );
+    assert!(
+        d[0].schedule.contains("1:rwlock_rdlock(@1)#1 &&"),
+        "{}",
+        d[0].schedule
+    );
 }
 
 #[test]
@@ -172,7 +187,10 @@ fn lost_wakeup_when_the_signal_finds_no_waiter_and_nothing_orders_the_wait_after
         .iter()
         .find(|f| f.message.contains("found no waiter"))
         .unwrap_or_else(|| panic!("{:#?}", a.findings));
-    assert_eq!(observed.schedule, "1:cond_signal(@1)#1 -> 2:cond_wait_begin(@1)#1\n");
+    assert_eq!(
+        observed.schedule,
+        "1:cond_signal(@1)#1 -> 2:cond_wait_begin(@1)#1\n"
+    );
     assert_eq!(observed.threads, ["2", "1"]);
 }
 
@@ -189,7 +207,10 @@ fn lost_wakeup_predicted_when_the_signal_could_precede_the_wait() {
     let a = analyze(&b);
     let l = of(&a, FindingKind::LostWakeup);
     assert_eq!(l.len(), 1, "{:#?}", a.findings);
-    assert_eq!(l[0].schedule, "1:cond_signal(@1)#1 -> 2:cond_wait_begin(@1)#1\n");
+    assert_eq!(
+        l[0].schedule,
+        "1:cond_signal(@1)#1 -> 2:cond_wait_begin(@1)#1\n"
+    );
 }
 
 #[test]
@@ -220,7 +241,11 @@ fn no_lost_wakeup_when_the_signaller_holds_the_mutex() {
     });
     for b in [waits_first, signals_first] {
         let a = analyze(&b);
-        assert!(of(&a, FindingKind::LostWakeup).is_empty(), "{:#?}", a.findings);
+        assert!(
+            of(&a, FindingKind::LostWakeup).is_empty(),
+            "{:#?}",
+            a.findings
+        );
     }
 }
 
@@ -262,7 +287,10 @@ fn barging_is_predicted_between_signal_and_reacquire() {
     let a = analyze(&barging(false, false));
     let g = of(&a, FindingKind::Barging);
     assert_eq!(g.len(), 1, "{:#?}", a.findings);
-    assert_eq!(g[0].schedule, "2:cond_signal(@1)#1 -> 3:mutex_lock(@1)#1\n3:mutex_lock(@1)#1 -> 1:mutex_lock(@1)#2\n");
+    assert_eq!(
+        g[0].schedule,
+        "2:cond_signal(@1)#1 -> 3:mutex_lock(@1)#1\n3:mutex_lock(@1)#1 -> 1:mutex_lock(@1)#2\n"
+    );
     assert_eq!((g[0].rank.v, g[0].rank.t), (2, 3));
 }
 
@@ -271,7 +299,11 @@ fn barging_that_happened_is_reported() {
     let a = analyze(&barging(true, false));
     let g = of(&a, FindingKind::Barging);
     assert_eq!(g.len(), 1, "{:#?}", a.findings);
-    assert!(g[0].message.contains("happened in this run"), "{}", g[0].message);
+    assert!(
+        g[0].message.contains("happened in this run"),
+        "{}",
+        g[0].message
+    );
 }
 
 #[test]
@@ -348,7 +380,11 @@ fn every_synchronization_kind_orders_accesses() {
     for (name, sync) in syncs {
         let b = two_threads(|b, t1, t2| sync(b, t1, t2));
         let a = analyze(&b);
-        assert!(of(&a, FindingKind::Race).is_empty(), "{name}: {:#?}", a.findings);
+        assert!(
+            of(&a, FindingKind::Race).is_empty(),
+            "{name}: {:#?}",
+            a.findings
+        );
     }
     // Create and join order the main thread's accesses with the child's.
     let mut b = TraceBuilder::new();
@@ -386,7 +422,10 @@ fn check_then_act_is_an_atomicity_candidate_and_one_section_is_not() {
     let a = analyze(&split);
     let at = of(&a, FindingKind::Atomicity);
     assert_eq!(at.len(), 1, "{:#?}", a.findings);
-    assert_eq!(at[0].schedule, "1:mutex_lock(@1)#1 -> 2:mutex_lock(@1)#1\n2:mutex_lock(@1)#1 -> 1:mutex_lock(@1)#2\n");
+    assert_eq!(
+        at[0].schedule,
+        "1:mutex_lock(@1)#1 -> 2:mutex_lock(@1)#1\n2:mutex_lock(@1)#1 -> 1:mutex_lock(@1)#2\n"
+    );
     let whole = two_threads(|b, t1, t2| {
         b.lock(t1, M, 0x500);
         b.read(t1, V, 0x501);
@@ -397,7 +436,11 @@ fn check_then_act_is_an_atomicity_candidate_and_one_section_is_not() {
         b.unlock(t2, M, 0x602);
     });
     let a = analyze(&whole);
-    assert!(of(&a, FindingKind::Atomicity).is_empty(), "{:#?}", a.findings);
+    assert!(
+        of(&a, FindingKind::Atomicity).is_empty(),
+        "{:#?}",
+        a.findings
+    );
     assert!(of(&a, FindingKind::Race).is_empty());
 }
 
@@ -444,7 +487,10 @@ fn findings_are_ordered_by_rank_and_deduplicated() {
     sorted.sort();
     assert_eq!(ranks, sorted);
     // 40 swaps of the same two code sites on M, in both directions: two candidates.
-    let on_m = of(&a, FindingKind::Reorder).into_iter().filter(|f| f.objects[0].addr == M).count();
+    let on_m = of(&a, FindingKind::Reorder)
+        .into_iter()
+        .filter(|f| f.objects[0].addr == M)
+        .count();
     assert_eq!(on_m, 2, "{:#?}", a.findings);
 }
 
@@ -463,7 +509,14 @@ fn dropped_events_are_reported_and_mark_later_findings() {
     let a = analyze(&b);
     assert_eq!(a.stats.dropped, 5);
     assert_eq!(a.losses.len(), 1);
-    assert_eq!((a.losses[0].first_chunk, a.losses[0].last_chunk, a.losses[0].events), (2, 3, 5));
+    assert_eq!(
+        (
+            a.losses[0].first_chunk,
+            a.losses[0].last_chunk,
+            a.losses[0].events
+        ),
+        (2, 3, 5)
+    );
     let d = of(&a, FindingKind::Deadlock);
     assert_eq!(d.len(), 1);
     assert!(d[0].possibly_affected_by_drops);
@@ -493,7 +546,13 @@ fn bad_traces_are_clear_errors() {
     bytes[mid] ^= 0x55;
     std::fs::write(&path, &bytes).unwrap();
     let err = analyze_trace(&path).unwrap_err().to_string();
-    assert!(err.starts_with(&format!("{}: at byte ", path.display())), "{err}");
+    assert!(
+        err.starts_with(&format!("{}: at byte ", path.display())),
+        "{err}"
+    );
     std::fs::write(&path, b"not a trace at all").unwrap();
-    assert!(analyze_trace(&path).unwrap_err().to_string().contains("bad magic"));
+    assert!(analyze_trace(&path)
+        .unwrap_err()
+        .to_string()
+        .contains("bad magic"));
 }
