@@ -84,12 +84,18 @@ struct Candidate {
 }
 
 impl Candidate {
-    /// How well `query` names this candidate: 0 exact, 1 by a trailing path or
-    /// without a compiler-added suffix, 2 the same inside Rust's standard library,
+    /// How well `query` names this candidate: 0 exact, 1 by a trailing path, as
+    /// `crate::path`, or without a compiler-added suffix, 2 the same inside Rust's standard library,
     /// `None` not at all.
     fn match_tier(&self, query: &str) -> Option<u8> {
         if self.name == query || self.raw == query {
             return Some(0);
+        }
+        if let Some(in_crate) = query.strip_prefix("crate::") {
+            // Rust's `crate::path` is `path` in whichever crate: the name's first
+            // component is the crate.
+            let (_, path) = self.name.split_once("::")?;
+            return (path == in_crate).then_some(1);
         }
         let tail_matches = self
             .name
@@ -346,7 +352,7 @@ impl Resolver {
                     .map(|c| format!("`{}` at {:#x}", c.name, c.vaddr))
                     .collect();
                 return Err(format!(
-                    "`{query}` names {} variables in {}: {}; name one in full",
+                    "`{query}` names {} variables in {}: {}; name one in full or by address (0xADDR:SIZE)",
                     found.len(),
                     module.file_name(),
                     names.join(", ")

@@ -269,7 +269,13 @@ fn array_element_reached_through_a_register() {
 
 #[test]
 fn atomic_counter_is_an_atomic_read_modify_write() {
-    let program = build_c("watch_atomic", &["-O1"]);
+    for opt in ["-O1", "-O2"] {
+        atomic_counter_at(opt);
+    }
+}
+
+fn atomic_counter_at(opt: &str) {
+    let program = build_c("watch_atomic", &[opt]);
     let bin = &program.path;
     let atomic = plan(bin, "atomic_total");
     assert_eq!(atomic.watch.size, 8);
@@ -297,7 +303,13 @@ fn atomic_counter_is_an_atomic_read_modify_write() {
 
 #[test]
 fn c_statics_by_source_name() {
-    let program = build_c("watch_static", &["-O1"]);
+    for opt in ["-O1", "-O2"] {
+        c_statics_at(opt);
+    }
+}
+
+fn c_statics_at(opt: &str) {
+    let program = build_c("watch_static", &[opt]);
     let bin = &program.path;
     let file_static = plan(bin, "hidden_state");
     assert_eq!(
@@ -352,8 +364,22 @@ fn rust_static_by_source_name() {
     let counter = resolve(&WatchSpec::parse("COUNTER").unwrap(), bin, &[]).unwrap();
     assert_eq!(counter.name, "watch_rust::COUNTER");
     assert_eq!(counter.size, 8);
-    let full = resolve(&WatchSpec::parse("watch_rust::COUNTER").unwrap(), bin, &[]).unwrap();
-    assert_eq!(full, counter);
+    for spec in [
+        "watch_rust::COUNTER",
+        "crate::COUNTER",
+        "_ZN10watch_rust7COUNTER",
+    ] {
+        let other = resolve(&WatchSpec::parse(spec).unwrap(), bin, &[]);
+        if spec.starts_with("_ZN") {
+            // A prefix of the mangled name is not a name.
+            assert!(other.is_err(), "{spec}");
+        } else {
+            assert_eq!(other.unwrap(), counter, "{spec}");
+        }
+    }
+    let crate_path = resolve(&WatchSpec::parse("crate::stats::HITS").unwrap(), bin, &[]).unwrap();
+    assert_eq!(crate_path.name, "watch_rust::stats::HITS");
+    assert!(resolve(&WatchSpec::parse("crate::HITS").unwrap(), bin, &[]).is_err());
     let plan = plan_sites(&counter).unwrap();
     let summary = summary(bin, &plan);
     assert!(
