@@ -209,7 +209,11 @@ fn choose<'a>(lists: &[&'a Vec<EdgeExample>], chosen: &mut Vec<&'a EdgeExample>)
         // The last edge's wanted lock is the first edge's held lock.
         return chosen[i - 1].to_mode.conflicts(chosen[0].from_mode);
     }
-    for x in lists[i].iter() {
+    // Events no schedule can name (glibc-internal calls) cannot be enforced.
+    for x in lists[i]
+        .iter()
+        .filter(|x| x.from.occurrence > 0 && x.to.occurrence > 0)
+    {
         if compatible(chosen, x) {
             chosen.push(x);
             if choose(lists, chosen) {

@@ -200,7 +200,12 @@ pub struct PassResult {
 }
 
 /// The streaming analysis state.
-pub struct Engine {
+pub struct Engine<'a> {
+    /// Whether a call site lies inside glibc (its own pthread calls): such events
+    /// take part in happens-before but get no schedule name, as in
+    /// `ordo_schedule::EventNamer`.
+    is_internal_site: Box<dyn FnMut(u64) -> bool + 'a>,
+    internal_sites: FxHashMap<u64, bool>,
     table_len: usize,
     threads: Vec<ThreadState>,
     seen: Vec<bool>,
@@ -217,9 +222,19 @@ pub struct Engine {
     stats: PassStats,
 }
 
-impl Engine {
-    /// A fresh pass over a trace with these threads.
-    pub fn new(table: &ThreadTable) -> Engine {
+impl<'a> Engine<'a> {
+    /// A fresh pass over a trace with these threads, where every call site is the
+    /// program's own.
+    pub fn new(table: &ThreadTable) -> Engine<'a> {
+        Engine::with_internal_sites(table, |_| false)
+    }
+
+    /// A fresh pass where `is_internal_site(site)` tells whether a call site lies
+    /// inside glibc (asked once per distinct site).
+    pub fn with_internal_sites(
+        table: &ThreadTable,
+        is_internal_site: impl FnMut(u64) -> bool + 'a,
+    ) -> Engine<'a> {
         let n = table.len();
         let threads = table
             .iter()
@@ -227,6 +242,8 @@ impl Engine {
             .map(|(i, t)| ThreadState::new(t.tid, i as u32, n))
             .collect();
         Engine {
+            is_internal_site: Box::new(is_internal_site),
+            internal_sites: FxHashMap::default(),
             table_len: n,
             threads,
             seen: vec![false; n],
@@ -294,9 +311,36 @@ impl Engine {
         id
     }
 
+    fn internal(&mut self, e: &Event) -> bool {
+        if e.site == 0 || e.kind.is_access() {
+            return false;
+        }
+        let f = &mut self.is_internal_site;
+        *self
+            .internal_sites
+            .entry(e.site)
+            .or_insert_with(|| f(e.site))
+    }
+
     /// Names the event (object, occurrence) and advances the per-thread counters.
+    /// Events of glibc-internal sites and of threads the table does not know get
+    /// occurrence 0: no schedule can name them, and they do not count.
     fn name(&mut self, t: u32, e: &Event) -> EventId {
         let slot = kind_slot(e.kind);
+        if t as usize >= self.table_len || self.internal(e) {
+            let obj = Family::of(e.kind)
+                .map(|f| self.intern(f, e.addr))
+                .unwrap_or(NO_OBJECT);
+            return EventId {
+                thread: t,
+                kind: e.kind,
+                obj,
+                occurrence: 0,
+                site: e.site,
+                ts: e.ts_ns,
+                index: self.index,
+            };
+        }
         let (obj, occurrence) = match Family::of(e.kind) {
             None => {
                 let th = &mut self.threads[t as usize];
@@ -330,8 +374,8 @@ impl Engine {
         }
     }
 
-    /// Processes the next event in global order.
-    pub fn process(&mut self, e: &Event) {
+    /// Processes the next event in global order; returns its identity.
+    pub fn process(&mut self, e: &Event) -> EventId {
         let t = self.thread_index(e);
         let id = self.name(t, e);
         self.index += 1;
@@ -385,6 +429,7 @@ impl Engine {
             }
             Kind::Read | Kind::Write | Kind::Rmw => self.access(t, id),
         }
+        id
     }
 
     fn acquire(&mut self, t: u32, id: EventId, mode: Mode, via: Via) {
@@ -738,6 +783,9 @@ impl Engine {
         note: &'static str,
         wait_site: u64,
     ) {
+        if events.iter().any(|e| e.occurrence == 0) {
+            return; // an event no schedule can name: nothing to enforce
+        }
         self.stats.candidates_offered += 1;
         // An atomicity candidate is about the split thread's pair of sections; which
         // section of another thread splits them does not make it a different one.

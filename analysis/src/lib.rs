@@ -81,7 +81,12 @@ impl LossTracker {
 pub fn analyze_trace(path: &Path) -> Result<Analysis, TraceError> {
     let started = Instant::now();
     let mut reader = TraceReader::open(path, ReadMode::Strict)?;
-    let mut engine = engine::Engine::new(&reader.threads);
+    let symbolizer = Symbolizer::new(&reader.modules);
+    let mut engine = engine::Engine::with_internal_sites(&reader.threads, |site| {
+        symbolizer
+            .locate(site, true)
+            .is_some_and(|loc| ordo_schedule::is_glibc_internal_module(&loc.module))
+    });
     let mut merger = merge::Merger::new();
     let mut chunk: Vec<Event> = Vec::new();
     let mut losses = LossTracker::default();
@@ -102,7 +107,6 @@ pub fn analyze_trace(path: &Path) -> Result<Analysis, TraceError> {
     losses.finish(reader.dropped);
     let pass = engine.finish();
     let pass_seconds = started.elapsed().as_secs_f64();
-    let symbolizer = Symbolizer::new(&reader.modules);
     let namer = naming::Namer::new(&reader.threads, &pass.tids, &pass.objects, &symbolizer);
     let first_loss = losses.losses.first().map(|l| l.from_ts);
     let findings = report::resolve(pass.findings, &namer, first_loss);

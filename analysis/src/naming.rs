@@ -1,35 +1,13 @@
-//! Names for the analysis' events and objects: schedule-language event names
-//! (`THREAD:KIND(OBJECT)#N`), object names for reports, symbolized sites.
+//! Names for the analysis' events and objects: schedule-language events
+//! ([`ordo_schedule::EventRef`], named exactly as [`ordo_schedule::EventNamer`]
+//! names them), object names for reports, symbolized sites.
 
-use std::fmt;
-
+use ordo_schedule::{EventRef, Family as ScheduleFamily, ObjectRef};
 use ordo_trace::symbolize::Symbolizer;
 use ordo_trace::{LogicalId, ThreadTable};
 
 use crate::engine::Object;
 use crate::model::{EventId, ObjId, NO_OBJECT};
-
-/// How a schedule names an object: by symbol when it is a global or static, else as
-/// the thread's K-th object of its family.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum ObjectName {
-    /// `name` or `name+off`.
-    Symbol(String),
-    /// `@K`.
-    Nth(u32),
-    /// No object.
-    None,
-}
-
-impl fmt::Display for ObjectName {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ObjectName::Symbol(s) => f.write_str(s),
-            ObjectName::Nth(k) => write!(f, "@{k}"),
-            ObjectName::None => Ok(()),
-        }
-    }
-}
 
 /// Resolves the analysis' compact ids into names, caching symbol lookups.
 pub struct Namer<'a> {
@@ -97,33 +75,39 @@ impl<'a> Namer<'a> {
             .unwrap_or_else(|| format!("{:#x}", self.addr(obj)))
     }
 
-    /// How a schedule names the object of `e`.
-    pub fn object_name(&self, e: &EventId) -> ObjectName {
+    /// How a schedule names the object of `e`: its symbol when it is a global or
+    /// static (thread handles are always `@K`), else the thread's `@K`.
+    pub fn object_ref(&self, e: &EventId) -> ObjectRef {
         if e.obj == NO_OBJECT {
-            return ObjectName::None;
+            return ObjectRef::None;
         }
-        match self.symbol(e.obj) {
-            Some(s) => ObjectName::Symbol(s),
-            None => ObjectName::Nth(
+        let symbol = match ScheduleFamily::of(e.kind) {
+            ScheduleFamily::Thread => None,
+            _ => self.symbol(e.obj),
+        };
+        symbol.map(ObjectRef::Symbol).unwrap_or_else(|| {
+            ObjectRef::Nth(
                 self.objects[e.obj as usize]
                     .naming
                     .get(e.thread as usize)
                     .map(|n| n.nth)
                     .unwrap_or(0),
-            ),
-        }
+            )
+        })
     }
 
-    /// The schedule-language name of `e`, or `None` when its thread has no logical id.
-    pub fn event_name(&self, e: &EventId) -> Option<String> {
-        let thread = self.logical(e.thread)?;
-        Some(format!(
-            "{}:{}({})#{}",
-            thread,
-            e.kind.name(),
-            self.object_name(e),
-            e.occurrence
-        ))
+    /// The schedule-language name of `e`, or `None` when no schedule can name it
+    /// (a thread without logical id, or a glibc-internal call).
+    pub fn event_ref(&self, e: &EventId) -> Option<EventRef> {
+        if e.occurrence == 0 {
+            return None;
+        }
+        Some(EventRef {
+            thread: self.logical(e.thread)?,
+            kind: e.kind,
+            object: self.object_ref(e),
+            occurrence: e.occurrence,
+        })
     }
 
     /// The call site as text.

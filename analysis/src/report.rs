@@ -5,6 +5,7 @@
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
+use ordo_schedule::{Ordering, Schedule};
 use ordo_trace::Kind;
 use serde_json::{json, Value};
 
@@ -128,7 +129,9 @@ fn resolve_one(
         })
         .collect();
     let sites = f.events.iter().map(|e| namer.site(e)).collect();
-    let schedule = schedule_text(f, namer).unwrap_or_default();
+    let schedule = schedule(f, namer)
+        .map(|s| s.to_string())
+        .unwrap_or_default();
     let details = f.events.iter().map(|e| describe_event(e, namer)).collect();
     let possibly_affected_by_drops =
         first_loss_ts.is_some_and(|ts| f.events.iter().any(|e| e.ts >= ts));
@@ -152,20 +155,22 @@ fn family_of_obj(f: &RawFinding, obj: u32) -> Option<Family> {
         .and_then(|e| Family::of(e.kind))
 }
 
-/// The schedule as text, one ordering per line; `None` if an event's thread has no
-/// logical id.
-pub fn schedule_text(f: &RawFinding, namer: &Namer<'_>) -> Option<String> {
-    let mut out = String::new();
+/// The candidate as a schedule; `None` if an event cannot be named.
+pub fn schedule(f: &RawFinding, namer: &Namer<'_>) -> Option<Schedule> {
+    let mut orderings = Vec::with_capacity(f.orderings.len());
     for o in &f.orderings {
-        let before: Option<Vec<String>> = o.before.iter().map(|e| namer.event_name(e)).collect();
-        let _ = writeln!(
-            out,
-            "{} -> {}",
-            before?.join(" && "),
-            namer.event_name(&o.after)?
-        );
+        let before = o
+            .before
+            .iter()
+            .map(|e| namer.event_ref(e))
+            .collect::<Option<Vec<_>>>()?;
+        orderings.push(Ordering {
+            before,
+            after: namer.event_ref(&o.after)?,
+            line: 0,
+        });
     }
-    Some(out)
+    Some(Schedule { orderings })
 }
 
 fn verb(kind: Kind) -> &'static str {

@@ -21,7 +21,15 @@ fn analyze(b: &TraceBuilder) -> Analysis {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("t.ordo");
     b.write_to(&path).unwrap();
-    analyze_trace(&path).unwrap_or_else(|e| panic!("{e}"))
+    let a = analyze_trace(&path).unwrap_or_else(|e| panic!("{e}"));
+    // Every emitted schedule is valid schedule-language text that prints back the same.
+    for f in &a.findings {
+        let parsed = ordo_schedule::Schedule::parse(&f.schedule)
+            .unwrap_or_else(|e| panic!("{e}: {}", f.schedule));
+        assert_eq!(parsed.to_string(), f.schedule);
+        assert!(!parsed.is_empty(), "{f:#?}");
+    }
+    a
 }
 
 fn of(a: &Analysis, kind: FindingKind) -> Vec<&Finding> {
@@ -378,7 +386,7 @@ fn every_synchronization_kind_orders_accesses() {
         }),
     ];
     for (name, sync) in syncs {
-        let b = two_threads(|b, t1, t2| sync(b, t1, t2));
+        let b = two_threads(sync);
         let a = analyze(&b);
         assert!(
             of(&a, FindingKind::Race).is_empty(),
