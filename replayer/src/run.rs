@@ -347,16 +347,24 @@ fn watch(
 ) -> Result<(End, Vec<String>)> {
     let mut stuck_since: Option<(Instant, Vec<ThreadView>, u64)> = None;
     let mut infeasible_seen = false;
+    // Threads held when the schedule proved infeasible and the run was released.
+    let mut held_at_release: Vec<String> = Vec::new();
     loop {
         if let Some(status) = child.try_wait().context("wait for the program")? {
+            if infeasible_seen {
+                return Ok((End::Infeasible, held_at_release));
+            }
             let held = held_threads(&snapshot_slots(memory), plan, memory);
-            let end = if infeasible_seen { End::Infeasible } else { End::Exited(status) };
-            return Ok((end, held));
+            return Ok((End::Exited(status), held));
         }
         if start.elapsed() >= options.timeout {
+            if infeasible_seen {
+                kill(child, pid);
+                return Ok((End::Infeasible, held_at_release));
+            }
             let held = held_threads(&snapshot_slots(memory), plan, memory);
             kill(child, pid);
-            return Ok((if infeasible_seen { End::Infeasible } else { End::Timeout }, held));
+            return Ok((End::Timeout, held));
         }
         let threads = snapshot(pid, memory);
         let progress = progress_of(memory);
@@ -386,6 +394,7 @@ fn watch(
                         }
                         OnInfeasible::Release => {
                             infeasible_seen = true;
+                            held_at_release = held;
                             memory.release_all();
                             stuck_since = None;
                             continue;
@@ -395,7 +404,7 @@ fn watch(
                 let what = describe_blocked(views);
                 kill(child, pid);
                 if infeasible_seen {
-                    return Ok((End::Infeasible, Vec::new()));
+                    return Ok((End::Infeasible, held_at_release));
                 }
                 return Ok((End::Deadlock(what), Vec::new()));
             }
