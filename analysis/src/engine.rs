@@ -80,6 +80,8 @@ struct CsRec {
     swappable_with_prev: bool,
     /// For a reacquire inside a cond wait: the signal that woke it and the wait's site.
     woken_by: Option<(EventId, u64)>,
+    /// Whether it is the reacquire inside a cond wait.
+    in_wait: bool,
 }
 
 #[derive(Default)]
@@ -476,6 +478,7 @@ impl<'a> Engine<'a> {
             mode,
             swappable_with_prev: swappable,
             woken_by,
+            in_wait: via == Via::CondWait,
         };
         lock.recent = [prev1, Some(cur)];
         th.held.push(HeldLock {
@@ -493,18 +496,25 @@ impl<'a> Engine<'a> {
 
     /// Candidates from the last three critical sections on a lock (`p2`, `p1`, `cur`
     /// in acquisition order): reorder, atomicity and barging.
+    ///
+    /// Atomicity needs two sections of one thread at different call sites (a loop
+    /// taking the lock at one site is not check-then-act), neither of them the
+    /// reacquire inside a cond wait (a section split by a wait is the barging case).
     fn critical_section_candidates(&mut self, p2: Option<CsRec>, p1: CsRec, cur: CsRec) {
         let (a, b) = (p1.acq.thread, cur.acq.thread);
         if a != b && cur.swappable_with_prev {
             match p1.woken_by {
                 // `b` can take the mutex between the signal and the waiter's reacquire.
-                Some((signal, wait_site)) if signal.thread != a => self.offer_at(
-                    FindingKind::Barging,
-                    &[signal, p1.acq, cur.acq],
-                    &[(&[signal], cur.acq), (&[cur.acq], p1.acq)],
-                    "",
-                    wait_site,
-                ),
+                // Only a third thread competes for what the signal announced: the
+                // signaller taking the mutex again is a plain reorder.
+                Some((signal, wait_site)) if signal.thread != a && signal.thread != b => self
+                    .offer_at(
+                        FindingKind::Barging,
+                        &[signal, p1.acq, cur.acq],
+                        &[(&[signal], cur.acq), (&[cur.acq], p1.acq)],
+                        "",
+                        wait_site,
+                    ),
                 _ => self.offer(
                     FindingKind::Reorder,
                     &[p1.acq, cur.acq],
@@ -513,7 +523,12 @@ impl<'a> Engine<'a> {
                 ),
             }
             if let Some(p2) = p2 {
-                if p2.acq.thread == a && p2.acq.site != p1.acq.site && p2.mode.conflicts(cur.mode) {
+                if p2.acq.thread == a
+                    && p2.acq.site != p1.acq.site
+                    && !p2.in_wait
+                    && !p1.in_wait
+                    && p2.mode.conflicts(cur.mode)
+                {
                     // `b`'s critical section fits between `a`'s two.
                     self.offer(
                         FindingKind::Atomicity,
@@ -526,7 +541,12 @@ impl<'a> Engine<'a> {
         }
         if a == b {
             if let Some(p2) = p2 {
-                if p2.acq.thread != a && p1.swappable_with_prev && p1.acq.site != cur.acq.site {
+                if p2.acq.thread != a
+                    && p1.swappable_with_prev
+                    && p1.acq.site != cur.acq.site
+                    && !p1.in_wait
+                    && !cur.in_wait
+                {
                     // `p2`'s thread could have come after `a`'s first section.
                     self.offer(
                         FindingKind::Atomicity,
@@ -538,7 +558,11 @@ impl<'a> Engine<'a> {
             }
         }
         if let Some((signal, wait_site)) = cur.woken_by {
-            if a != b && p1.acq.index > signal.index && p1.mode.conflicts(cur.mode) {
+            if a != b
+                && a != signal.thread
+                && p1.acq.index > signal.index
+                && p1.mode.conflicts(cur.mode)
+            {
                 self.offer_at(
                     FindingKind::Barging,
                     &[signal, cur.acq, p1.acq],

@@ -28,6 +28,9 @@ use ordo_trace::symbolize::Symbolizer;
 use ordo_trace::{Event, ReadMode, TraceError, TraceReader};
 
 pub use model::{FindingKind, Rank};
+/// The schedule language the candidates are written in (re-exported for users of
+/// the findings, e.g. to parse a finding's schedule).
+pub use ordo_schedule as schedule;
 pub use report::{Analysis, Finding, Loss, ObjectDesc, Stats};
 
 /// Where the kernel's drop counter rose, chunk by chunk.

@@ -133,6 +133,13 @@ pub struct DebugAnnotation {
     pub name: Option<String>,
 }
 
+impl Trace {
+    /// Decodes an exported file's bytes (a check that the output is well formed).
+    pub fn from_bytes(bytes: &[u8]) -> Result<Trace, prost::DecodeError> {
+        Trace::decode(bytes)
+    }
+}
+
 /// `TrackEvent.Type.TYPE_SLICE_BEGIN`.
 pub const TYPE_SLICE_BEGIN: i32 = 1;
 /// `TrackEvent.Type.TYPE_SLICE_END`.
