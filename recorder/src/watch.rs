@@ -58,10 +58,11 @@
 mod resolve;
 mod sites;
 mod spec;
+mod uprobe;
 
 #[cfg(test)]
 mod tests;
 
 pub use resolve::{resolve, ResolvedWatch, Resolver};
-pub use sites::{plan_sites, PlannedSite, Relocate, WatchPlan};
+pub use sites::{plan_sites, PlannedSite, ProbePoint, Relocate, WatchPlan};
 pub use spec::{WatchSpec, WatchTarget, MAX_WATCH_SIZE};

@@ -8,6 +8,9 @@
 
 long atomic_total;
 long plain_total;
+// Bumped back to back in a loop: the kernel cannot put a uprobe on a lock-prefixed
+// instruction, and the first of these is also the loop's jump target.
+long pair_a, pair_b;
 static int rounds = 1000;
 
 __attribute__((noinline)) void add_atomic(void) { __atomic_fetch_add(&atomic_total, 1, __ATOMIC_SEQ_CST); }
@@ -15,6 +18,12 @@ __attribute__((noinline)) long add_atomic_fetch(long n) { return __atomic_fetch_
 __attribute__((noinline)) long load_atomic(void) { return __atomic_load_n(&atomic_total, __ATOMIC_ACQUIRE); }
 __attribute__((noinline)) long swap_atomic(long v) { return __atomic_exchange_n(&atomic_total, v, __ATOMIC_SEQ_CST); }
 __attribute__((noinline)) void add_plain(void) { plain_total++; }
+__attribute__((noinline)) void add_pair(int n) {
+    for (int i = 0; i < n; i++) {
+        __atomic_fetch_add(&pair_a, 1, __ATOMIC_RELAXED);
+        __atomic_fetch_add(&pair_b, 1, __ATOMIC_RELAXED);
+    }
+}
 
 static void *worker(void *arg) {
     (void)arg;
@@ -32,9 +41,10 @@ int main(int argc, char **argv) {
     pthread_t threads[16];
     for (int t = 0; t < nthreads; t++) pthread_create(&threads[t], NULL, worker, NULL);
     for (int t = 0; t < nthreads; t++) pthread_join(threads[t], NULL);
+    add_pair(rounds);
     long before = add_atomic_fetch(0);
     long swapped = swap_atomic(before);
-    printf("atomic %ld plain %ld (expected %ld) swapped %ld\n", load_atomic(), plain_total, (long)nthreads * rounds,
-           swapped);
+    printf("atomic %ld plain %ld (expected %ld) swapped %ld pair %ld %ld\n", load_atomic(), plain_total,
+           (long)nthreads * rounds, swapped, pair_a, pair_b);
     return 0;
 }

@@ -2,25 +2,51 @@
 //! the module's executable code with iced-x86, keeping the instructions whose
 //! memory operand can reach the watched bytes.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use iced_x86::{
     Decoder, DecoderOptions, FlowControl, Instruction, InstructionInfoFactory, Mnemonic, OpAccess,
     OpKind, Register,
 };
-use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol, RelocationTarget, SectionKind};
+use object::{
+    Object, ObjectSection, ObjectSegment, ObjectSymbol, RelocationTarget, SectionKind, SymbolKind,
+};
 use ordo_probe_common::{kind, reg, WatchSite};
 
 use super::resolve::ResolvedWatch;
+use super::uprobe::kernel_accepts;
+
+/// Where a watch uprobe sits relative to the instruction that accesses the variable.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProbePoint {
+    /// On the accessing instruction itself: the probe runs just before the access.
+    Instruction,
+    /// On the instruction just before it, which always falls through to it and does
+    /// not change the registers of its address: the probe still sees the state before
+    /// the access. Used when the kernel refuses a uprobe on the accessing
+    /// instruction (any `lock`-prefixed one), and nothing jumps to it.
+    Previous,
+    /// On the instruction just after it, which nothing else jumps to: the probe runs
+    /// just after the access, so memory already holds the value it left (for a
+    /// read-modify-write, the new value). The fallback when `Previous` is not possible.
+    Next,
+}
 
 /// One instruction to put a watch uprobe on.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PlannedSite {
-    /// Offset of the instruction in the module's file: where the uprobe attaches.
+    /// Offset in the module's file of the probed instruction: where the uprobe
+    /// attaches (see [`PlannedSite::probe`]).
     pub file_offset: u64,
     /// What the watch uprobe needs, with LINK-TIME addresses: apply
-    /// [`Relocate::relocated`] with the module's load bias before use.
+    /// [`Relocate::relocated`] with the module's load bias before use. `site.ip` is
+    /// the probed instruction (so runtime rip minus `site.ip` is the load bias);
+    /// the accessing instruction is [`PlannedSite::access_ip`].
     pub site: WatchSite,
+    /// Link-time address of the instruction that accesses the variable.
+    pub access_ip: u64,
+    /// Whether the uprobe sits on the accessing instruction or on a neighbour.
+    pub probe: ProbePoint,
     /// The access is an atomic read-modify-write (lock prefix, or `xchg` with
     /// memory). Non-atomic read-modify-writes (`add $1, mem`, `inc mem`) are also
     /// [`kind::RMW`] but not atomic: they race like a read and a write.
@@ -49,6 +75,11 @@ pub struct WatchPlan {
     pub watch: ResolvedWatch,
     /// Instructions that access the watched bytes, in address order.
     pub sites: Vec<PlannedSite>,
+    /// Instructions that access the watched bytes but that no uprobe can observe:
+    /// the kernel refuses a probe on them and no neighbour qualifies (e.g. a
+    /// `lock`-prefixed instruction that is a jump target and is followed by one).
+    /// A hardware watchpoint sees them.
+    pub unprobeable: Vec<PlannedSite>,
     /// Link-time addresses of instructions that put the address of the variable
     /// (or of a byte inside it) into a register: `lea`, a GOT load, or an
     /// absolute immediate. Accesses through such pointers after a call, a jump or
@@ -82,6 +113,7 @@ impl Relocate for PlannedSite {
     fn relocated(&self, bias: u64) -> PlannedSite {
         PlannedSite {
             site: self.site.relocated(bias),
+            access_ip: self.access_ip.wrapping_add(bias),
             ..self.clone()
         }
     }
@@ -103,6 +135,14 @@ pub fn plan_sites(watch: &ResolvedWatch) -> Result<WatchPlan, String> {
     }
     let got = got_targets(&file);
     let mut scanner = Scanner::new(watch, &got);
+    // Functions can be entered from anywhere: their first instruction has unseen
+    // predecessors.
+    let functions = file
+        .symbols()
+        .chain(file.dynamic_symbols())
+        .filter(|s| s.kind() == SymbolKind::Text);
+    scanner.targets.extend(functions.map(|s| s.address()));
+    scanner.targets.insert(file.entry());
     let mut regions = 0;
     for section in file.sections() {
         if section.kind() != SectionKind::Text {
@@ -124,17 +164,20 @@ pub fn plan_sites(watch: &ResolvedWatch) -> Result<WatchPlan, String> {
             }
         }
     }
+    scanner.place_refused_probes(&data);
     let Scanner {
         mut sites,
         mut address_refs,
+        unprobeable,
         ..
     } = scanner;
-    sites.sort_by_key(|s| s.site.ip);
+    sites.sort_by_key(|s| s.access_ip);
     address_refs.sort_unstable();
     address_refs.dedup();
     Ok(WatchPlan {
         watch: watch.clone(),
         sites,
+        unprobeable,
         address_refs,
     })
 }
@@ -233,6 +276,17 @@ struct Scanner<'w> {
     known: [Option<u64>; 16],
     sites: Vec<PlannedSite>,
     address_refs: Vec<u64>,
+    /// Every address something may jump or call to (direct branch targets,
+    /// function starts): instructions there have predecessors besides the previous one.
+    targets: HashSet<u64>,
+    /// Decoded code: (link-time address, length, file offset).
+    regions: Vec<(u64, u64, u64)>,
+    /// The previous instruction in this region, if it always falls through.
+    previous: Option<u64>,
+    /// Sites the kernel will not probe (index into `sites`), with the previous
+    /// instruction when it falls through to them.
+    refused: Vec<(usize, Option<u64>)>,
+    unprobeable: Vec<PlannedSite>,
 }
 
 impl<'w> Scanner<'w> {
@@ -248,6 +302,11 @@ impl<'w> Scanner<'w> {
             known: [None; 16],
             sites: Vec::new(),
             address_refs: Vec::new(),
+            targets: HashSet::new(),
+            regions: Vec::new(),
+            previous: None,
+            refused: Vec::new(),
+            unprobeable: Vec::new(),
         }
     }
 
@@ -258,26 +317,130 @@ impl<'w> Scanner<'w> {
 
     fn scan(&mut self, code: &[u8], vaddr: u64, file_offset: u64) {
         self.known = [None; 16];
+        self.previous = None;
+        self.regions.push((vaddr, code.len() as u64, file_offset));
         let mut decoder = Decoder::with_ip(64, code, vaddr, DecoderOptions::NONE);
         let mut instr = Instruction::default();
         while decoder.can_decode() {
             decoder.decode_out(&mut instr);
             if instr.is_invalid() {
                 self.known = [None; 16];
+                self.previous = None;
                 continue;
             }
-            self.visit(&instr, file_offset + (instr.ip() - vaddr));
+            let offset = (instr.ip() - vaddr) as usize;
+            self.visit(
+                &instr,
+                &code[offset..offset + instr.len()],
+                file_offset + offset as u64,
+            );
+            let flow = instr.flow_control();
+            let direct = matches!(
+                instr.op0_kind(),
+                OpKind::NearBranch64 | OpKind::NearBranch32
+            );
+            if direct && flow != FlowControl::Next {
+                self.targets.insert(instr.near_branch_target());
+            }
+            self.previous = (flow == FlowControl::Next).then_some(instr.ip());
         }
     }
 
-    fn visit(&mut self, instr: &Instruction, file_offset: u64) {
+    /// The file offset of link-time address `ip` in decoded code, and the bytes
+    /// from there to the end of its region.
+    fn code_at<'d>(&self, data: &'d [u8], ip: u64) -> Option<(u64, &'d [u8])> {
+        let (vaddr, len, file_offset) = self
+            .regions
+            .iter()
+            .find(|(v, l, _)| *v <= ip && ip < v + l)?;
+        let offset = file_offset + (ip - vaddr);
+        Some((
+            offset,
+            data.get(offset as usize..(file_offset + len) as usize)?,
+        ))
+    }
+
+    /// The instruction at `ip` and its file offset, if the kernel can probe it.
+    fn probeable_at(&self, data: &[u8], ip: u64) -> Option<(u64, Instruction)> {
+        let (offset, bytes) = self.code_at(data, ip)?;
+        let instr = Decoder::with_ip(64, bytes, ip, DecoderOptions::NONE).decode();
+        (!instr.is_invalid() && kernel_accepts(&instr, bytes)).then_some((offset, instr))
+    }
+
+    /// Whether `instr` writes any of the registers (by [`reg`] number).
+    fn writes_any(&mut self, instr: &Instruction, registers: &[u8]) -> bool {
+        let info = self.factory.info(instr);
+        info.used_registers().iter().any(|used| {
+            matches!(
+                used.access(),
+                OpAccess::Write
+                    | OpAccess::CondWrite
+                    | OpAccess::ReadWrite
+                    | OpAccess::ReadCondWrite
+            ) && gpr_number(used.register()).is_some_and(|r| registers.contains(&r))
+        })
+    }
+
+    /// Moves the probe of each site the kernel refuses onto a neighbour that sees
+    /// the same accesses, or the site into `unprobeable`.
+    fn place_refused_probes(&mut self, data: &[u8]) {
+        let mut unplaced = Vec::new();
+        for (index, previous) in std::mem::take(&mut self.refused) {
+            let access_ip = self.sites[index].access_ip;
+            let site = self.sites[index].site;
+            let address_registers: Vec<u8> = [site.base, site.index]
+                .into_iter()
+                .filter(|r| *r != reg::NONE)
+                .collect();
+            let mut placed = None;
+            if !self.targets.contains(&access_ip) {
+                if let Some((offset, before)) = previous.and_then(|ip| self.probeable_at(data, ip))
+                {
+                    if !self.writes_any(&before, &address_registers) {
+                        placed = Some((offset, before.ip(), ProbePoint::Previous));
+                    }
+                }
+            }
+            if placed.is_none() {
+                let access = self.code_at(data, access_ip).map(|(_, bytes)| {
+                    Decoder::with_ip(64, bytes, access_ip, DecoderOptions::NONE).decode()
+                });
+                if let Some(access) = access {
+                    let next_ip = access.next_ip();
+                    if !self.targets.contains(&next_ip)
+                        && !self.writes_any(&access, &address_registers)
+                    {
+                        if let Some((offset, after)) = self.probeable_at(data, next_ip) {
+                            placed = Some((offset, after.ip(), ProbePoint::Next));
+                        }
+                    }
+                }
+            }
+            match placed {
+                Some((offset, ip, probe)) => {
+                    let planned = &mut self.sites[index];
+                    planned.file_offset = offset;
+                    planned.site.ip = ip;
+                    planned.probe = probe;
+                }
+                None => unplaced.push(index),
+            }
+        }
+        for index in unplaced.into_iter().rev() {
+            let site = self.sites.remove(index);
+            self.unprobeable.push(site);
+        }
+        self.unprobeable.sort_by_key(|s| s.access_ip);
+    }
+
+    fn visit(&mut self, instr: &Instruction, bytes: &[u8], file_offset: u64) {
         let memory_operand = (0..instr.op_count()).find(|&i| instr.op_kind(i) == OpKind::Memory);
         let operand = memory_operand.and_then(|_| self.operand(instr));
         let mut new_value = None;
         if let Some(operand) = &operand {
             new_value = self.address_load(instr, operand);
             if new_value.is_none() {
-                self.consider_site(instr, operand, file_offset);
+                self.consider_site(instr, operand, bytes, file_offset);
             }
         } else if let Some(value) = self.immediate_address(instr) {
             new_value = Some(value);
@@ -393,7 +556,13 @@ impl<'w> Scanner<'w> {
         }
     }
 
-    fn consider_site(&mut self, instr: &Instruction, operand: &Operand, file_offset: u64) {
+    fn consider_site(
+        &mut self,
+        instr: &Instruction,
+        operand: &Operand,
+        bytes: &[u8],
+        file_offset: u64,
+    ) {
         let len = instr.memory_size().size() as u64;
         let reachable = match operand {
             Operand::Fixed(address) | Operand::Based(address) => self.overlaps(*address, len),
@@ -456,9 +625,14 @@ impl<'w> Scanner<'w> {
         } else {
             true
         };
+        if !kernel_accepts(instr, bytes) {
+            self.refused.push((self.sites.len(), self.previous));
+        }
         self.sites.push(PlannedSite {
             file_offset,
             site,
+            access_ip: instr.ip(),
+            probe: ProbePoint::Instruction,
             atomic,
             value_known,
             via_register,

@@ -123,7 +123,7 @@ fn plan(binary: &Path, spec: &str) -> WatchPlan {
 
 /// (function, access kind, atomic) of each site, sorted.
 fn summary(binary: &Path, plan: &WatchPlan) -> Vec<(String, u16, bool)> {
-    let functions = functions_of(binary, plan.sites.iter().map(|s| s.site.ip));
+    let functions = functions_of(binary, plan.sites.iter().map(|s| s.access_ip));
     let mut out: Vec<_> = functions
         .into_iter()
         .zip(&plan.sites)
@@ -133,18 +133,37 @@ fn summary(binary: &Path, plan: &WatchPlan) -> Vec<(String, u16, bool)> {
     out
 }
 
-/// The bytes at each site's file offset decode to the instruction found at its address.
+/// The bytes at each site's file offset are a probeable instruction at `site.ip`,
+/// and the accessing instruction is where `access_ip` says.
 fn assert_file_offsets_match(binary: &Path, plan: &WatchPlan) {
     let data = std::fs::read(binary).unwrap();
     for s in &plan.sites {
         let bytes = &data[s.file_offset as usize..];
-        let instr = Decoder::with_ip(64, bytes, s.site.ip, DecoderOptions::NONE).decode();
-        assert_eq!(
-            instr.to_string(),
-            s.instruction,
-            "file offset {:#x}",
+        let probed = Decoder::with_ip(64, bytes, s.site.ip, DecoderOptions::NONE).decode();
+        assert!(
+            super::uprobe::kernel_accepts(&probed, bytes),
+            "{probed} at {:#x}",
             s.file_offset
         );
+        let access_offset = (s.file_offset + s.access_ip).wrapping_sub(s.site.ip) as usize;
+        let access = Decoder::with_ip(
+            64,
+            &data[access_offset..],
+            s.access_ip,
+            DecoderOptions::NONE,
+        )
+        .decode();
+        assert_eq!(
+            access.to_string(),
+            s.instruction,
+            "file offset {access_offset:#x}"
+        );
+        let expected_probe_ip = match s.probe {
+            ProbePoint::Instruction => s.access_ip,
+            ProbePoint::Previous => s.access_ip - probed.len() as u64,
+            ProbePoint::Next => access.next_ip(),
+        };
+        assert_eq!(s.site.ip, expected_probe_ip, "{s:?}");
     }
 }
 
@@ -160,8 +179,12 @@ fn global_written_in_three_places_and_read_in_two() {
             (4, "shared_value", bin)
         );
         let plan = plan_sites(&watch).unwrap();
-        let found: BTreeSet<u64> = plan.sites.iter().map(|s| s.site.ip).collect();
+        let found: BTreeSet<u64> = plan.sites.iter().map(|s| s.access_ip).collect();
         assert_eq!(found, objdump_references(bin, "shared_value"), "{opt}");
+        assert!(plan
+            .sites
+            .iter()
+            .all(|s| s.probe == ProbePoint::Instruction && s.site.ip == s.access_ip));
         assert_eq!(
             summary(bin, &plan),
             vec![
@@ -174,7 +197,7 @@ fn global_written_in_three_places_and_read_in_two() {
             "{opt}"
         );
         let by_function: BTreeMap<String, &PlannedSite> =
-            functions_of(bin, plan.sites.iter().map(|s| s.site.ip))
+            functions_of(bin, plan.sites.iter().map(|s| s.access_ip))
                 .into_iter()
                 .zip(&plan.sites)
                 .collect();
@@ -212,7 +235,7 @@ fn struct_field_matches_only_that_field() {
     let hits = plan(bin, "stats+8:4");
     assert_eq!(hits.watch.name, "stats+8");
     assert_eq!(hits.watch.vaddr, nm_address(bin, "stats") + 8);
-    let found: BTreeSet<u64> = hits.sites.iter().map(|s| s.site.ip).collect();
+    let found: BTreeSet<u64> = hits.sites.iter().map(|s| s.access_ip).collect();
     assert_eq!(found, objdump_references(bin, "stats+0x8"));
     assert_eq!(
         summary(bin, &hits),
@@ -228,10 +251,10 @@ fn struct_field_matches_only_that_field() {
     );
 
     let misses = plan(bin, "stats+12:4");
-    let found: BTreeSet<u64> = misses.sites.iter().map(|s| s.site.ip).collect();
+    let found: BTreeSet<u64> = misses.sites.iter().map(|s| s.access_ip).collect();
     assert_eq!(found, objdump_references(bin, "stats+0xc"));
     assert!(summary(bin, &misses).contains(&("record_miss".into(), kind::RMW, false)));
-    assert!(found.is_disjoint(&hits.sites.iter().map(|s| s.site.ip).collect()));
+    assert!(found.is_disjoint(&hits.sites.iter().map(|s| s.access_ip).collect()));
     assert_file_offsets_match(bin, &hits);
 }
 
@@ -288,6 +311,48 @@ fn atomic_counter_at(opt: &str) {
             ("swap_atomic".into(), kind::RMW, true),
         ]
     );
+    let by_function: BTreeMap<String, &PlannedSite> =
+        functions_of(bin, atomic.sites.iter().map(|s| s.access_ip))
+            .into_iter()
+            .zip(&atomic.sites)
+            .collect();
+    // The kernel refuses uprobes on lock-prefixed instructions: `lock add` starts its
+    // function (entered by calls), so the probe goes on the `ret` after it; `lock
+    // xadd` follows a plain `mov`, which gets the probe. `xchg` has no prefix.
+    assert_eq!(by_function["add_atomic"].probe, ProbePoint::Next);
+    assert_eq!(by_function["add_atomic_fetch"].probe, ProbePoint::Previous);
+    assert_eq!(by_function["swap_atomic"].probe, ProbePoint::Instruction);
+    assert_eq!(by_function["load_atomic"].probe, ProbePoint::Instruction);
+    assert!(atomic.unprobeable.is_empty());
+    assert_file_offsets_match(bin, &atomic);
+
+    // In `add_pair`'s loop, `lock add pair_a` is the jump target and is followed by
+    // `lock add pair_b`: no probe can see it. `lock add pair_b` is probed after.
+    let pair_a = plan(bin, "pair_a");
+    assert_eq!(
+        functions_of(bin, pair_a.unprobeable.iter().map(|s| s.access_ip)),
+        vec!["add_pair".to_string()]
+    );
+    assert!(
+        pair_a
+            .sites
+            .iter()
+            .all(|s| functions_of(bin, [s.access_ip])[0] != "add_pair"),
+        "{opt}"
+    );
+    let pair_b = plan(bin, "pair_b");
+    let in_loop: Vec<&PlannedSite> = pair_b
+        .sites
+        .iter()
+        .filter(|s| functions_of(bin, [s.access_ip])[0] == "add_pair")
+        .collect();
+    assert_eq!(in_loop.len(), 1);
+    assert_eq!(
+        (in_loop[0].probe, in_loop[0].atomic),
+        (ProbePoint::Next, true)
+    );
+    assert_file_offsets_match(bin, &pair_b);
+
     let plain = plan(bin, "plain_total");
     let functions = summary(bin, &plain);
     assert!(
@@ -544,6 +609,7 @@ fn relocation_adds_the_bias_to_absolute_addresses_only() {
     let rip_relative = plan(&program.path, "stats+8:4").sites[0].clone();
     let moved = rip_relative.relocated(bias);
     assert_eq!(moved.site.ip, rip_relative.site.ip + bias);
+    assert_eq!(moved.access_ip, rip_relative.access_ip + bias);
     assert_eq!(moved.site.watch_addr, rip_relative.site.watch_addr + bias);
     assert_eq!(moved.site.disp, rip_relative.site.disp + bias as i64);
     assert_eq!(moved.file_offset, rip_relative.file_offset);
