@@ -34,6 +34,15 @@
 //!    the load bias), the access kind from iced-x86's instruction info (read,
 //!    write, or read-modify-write, flagged atomic for `lock`-prefixed instructions
 //!    and `xchg`), and for plain stores the register or immediate being written.
+//! 4. Where the uprobe goes ([`ProbePoint`]). The kernel refuses a uprobe on an
+//!    instruction with a `lock` prefix or an ES/CS/SS/DS override, or with an
+//!    opcode outside its table (and when the program is not mapped yet, it refuses
+//!    silently, at mmap time). Such an access is probed on the instruction before
+//!    it, if that one always falls through to it, nothing jumps to the access and
+//!    the address registers stay the same; else on the instruction after it, if
+//!    nothing else jumps there; else it is listed in [`WatchPlan::unprobeable`].
+//!    Jump targets are the direct branch and call targets seen in the sweep plus
+//!    every function symbol.
 //!
 //! # Limits
 //! - Accesses through pointers whose value comes from elsewhere (a function
@@ -53,7 +62,13 @@
 //!   accesses have no static address and are not sites.
 //! - A probe runs before its instruction: for a write it records the register or
 //!   immediate being stored ([`PlannedSite::value_known`] is false when the
-//!   source is neither), for a read-modify-write the value before the update.
+//!   source is neither), for a read-modify-write the value before the update —
+//!   except a probe placed after a refused instruction ([`ProbePoint::Next`]),
+//!   which sees the value after it. The probe and the access are not one atomic
+//!   step: another thread's access can fall between them, so the per-variable
+//!   order taken in the probe can differ from the hardware order of racing accesses.
+//! - Indirect jumps (switch tables) to an access are not known as jump targets, so
+//!   a neighbour probe can, rarely, miss an access reached that way.
 
 mod resolve;
 mod sites;
