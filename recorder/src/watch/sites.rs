@@ -388,7 +388,9 @@ impl<'w> Scanner<'w> {
         for (index, previous) in std::mem::take(&mut self.refused) {
             let access_ip = self.sites[index].access_ip;
             let site = self.sites[index].site;
-            let address_registers: Vec<u8> = [site.base, site.index]
+            // The probe reads these registers: the neighbour must leave them as the
+            // access sees them.
+            let address_registers: Vec<u8> = [site.base, site.index, site.value_reg]
                 .into_iter()
                 .filter(|r| *r != reg::NONE)
                 .collect();
