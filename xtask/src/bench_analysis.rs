@@ -1,0 +1,92 @@
+//! The analysis benchmark: `ordo analyze` over generated traces of 2 and 10 million
+//! events from 8 worker threads (critical sections on 16 mutexes, nested in a fixed
+//! order, watched accesses under one of them). Prints events per second — of the
+//! whole command, and of the streaming pass alone (read, order, happens-before,
+//! detectors) — and the analyzing process's peak resident memory, which must not
+//! grow with the trace's length.
+//!
+//! Each analysis runs in its own `ordo analyze --json` process, which reports its
+//! peak RSS (VmHWM) in `stats.peak_rss_kb`, so the two lengths do not share a
+//! high-water mark. Traces are written with `ordo-analysis`'s generator (the
+//! `bench_trace` example) into a scratch directory that is removed afterwards.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+
+/// Trace lengths compared, in events.
+const LENGTHS: [u64; 2] = [2_000_000, 10_000_000];
+/// Worker threads in the generated traces (plus the main thread).
+const THREADS: u32 = 8;
+
+struct Measured {
+    events: u64,
+    wall: f64,
+    pass: f64,
+    peak_rss_kb: u64,
+    trace_bytes: u64,
+}
+
+/// Runs the benchmark and prints its numbers.
+pub fn run() -> Result<()> {
+    let ordo = crate::ordo_release()?;
+    crate::run(Command::new("cargo").args(["build", "--release", "-p", "ordo-analysis", "--example", "bench_trace"]))?;
+    let generator = crate::root().join("target/release/examples/bench_trace");
+    let dir = std::env::temp_dir().join(format!("ordo-bench-analysis-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
+    let result = measure_all(&ordo, &generator, &dir);
+    let _ = std::fs::remove_dir_all(&dir);
+    let runs = result?;
+    println!("\n== analysis: ordo analyze over generated traces ({THREADS} worker threads)");
+    for m in &runs {
+        println!(
+            "{:>11} events ({:>5.1} MB trace): {:>6.2} s = {:>5.2} M events/s; streaming pass {:>5.2} M events/s; peak RSS {:>6.1} MB",
+            m.events,
+            m.trace_bytes as f64 / 1e6,
+            m.wall,
+            m.events as f64 / m.wall / 1e6,
+            m.events as f64 / m.pass / 1e6,
+            m.peak_rss_kb as f64 / 1024.0
+        );
+    }
+    if let [short, long] = runs.as_slice() {
+        println!(
+            "memory at {}x the length: {:.2}x (independent of length when close to 1)",
+            long.events / short.events.max(1),
+            long.peak_rss_kb as f64 / short.peak_rss_kb.max(1) as f64
+        );
+    }
+    Ok(())
+}
+
+fn measure_all(ordo: &Path, generator: &Path, dir: &Path) -> Result<Vec<Measured>> {
+    let mut out = Vec::new();
+    for events in LENGTHS {
+        let trace: PathBuf = dir.join(format!("bench-{events}.ordo"));
+        let generated = Command::new(generator).arg(&trace).arg(events.to_string()).arg(THREADS.to_string()).output()?;
+        if !generated.status.success() {
+            bail!("bench_trace failed: {}", String::from_utf8_lossy(&generated.stderr));
+        }
+        let trace_bytes = std::fs::metadata(&trace)?.len();
+        let started = Instant::now();
+        let analyzed = Command::new(ordo).arg("analyze").arg("--json").arg(&trace).output()?;
+        let wall = started.elapsed().as_secs_f64();
+        if !analyzed.status.success() {
+            bail!("ordo analyze failed: {}", String::from_utf8_lossy(&analyzed.stderr));
+        }
+        let doc: serde_json::Value = serde_json::from_slice(&analyzed.stdout).context("ordo analyze --json output")?;
+        let stats = &doc["stats"];
+        let number = |key: &str| stats[key].as_f64().with_context(|| format!("stats.{key} missing"));
+        out.push(Measured {
+            events: number("events")? as u64,
+            wall,
+            pass: number("pass_seconds")?,
+            peak_rss_kb: number("peak_rss_kb")? as u64,
+            trace_bytes,
+        });
+        let _ = std::fs::remove_file(&trace);
+    }
+    Ok(out)
+}
