@@ -22,6 +22,7 @@ pub mod report;
 pub mod synthetic;
 
 use std::path::Path;
+use std::sync::mpsc;
 use std::time::Instant;
 
 use ordo_trace::symbolize::Symbolizer;
@@ -80,45 +81,98 @@ impl LossTracker {
     }
 }
 
+/// A decoded chunk on its way from the decoding thread.
+struct DecodedChunk {
+    events: Vec<Event>,
+    offset: u64,
+    dropped: u64,
+}
+
 /// Analyzes a trace file, streaming it: see the crate docs.
 pub fn analyze_trace(path: &Path) -> Result<Analysis, TraceError> {
     let started = Instant::now();
     let mut reader = TraceReader::open(path, ReadMode::Strict)?;
-    let symbolizer = Symbolizer::new(&reader.modules);
-    let mut engine = engine::Engine::with_internal_sites(&reader.threads, |site| {
+    let threads = reader.threads.clone();
+    let modules = reader.modules.clone();
+    let (total_dropped, cut_short) = (
+        reader.dropped,
+        reader.cut_short.as_ref().map(|e| e.to_string()),
+    );
+    let symbolizer = Symbolizer::new(&modules);
+    let mut engine = engine::Engine::with_internal_sites(&threads, |site| {
         symbolizer
             .locate(site, true)
             .is_some_and(|loc| ordo_schedule::is_glibc_internal_module(&loc.module))
     });
     let mut merger = merge::Merger::new();
-    let mut chunk: Vec<Event> = Vec::new();
     let mut losses = LossTracker::default();
-    while reader.next_chunk_into(&mut chunk)? {
-        let (offset, dropped) = reader.drops_by_chunk().last().copied().unwrap_or((0, 0));
-        losses.chunk(offset, dropped, chunk.first().map(|e| e.ts_ns).unwrap_or(0));
-        for e in chunk.drain(..) {
-            merger.push(e);
+    // Decoding (zstd, protobuf) runs on its own thread, a chunk or two ahead of the
+    // pass; chunk buffers go back to it for reuse.
+    let (chunks_tx, chunks_rx) = mpsc::sync_channel::<Result<DecodedChunk, TraceError>>(2);
+    let (recycle_tx, recycle_rx) = mpsc::channel::<Vec<Event>>();
+    let mut failure = None;
+    std::thread::scope(|scope| {
+        scope.spawn(move || loop {
+            let mut events = recycle_rx.try_recv().unwrap_or_default();
+            let message = match reader.next_chunk_into(&mut events) {
+                Ok(true) => {
+                    let (offset, dropped) =
+                        reader.drops_by_chunk().last().copied().unwrap_or((0, 0));
+                    Ok(DecodedChunk {
+                        events,
+                        offset,
+                        dropped,
+                    })
+                }
+                Ok(false) => return,
+                Err(e) => Err(e),
+            };
+            let stop = message.is_err();
+            if chunks_tx.send(message).is_err() || stop {
+                return;
+            }
+        });
+        for message in chunks_rx {
+            let mut chunk = match message {
+                Ok(chunk) => chunk,
+                Err(e) => {
+                    failure = Some(e);
+                    return;
+                }
+            };
+            losses.chunk(
+                chunk.offset,
+                chunk.dropped,
+                chunk.events.first().map(|e| e.ts_ns).unwrap_or(0),
+            );
+            for e in chunk.events.drain(..) {
+                merger.push(e);
+            }
+            while let Some(e) = merger.pop() {
+                engine.process(&e);
+            }
+            let _ = recycle_tx.send(chunk.events);
         }
-        while let Some(e) = merger.pop() {
-            engine.process(&e);
-        }
+    });
+    if let Some(e) = failure {
+        return Err(e);
     }
     merger.finish();
     while let Some(e) = merger.pop() {
         engine.process(&e);
     }
-    losses.finish(reader.dropped);
+    losses.finish(total_dropped);
     let pass = engine.finish();
     let pass_seconds = started.elapsed().as_secs_f64();
-    let namer = naming::Namer::new(&reader.threads, &pass.tids, &pass.objects, &symbolizer);
+    let namer = naming::Namer::new(&threads, &pass.tids, &pass.objects, &symbolizer);
     let first_loss = losses.losses.first().map(|l| l.from_ts);
     let findings = report::resolve(pass.findings, &namer, first_loss);
     let stats = Stats {
         pass: pass.stats,
-        threads: reader.threads.len() as u64,
+        threads: threads.len() as u64,
         chunks: losses.chunks,
-        dropped: reader.dropped.max(losses.prev_dropped),
-        cut_short: reader.cut_short.as_ref().map(|e| e.to_string()),
+        dropped: total_dropped.max(losses.prev_dropped),
+        cut_short,
         peak_rss_kb: peak_rss_kb(),
         seconds: started.elapsed().as_secs_f64(),
         pass_seconds,
