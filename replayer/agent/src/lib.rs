@@ -68,6 +68,23 @@ const FUTEX_WAIT: i32 = 0;
 const FUTEX_WAKE: i32 = 1;
 const NONE: u32 = u32::MAX;
 
+/// `PlanEvent::done`: happened.
+const DONE: u32 = 1;
+/// `PlanEvent::done`: taking effect inside a blocking call or a thread's exit.
+const IN_PROGRESS: u32 = 2;
+
+/// Whether an in-progress event has surely taken effect: its thread is gone (an
+/// exit) or asleep inside the blocking call (a condvar wait has registered and
+/// released its mutex; a barrier arrival has been counted).
+fn in_progress_finished(e: &PlanEvent) -> bool {
+    let owner = e.done_tid.load(Acquire);
+    if e.kind == kind::THREAD_EXIT {
+        thread_gone(owner)
+    } else {
+        thread_asleep(owner)
+    }
+}
+
 static SHARED: AtomicPtr<Shared> = AtomicPtr::new(null_mut());
 static ACTIVE: AtomicBool = AtomicBool::new(false);
 
@@ -166,6 +183,98 @@ unsafe fn futex(word: *const AtomicU32, op: i32, val: u32) -> isize {
         options(nostack),
     );
     ret
+}
+
+/// Futex wait with a timeout in nanoseconds (for the short polls below).
+unsafe fn futex_wait_ns(word: *const AtomicU32, val: u32, ns: i64) {
+    let ts = [0i64, ns];
+    let _ret: isize;
+    std::arch::asm!(
+        "syscall",
+        inlateout("rax") SYS_FUTEX as isize => _ret,
+        in("rdi") word,
+        in("rsi") FUTEX_WAIT as isize,
+        in("rdx") val as isize,
+        in("r10") ts.as_ptr(),
+        in("r8") 0isize,
+        in("r9") 0isize,
+        lateout("rcx") _,
+        lateout("r11") _,
+        options(nostack),
+    );
+}
+
+/// A raw syscall with up to three arguments.
+unsafe fn raw_syscall3(n: isize, a: isize, b: isize, c: isize) -> isize {
+    let ret: isize;
+    std::arch::asm!(
+        "syscall",
+        inlateout("rax") n => ret,
+        in("rdi") a,
+        in("rsi") b,
+        in("rdx") c,
+        lateout("rcx") _,
+        lateout("r11") _,
+        options(nostack),
+    );
+    ret
+}
+
+const SYS_READ: isize = 0;
+const SYS_CLOSE: isize = 3;
+const SYS_OPEN: isize = 2;
+const SYS_TGKILL: isize = 234;
+const SYS_GETPID: isize = 39;
+const ESRCH: isize = 3;
+
+/// Whether thread `tid` of this process has exited.
+fn thread_gone(tid: u32) -> bool {
+    // SAFETY: signal 0 only checks that the thread exists.
+    unsafe {
+        let pid = raw_syscall3(SYS_GETPID, 0, 0, 0);
+        raw_syscall3(SYS_TGKILL, pid, tid as isize, 0) == -ESRCH
+    }
+}
+
+/// Whether thread `tid` of this process is asleep in the kernel (`S` or `D`), or gone.
+fn thread_asleep(tid: u32) -> bool {
+    let mut path = *b"/proc/self/task/0000000000/stat\0";
+    let mut digits = [0u8; 10];
+    let mut n = tid;
+    let mut len = 0;
+    loop {
+        digits[len] = b'0' + (n % 10) as u8;
+        len += 1;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    let mut out = 16;
+    for i in (0..len).rev() {
+        path[out] = digits[i];
+        out += 1;
+    }
+    path[out..out + 6].copy_from_slice(b"/stat\0");
+    let mut buf = [0u8; 512];
+    // SAFETY: raw open/read/close on our own buffers: no libc call the program could see.
+    let got = unsafe {
+        let fd = raw_syscall3(SYS_OPEN, path.as_ptr() as isize, 0o2000000 /* O_CLOEXEC */, 0);
+        if fd < 0 {
+            return true;
+        }
+        let got = raw_syscall3(SYS_READ, fd, buf.as_mut_ptr() as isize, buf.len() as isize);
+        raw_syscall3(SYS_CLOSE, fd, 0, 0);
+        got
+    };
+    if got <= 0 {
+        return true;
+    }
+    let text = &buf[..got as usize];
+    match text.iter().rposition(|&b| b == b')') {
+        Some(i) if i + 2 < text.len() => matches!(text[i + 2], b'S' | b'D'),
+        _ => false,
+    }
 }
 
 fn errno() -> c_int {
@@ -364,7 +473,8 @@ fn thread_end() {
     }
     c.gate(kind::THREAD_EXIT, 0, GateObject::Any);
     let stamp = c.stamp_before(kind::THREAD_EXIT);
-    c.happened(kind::THREAD_EXIT, 0, stamp);
+    // The exit takes effect when the kernel has finished the thread.
+    c.begins(kind::THREAD_EXIT, 0, stamp);
     c.set_state(STATE_EXITED, 0);
 }
 
@@ -498,18 +608,62 @@ impl Caller {
                 break;
             }
             let epoch = sh.epoch.load(Acquire);
-            if preds.iter().all(|&p| sh.events[p as usize].done.load(Acquire) != 0) {
+            let mut in_progress = false;
+            let mut all_done = true;
+            for &p in preds {
+                let pred = &sh.events[p as usize];
+                match pred.done.load(Acquire) {
+                    DONE => {}
+                    IN_PROGRESS if in_progress_finished(pred) => {
+                        if pred.done.compare_exchange(IN_PROGRESS, DONE, AcqRel, Acquire).is_ok() {
+                            sh.epoch.fetch_add(1, Release);
+                            // SAFETY: as below.
+                            unsafe { futex(&sh.epoch, FUTEX_WAKE, i32::MAX as u32) };
+                        }
+                    }
+                    IN_PROGRESS => {
+                        in_progress = true;
+                        all_done = false;
+                    }
+                    _ => all_done = false,
+                }
+            }
+            if all_done {
                 break;
             }
             if !held {
                 held = true;
                 self.set_state(STATE_HELD, index);
             }
-            // SAFETY: the word lives in the shared mapping; a changed epoch returns at once.
-            unsafe { futex(&sh.epoch, FUTEX_WAIT, epoch) };
+            if in_progress {
+                // A predecessor takes effect inside another thread's blocking call
+                // (or its exit), which tells nobody when it happened: look again
+                // shortly. Only while that call is under way, so briefly.
+                // SAFETY: the word lives in the shared mapping.
+                unsafe { futex_wait_ns(&sh.epoch, epoch, 200_000) };
+            } else {
+                // SAFETY: the word lives in the shared mapping; a changed epoch returns at once.
+                unsafe { futex(&sh.epoch, FUTEX_WAIT, epoch) };
+            }
         }
         if held {
             self.set_state(STATE_RUNNING, 0);
+        }
+    }
+
+    /// Holds the creating thread until the named start of the child with this id may
+    /// happen.
+    fn gate_child_start(&self, depth: u32, path: &[u32; MAX_DEPTH]) {
+        let sh = shared();
+        for t in &sh.threads[..sh.n_threads as usize] {
+            if t.depth != depth || t.path[..depth as usize] != path[..depth as usize] {
+                continue;
+            }
+            for (i, e) in self.events(t).iter().enumerate() {
+                if e.kind == kind::THREAD_START && e.occurrence == 1 && e.gated != 0 {
+                    self.wait_for(sh, t.first_event + i as u32, e);
+                }
+            }
         }
     }
 
@@ -520,6 +674,37 @@ impl Caller {
 
     /// The event happened: count it and mark named events done, waking held threads.
     fn happened(&self, kind: u16, addr: u64, stamp: Option<u64>) {
+        self.mark(kind, addr, stamp, DONE);
+    }
+
+    /// The event is taking effect inside the blocking call about to be made (or the
+    /// thread's exit): count it, and let waiters see it as done once the call blocks
+    /// (or the thread is gone). [`Caller::finish_in_progress`] completes it on return.
+    fn begins(&self, kind: u16, addr: u64, stamp: Option<u64>) {
+        self.mark(kind, addr, stamp, IN_PROGRESS);
+    }
+
+    /// The call returned: whatever it had in progress has certainly happened.
+    fn finish_in_progress(&self) {
+        let Some(t) = self.plan() else { return };
+        let sh = shared();
+        let me = tid();
+        let mut any = false;
+        for e in self.events(t) {
+            if e.done_tid.load(Relaxed) == me
+                && e.done.compare_exchange(IN_PROGRESS, DONE, AcqRel, Relaxed).is_ok()
+            {
+                any = true;
+            }
+        }
+        if any {
+            sh.epoch.fetch_add(1, Release);
+            // SAFETY: as in wait_for.
+            unsafe { futex(&sh.epoch, FUTEX_WAKE, i32::MAX as u32) };
+        }
+    }
+
+    fn mark(&self, kind: u16, addr: u64, stamp: Option<u64>, state: u32) {
         let Some(t) = self.plan() else { return };
         let nth = self.nth(t, family_of(kind), addr);
         let sh = shared();
@@ -534,7 +719,7 @@ impl Caller {
                 let s = stamp.unwrap_or_else(|| sh.stamp.fetch_add(1, AcqRel) + 1);
                 e.stamp.store(s, Relaxed);
                 e.done_tid.store(tid(), Relaxed);
-                e.done.store(1, Release);
+                e.done.store(state, Release);
                 any = true;
             }
         }
@@ -645,14 +830,14 @@ unsafe fn cond_wait(c: P, m: P, blocking: u32, call: impl FnOnce() -> c_int) -> 
     me.gate(kind::MUTEX_UNLOCK, mutex, GateObject::Addr);
     let s1 = me.stamp_before(kind::COND_WAIT_BEGIN);
     let s2 = me.stamp_before(kind::MUTEX_UNLOCK);
-    // Marked before the call: while the mutex is still held, so whoever takes it
-    // next sees the waiter registered.
-    me.happened(kind::COND_WAIT_BEGIN, cond, s1);
-    me.happened(kind::MUTEX_UNLOCK, mutex, s2);
+    // Both take effect inside the call: done for others once this thread sleeps in it.
+    me.begins(kind::COND_WAIT_BEGIN, cond, s1);
+    me.begins(kind::MUTEX_UNLOCK, mutex, s2);
     me.set_state(blocking, kind::COND_WAIT as u32);
     let r = call();
     let saved = errno();
     me.set_state(STATE_RUNNING, 0);
+    me.finish_in_progress();
     me.gate(kind::COND_WAIT, cond, GateObject::Addr);
     me.happened(kind::COND_WAIT, cond, None);
     me.gate(kind::MUTEX_LOCK, mutex, GateObject::Addr);
@@ -761,10 +946,11 @@ pub unsafe extern "C-unwind" fn pthread_barrier_wait(b: P) -> c_int {
     let addr = b as u64;
     c.gate(kind::BARRIER_ARRIVE, addr, GateObject::Addr);
     let stamp = c.stamp_before(kind::BARRIER_ARRIVE);
-    c.happened(kind::BARRIER_ARRIVE, addr, stamp);
+    c.begins(kind::BARRIER_ARRIVE, addr, stamp);
     c.set_state(STATE_BLOCKED, kind::BARRIER_WAIT as u32);
     let r = real(b);
     c.set_state(STATE_RUNNING, 0);
+    c.finish_in_progress();
     c.gate(kind::BARRIER_WAIT, addr, GateObject::Addr);
     c.happened(kind::BARRIER_WAIT, addr, None);
     r
@@ -816,6 +1002,11 @@ pub unsafe extern "C-unwind" fn pthread_create(th: *mut u64, attr: P, routine: S
     block.write(StartArgs { routine, arg, depth: child_depth, path });
     // The handle is unknown until the call returns: gate on the occurrence alone.
     c.gate(kind::THREAD_CREATE, 0, GateObject::Any);
+    // The child's start takes effect in the kernel as soon as it is created: hold
+    // its creation until the child's start may happen.
+    if child_depth != NONE {
+        c.gate_child_start(child_depth, &path);
+    }
     let stamp = c.stamp_before(kind::THREAD_CREATE);
     let r = real(th, attr, start_thread, block.cast());
     let saved = errno();
