@@ -54,7 +54,10 @@ pub struct ReplayArgs {
 
 pub fn run(args: ReplayArgs) -> Result<u8> {
     if !(args.timeout > 0.0 && args.timeout.is_finite()) {
-        bail!("--timeout {}: expected a positive number of seconds", args.timeout);
+        bail!(
+            "--timeout {}: expected a positive number of seconds",
+            args.timeout
+        );
     }
     if args.stall_ms == 0 {
         bail!("--stall-ms 0: expected a positive number of milliseconds");
@@ -63,7 +66,11 @@ pub fn run(args: ReplayArgs) -> Result<u8> {
     let options = ReplayOptions {
         command: args.command,
         schedule,
-        mode: if args.check { Mode::Check } else { Mode::Enforce },
+        mode: if args.check {
+            Mode::Check
+        } else {
+            Mode::Enforce
+        },
         timeout: Duration::from_secs_f64(args.timeout),
         stall: Duration::from_millis(args.stall_ms),
         on_infeasible: match args.on_infeasible {

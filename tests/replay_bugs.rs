@@ -11,7 +11,9 @@ use std::process::Command;
 use common::{build_program, ordo};
 
 fn schedule(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/programs").join(format!("{name}.sched"))
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/programs")
+        .join(format!("{name}.sched"))
 }
 
 /// Runs `ordo replay --json`; returns its exit status and the JSON outcome.
@@ -25,10 +27,17 @@ fn replay(schedule: &Path, program: &Path) -> (i32, serde_json::Value) {
         .expect("run ordo replay");
     let stdout = String::from_utf8_lossy(&out.stdout);
     let line = stdout.lines().last().unwrap_or_else(|| {
-        panic!("no output from ordo replay; stderr:\n{}", String::from_utf8_lossy(&out.stderr))
+        panic!(
+            "no output from ordo replay; stderr:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        )
     });
-    let json: serde_json::Value = serde_json::from_str(line)
-        .unwrap_or_else(|e| panic!("not JSON ({e}): {line}\nstderr:\n{}", String::from_utf8_lossy(&out.stderr)));
+    let json: serde_json::Value = serde_json::from_str(line).unwrap_or_else(|e| {
+        panic!(
+            "not JSON ({e}): {line}\nstderr:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
     (out.status.code().unwrap_or(-1), json)
 }
 
@@ -41,7 +50,10 @@ fn reproduces(name: &str, expect_reason: &str) {
         let (code, json) = replay(&sched, &program);
         if json["verdict"] == "reproduced" {
             assert_eq!(code, 1, "ordo replay exits 1 when the bug showed: {json}");
-            assert!(json["reason"].as_str().unwrap().contains(expect_reason), "{json}");
+            assert!(
+                json["reason"].as_str().unwrap().contains(expect_reason),
+                "{json}"
+            );
             // The gates held the order: nothing the schedule named happened out of order.
             assert_eq!(json["schedule_held"], true, "{json}");
             assert!(json["violated"].as_array().unwrap().is_empty(), "{json}");
@@ -49,7 +61,10 @@ fn reproduces(name: &str, expect_reason: &str) {
         }
         last = json;
     }
-    assert!(shown >= 19, "{name}: the bug showed in {shown} of 20 replays; last outcome: {last}");
+    assert!(
+        shown >= 19,
+        "{name}: the bug showed in {shown} of 20 replays; last outcome: {last}"
+    );
 }
 
 #[test]
@@ -82,17 +97,31 @@ fn use_after_free_reproduces() {
 #[test]
 #[ignore]
 fn plain_runs_rarely_show_the_bugs() {
-    for name in ["replay_order", "replay_atomicity", "replay_deadlock", "replay_lost_wakeup", "replay_use_after_free"] {
+    for name in [
+        "replay_order",
+        "replay_atomicity",
+        "replay_deadlock",
+        "replay_lost_wakeup",
+        "replay_use_after_free",
+    ] {
         let program = build_program(name);
         let runs = 100;
         let mut failed = 0;
         for _ in 0..runs {
-            let status = Command::new("timeout").arg("5").arg(&program).output().expect("run").status;
+            let status = Command::new("timeout")
+                .arg("5")
+                .arg(&program)
+                .output()
+                .expect("run")
+                .status;
             if !status.success() {
                 failed += 1;
             }
         }
         eprintln!("{name}: bug showed in {failed} of {runs} plain runs");
-        assert!(failed * 20 < runs, "{name}: {failed} of {runs} plain runs failed (must be under 5 %)");
+        assert!(
+            failed * 20 < runs,
+            "{name}: {failed} of {runs} plain runs failed (must be under 5 %)"
+        );
     }
 }

@@ -31,7 +31,12 @@ fn run(args: &[&str], schedule: &Path, command: &[&str]) -> Output {
 
 fn json_of(out: &Output) -> serde_json::Value {
     let stdout = String::from_utf8_lossy(&out.stdout);
-    let line = stdout.lines().last().unwrap_or_else(|| panic!("no output; stderr:\n{}", String::from_utf8_lossy(&out.stderr)));
+    let line = stdout.lines().last().unwrap_or_else(|| {
+        panic!(
+            "no output; stderr:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
     serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"))
 }
 
@@ -53,7 +58,10 @@ fn correct_program_passes_under_feasible_schedules() {
             assert_eq!(json["exit_code"], 0);
             // Every ordering was enforced and its later event happened.
             assert_eq!(json["schedule_held"], true, "{name}: {json}");
-            assert!(json["pending"].as_array().unwrap().is_empty(), "{name}: {json}");
+            assert!(
+                json["pending"].as_array().unwrap().is_empty(),
+                "{name}: {json}"
+            );
         }
     }
 }
@@ -72,20 +80,38 @@ fn infeasible_schedule_is_named_within_two_seconds() {
         assert_eq!(code, 3, "{name}: {json}");
         assert!(took.as_millis() < 2000, "{name}: infeasible took {took:?}");
         let pending = json["pending"].as_array().unwrap();
-        assert!(pending.iter().any(|p| p.as_str().unwrap().contains(waiting_for)), "{name}: {json}");
-        assert!(!json["held_threads"].as_array().unwrap().is_empty(), "{name}: {json}");
+        assert!(
+            pending
+                .iter()
+                .any(|p| p.as_str().unwrap().contains(waiting_for)),
+            "{name}: {json}"
+        );
+        assert!(
+            !json["held_threads"].as_array().unwrap().is_empty(),
+            "{name}: {json}"
+        );
     }
 }
 
 #[test]
 fn infeasible_run_can_be_released_to_finish() {
     let program = build_program("replay_queue");
-    let (code, json) = replay_json(&["--on-infeasible", "release"], &schedule("replay_queue_infeasible"), &program);
+    let (code, json) = replay_json(
+        &["--on-infeasible", "release"],
+        &schedule("replay_queue_infeasible"),
+        &program,
+    );
     assert_eq!(json["verdict"], "infeasible", "{json}");
     assert_eq!(code, 3);
     // Released, the correct program finished normally.
     assert_eq!(json["exit_code"], 0, "{json}");
-    assert!(json["held_threads"][0].as_str().unwrap().starts_with("thread 2 before 2:mutex_lock(queue_lock)#1"), "{json}");
+    assert!(
+        json["held_threads"][0]
+            .as_str()
+            .unwrap()
+            .starts_with("thread 2 before 2:mutex_lock(queue_lock)#1"),
+        "{json}"
+    );
 }
 
 #[test]
@@ -101,9 +127,17 @@ fn passive_mode_checks_without_gating() {
     // The order a normal run follows is reported as held.
     let dir = scratch("replay_passive");
     let natural = dir.join("natural.sched");
-    std::fs::write(&natural, "1:mutex_unlock(cfg_lock)#1 -> 2:mutex_lock(cfg_lock)#1\n").unwrap();
+    std::fs::write(
+        &natural,
+        "1:mutex_unlock(cfg_lock)#1 -> 2:mutex_lock(cfg_lock)#1\n",
+    )
+    .unwrap();
     let (code, json) = replay_json(&["--check"], &natural, &program);
-    assert_eq!((code, &json["verdict"]), (0, &serde_json::json!("passed")), "{json}");
+    assert_eq!(
+        (code, &json["verdict"]),
+        (0, &serde_json::json!("passed")),
+        "{json}"
+    );
     assert_eq!(json["schedule_held"], true, "{json}");
     assert!(json["pending"].as_array().unwrap().is_empty(), "{json}");
 }
@@ -122,7 +156,12 @@ fn empty_schedule_changes_nothing() {
         .env_remove("LD_PRELOAD")
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let env = String::from_utf8_lossy(&out.stdout);
     assert!(!env.contains("ORDO_REPLAY"), "{env}");
     assert!(!env.contains("LD_PRELOAD"), "{env}");
@@ -148,10 +187,24 @@ fn empty_schedule_changes_nothing() {
 #[test]
 fn deadlock_is_detected_quickly_and_a_hang_is_killed() {
     let program = build_program("replay_deadlock");
-    let (code, json) = replay_json(&["--stall-ms", "200"], &schedule("replay_deadlock"), &program);
-    assert_eq!((code, json["verdict"].as_str().unwrap()), (1, "reproduced"), "{json}");
+    let (code, json) = replay_json(
+        &["--stall-ms", "200"],
+        &schedule("replay_deadlock"),
+        &program,
+    );
+    assert_eq!(
+        (code, json["verdict"].as_str().unwrap()),
+        (1, "reproduced"),
+        "{json}"
+    );
     assert!(json["elapsed_ms"].as_u64().unwrap() < 2000, "{json}");
-    assert!(json["reason"].as_str().unwrap().contains("thread 1 in mutex_lock"), "{json}");
+    assert!(
+        json["reason"]
+            .as_str()
+            .unwrap()
+            .contains("thread 1 in mutex_lock"),
+        "{json}"
+    );
 
     // A program that does not finish in time is killed: a hang, not a wait forever.
     let dir = scratch("replay_hang");
@@ -160,7 +213,10 @@ fn deadlock_is_detected_quickly_and_a_hang_is_killed() {
     let out = run(&["--json", "--timeout", "0.5"], &empty, &["sleep", "30"]);
     let json = json_of(&out);
     assert_eq!(json["verdict"], "reproduced", "{json}");
-    assert!(json["reason"].as_str().unwrap().starts_with("hang"), "{json}");
+    assert!(
+        json["reason"].as_str().unwrap().starts_with("hang"),
+        "{json}"
+    );
 }
 
 #[test]
@@ -171,7 +227,13 @@ fn bad_input_gets_one_line_errors() {
     let out = run(&[], &bad, &["true"]);
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.starts_with(&format!("ordo: {}:2:24: unknown event kind `mutex_lok`", bad.display())), "{err}");
+    assert!(
+        err.starts_with(&format!(
+            "ordo: {}:2:24: unknown event kind `mutex_lok`",
+            bad.display()
+        )),
+        "{err}"
+    );
     assert_eq!(err.lines().count(), 1, "{err}");
 
     let out = run(&[], &dir.join("missing.sched"), &["true"]);
@@ -183,7 +245,10 @@ fn bad_input_gets_one_line_errors() {
     let out = run(&[], &vars, &["true"]);
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("schedule line 3") && err.contains("1:write(flag)#1"), "{err}");
+    assert!(
+        err.contains("schedule line 3") && err.contains("1:write(flag)#1"),
+        "{err}"
+    );
 
     let empty = dir.join("empty.sched");
     std::fs::write(&empty, "").unwrap();

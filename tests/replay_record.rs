@@ -24,21 +24,38 @@ fn replay(args: &[&str], schedule: &Path, program: &Path) -> (i32, serde_json::V
         .output()
         .expect("run ordo replay");
     let stdout = String::from_utf8_lossy(&out.stdout);
-    let line = stdout
-        .lines()
-        .last()
-        .unwrap_or_else(|| panic!("no output; stderr:\n{}", String::from_utf8_lossy(&out.stderr)));
-    (out.status.code().unwrap_or(-1), serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}")))
+    let line = stdout.lines().last().unwrap_or_else(|| {
+        panic!(
+            "no output; stderr:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    (
+        out.status.code().unwrap_or(-1),
+        serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}")),
+    )
 }
 
 /// The schedules of `ordo analyze --json TRACE`, best first.
 fn candidates(trace: &Path) -> Vec<String> {
-    let out = Command::new(ordo()).args(["analyze", "--json"]).arg(trace).output().expect("run ordo analyze");
-    assert!(out.status.success(), "ordo analyze failed: {}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new(ordo())
+        .args(["analyze", "--json"])
+        .arg(trace)
+        .output()
+        .expect("run ordo analyze");
+    assert!(
+        out.status.success(),
+        "ordo analyze failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("analyze JSON");
     report["findings"]
         .as_array()
-        .map(|f| f.iter().filter_map(|f| f["schedule"].as_str().map(str::to_string)).collect())
+        .map(|f| {
+            f.iter()
+                .filter_map(|f| f["schedule"].as_str().map(str::to_string))
+                .collect()
+        })
         .unwrap_or_default()
 }
 
@@ -51,13 +68,19 @@ fn analyzer_candidate_reproduces(name: &str) -> usize {
     let trace = dir.join("plain.ordo");
     record(&trace, &program, &[]);
     let schedules = candidates(&trace);
-    assert!(!schedules.is_empty(), "{name}: the analyzer found no candidate");
+    assert!(
+        !schedules.is_empty(),
+        "{name}: the analyzer found no candidate"
+    );
     for (rank, text) in schedules.iter().enumerate().take(3) {
         let file = dir.join(format!("candidate{rank}.sched"));
         std::fs::write(&file, text).unwrap();
         let (_, first) = replay(&[], &file, &program);
         if first["verdict"] != "reproduced" {
-            eprintln!("{name}: candidate {rank} did not reproduce ({}):\n{text}", first["reason"]);
+            eprintln!(
+                "{name}: candidate {rank} did not reproduce ({}):\n{text}",
+                first["reason"]
+            );
             continue;
         }
         let mut shown = 1;
@@ -67,7 +90,10 @@ fn analyzer_candidate_reproduces(name: &str) -> usize {
                 shown += 1;
             }
         }
-        assert!(shown >= 19, "{name}: candidate {rank} reproduced in {shown} of 20 replays:\n{text}");
+        assert!(
+            shown >= 19,
+            "{name}: candidate {rank} reproduced in {shown} of 20 replays:\n{text}"
+        );
         eprintln!("{name}: the analyzer's candidate {rank} reproduced in {shown} of 20 replays");
         return rank;
     }
@@ -79,8 +105,17 @@ fn analyzer_candidates_reproduce_the_bugs() {
     if !have_root("analyzer_candidates_reproduce_the_bugs") {
         return;
     }
-    for name in ["replay_order", "replay_atomicity", "replay_deadlock", "replay_lost_wakeup"] {
-        assert_eq!(analyzer_candidate_reproduces(name), 0, "{name}: the top candidate must reproduce");
+    for name in [
+        "replay_order",
+        "replay_atomicity",
+        "replay_deadlock",
+        "replay_lost_wakeup",
+    ] {
+        assert_eq!(
+            analyzer_candidate_reproduces(name),
+            0,
+            "{name}: the top candidate must reproduce"
+        );
     }
     // The analyzer ranks the use-after-free's table-lock reordering first; its
     // connection-lock candidate is the one that shows the bug.
@@ -92,12 +127,18 @@ fn held_on_recording(name: &str, schedule: &str, expect: &str) {
     let program = build_program(name);
     let dir = scratch(&format!("replay_verify_{schedule}"));
     let trace = dir.join("replay.ordo");
-    let (code, json) =
-        replay(&["--record", trace.to_str().unwrap()], &programs_dir().join(format!("{schedule}.sched")), &program);
+    let (code, json) = replay(
+        &["--record", trace.to_str().unwrap()],
+        &programs_dir().join(format!("{schedule}.sched")),
+        &program,
+    );
     assert_eq!(json["verdict"], expect, "{schedule}: {json}");
     assert_eq!(code, if expect == "passed" { 0 } else { 1 });
     assert_eq!(json["verified_by"], "recording", "{json}");
-    assert_eq!(json["schedule_held"], true, "{schedule}: the recorded replay violates the schedule: {json}");
+    assert_eq!(
+        json["schedule_held"], true,
+        "{schedule}: the recorded replay violates the schedule: {json}"
+    );
     assert!(json["violated"].as_array().unwrap().is_empty(), "{json}");
     assert!(trace.exists());
 }
@@ -107,7 +148,13 @@ fn recorded_replays_follow_their_schedules() {
     if !have_root("recorded_replays_follow_their_schedules") {
         return;
     }
-    for name in ["replay_order", "replay_atomicity", "replay_deadlock", "replay_lost_wakeup", "replay_use_after_free"] {
+    for name in [
+        "replay_order",
+        "replay_atomicity",
+        "replay_deadlock",
+        "replay_lost_wakeup",
+        "replay_use_after_free",
+    ] {
         held_on_recording(name, name, "reproduced");
     }
     held_on_recording("replay_queue", "replay_queue_consumer_first", "passed");
@@ -131,5 +178,11 @@ fn recording_check_fails_when_the_order_did_not_happen() {
     assert_eq!(code, 0, "{json}");
     assert_eq!(json["verified_by"], "recording");
     assert_eq!(json["schedule_held"], false, "{json}");
-    assert!(json["violated"][0].as_str().unwrap().contains("2:mutex_lock(cfg_lock)#1"), "{json}");
+    assert!(
+        json["violated"][0]
+            .as_str()
+            .unwrap()
+            .contains("2:mutex_lock(cfg_lock)#1"),
+        "{json}"
+    );
 }

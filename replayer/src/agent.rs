@@ -8,7 +8,8 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 
 /// The agent shared library, as built by `build.rs`.
-pub static AGENT_LIBRARY: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/libordo_replay_agent.so"));
+pub static AGENT_LIBRARY: &[u8] =
+    include_bytes!(concat!(env!("OUT_DIR"), "/libordo_replay_agent.so"));
 
 /// The agent written to a fresh private (0700) directory, removed on drop.
 pub struct AgentFile {
@@ -19,7 +20,10 @@ pub struct AgentFile {
 impl AgentFile {
     /// Writes the embedded agent out.
     pub fn write() -> Result<AgentFile> {
-        let dir = tempfile::Builder::new().prefix("ordo-replay-").tempdir().context("create a directory for the replay agent")?;
+        let dir = tempfile::Builder::new()
+            .prefix("ordo-replay-")
+            .tempdir()
+            .context("create a directory for the replay agent")?;
         let path = dir.path().join("libordo_replay_agent.so");
         let mut file = std::fs::OpenOptions::new()
             .write(true)
@@ -27,7 +31,8 @@ impl AgentFile {
             .mode(0o500)
             .open(&path)
             .with_context(|| format!("write {}", path.display()))?;
-        file.write_all(AGENT_LIBRARY).with_context(|| format!("write {}", path.display()))?;
+        file.write_all(AGENT_LIBRARY)
+            .with_context(|| format!("write {}", path.display()))?;
         Ok(AgentFile { dir, path })
     }
 

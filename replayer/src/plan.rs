@@ -86,7 +86,10 @@ impl Plan {
         let mut threads: Vec<LogicalId> = Vec::new();
         for e in &named {
             if e.thread.0.len() > shm::MAX_DEPTH {
-                bail!("`{e}`: thread ids deeper than {} levels are not supported", shm::MAX_DEPTH);
+                bail!(
+                    "`{e}`: thread ids deeper than {} levels are not supported",
+                    shm::MAX_DEPTH
+                );
             }
             if !threads.contains(&e.thread) {
                 threads.push(e.thread.clone());
@@ -103,7 +106,9 @@ impl Plan {
             })
             .collect();
         for o in &schedule.orderings {
-            let Some(after) = index_of(&o.after) else { continue };
+            let Some(after) = index_of(&o.after) else {
+                continue;
+            };
             for b in &o.before {
                 if let Some(before) = index_of(b) {
                     if !events[after].preds.contains(&before) {
@@ -117,22 +122,38 @@ impl Plan {
         let mut symbols: Vec<PlanSymbol> = Vec::new();
         let mut elf: Option<Result<ElfInfo, String>> = None;
         for e in &named {
-            let Some((name, offset)) = e.object.symbol_parts() else { continue };
-            let ObjectRef::Symbol(text) = &e.object else { continue };
+            let Some((name, offset)) = e.object.symbol_parts() else {
+                continue;
+            };
+            let ObjectRef::Symbol(text) = &e.object else {
+                continue;
+            };
             if symbols.iter().any(|s| &s.text == text) {
                 continue;
             }
             if name.len() >= shm::SYMBOL_LEN {
-                bail!("`{e}`: the symbol name is longer than {} bytes", shm::SYMBOL_LEN - 1);
+                bail!(
+                    "`{e}`: the symbol name is longer than {} bytes",
+                    shm::SYMBOL_LEN - 1
+                );
             }
             let info = elf.get_or_insert_with(|| ElfInfo::read(program));
             let vaddr = match info {
                 Ok(info) => info.symbol_named(name).map(|(vaddr, _)| vaddr),
                 Err(_) => None,
             };
-            symbols.push(PlanSymbol { text: text.clone(), name: name.to_string(), offset, vaddr });
+            symbols.push(PlanSymbol {
+                text: text.clone(),
+                name: name.to_string(),
+                offset,
+                vaddr,
+            });
         }
-        let plan = Plan { events, threads, symbols };
+        let plan = Plan {
+            events,
+            threads,
+            symbols,
+        };
         plan.check_limits()?;
         Ok(plan)
     }
@@ -140,16 +161,31 @@ impl Plan {
     fn check_limits(&self) -> Result<()> {
         let preds: usize = self.events.iter().map(|e| e.preds.len()).sum();
         if self.events.len() > shm::MAX_EVENTS {
-            bail!("the schedule names {} events; the replayer handles at most {}", self.events.len(), shm::MAX_EVENTS);
+            bail!(
+                "the schedule names {} events; the replayer handles at most {}",
+                self.events.len(),
+                shm::MAX_EVENTS
+            );
         }
         if preds > shm::MAX_PREDS {
-            bail!("the schedule has {preds} ordering edges; the replayer handles at most {}", shm::MAX_PREDS);
+            bail!(
+                "the schedule has {preds} ordering edges; the replayer handles at most {}",
+                shm::MAX_PREDS
+            );
         }
         if self.threads.len() > shm::MAX_PLAN_THREADS {
-            bail!("the schedule names {} threads; the replayer handles at most {}", self.threads.len(), shm::MAX_PLAN_THREADS);
+            bail!(
+                "the schedule names {} threads; the replayer handles at most {}",
+                self.threads.len(),
+                shm::MAX_PLAN_THREADS
+            );
         }
         if self.symbols.len() > shm::MAX_SYMBOLS {
-            bail!("the schedule names {} symbols; the replayer handles at most {}", self.symbols.len(), shm::MAX_SYMBOLS);
+            bail!(
+                "the schedule names {} symbols; the replayer handles at most {}",
+                self.symbols.len(),
+                shm::MAX_SYMBOLS
+            );
         }
         for e in &self.events {
             if let ObjectRef::Nth(k) = e.event.object {
@@ -190,9 +226,13 @@ impl Plan {
             let (object_kind, object) = match &e.event.object {
                 ObjectRef::None => (shm::OBJ_NONE, 0),
                 ObjectRef::Nth(k) => (shm::OBJ_NTH, *k),
-                ObjectRef::Symbol(text) => {
-                    (shm::OBJ_SYMBOL, self.symbols.iter().position(|s| &s.text == text).unwrap_or(0) as u32)
-                }
+                ObjectRef::Symbol(text) => (
+                    shm::OBJ_SYMBOL,
+                    self.symbols
+                        .iter()
+                        .position(|s| &s.text == text)
+                        .unwrap_or(0) as u32,
+                ),
             };
             let out = &mut sh.events[i];
             out.plan_thread = e.thread as u32;
@@ -245,7 +285,13 @@ mod tests {
         let names: Vec<String> = plan.events.iter().map(|e| e.event.to_string()).collect();
         assert_eq!(
             names,
-            ["1:mutex_lock(@1)#1", "1:mutex_lock(@1)#2", "2:mutex_lock(@1)#1", "2:mutex_unlock(@1)#1", "0:thread_create(@2)#2"]
+            [
+                "1:mutex_lock(@1)#1",
+                "1:mutex_lock(@1)#2",
+                "2:mutex_lock(@1)#1",
+                "2:mutex_unlock(@1)#1",
+                "0:thread_create(@2)#2"
+            ]
         );
         assert_eq!(plan.events[1].preds, vec![3, 4, 0]);
         assert_eq!(plan.events[2].preds, vec![0]);
@@ -255,9 +301,17 @@ mod tests {
     #[test]
     fn rejects_what_the_agent_cannot_see() {
         let s = Schedule::parse("1:write(flag)#1 -> 2:read(flag)#1").unwrap();
-        let err = Plan::compile(&s, Path::new("/nonexistent"), false).unwrap_err().to_string();
-        assert!(err.contains("schedule line 1") && err.contains("1:write(flag)#1"), "{err}");
-        assert!(Plan::compile(&s, Path::new("/nonexistent"), true).unwrap().events.is_empty());
+        let err = Plan::compile(&s, Path::new("/nonexistent"), false)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("schedule line 1") && err.contains("1:write(flag)#1"),
+            "{err}"
+        );
+        assert!(Plan::compile(&s, Path::new("/nonexistent"), true)
+            .unwrap()
+            .events
+            .is_empty());
         let deep = Schedule::parse("1:mutex_lock(@17)#1 -> 2:mutex_lock(@1)#1").unwrap();
         assert!(Plan::compile(&deep, Path::new("/nonexistent"), false).is_err());
     }

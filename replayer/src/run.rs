@@ -154,8 +154,15 @@ impl ReplayOutcome {
     /// Human-readable summary, several lines.
     pub fn render(&self) -> String {
         let mut out = format!("ordo replay: {} ({})\n", self.verdict.name(), self.reason);
-        let by = if self.verified_by_recording { "checked on the recording" } else { "as seen by the agent" };
-        out.push_str(&format!("  schedule held: {} ({by})\n", if self.schedule_held { "yes" } else { "NO" }));
+        let by = if self.verified_by_recording {
+            "checked on the recording"
+        } else {
+            "as seen by the agent"
+        };
+        out.push_str(&format!(
+            "  schedule held: {} ({by})\n",
+            if self.schedule_held { "yes" } else { "NO" }
+        ));
         for v in &self.violated {
             out.push_str(&format!("  violated: {v}\n"));
         }
@@ -195,7 +202,9 @@ struct ThreadView {
 
 /// Runs one replay.
 pub fn replay(options: &ReplayOptions) -> Result<ReplayOutcome> {
-    let Some(program) = options.command.first() else { bail!("no command given") };
+    let Some(program) = options.command.first() else {
+        bail!("no command given")
+    };
     let path = launch::find_program(program)?;
     if !launch::is_dynamic(&path) {
         bail!("{}: statically linked: the replay agent can only be preloaded into dynamically linked programs", path.display());
@@ -228,7 +237,12 @@ pub fn replay(options: &ReplayOptions) -> Result<ReplayOutcome> {
     let pid = stopped.pid();
     let recording = match &options.record {
         Some(out) => {
-            let record_options = RecordOptions::new(out.clone(), options.buffer_size, options.command.clone(), false);
+            let record_options = RecordOptions::new(
+                out.clone(),
+                options.buffer_size,
+                options.command.clone(),
+                false,
+            );
             Some(Recording::start(pid, &record_options).context("record the replay")?)
         }
         None => None,
@@ -242,7 +256,10 @@ pub fn replay(options: &ReplayOptions) -> Result<ReplayOutcome> {
         _ => child.try_wait().ok().flatten(),
     };
     let summary = match recording {
-        Some(r) => Some(r.finish(status).context("finish the recording of the replay")?),
+        Some(r) => Some(
+            r.finish(status)
+                .context("finish the recording of the replay")?,
+        ),
         None => None,
     };
     drop(agent);
@@ -250,7 +267,8 @@ pub fn replay(options: &ReplayOptions) -> Result<ReplayOutcome> {
     let sh = memory.get();
     let mut warnings = Vec::new();
     if sh.attached.load(Ordering::Acquire) == 0 && !options.schedule.is_empty() {
-        warnings.push("the replay agent never started in the program: nothing was gated".to_string());
+        warnings
+            .push("the replay agent never started in the program: nothing was gated".to_string());
     }
     for s in plan.unresolved_symbols() {
         let idx = plan.symbols.iter().position(|p| p == s).unwrap_or(0);
@@ -276,7 +294,8 @@ pub fn replay(options: &ReplayOptions) -> Result<ReplayOutcome> {
     let mut report = checker.report();
     let mut verified_by_recording = false;
     if let (Some(out), Some(summary)) = (&options.record, &summary) {
-        let (reader, events) = read_trace(out, ReadMode::Salvage).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let (reader, events) =
+            read_trace(out, ReadMode::Salvage).map_err(|e| anyhow::anyhow!("{e}"))?;
         let symbolizer = Symbolizer::new(&reader.modules);
         let mut namer = EventNamer::new(&reader.threads, &symbolizer);
         let ordered = global_order(events);
@@ -297,11 +316,20 @@ pub fn replay(options: &ReplayOptions) -> Result<ReplayOutcome> {
     let (verdict, reason) = match &end {
         End::Exited(s) => {
             if let Some(sig) = s.signal() {
-                (Verdict::Reproduced, format!("killed by signal {} ({})", sig, signal_name(sig)))
+                (
+                    Verdict::Reproduced,
+                    format!("killed by signal {} ({})", sig, signal_name(sig)),
+                )
             } else if s.code() != Some(0) {
-                (Verdict::Reproduced, format!("exit code {}", s.code().unwrap_or(-1)))
+                (
+                    Verdict::Reproduced,
+                    format!("exit code {}", s.code().unwrap_or(-1)),
+                )
             } else if !held.is_empty() && !check_only {
-                (Verdict::Infeasible, "the program finished while threads were held at gates".to_string())
+                (
+                    Verdict::Infeasible,
+                    "the program finished while threads were held at gates".to_string(),
+                )
             } else {
                 (Verdict::Passed, "exit code 0".to_string())
             }
@@ -312,12 +340,25 @@ pub fn replay(options: &ReplayOptions) -> Result<ReplayOutcome> {
                 OnInfeasible::Kill => "killed",
                 OnInfeasible::Release => "released to finish freely",
             };
-            (Verdict::Infeasible, format!("every live thread was held at a gate or blocked; {what}"))
+            (
+                Verdict::Infeasible,
+                format!("every live thread was held at a gate or blocked; {what}"),
+            )
         }
-        End::Timeout if !held.is_empty() => {
-            (Verdict::Infeasible, format!("threads still held at gates after {} s; killed", options.timeout.as_secs_f64()))
-        }
-        End::Timeout => (Verdict::Reproduced, format!("hang: still running after {} s; killed", options.timeout.as_secs_f64())),
+        End::Timeout if !held.is_empty() => (
+            Verdict::Infeasible,
+            format!(
+                "threads still held at gates after {} s; killed",
+                options.timeout.as_secs_f64()
+            ),
+        ),
+        End::Timeout => (
+            Verdict::Reproduced,
+            format!(
+                "hang: still running after {} s; killed",
+                options.timeout.as_secs_f64()
+            ),
+        ),
     };
     Ok(ReplayOutcome {
         verdict,
@@ -368,11 +409,15 @@ fn watch(
         }
         let threads = snapshot(pid, memory);
         let progress = progress_of(memory);
-        let live: Vec<&ThreadView> = threads.iter().filter(|t| !matches!(t.kernel_state, b'Z' | b'X')).collect();
+        let live: Vec<&ThreadView> = threads
+            .iter()
+            .filter(|t| !matches!(t.kernel_state, b'Z' | b'X'))
+            .collect();
         let asleep = |t: &&ThreadView| matches!(t.kernel_state, b'S' | b'D');
         let stuck = !live.is_empty()
             && live.iter().all(|t| {
-                asleep(t) && (t.agent_state == shm::STATE_HELD || t.agent_state == shm::STATE_BLOCKED)
+                asleep(t)
+                    && (t.agent_state == shm::STATE_HELD || t.agent_state == shm::STATE_BLOCKED)
             });
         if !stuck {
             stuck_since = None;
@@ -440,9 +485,22 @@ fn snapshot_slots(memory: &SharedMemory) -> HashMap<u32, (u32, u32, Option<Logic
             continue;
         }
         let depth = slot.depth.load(Ordering::Relaxed) as usize;
-        let logical = (depth <= shm::MAX_DEPTH)
-            .then(|| LogicalId(slot.path[..depth].iter().map(|p| p.load(Ordering::Relaxed)).collect()));
-        out.insert(tid, (slot.state.load(Ordering::Acquire), slot.detail.load(Ordering::Relaxed), logical));
+        let logical = (depth <= shm::MAX_DEPTH).then(|| {
+            LogicalId(
+                slot.path[..depth]
+                    .iter()
+                    .map(|p| p.load(Ordering::Relaxed))
+                    .collect(),
+            )
+        });
+        out.insert(
+            tid,
+            (
+                slot.state.load(Ordering::Acquire),
+                slot.detail.load(Ordering::Relaxed),
+                logical,
+            ),
+        );
     }
     out
 }
@@ -450,14 +508,40 @@ fn snapshot_slots(memory: &SharedMemory) -> HashMap<u32, (u32, u32, Option<Logic
 fn snapshot(pid: u32, memory: &SharedMemory) -> Vec<ThreadView> {
     let slots = snapshot_slots(memory);
     let mut out = Vec::new();
-    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return out };
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return out;
+    };
     for entry in dir.flatten() {
-        let Some(tid) = entry.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
-        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else { continue };
+        let Some(tid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
         // The state follows the command name, which is in parentheses and may hold any byte.
-        let Some(state) = stat.rfind(')').and_then(|i| stat.as_bytes().get(i + 2)).copied() else { continue };
-        let (agent_state, detail, logical) = slots.get(&tid).cloned().unwrap_or((shm::STATE_RUNNING, 0, None));
-        out.push(ThreadView { tid, kernel_state: state, agent_state, detail, logical });
+        let Some(state) = stat
+            .rfind(')')
+            .and_then(|i| stat.as_bytes().get(i + 2))
+            .copied()
+        else {
+            continue;
+        };
+        let (agent_state, detail, logical) =
+            slots
+                .get(&tid)
+                .cloned()
+                .unwrap_or((shm::STATE_RUNNING, 0, None));
+        out.push(ThreadView {
+            tid,
+            kernel_state: state,
+            agent_state,
+            detail,
+            logical,
+        });
     }
     out.sort_by_key(|t| t.tid);
     out
@@ -475,20 +559,28 @@ fn describe_blocked(views: &[ThreadView]) -> String {
         .iter()
         .filter(|t| !matches!(t.kernel_state, b'Z' | b'X'))
         .map(|t| {
-            let call = Kind::from_code(t.detail as u16).map(|k| k.name()).unwrap_or("a pthread call");
+            let call = Kind::from_code(t.detail as u16)
+                .map(|k| k.name())
+                .unwrap_or("a pthread call");
             format!("{} in {call}", thread_name(&t.logical, t.tid))
         })
         .collect();
     format!("all {} threads blocked ({})", parts.len(), parts.join(", "))
 }
 
-fn held_threads(slots: &HashMap<u32, (u32, u32, Option<LogicalId>)>, plan: &Plan, memory: &SharedMemory) -> Vec<String> {
+fn held_threads(
+    slots: &HashMap<u32, (u32, u32, Option<LogicalId>)>,
+    plan: &Plan,
+    memory: &SharedMemory,
+) -> Vec<String> {
     let sh = memory.get();
     let mut out: Vec<String> = slots
         .iter()
         .filter(|(_, (state, _, _))| *state == shm::STATE_HELD)
         .filter_map(|(tid, (_, detail, logical))| {
-            let Some(e) = plan.events.get(*detail as usize) else { return Some(thread_name(logical, *tid)) };
+            let Some(e) = plan.events.get(*detail as usize) else {
+                return Some(thread_name(logical, *tid));
+            };
             let missing: Vec<String> = e
                 .preds
                 .iter()
@@ -496,8 +588,14 @@ fn held_threads(slots: &HashMap<u32, (u32, u32, Option<LogicalId>)>, plan: &Plan
                 .map(|&p| plan.events[p].event.to_string())
                 .collect();
             // A thread whose predecessors all happened was released and had not run yet.
-            (!missing.is_empty())
-                .then(|| format!("{} before {} (waiting for {})", thread_name(logical, *tid), e.event, missing.join(", ")))
+            (!missing.is_empty()).then(|| {
+                format!(
+                    "{} before {} (waiting for {})",
+                    thread_name(logical, *tid),
+                    e.event,
+                    missing.join(", ")
+                )
+            })
         })
         .collect();
     out.sort();
@@ -521,6 +619,7 @@ fn signal_name(sig: i32) -> &'static str {
 
 /// Reads and parses a schedule file; errors name the file, line and column.
 pub fn read_schedule(path: &Path) -> Result<Schedule> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("read schedule {}", path.display()))?;
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("read schedule {}", path.display()))?;
     Schedule::parse(&text).map_err(|e| anyhow::anyhow!("{}:{e}", path.display()))
 }

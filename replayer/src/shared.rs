@@ -64,11 +64,17 @@ impl SharedMemory {
     /// Opens every gate: held threads run on, new gates no longer hold.
     pub fn release_all(&self) {
         let sh = self.get();
-        sh.flags.fetch_or(crate::shm::FLAG_RELEASED, Ordering::AcqRel);
+        sh.flags
+            .fetch_or(crate::shm::FLAG_RELEASED, Ordering::AcqRel);
         sh.epoch.fetch_add(1, Ordering::AcqRel);
         // SAFETY: a shared futex wake on a word of our mapping.
         unsafe {
-            libc::syscall(libc::SYS_futex, sh.epoch.as_ptr(), libc::FUTEX_WAKE, i32::MAX);
+            libc::syscall(
+                libc::SYS_futex,
+                sh.epoch.as_ptr(),
+                libc::FUTEX_WAKE,
+                i32::MAX,
+            );
         }
     }
 }

@@ -34,7 +34,14 @@ extern "C" {
     fn getenv(name: *const c_char) -> *mut c_char;
     fn setenv(name: *const c_char, value: *const c_char, overwrite: c_int) -> c_int;
     fn unsetenv(name: *const c_char) -> c_int;
-    fn mmap(addr: *mut c_void, len: usize, prot: c_int, flags: c_int, fd: c_int, off: i64) -> *mut c_void;
+    fn mmap(
+        addr: *mut c_void,
+        len: usize,
+        prot: c_int,
+        flags: c_int,
+        fd: c_int,
+        off: i64,
+    ) -> *mut c_void;
     fn close(fd: c_int) -> c_int;
     fn getpid() -> c_int;
     fn gettid() -> c_int;
@@ -144,7 +151,10 @@ fn resolve(name: &'static str, version: Option<&'static str>) -> usize {
         p
     };
     if p.is_null() {
-        die(&format!("cannot find the real {}", name.trim_end_matches('\0')));
+        die(&format!(
+            "cannot find the real {}",
+            name.trim_end_matches('\0')
+        ));
     }
     p as usize
 }
@@ -259,7 +269,12 @@ fn thread_asleep(tid: u32) -> bool {
     let mut buf = [0u8; 512];
     // SAFETY: raw open/read/close on our own buffers: no libc call the program could see.
     let got = unsafe {
-        let fd = raw_syscall3(SYS_OPEN, path.as_ptr() as isize, 0o2000000 /* O_CLOEXEC */, 0);
+        let fd = raw_syscall3(
+            SYS_OPEN,
+            path.as_ptr() as isize,
+            0o2000000, /* O_CLOEXEC */
+            0,
+        );
         if fd < 0 {
             return true;
         }
@@ -327,7 +342,14 @@ unsafe extern "C" fn agent_init() {
     }
     let Some(fd) = fd else { return };
     let size = std::mem::size_of::<Shared>();
-    let p = mmap(null_mut(), size, 3 /* PROT_READ|PROT_WRITE */, 1 /* MAP_SHARED */, fd, 0);
+    let p = mmap(
+        null_mut(),
+        size,
+        3, /* PROT_READ|PROT_WRITE */
+        1, /* MAP_SHARED */
+        fd,
+        0,
+    );
     close(fd);
     if p as isize == -1 {
         return;
@@ -338,7 +360,11 @@ unsafe extern "C" fn agent_init() {
     }
     // Only the first process to load the agent is the target; children it forks or
     // execs stay untouched.
-    if sh.target_pid.compare_exchange(0, getpid() as u32, AcqRel, Relaxed).is_err() {
+    if sh
+        .target_pid
+        .compare_exchange(0, getpid() as u32, AcqRel, Relaxed)
+        .is_err()
+    {
         return;
     }
     SHARED.store(p as *mut Shared, Relaxed);
@@ -514,7 +540,10 @@ fn enter() -> Option<Caller> {
             me.depth.set(NONE - 1);
             me.slot.set(take_slot(NONE, [0; MAX_DEPTH]));
         }
-        let c = Caller { slot: me.slot.get(), plan: me.plan.get() };
+        let c = Caller {
+            slot: me.slot.get(),
+            plan: me.plan.get(),
+        };
         if let Some(slot) = c.slot() {
             slot.progress.fetch_add(1, Relaxed);
         }
@@ -615,7 +644,11 @@ impl Caller {
                 match pred.done.load(Acquire) {
                     DONE => {}
                     IN_PROGRESS if in_progress_finished(pred) => {
-                        if pred.done.compare_exchange(IN_PROGRESS, DONE, AcqRel, Acquire).is_ok() {
+                        if pred
+                            .done
+                            .compare_exchange(IN_PROGRESS, DONE, AcqRel, Acquire)
+                            .is_ok()
+                        {
                             sh.epoch.fetch_add(1, Release);
                             // SAFETY: as below.
                             unsafe { futex(&sh.epoch, FUTEX_WAKE, i32::MAX as u32) };
@@ -692,7 +725,9 @@ impl Caller {
         let mut any = false;
         for e in self.events(t) {
             if e.done_tid.load(Relaxed) == me
-                && e.done.compare_exchange(IN_PROGRESS, DONE, AcqRel, Relaxed).is_ok()
+                && e.done
+                    .compare_exchange(IN_PROGRESS, DONE, AcqRel, Relaxed)
+                    .is_ok()
             {
                 any = true;
             }
@@ -789,25 +824,53 @@ type P = *mut c_void;
 #[no_mangle]
 pub unsafe extern "C-unwind" fn pthread_mutex_lock(m: P) -> c_int {
     let real = real!("pthread_mutex_lock", fn(P) -> c_int);
-    acquire(kind::MUTEX_LOCK, kind::MUTEX_LOCK_FAILED, m, STATE_BLOCKED, |r| r == 0, || real(m))
+    acquire(
+        kind::MUTEX_LOCK,
+        kind::MUTEX_LOCK_FAILED,
+        m,
+        STATE_BLOCKED,
+        |r| r == 0,
+        || real(m),
+    )
 }
 
 #[no_mangle]
 pub unsafe extern "C-unwind" fn pthread_mutex_trylock(m: P) -> c_int {
     let real = real!("pthread_mutex_trylock", fn(P) -> c_int);
-    acquire(kind::MUTEX_LOCK, kind::MUTEX_LOCK_FAILED, m, STATE_RUNNING, |r| r == 0, || real(m))
+    acquire(
+        kind::MUTEX_LOCK,
+        kind::MUTEX_LOCK_FAILED,
+        m,
+        STATE_RUNNING,
+        |r| r == 0,
+        || real(m),
+    )
 }
 
 #[no_mangle]
 pub unsafe extern "C-unwind" fn pthread_mutex_timedlock(m: P, ts: P) -> c_int {
     let real = real!("pthread_mutex_timedlock", fn(P, P) -> c_int);
-    acquire(kind::MUTEX_LOCK, kind::MUTEX_LOCK_FAILED, m, STATE_TIMED, |r| r == 0, || real(m, ts))
+    acquire(
+        kind::MUTEX_LOCK,
+        kind::MUTEX_LOCK_FAILED,
+        m,
+        STATE_TIMED,
+        |r| r == 0,
+        || real(m, ts),
+    )
 }
 
 #[no_mangle]
 pub unsafe extern "C-unwind" fn pthread_mutex_clocklock(m: P, clock: c_int, ts: P) -> c_int {
     let real = real!("pthread_mutex_clocklock", fn(P, c_int, P) -> c_int);
-    acquire(kind::MUTEX_LOCK, kind::MUTEX_LOCK_FAILED, m, STATE_TIMED, |r| r == 0, || real(m, clock, ts))
+    acquire(
+        kind::MUTEX_LOCK,
+        kind::MUTEX_LOCK_FAILED,
+        m,
+        STATE_TIMED,
+        |r| r == 0,
+        || real(m, clock, ts),
+    )
 }
 
 #[no_mangle]
@@ -890,12 +953,32 @@ macro_rules! rwlock_acquire {
     };
 }
 
-rwlock_acquire!(pthread_rwlock_rdlock, "pthread_rwlock_rdlock", kind::RWLOCK_RDLOCK, STATE_BLOCKED);
-rwlock_acquire!(pthread_rwlock_tryrdlock, "pthread_rwlock_tryrdlock", kind::RWLOCK_RDLOCK, STATE_RUNNING);
+rwlock_acquire!(
+    pthread_rwlock_rdlock,
+    "pthread_rwlock_rdlock",
+    kind::RWLOCK_RDLOCK,
+    STATE_BLOCKED
+);
+rwlock_acquire!(
+    pthread_rwlock_tryrdlock,
+    "pthread_rwlock_tryrdlock",
+    kind::RWLOCK_RDLOCK,
+    STATE_RUNNING
+);
 rwlock_acquire!(pthread_rwlock_timedrdlock, "pthread_rwlock_timedrdlock", kind::RWLOCK_RDLOCK, STATE_TIMED, ts: P);
 rwlock_acquire!(pthread_rwlock_clockrdlock, "pthread_rwlock_clockrdlock", kind::RWLOCK_RDLOCK, STATE_TIMED, clock: c_int, ts: P);
-rwlock_acquire!(pthread_rwlock_wrlock, "pthread_rwlock_wrlock", kind::RWLOCK_WRLOCK, STATE_BLOCKED);
-rwlock_acquire!(pthread_rwlock_trywrlock, "pthread_rwlock_trywrlock", kind::RWLOCK_WRLOCK, STATE_RUNNING);
+rwlock_acquire!(
+    pthread_rwlock_wrlock,
+    "pthread_rwlock_wrlock",
+    kind::RWLOCK_WRLOCK,
+    STATE_BLOCKED
+);
+rwlock_acquire!(
+    pthread_rwlock_trywrlock,
+    "pthread_rwlock_trywrlock",
+    kind::RWLOCK_WRLOCK,
+    STATE_RUNNING
+);
 rwlock_acquire!(pthread_rwlock_timedwrlock, "pthread_rwlock_timedwrlock", kind::RWLOCK_WRLOCK, STATE_TIMED, ts: P);
 rwlock_acquire!(pthread_rwlock_clockwrlock, "pthread_rwlock_clockwrlock", kind::RWLOCK_WRLOCK, STATE_TIMED, clock: c_int, ts: P);
 
@@ -912,25 +995,53 @@ pub unsafe extern "C-unwind" fn pthread_rwlock_unlock(l: P) -> c_int {
 #[no_mangle]
 pub unsafe extern "C-unwind" fn sem_wait(s: P) -> c_int {
     let real = real!("sem_wait", fn(P) -> c_int);
-    acquire(kind::SEM_WAIT, kind::SEM_WAIT_FAILED, s, STATE_BLOCKED, |r| r == 0, || real(s))
+    acquire(
+        kind::SEM_WAIT,
+        kind::SEM_WAIT_FAILED,
+        s,
+        STATE_BLOCKED,
+        |r| r == 0,
+        || real(s),
+    )
 }
 
 #[no_mangle]
 pub unsafe extern "C-unwind" fn sem_trywait(s: P) -> c_int {
     let real = real!("sem_trywait", fn(P) -> c_int);
-    acquire(kind::SEM_WAIT, kind::SEM_WAIT_FAILED, s, STATE_RUNNING, |r| r == 0, || real(s))
+    acquire(
+        kind::SEM_WAIT,
+        kind::SEM_WAIT_FAILED,
+        s,
+        STATE_RUNNING,
+        |r| r == 0,
+        || real(s),
+    )
 }
 
 #[no_mangle]
 pub unsafe extern "C-unwind" fn sem_timedwait(s: P, ts: P) -> c_int {
     let real = real!("sem_timedwait", fn(P, P) -> c_int);
-    acquire(kind::SEM_WAIT, kind::SEM_WAIT_FAILED, s, STATE_TIMED, |r| r == 0, || real(s, ts))
+    acquire(
+        kind::SEM_WAIT,
+        kind::SEM_WAIT_FAILED,
+        s,
+        STATE_TIMED,
+        |r| r == 0,
+        || real(s, ts),
+    )
 }
 
 #[no_mangle]
 pub unsafe extern "C-unwind" fn sem_clockwait(s: P, clock: c_int, ts: P) -> c_int {
     let real = real!("sem_clockwait", fn(P, c_int, P) -> c_int);
-    acquire(kind::SEM_WAIT, kind::SEM_WAIT_FAILED, s, STATE_TIMED, |r| r == 0, || real(s, clock, ts))
+    acquire(
+        kind::SEM_WAIT,
+        kind::SEM_WAIT_FAILED,
+        s,
+        STATE_TIMED,
+        |r| r == 0,
+        || real(s, clock, ts),
+    )
 }
 
 #[no_mangle]
@@ -983,9 +1094,16 @@ unsafe extern "C-unwind" fn start_thread(p: P) -> P {
 }
 
 #[no_mangle]
-pub unsafe extern "C-unwind" fn pthread_create(th: *mut u64, attr: P, routine: StartRoutine, arg: P) -> c_int {
+pub unsafe extern "C-unwind" fn pthread_create(
+    th: *mut u64,
+    attr: P,
+    routine: StartRoutine,
+    arg: P,
+) -> c_int {
     let real = real!("pthread_create", fn(*mut u64, P, StartRoutine, P) -> c_int);
-    let Some(c) = enter() else { return real(th, attr, routine, arg) };
+    let Some(c) = enter() else {
+        return real(th, attr, routine, arg);
+    };
     let (depth, mut path, n) = ME.with(|me| (me.depth.get(), me.path.get(), me.children.get() + 1));
     let child_depth = if (depth as usize) < MAX_DEPTH {
         path[depth as usize] = n;
@@ -999,7 +1117,12 @@ pub unsafe extern "C-unwind" fn pthread_create(th: *mut u64, attr: P, routine: S
     if block.is_null() {
         return real(th, attr, routine, arg);
     }
-    block.write(StartArgs { routine, arg, depth: child_depth, path });
+    block.write(StartArgs {
+        routine,
+        arg,
+        depth: child_depth,
+        path,
+    });
     // The handle is unknown until the call returns: gate on the occurrence alone.
     c.gate(kind::THREAD_CREATE, 0, GateObject::Any);
     // The child's start takes effect in the kernel as soon as it is created: hold
@@ -1050,7 +1173,12 @@ pub unsafe extern "C-unwind" fn pthread_timedjoin_np(th: u64, ret: *mut P, ts: P
 }
 
 #[no_mangle]
-pub unsafe extern "C-unwind" fn pthread_clockjoin_np(th: u64, ret: *mut P, clock: c_int, ts: P) -> c_int {
+pub unsafe extern "C-unwind" fn pthread_clockjoin_np(
+    th: u64,
+    ret: *mut P,
+    clock: c_int,
+    ts: P,
+) -> c_int {
     let real = real!("pthread_clockjoin_np", fn(u64, *mut P, c_int, P) -> c_int);
     join(th, STATE_TIMED, || real(th, ret, clock, ts))
 }
@@ -1086,18 +1214,26 @@ pub unsafe extern "C-unwind" fn syscall(
     a5: c_long,
     a6: c_long,
 ) -> c_long {
-    let real = real!("syscall", fn(c_long, c_long, c_long, c_long, c_long, c_long, c_long) -> c_long);
+    let real = real!(
+        "syscall",
+        fn(c_long, c_long, c_long, c_long, c_long, c_long, c_long) -> c_long
+    );
     if n != SYS_FUTEX {
         return real(n, a1, a2, a3, a4, a5, a6);
     }
-    let Some(c) = enter() else { return real(n, a1, a2, a3, a4, a5, a6) };
+    let Some(c) = enter() else {
+        return real(n, a1, a2, a3, a4, a5, a6);
+    };
     let addr = a1 as u64;
     let cmd = a2 & 0x7f;
     let result;
     if is_futex_wait(cmd) {
         c.gate(kind::FUTEX_WAIT, addr, GateObject::Addr);
         // A wait with a timeout comes back by itself.
-        c.set_state(if a4 != 0 { STATE_TIMED } else { STATE_BLOCKED }, kind::FUTEX_WAIT as u32);
+        c.set_state(
+            if a4 != 0 { STATE_TIMED } else { STATE_BLOCKED },
+            kind::FUTEX_WAIT as u32,
+        );
         result = real(n, a1, a2, a3, a4, a5, a6);
         let saved = errno();
         c.set_state(STATE_RUNNING, 0);
