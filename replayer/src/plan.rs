@@ -316,3 +316,25 @@ mod tests {
         assert!(Plan::compile(&deep, Path::new("/nonexistent"), false).is_err());
     }
 }
+
+#[cfg(test)]
+mod layout_tests {
+    use crate::shm;
+    use ordo_schedule::Family;
+    use ordo_trace::Kind;
+
+    #[test]
+    fn agent_codes_match_the_trace_and_schedule_crates() {
+        use ordo_probe_common::kind as k;
+        assert_eq!(
+            (shm::kind::MUTEX_LOCK, shm::kind::COND_WAIT_BEGIN, shm::kind::THREAD_START, shm::kind::FUTEX_WAKE, shm::kind::RMW),
+            (k::MUTEX_LOCK, k::COND_WAIT_BEGIN, k::THREAD_START, k::FUTEX_WAKE, k::RMW)
+        );
+        assert_eq!(Family::ALL.len(), shm::FAMILIES);
+        for &kind in Kind::ALL {
+            assert_eq!(shm::family_of(kind as u16), Family::of(kind).index(), "{}", kind.name());
+        }
+        // Every kind the agent stamps at entry is one the recorder sequences at entry.
+        assert!(shm::stamps_before(Kind::MutexUnlock as u16) && !shm::stamps_before(Kind::MutexLock as u16));
+    }
+}
