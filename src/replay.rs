@@ -25,7 +25,8 @@ pub struct ReplayArgs {
     /// The schedule file (see docs/SCHEDULE.md).
     #[arg(short, long, value_name = "FILE")]
     pub schedule: PathBuf,
-    /// Print the outcome as one JSON object (the last line of stdout).
+    /// Print the outcome as one JSON object on stdout (the program's own stdout then
+    /// goes to stderr).
     #[arg(long)]
     pub json: bool,
     /// Kill the program after this many seconds.
@@ -79,6 +80,7 @@ pub fn run(args: ReplayArgs) -> Result<u8> {
         },
         record: args.record,
         buffer_size: args.buffer_size,
+        stdout_to_stderr: args.json,
     };
     let outcome = replay(&options)?;
     if args.json {

@@ -68,6 +68,8 @@ pub struct ReplayOptions {
     pub record: Option<PathBuf>,
     /// Ring buffer size for the recording.
     pub buffer_size: usize,
+    /// Send the program's stdout to stderr (keeps stdout for a machine-readable outcome).
+    pub stdout_to_stderr: bool,
 }
 
 /// The outcome class.
@@ -231,6 +233,9 @@ pub fn replay(options: &ReplayOptions) -> Result<ReplayOutcome> {
     ];
     if let Some(orig) = original_preload {
         env.push((shm::ENV_ORIGINAL_PRELOAD.into(), orig));
+    }
+    if options.stdout_to_stderr {
+        env.push((shm::ENV_STDOUT_TO_STDERR.into(), "1".into()));
     }
 
     let stopped = spawn_stopped(&options.command, &env)?;

@@ -43,6 +43,7 @@ extern "C" {
         off: i64,
     ) -> *mut c_void;
     fn close(fd: c_int) -> c_int;
+    fn dup2(old: c_int, new: c_int) -> c_int;
     fn getpid() -> c_int;
     fn gettid() -> c_int;
     fn __errno_location() -> *mut c_int;
@@ -366,6 +367,12 @@ unsafe extern "C" fn agent_init() {
         .is_err()
     {
         return;
+    }
+    // `ordo replay --json` keeps its stdout for the JSON outcome: the program's
+    // output goes to stderr instead.
+    if !getenv(c"ORDO_REPLAY_STDOUT_TO_STDERR".as_ptr()).is_null() {
+        unsetenv(c"ORDO_REPLAY_STDOUT_TO_STDERR".as_ptr());
+        dup2(2, 1);
     }
     SHARED.store(p as *mut Shared, Relaxed);
     let mut base = 0u64;

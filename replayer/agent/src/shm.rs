@@ -252,3 +252,6 @@ pub const ENV_SHM_FD: &str = "ORDO_REPLAY_SHM_FD";
 /// Environment variable carrying the user's own `LD_PRELOAD`, restored by the agent
 /// (absent: there was none).
 pub const ENV_ORIGINAL_PRELOAD: &str = "ORDO_REPLAY_ORIGINAL_PRELOAD";
+/// Environment variable asking the agent to send the program's stdout to stderr
+/// (`ordo replay --json` keeps stdout for the JSON outcome).
+pub const ENV_STDOUT_TO_STDERR: &str = "ORDO_REPLAY_STDOUT_TO_STDERR";
