@@ -6,7 +6,7 @@ use std::path::Path;
 
 use anyhow::{bail, Result};
 use ordo_schedule::{EventRef, Family, ObjectRef, Schedule};
-use ordo_trace::symbolize::ElfInfo;
+use ordo_trace::symbolize::demangle;
 use ordo_trace::{Kind, LogicalId};
 
 use crate::shm;
@@ -120,7 +120,7 @@ impl Plan {
         // Symbols, resolved in the main executable when they are there; the agent asks
         // the dynamic linker for the others.
         let mut symbols: Vec<PlanSymbol> = Vec::new();
-        let mut elf: Option<Result<ElfInfo, String>> = None;
+        let mut elf: Option<Option<Vec<u8>>> = None;
         for e in &named {
             let Some((name, offset)) = e.object.symbol_parts() else {
                 continue;
@@ -137,11 +137,8 @@ impl Plan {
                     shm::SYMBOL_LEN - 1
                 );
             }
-            let info = elf.get_or_insert_with(|| ElfInfo::read(program));
-            let vaddr = match info {
-                Ok(info) => info.symbol_named(name).map(|(vaddr, _)| vaddr),
-                Err(_) => None,
-            };
+            let data = elf.get_or_insert_with(|| std::fs::read(program).ok());
+            let vaddr = data.as_deref().and_then(|d| symbol_address(d, name));
             symbols.push(PlanSymbol {
                 text: text.clone(),
                 name: name.to_string(),
@@ -267,6 +264,25 @@ impl Plan {
     }
 }
 
+/// The address of a data symbol in an ELF file, by raw or demangled name. Raw names
+/// are tried first: short C names like `m` or `x` also read as mangled C++ types.
+fn symbol_address(data: &[u8], name: &str) -> Option<u64> {
+    use object::{Object, ObjectSymbol, SymbolKind};
+    let file = object::File::parse(data).ok()?;
+    let candidates = || {
+        file.symbols().chain(file.dynamic_symbols()).filter(|s| {
+            matches!(
+                s.kind(),
+                SymbolKind::Data | SymbolKind::Tls | SymbolKind::Unknown
+            ) && s.address() != 0
+        })
+    };
+    candidates()
+        .find(|s| s.name() == Ok(name))
+        .or_else(|| candidates().find(|s| s.name().is_ok_and(|n| demangle(n) == name)))
+        .map(|s| s.address())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -327,14 +343,34 @@ mod layout_tests {
     fn agent_codes_match_the_trace_and_schedule_crates() {
         use ordo_probe_common::kind as k;
         assert_eq!(
-            (shm::kind::MUTEX_LOCK, shm::kind::COND_WAIT_BEGIN, shm::kind::THREAD_START, shm::kind::FUTEX_WAKE, shm::kind::RMW),
-            (k::MUTEX_LOCK, k::COND_WAIT_BEGIN, k::THREAD_START, k::FUTEX_WAKE, k::RMW)
+            (
+                shm::kind::MUTEX_LOCK,
+                shm::kind::COND_WAIT_BEGIN,
+                shm::kind::THREAD_START,
+                shm::kind::FUTEX_WAKE,
+                shm::kind::RMW
+            ),
+            (
+                k::MUTEX_LOCK,
+                k::COND_WAIT_BEGIN,
+                k::THREAD_START,
+                k::FUTEX_WAKE,
+                k::RMW
+            )
         );
         assert_eq!(Family::ALL.len(), shm::FAMILIES);
         for &kind in Kind::ALL {
-            assert_eq!(shm::family_of(kind as u16), Family::of(kind).index(), "{}", kind.name());
+            assert_eq!(
+                shm::family_of(kind as u16),
+                Family::of(kind).index(),
+                "{}",
+                kind.name()
+            );
         }
         // Every kind the agent stamps at entry is one the recorder sequences at entry.
-        assert!(shm::stamps_before(Kind::MutexUnlock as u16) && !shm::stamps_before(Kind::MutexLock as u16));
+        assert!(
+            shm::stamps_before(Kind::MutexUnlock as u16)
+                && !shm::stamps_before(Kind::MutexLock as u16)
+        );
     }
 }

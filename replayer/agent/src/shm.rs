@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64};
 /// "ORDO_REP".
 pub const MAGIC: u64 = 0x4f52_444f_5f52_4550;
 /// Bumped whenever the layout changes.
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 
 /// Named events a plan can hold.
 pub const MAX_EVENTS: usize = 512;
@@ -188,8 +188,9 @@ pub struct PlanThread {
     pub objects: [[AtomicU64; MAX_K]; FAMILIES],
 }
 
-/// What one program thread is doing, for the driver's stall detection.
-#[repr(C)]
+/// What one program thread is doing, for the driver's stall detection. Each slot
+/// has its own cache lines: threads bump their `progress` on every call.
+#[repr(C, align(128))]
 pub struct Slot {
     /// Kernel tid, 0 while the slot is free.
     pub tid: AtomicU32,
