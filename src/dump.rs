@@ -80,7 +80,12 @@ pub fn run(args: DumpArgs) -> Result<u8> {
     for (i, e) in events.iter().enumerate() {
         let joined = handles.get(&i).copied();
         let object = names.entry(e.addr).or_insert_with(|| symbolizer.data_name(e.addr)).clone();
-        let site = sites.entry(e.site).or_insert_with(|| symbolizer.site_text(e.site)).clone();
+        // Variable accesses carry the instruction's address; other events a return address.
+        let site = if e.kind.is_access() {
+            symbolizer.locate(e.site, false).map(|l| l.to_string()).unwrap_or_else(|| format!("{:#x}", e.site))
+        } else {
+            sites.entry(e.site).or_insert_with(|| symbolizer.site_text(e.site)).clone()
+        };
         if args.json {
             writeln!(out, "{}", Value::Object(event_json(e, &reader.threads, joined, object, site)))?;
         } else {

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use ordo_recorder::{check_privileges, launch, parse_buffer_size, spawn_stopped, RecordOptions, Recording};
+use ordo_recorder::{check_privileges, launch, parse_buffer_size, spawn_stopped_with, watching, RecordOptions, Recording};
 
 /// Arguments of `ordo record`.
 #[derive(Args)]
@@ -25,6 +25,14 @@ pub struct RecordArgs {
     /// With --pid: stop recording after this many seconds (default: until Ctrl-C or exit).
     #[arg(long, requires = "pid")]
     pub duration: Option<f64>,
+    /// Record every read and write of a variable: SYMBOL, SYMBOL+OFFSET:SIZE or 0xADDR:SIZE
+    /// (instruction-site uprobes; repeatable).
+    #[arg(long, value_name = "SPEC")]
+    pub watch: Vec<String>,
+    /// Record writes of a variable with a hardware watchpoint (at most 4; catches
+    /// accesses through pointers too).
+    #[arg(long = "watch-hw", value_name = "SPEC")]
+    pub watch_hw: Vec<String>,
     /// Extra environment variable for the launched program (KEY=VALUE, repeatable).
     #[arg(long = "env", value_name = "KEY=VALUE")]
     pub env: Vec<String>,
@@ -92,8 +100,23 @@ fn launch_and_record(args: &RecordArgs, env: &[(OsString, OsString)]) -> Result<
         let base = program.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "trace".into());
         PathBuf::from(format!("{base}.ordo"))
     });
-    let options = RecordOptions { output, buffer_size: args.buffer_size, command: args.command.clone(), attached: false };
-    let stopped = spawn_stopped(&args.command, env)?;
+    let mut options = RecordOptions::new(output, args.buffer_size, args.command.clone(), false);
+    // Hardware watchpoints need runtime addresses before the program starts: run a
+    // position-independent program without ASLR, so its load address is known.
+    let pie = watching::is_pie(&program);
+    let main_binary = std::fs::canonicalize(&program).unwrap_or(program.clone());
+    let bias = |module: &std::path::Path| -> Option<u64> {
+        (std::fs::canonicalize(module).ok()? == main_binary).then_some(if pie { launch::NO_ASLR_PIE_BASE } else { 0 })
+    };
+    let libs = launch::needed_libraries(&program);
+    let watches = watching::plan(&args.watch, &args.watch_hw, &program, &libs, &bias)?;
+    for note in &watches.notes {
+        eprintln!("ordo: {note}");
+    }
+    options.watch_sites = watches.sites;
+    options.hw_watches = watches.hw;
+    let no_aslr = !options.hw_watches.is_empty();
+    let stopped = spawn_stopped_with(&args.command, env, no_aslr)?;
     let recording = Recording::start(stopped.pid(), &options)?;
     CHILD.store(stopped.pid() as i32, Ordering::SeqCst);
     install_signal_handlers();
@@ -120,7 +143,16 @@ fn attach(pid: u32, args: &RecordArgs) -> Result<u8> {
     let command: Vec<String> =
         cmdline.split(|&b| b == 0).filter(|s| !s.is_empty()).map(|s| String::from_utf8_lossy(s).into_owned()).collect();
     let output = args.output.clone().unwrap_or_else(|| PathBuf::from(format!("pid-{pid}.ordo")));
-    let options = RecordOptions { output, buffer_size: args.buffer_size, command, attached: true };
+    let mut options = RecordOptions::new(output, args.buffer_size, command, true);
+    let exe = std::fs::read_link(format!("/proc/{pid}/exe")).with_context(|| format!("--pid {pid}: cannot read its executable"))?;
+    let libs: Vec<PathBuf> = ordo_trace::symbolize::modules_of_process(pid).into_iter().map(|m| PathBuf::from(m.path)).filter(|p| *p != exe).collect();
+    let bias = |module: &std::path::Path| watching::load_bias_in(pid, module);
+    let watches = watching::plan(&args.watch, &args.watch_hw, &exe, &libs, &bias)?;
+    for note in &watches.notes {
+        eprintln!("ordo: {note}");
+    }
+    options.watch_sites = watches.sites;
+    options.hw_watches = watches.hw;
     let recording = Recording::start(pid, &options)?;
     install_signal_handlers();
     let deadline = args.duration.map(|d| Instant::now() + Duration::from_secs_f64(d));

@@ -46,6 +46,10 @@ fn contention_order_matches_the_programs_own_log() {
         .map(|e| e["thread"].as_str().unwrap().to_string())
         .collect();
     assert_eq!(traced, logged, "acquisition order differs from the program's log");
+    // Sequence numbers on the lock are exact: 0, 1, 2, … in dump order, no gaps or repeats.
+    let seqs: Vec<u64> = events.iter().filter(|e| e["addr"] == lock.as_str()).map(|e| e["seq"].as_u64().unwrap()).collect();
+    let first = seqs[0];
+    assert!(seqs.iter().enumerate().all(|(i, &s)| s == first + i as u64), "sequence numbers are not consecutive");
     // And lock/unlock strictly alternate on the lock, by the same thread.
     let mut holder: Option<String> = None;
     for e in events.iter().filter(|e| e["addr"] == lock.as_str()) {

@@ -93,6 +93,17 @@ pub fn find_program(program: &str) -> Result<PathBuf> {
 
 /// Forks `command` with extra environment `env`, stopped before `exec`.
 pub fn spawn_stopped(command: &[String], env: &[(OsString, OsString)]) -> Result<StoppedChild> {
+    spawn_stopped_with(command, env, false)
+}
+
+/// Load address of a position-independent executable started without address-space
+/// randomization (x86_64, 47-bit user space: two thirds of the address space).
+pub const NO_ASLR_PIE_BASE: u64 = 0x5555_5555_4000;
+
+/// Like [`spawn_stopped`]; with `no_aslr` the program runs without address-space
+/// randomization, so the addresses of its globals are known before it starts
+/// (hardware watchpoints must be armed with runtime addresses).
+pub fn spawn_stopped_with(command: &[String], env: &[(OsString, OsString)], no_aslr: bool) -> Result<StoppedChild> {
     let Some(program) = command.first() else {
         bail!("no command given");
     };
@@ -105,9 +116,18 @@ pub fn spawn_stopped(command: &[String], env: &[(OsString, OsString)]) -> Result
         cmd.env(k, v);
     }
     let (pid_w, rel_r) = (pid_write.as_raw_fd(), release_read.as_raw_fd());
+    let (pid_r, rel_w) = (pid_read.as_raw_fd(), release_write.as_raw_fd());
     // SAFETY: the closure only calls async-signal-safe functions (getpid, write, read).
     unsafe {
         cmd.pre_exec(move || {
+            if no_aslr {
+                const ADDR_NO_RANDOMIZE: libc::c_ulong = 0x0040000;
+                libc::personality(ADDR_NO_RANDOMIZE);
+            }
+            // The child's copies of our ends: without closing them it would never see
+            // end-of-file when the recorder gives up without releasing it.
+            libc::close(pid_r);
+            libc::close(rel_w);
             let pid = libc::getpid();
             libc::write(pid_w, (&pid as *const i32).cast(), 4);
             let mut byte = 0u8;
@@ -155,4 +175,42 @@ pub fn is_dynamic(path: &Path) -> bool {
         Ok(file) => file.section_by_name(".interp").is_some() || file.kind() == object::ObjectKind::Dynamic,
         Err(_) => true,
     }
+}
+
+/// The libraries `binary` will load, found the way the dynamic loader looks for them
+/// (LD_LIBRARY_PATH, RUNPATH, the multiarch directories), for resolving watched
+/// variables that live in a library before the program runs.
+pub fn needed_libraries(binary: &Path) -> Vec<PathBuf> {
+    use object::read::elf::{Dyn, ElfFile64, FileHeader};
+    let Ok(data) = std::fs::read(binary) else { return Vec::new() };
+    let Ok(file) = ElfFile64::<object::Endianness>::parse(data.as_slice()) else { return Vec::new() };
+    let endian = file.endian();
+    let header = file.elf_header();
+    let Ok(Some((dynamic, index))) = header.sections(endian, data.as_slice()).map(|s| s.dynamic(endian, data.as_slice()).ok().flatten()) else {
+        return Vec::new();
+    };
+    let Ok(sections) = header.sections(endian, data.as_slice()) else { return Vec::new() };
+    let Ok(strings) = sections.strings(endian, data.as_slice(), index) else { return Vec::new() };
+    let mut needed = Vec::new();
+    let mut search: Vec<PathBuf> = std::env::var_os("LD_LIBRARY_PATH")
+        .map(|p| std::env::split_paths(&p).collect())
+        .unwrap_or_default();
+    for d in dynamic {
+        let tag = d.d_tag(endian) as u32;
+        let Ok(value) = d.string(endian, strings) else { continue };
+        let value = String::from_utf8_lossy(value).into_owned();
+        match tag {
+            object::elf::DT_NEEDED => needed.push(value),
+            object::elf::DT_RUNPATH | object::elf::DT_RPATH => {
+                let origin = binary.parent().map(|p| p.to_string_lossy().into_owned()).unwrap_or_default();
+                search.extend(value.split(':').map(|p| PathBuf::from(p.replace("$ORIGIN", &origin))));
+            }
+            _ => {}
+        }
+    }
+    search.extend(["/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib64", "/usr/lib", "/lib"].map(PathBuf::from));
+    needed
+        .iter()
+        .filter_map(|name| search.iter().map(|dir| dir.join(name)).find(|p| p.exists()))
+        .collect()
 }

@@ -14,10 +14,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 use aya::maps::{Array, MapData, PerCpuArray, RingBuf};
-use aya::programs::{RawTracePoint, UProbe};
+use aya::programs::perf_event::{BreakpointConfig, PerfBreakpointLength, PerfBreakpointType, PerfEventConfig, PerfEventScope, SamplePolicy};
+use aya::programs::{PerfEvent, RawTracePoint, UProbe};
 use aya::programs::uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeScope};
 use aya::{Ebpf, EbpfLoader};
-use ordo_probe_common::{config, kind, RawEvent, CONFIG_MAP, DROPS_MAP, EVENTS_MAP};
+use ordo_probe_common::{config, kind, RawEvent, WatchSite, CONFIG_MAP, DROPS_MAP, EVENTS_MAP, MAX_WATCH_SITES, WATCH_SITES_MAP};
 use ordo_trace::schema::{Footer, Header, ModuleRecord, ThreadRecord};
 use ordo_trace::symbolize::modules_of_process;
 use ordo_trace::{Event, LogicalIdAssigner, TraceWriter};
@@ -47,7 +48,22 @@ pub struct RecordOptions {
     pub command: Vec<String>,
     /// True when attaching to a process that was already running.
     pub attached: bool,
+    /// Instruction sites of watched variables: the module file, the instruction's
+    /// file offset, and the site description with link-time addresses.
+    pub watch_sites: Vec<(PathBuf, u64, WatchSite)>,
+    /// Hardware-watched runtime addresses and their sizes (1, 2, 4 or 8).
+    pub hw_watches: Vec<(u64, u8)>,
 }
+
+impl RecordOptions {
+    /// Options with no watches.
+    pub fn new(output: PathBuf, buffer_size: usize, command: Vec<String>, attached: bool) -> RecordOptions {
+        RecordOptions { output, buffer_size, command, attached, watch_sites: Vec::new(), hw_watches: Vec::new() }
+    }
+}
+
+/// x86 has four debug registers.
+pub const MAX_HW_WATCHES: usize = 4;
 
 /// Totals of a finished recording.
 #[derive(Clone, Debug, Default)]
@@ -183,6 +199,8 @@ impl Recording {
             prog.attach(tracepoint).with_context(|| format!("attach raw tracepoint {tracepoint}"))?;
         }
 
+        attach_watches(&mut ebpf, pid_nz, options)?;
+
         let header = Header {
             command: options.command.clone(),
             pid,
@@ -230,6 +248,67 @@ impl Drop for Recording {
             let _ = drain.join();
         }
     }
+}
+
+/// Loads and attaches the variable-watch programs, if any watch was asked for.
+fn attach_watches(ebpf: &mut Ebpf, pid: NonZeroU32, options: &RecordOptions) -> Result<()> {
+    if !options.watch_sites.is_empty() {
+        if options.watch_sites.len() > MAX_WATCH_SITES as usize {
+            bail!("{} watched instruction sites; at most {MAX_WATCH_SITES} are supported", options.watch_sites.len());
+        }
+        {
+            let mut sites: Array<_, WatchSite> = Array::try_from(ebpf.map_mut(WATCH_SITES_MAP).context("WATCH_SITES map")?)?;
+            for (i, (_, _, site)) in options.watch_sites.iter().enumerate() {
+                sites.set(i as u32, *site, 0).context("write watch sites")?;
+            }
+        }
+        let prog: &mut UProbe = ebpf.program_mut("ordo_watch").context("ordo_watch")?.try_into()?;
+        prog.load().map_err(|e| load_error(e.into()))?;
+        for (i, (module, offset, _)) in options.watch_sites.iter().enumerate() {
+            let point = UProbeAttachPoint { location: UProbeAttachLocation::AbsoluteOffset(*offset), cookie: Some(i as u64) };
+            prog.attach(point, module, UProbeScope::OneProcess(pid))
+                .with_context(|| format!("attach a watch probe at {}+{offset:#x}", module.display()))?;
+        }
+    }
+    if !options.hw_watches.is_empty() {
+        if options.hw_watches.len() > MAX_HW_WATCHES {
+            bail!("{} hardware watches asked for; x86 has {MAX_HW_WATCHES} debug registers", options.hw_watches.len());
+        }
+        {
+            let mut watches: aya::maps::HashMap<_, u64, u64> =
+                aya::maps::HashMap::try_from(ebpf.map_mut("HW_WATCHES").context("HW_WATCHES map")?)?;
+            for (addr, size) in &options.hw_watches {
+                watches.insert(addr, *size as u64, 0).context("write hardware watches")?;
+            }
+        }
+        let cpus = aya::util::online_cpus().map_err(|(what, e)| anyhow!("{what}: {e}"))?;
+        let prog: &mut PerfEvent = ebpf.program_mut("ordo_hw_watch").context("ordo_hw_watch")?.try_into()?;
+        prog.load().map_err(|e| load_error(e.into()))?;
+        for (addr, size) in &options.hw_watches {
+            let length = match size {
+                1 => PerfBreakpointLength::Len1,
+                2 => PerfBreakpointLength::Len2,
+                4 => PerfBreakpointLength::Len4,
+                8 => PerfBreakpointLength::Len8,
+                other => bail!("hardware watch of {other} bytes at {addr:#x}: the size must be 1, 2, 4 or 8"),
+            };
+            if addr % *size as u64 != 0 {
+                bail!("hardware watch at {addr:#x}: the address must be aligned to its size ({size})");
+            }
+            // One breakpoint per CPU, for every process: it covers threads created
+            // later from their first instruction; the program keeps the target's hits.
+            for &cpu in &cpus {
+                let config = PerfEventConfig::Breakpoint(BreakpointConfig::Data {
+                    r#type: PerfBreakpointType::Write,
+                    address: *addr,
+                    length,
+                });
+                prog.attach(config, PerfEventScope::AllProcessesOneCpu { cpu }, SamplePolicy::Period(1), false)
+                    .with_context(|| format!("set a hardware watchpoint at {addr:#x} on CPU {cpu} (all four debug registers may be in use)"))?;
+            }
+        }
+    }
+    Ok(())
 }
 
 fn load_error(e: anyhow::Error) -> anyhow::Error {

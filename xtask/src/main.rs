@@ -11,6 +11,8 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 
 mod bench;
+mod bench_analysis;
+mod bench_record;
 mod setup;
 
 fn root() -> PathBuf {

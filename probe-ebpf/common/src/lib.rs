@@ -275,6 +275,8 @@ pub struct WatchSite {
     pub value_reg: u8,
     /// True when the value written is `imm`.
     pub value_is_imm: u8,
+    /// Signed distance from the probed instruction to the accessing one (the kernel
+    /// refuses uprobes on lock-prefixed instructions, so those are probed next door).
     pub _pad: u8,
 }
 

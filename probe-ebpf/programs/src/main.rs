@@ -10,6 +10,9 @@
 //! silently.
 #![cfg_attr(target_arch = "bpf", no_std, no_main)]
 // The bpf target has no AtomicU64::fetch_add; the intrinsic lowers to BPF_ATOMIC|BPF_FETCH.
+// It must be SeqCst: LLVM 22's BPF backend lowers a *relaxed* fetch-add to a plain
+// `lock +=` and returns the addend instead of the old value (seen here: every
+// sequence number came out as 1).
 #![cfg_attr(target_arch = "bpf", feature(core_intrinsics))]
 #![cfg_attr(target_arch = "bpf", allow(internal_features))]
 
@@ -26,14 +29,14 @@ mod programs {
             bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_ktime_get_ns,
             bpf_probe_read_kernel, bpf_probe_read_user, generated::bpf_get_attach_cookie,
         },
-        macros::{map, raw_tracepoint, uprobe, uretprobe},
-        maps::{Array, LruHashMap, PerCpuArray, RingBuf},
-        programs::{ProbeContext, RawTracePointContext, RetProbeContext},
+        macros::{map, perf_event, raw_tracepoint, uprobe, uretprobe},
+        maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
+        programs::{PerfEventContext, ProbeContext, RawTracePointContext, RetProbeContext},
         EbpfContext,
     };
     use ordo_probe_common::{
-        config, cookie_op, cookie_via, kind, op, stash_key, sysno, via, RawEvent, Stash,
-        CLONE_THREAD,
+        config, cookie_op, cookie_via, kind, op, reg, stash_key, sysno, via, RawEvent, Stash,
+        WatchSite, CLONE_THREAD, MAX_WATCH_SITES,
     };
 
     /// The event stream. User space sets the real size before loading.
@@ -56,6 +59,15 @@ mod programs {
     #[map(name = "SEQ")]
     static SEQ: LruHashMap<u64, u64> = LruHashMap::with_max_entries(262144, 0);
 
+    /// Instructions that may access watched variables (index = uprobe cookie), with
+    /// link-time addresses: the probe relocates them by its own load bias.
+    #[map(name = "WATCH_SITES")]
+    static WATCH_SITES: Array<WatchSite> = Array::with_max_entries(MAX_WATCH_SITES, 0);
+
+    /// Hardware-watched runtime addresses → access size.
+    #[map(name = "HW_WATCHES")]
+    static HW_WATCHES: HashMap<u64, u64> = HashMap::with_max_entries(8, 0);
+
     /// Internal stash slot for a thread-creating clone in flight.
     const CLONE_SLOT: u8 = 0xf0;
 
@@ -65,14 +77,14 @@ mod programs {
     fn next_seq(addr: u64) -> u64 {
         if let Some(counter) = SEQ.get_ptr_mut(&addr) {
             // SAFETY: map values are 8-byte aligned and live while the program runs.
-            return unsafe { atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(counter, 1) };
+            return unsafe { atomic_xadd::<u64, u64, { AtomicOrdering::SeqCst }>(counter, 1) };
         }
         if SEQ.insert(&addr, &1, BPF_NOEXIST as u64).is_ok() {
             return 0;
         }
         // Another CPU created the counter between our lookup and insert.
         match SEQ.get_ptr_mut(&addr) {
-            Some(counter) => unsafe { atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(counter, 1) },
+            Some(counter) => unsafe { atomic_xadd::<u64, u64, { AtomicOrdering::SeqCst }>(counter, 1) },
             None => 0,
         }
     }
@@ -264,6 +276,157 @@ mod programs {
             op::THREAD_JOIN => emit(kind::THREAD_JOIN, via_, a, 0, site, 0, ret, 0),
             _ => {}
         }
+    }
+
+    /// A general-purpose register of the probed thread by `ordo_probe_common::reg` number.
+    #[inline(always)]
+    fn gp_register(regs: *const pt_regs, number: u8) -> u64 {
+        // SAFETY: `regs` is the probe context; each arm reads one field at a constant offset.
+        unsafe {
+            (match number {
+                reg::RAX => (*regs).rax,
+                reg::RBX => (*regs).rbx,
+                reg::RCX => (*regs).rcx,
+                reg::RDX => (*regs).rdx,
+                reg::RSI => (*regs).rsi,
+                reg::RDI => (*regs).rdi,
+                reg::RBP => (*regs).rbp,
+                reg::RSP => (*regs).rsp,
+                reg::R8 => (*regs).r8,
+                reg::R9 => (*regs).r9,
+                reg::R10 => (*regs).r10,
+                reg::R11 => (*regs).r11,
+                reg::R12 => (*regs).r12,
+                reg::R13 => (*regs).r13,
+                reg::R14 => (*regs).r14,
+                reg::R15 => (*regs).r15,
+                reg::RIP => (*regs).rip,
+                _ => 0,
+            }) as u64
+        }
+    }
+
+    #[inline(always)]
+    fn mask(value: u64, size: u8) -> u64 {
+        if size >= 8 {
+            value
+        } else {
+            value & ((1u64 << (size as u64 * 8)) - 1)
+        }
+    }
+
+    /// Reads `size` (≤ 8) bytes of user memory at `addr`. Each arm reads a constant
+    /// size, which the verifier can check against the buffer.
+    #[inline(always)]
+    fn read_user_value(addr: u64, size: u8) -> u64 {
+        // SAFETY: reads of user memory through the checked helper.
+        unsafe {
+            match size {
+                1 => bpf_probe_read_user(addr as *const u8).map(u64::from),
+                2 => bpf_probe_read_user(addr as *const u16).map(u64::from),
+                4 => bpf_probe_read_user(addr as *const u32).map(u64::from),
+                _ => bpf_probe_read_user(addr as *const u64),
+            }
+        }
+        .unwrap_or(0)
+    }
+
+    /// An instruction that may touch a watched variable is about to run.
+    #[uprobe]
+    pub fn ordo_watch(ctx: ProbeContext) -> u32 {
+        // SAFETY: the context pointer is the program's own.
+        let index = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) } as u32;
+        let Some(site) = WATCH_SITES.get(index) else { return 0 };
+        let regs = ctx.regs as *const pt_regs;
+        let ip = gp_register(regs, reg::RIP);
+        // The probe sits on the instruction itself, so rip minus its link-time address
+        // is the module's load bias.
+        let bias = ip.wrapping_sub(site.ip);
+        let rip_relative = site.base == reg::NONE && site.index == reg::NONE;
+        let ea = if rip_relative {
+            (site.disp as u64).wrapping_add(bias)
+        } else {
+            let base = if site.base == reg::NONE { 0 } else { gp_register(regs, site.base) };
+            let index_value = if site.index == reg::NONE { 0 } else { gp_register(regs, site.index) };
+            base.wrapping_add(index_value.wrapping_mul(site.scale as u64)).wrapping_add(site.disp as u64)
+        };
+        let watch = site.watch_addr.wrapping_add(bias);
+        // Confirm the access really reaches the watched bytes.
+        if ea >= watch + site.watch_len as u64 || ea + site.size as u64 <= watch {
+            return 0;
+        }
+        let value = if site.access == kind::WRITE as u8 && site.value_is_imm != 0 {
+            site.imm
+        } else if site.access == kind::WRITE as u8 && site.value_reg != reg::NONE {
+            gp_register(regs, site.value_reg)
+        } else {
+            // Reads and read-modify-writes: the value before the instruction runs.
+            read_user_value(ea, site.size)
+        };
+        let seq = next_seq(watch);
+        match EVENTS.reserve::<RawEvent>(0) {
+            Some(mut entry) => {
+                entry.write(RawEvent {
+                    ts_ns: unsafe { bpf_ktime_get_ns() },
+                    seq,
+                    // The variable (its start), so all accesses to it share one
+                    // sequence; addr2 is the exact byte address accessed.
+                    addr: watch,
+                    addr2: ea,
+                    // The probe may sit next to a lock-prefixed access (the kernel
+                    // refuses uprobes on those); `_pad` holds the signed distance.
+                    site: ip.wrapping_add(site._pad as i8 as i64 as u64),
+                    value: mask(value, site.size),
+                    tid: current_tid(),
+                    kind: site.access as u16,
+                    size: site.size,
+                    ..RawEvent::default()
+                });
+                entry.submit(0);
+            }
+            None => count_drop(),
+        }
+        0
+    }
+
+    /// A hardware data breakpoint fired (after the write; x86 breakpoints trap after
+    /// the access). Breakpoints are per CPU and system-wide, so new threads are covered
+    /// from their first instruction; other processes are filtered out here.
+    #[perf_event]
+    pub fn ordo_hw_watch(ctx: PerfEventContext) -> u32 {
+        if (bpf_get_current_pid_tgid() >> 32) as u32 != target_tgid() {
+            return 0;
+        }
+        // SAFETY: the perf event context is the program's own.
+        let (addr, ip) = unsafe { ((*ctx.ctx).addr, (*ctx.ctx).regs.rip as u64) };
+        // SAFETY: copied out immediately.
+        let Some(size) = (unsafe { HW_WATCHES.get(&addr) }).copied() else { return 0 };
+        // Kernel-mode writes to the page (exec loading the binary, a read(2) into the
+        // variable) are not the program's accesses.
+        if ip >= 0xffff_8000_0000_0000 {
+            return 0;
+        }
+        let value = read_user_value(addr, size as u8);
+        let seq = next_seq(addr);
+        match EVENTS.reserve::<RawEvent>(0) {
+            Some(mut entry) => {
+                entry.write(RawEvent {
+                    ts_ns: unsafe { bpf_ktime_get_ns() },
+                    seq,
+                    addr,
+                    addr2: addr,
+                    site: ip,
+                    value: mask(value, size as u8),
+                    tid: current_tid(),
+                    kind: kind::WRITE,
+                    size: size as u8,
+                    ..RawEvent::default()
+                });
+                entry.submit(0);
+            }
+            None => count_drop(),
+        }
+        0
     }
 
     #[inline(always)]

@@ -1,0 +1,102 @@
+//! Turning `--watch` and `--watch-hw` requests into what a [`crate::Recording`]
+//! attaches: instruction sites for uprobes, runtime addresses for hardware
+//! watchpoints. Errors come before the program starts.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{anyhow, bail, Result};
+use ordo_probe_common::WatchSite;
+
+use crate::recording::MAX_HW_WATCHES;
+use crate::watch::{plan_sites, Resolver, WatchSpec};
+
+/// Resolved watches, ready for [`crate::RecordOptions`].
+#[derive(Default, Debug)]
+pub struct WatchSetup {
+    /// Uprobe sites: module, file offset, site.
+    pub sites: Vec<(PathBuf, u64, WatchSite)>,
+    /// Hardware watchpoints: runtime address, size.
+    pub hw: Vec<(u64, u8)>,
+    /// One line per watch for the user (what was found, how many sites).
+    pub notes: Vec<String>,
+}
+
+/// Resolves `--watch` specs (instruction-site uprobes) and `--watch-hw` specs
+/// (hardware watchpoints) against `main_binary` and `libs`. `load_bias` gives a
+/// module's runtime load bias, needed for hardware watchpoints only.
+pub fn plan(
+    watch: &[String],
+    watch_hw: &[String],
+    main_binary: &Path,
+    libs: &[PathBuf],
+    load_bias: &dyn Fn(&Path) -> Option<u64>,
+) -> Result<WatchSetup> {
+    let mut setup = WatchSetup::default();
+    if watch.is_empty() && watch_hw.is_empty() {
+        return Ok(setup);
+    }
+    if watch_hw.len() > MAX_HW_WATCHES {
+        bail!("--watch-hw given {} times: x86 has {MAX_HW_WATCHES} debug registers, so at most {MAX_HW_WATCHES} hardware watches", watch_hw.len());
+    }
+    let mut resolver = Resolver::new(main_binary, libs).map_err(|e| anyhow!("--watch: {e}"))?;
+    for text in watch {
+        let spec = WatchSpec::parse(text).map_err(|e| anyhow!("--watch {text}: {e}"))?;
+        let resolved = resolver.resolve(&spec).map_err(|e| anyhow!("--watch {text}: {e}"))?;
+        let plan = plan_sites(&resolved).map_err(|e| anyhow!("--watch {text}: {e}"))?;
+        for skipped in &plan.unprobeable {
+            setup.notes.push(format!(
+                "warning: {} at {:#x} (`{}`) cannot carry a uprobe and has no probeable neighbour: its accesses are not recorded (use --watch-hw)",
+                resolved.name, skipped.access_ip, skipped.instruction
+            ));
+        }
+        if plan.sites.is_empty() {
+            bail!(
+                "--watch {text}: no instruction in {} accesses {} directly (accesses through pointers need --watch-hw)",
+                resolved.module.display(),
+                resolved.name
+            );
+        }
+        setup.notes.push(format!(
+            "watching {} ({} bytes in {}) at {} instruction sites",
+            resolved.name,
+            resolved.size,
+            resolved.module.file_name().map(|n| n.to_string_lossy()).unwrap_or_default(),
+            plan.sites.len()
+        ));
+        for planned in plan.sites {
+            let mut site = planned.site;
+            site._pad = (planned.access_ip as i64 - site.ip as i64) as i8 as u8;
+            setup.sites.push((resolved.module.clone(), planned.file_offset, site));
+        }
+    }
+    for text in watch_hw {
+        let spec = WatchSpec::parse(text).map_err(|e| anyhow!("--watch-hw {text}: {e}"))?;
+        let resolved = resolver.resolve(&spec).map_err(|e| anyhow!("--watch-hw {text}: {e}"))?;
+        resolved.check_hw_breakpoint().map_err(|e| anyhow!("--watch-hw {text}: {e}"))?;
+        let bias = load_bias(&resolved.module).ok_or_else(|| {
+            anyhow!("--watch-hw {text}: the runtime address of {} in {} is not known before the program starts (watch variables of the main program, or attach with --pid)", resolved.name, resolved.module.display())
+        })?;
+        setup.notes.push(format!("hardware watchpoint on {} ({} bytes)", resolved.name, resolved.size));
+        setup.hw.push((resolved.vaddr + bias, resolved.size as u8));
+    }
+    Ok(setup)
+}
+
+/// Whether `path` is a position-independent executable (loaded at a random base).
+pub fn is_pie(path: &Path) -> bool {
+    use object::Object;
+    std::fs::read(path)
+        .ok()
+        .and_then(|d| object::File::parse(d.as_slice()).ok().map(|f| f.kind() == object::ObjectKind::Dynamic))
+        .unwrap_or(false)
+}
+
+/// The load bias of `module` in a running process, from `/proc/PID/maps`.
+pub fn load_bias_in(pid: u32, module: &Path) -> Option<u64> {
+    let canonical = std::fs::canonicalize(module).ok()?;
+    let modules = ordo_trace::symbolize::modules_of_process(pid);
+    let m = modules.iter().find(|m| std::fs::canonicalize(&m.path).ok().as_deref() == Some(canonical.as_path()))?;
+    let first = m.mappings.iter().min_by_key(|map| map.file_offset)?;
+    let info = ordo_trace::symbolize::ElfInfo::read(module).ok()?;
+    Some(first.start - info.vaddr_of_offset(first.file_offset))
+}
