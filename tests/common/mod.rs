@@ -27,13 +27,17 @@ pub fn build_program(name: &str) -> PathBuf {
     let cpp = src_dir.join(format!("{name}.cpp"));
     let (src, compiler, std) = if c.exists() { (c, "cc", "-std=gnu11") } else { (cpp, "c++", "-std=c++17") };
     let out = out_dir.join(name);
+    // Tests run in parallel and share programs: compile to a private name, then
+    // rename into place atomically, so nobody executes a half-written binary.
+    let tmp = out_dir.join(format!(".{name}.{}.{:?}", std::process::id(), std::thread::current().id()));
     let status = Command::new(compiler)
         .args(["-O1", "-g", std, "-pthread", "-o"])
-        .arg(&out)
+        .arg(&tmp)
         .arg(&src)
         .status()
         .expect("run the C compiler");
     assert!(status.success(), "compiling {}", src.display());
+    std::fs::rename(&tmp, &out).unwrap();
     out
 }
 
@@ -90,13 +94,15 @@ pub fn build_rust_program(name: &str) -> PathBuf {
     let out_dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("programs");
     std::fs::create_dir_all(&out_dir).unwrap();
     let out = out_dir.join(name);
+    let tmp = out_dir.join(format!(".{name}.{}.{:?}", std::process::id(), std::thread::current().id()));
     let status = Command::new("rustc")
         .args(["-O", "-g", "--edition", "2021", "-o"])
-        .arg(&out)
+        .arg(&tmp)
         .arg(&src)
         .status()
         .expect("run rustc");
     assert!(status.success(), "compiling {}", src.display());
+    std::fs::rename(&tmp, &out).unwrap();
     out
 }
 

@@ -63,7 +63,7 @@ fn test(extra: &[String]) -> Result<()> {
     let started = Instant::now();
     // Build first so a compile error is reported once, not per test binary.
     run(Command::new("cargo").args(["build", "--workspace", "--all-targets"]))?;
-    run(Command::new("cargo").args(["test", "--workspace"]).args(extra))?;
+    run(Command::new("cargo").args(["test", "--workspace", "--no-fail-fast"]).args(extra))?;
     eprintln!("xtask: all tests passed in {:.0} s", started.elapsed().as_secs_f64());
     Ok(())
 }
