@@ -21,7 +21,8 @@ use std::path::{Path, PathBuf};
 
 use prost::Message;
 
-use crate::event::{Event, Kind, Via};
+use crate::decode::{self, ChunkDecoder};
+use crate::event::Event;
 use crate::schema::{Chunk, EventColumns, Footer, Header, ModuleRecord, ThreadRecord};
 use crate::thread::{LogicalId, ThreadInfo, ThreadTable};
 
@@ -156,7 +157,7 @@ impl TraceWriter {
     }
 }
 
-fn columns(events: &[Event]) -> EventColumns {
+pub(crate) fn columns(events: &[Event]) -> EventColumns {
     let mut c = EventColumns::default();
     let mut prev = 0u64;
     for e in events {
@@ -208,6 +209,10 @@ pub struct TraceReader {
     mode: ReadMode,
     /// For each chunk offset: drops so far (filled while iterating).
     drops_at_chunk: Vec<(u64, u64)>,
+    /// The last record's payload (reused).
+    payload: Vec<u8>,
+    /// Decompression context, decompressed bytes and fast decoding (reused).
+    decoder: ChunkDecoder,
 }
 
 impl TraceReader {
@@ -239,6 +244,8 @@ impl TraceReader {
             pos: 8,
             mode,
             drops_at_chunk: Vec::new(),
+            payload: Vec::new(),
+            decoder: ChunkDecoder::default(),
         };
         let (tag, payload) = match reader.next_record(len)? {
             Some(r) => r,
@@ -282,6 +289,12 @@ impl TraceReader {
 
     /// Reads the next framed record at `self.pos`; `None` at a clean end.
     fn next_record(&mut self, end: u64) -> Result<Option<(u8, Vec<u8>)>, TraceError> {
+        let mut payload = Vec::new();
+        Ok(self.next_record_into(end, &mut payload)?.map(|tag| (tag, payload)))
+    }
+
+    /// Like [`TraceReader::next_record`], reading the payload into `payload`.
+    fn next_record_into(&mut self, end: u64, payload: &mut Vec<u8>) -> Result<Option<u8>, TraceError> {
         let at = self.pos;
         if at == end {
             return Ok(None);
@@ -303,13 +316,14 @@ impl TraceReader {
                 format!("truncated record: {len} bytes announced, {} present", end - at - FRAME_LEN),
             ));
         }
-        let mut payload = vec![0u8; len as usize];
-        self.file.read_exact(&mut payload).map_err(|e| self.error(at, e.to_string()))?;
-        if crc32fast::hash(&payload) != crc {
+        payload.clear();
+        payload.resize(len as usize, 0);
+        self.file.read_exact(payload).map_err(|e| self.error(at, e.to_string()))?;
+        if crc32fast::hash(payload) != crc {
             return Err(self.error(at, "corrupt record: checksum mismatch"));
         }
         self.pos = at + FRAME_LEN + len as u64;
-        Ok(Some((tag, payload)))
+        Ok(Some(tag))
     }
 
     fn read_trailer(&mut self, len: u64) -> Result<Option<Footer>, TraceError> {
@@ -363,7 +377,7 @@ impl TraceReader {
                     self.cut_short = Some(self.error(at, "no footer: the recording was cut short; read up to its last complete chunk"));
                     break;
                 }
-                Some((TAG_CHUNK, payload)) => match decode_chunk(&payload) {
+                Some((TAG_CHUNK, payload)) => match self.decode_chunk(&payload) {
                     Ok(chunk) => {
                         for t in chunk.threads {
                             threads.insert(t.tid, t);
@@ -400,44 +414,29 @@ impl TraceReader {
         events.clear();
         loop {
             let at = self.pos;
-            let Some((tag, payload)) = self.next_record(self.chunks_end)? else {
+            let mut payload = std::mem::take(&mut self.payload);
+            let record = self.next_record_into(self.chunks_end, &mut payload);
+            self.payload = payload;
+            let Some(tag) = record? else {
                 return Ok(false);
             };
             if tag != TAG_CHUNK {
                 return Err(self.error(at, format!("unexpected record tag {tag} among chunks")));
             }
-            let chunk = decode_chunk(&payload).map_err(|m| self.error(at, m))?;
+            self.decoder.decompress(&self.payload).map_err(|m| self.error(at, m))?;
+            if let Some(chunk) = self.decoder.fast_events(&self.threads, events) {
+                self.drops_at_chunk.push((at, chunk.dropped_so_far));
+                if !events.is_empty() {
+                    return Ok(true);
+                }
+                continue;
+            }
+            // Anything the fast path does not take, prost decodes (or rejects).
+            let chunk = decode::prost_chunk(&self.decoder.raw).map_err(|m| self.error(at, m))?;
             self.drops_at_chunk.push((at, chunk.dropped_so_far));
             let Some(c) = chunk.events else { continue };
-            let n = c.tid.len();
-            let same = [c.ts_delta.len(), c.kind.len(), c.via.len(), c.addr.len(), c.addr2.len(), c.site.len(), c.seq.len(), c.result.len(), c.value.len(), c.size.len()];
-            if same.iter().any(|&l| l != n) {
-                return Err(self.error(at, "corrupt chunk: event columns differ in length"));
-            }
-            events.reserve(n);
-            let mut ts = 0u64;
-            for i in 0..n {
-                ts = ts.wrapping_add(c.ts_delta[i] as u64);
-                let Some(kind) = u16::try_from(c.kind[i]).ok().and_then(Kind::from_code) else {
-                    return Err(self.error(at, format!("corrupt chunk: unknown event kind {}", c.kind[i])));
-                };
-                let tid = c.tid[i];
-                events.push(Event {
-                    ts_ns: ts,
-                    tid,
-                    thread: self.threads.index_of(tid).unwrap_or(u32::MAX),
-                    kind,
-                    via: Via::from_code(c.via[i] as u8),
-                    addr: c.addr[i],
-                    addr2: c.addr2[i],
-                    site: c.site[i],
-                    seq: c.seq[i],
-                    result: c.result[i],
-                    value: c.value[i],
-                    size: c.size[i] as u8,
-                });
-            }
-            if n > 0 {
+            decode::prost_events(&c, &self.threads, events).map_err(|m| self.error(at, m))?;
+            if !events.is_empty() {
                 return Ok(true);
             }
         }
@@ -464,9 +463,11 @@ impl TraceReader {
     }
 }
 
-fn decode_chunk(payload: &[u8]) -> Result<Chunk, String> {
-    let raw = zstd::stream::decode_all(payload).map_err(|e| format!("corrupt chunk: cannot decompress: {e}"))?;
-    Chunk::decode(raw.as_slice()).map_err(|e| format!("corrupt chunk: {e}"))
+impl TraceReader {
+    fn decode_chunk(&mut self, payload: &[u8]) -> Result<Chunk, String> {
+        self.decoder.decompress(payload)?;
+        decode::prost_chunk(&self.decoder.raw)
+    }
 }
 
 fn thread_info(t: ThreadRecord) -> ThreadInfo {
@@ -497,6 +498,7 @@ pub fn read_trace(path: &Path, mode: ReadMode) -> Result<(TraceReader, Vec<Event
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::event::{Kind, Via};
 
     fn sample(n: usize) -> Vec<Event> {
         (0..n)
@@ -608,6 +610,81 @@ mod tests {
         assert!(err.offset > 8 && err.offset <= mid as u64);
         let (_, back) = read_trace(&path, ReadMode::Salvage).unwrap();
         assert!(back.len() < 1000 && !back.is_empty());
+    }
+
+    /// A trace whose one chunk record holds `chunk` (protobuf bytes), compressed and framed.
+    fn trace_with_raw_chunk(path: &Path, chunk: &[u8]) -> u64 {
+        let header = Header::default().encode_to_vec();
+        let mut bytes = MAGIC.to_vec();
+        for (tag, payload) in [(TAG_HEADER, header), (TAG_CHUNK, zstd::bulk::compress(chunk, 1).unwrap())] {
+            bytes.push(tag);
+            bytes.extend((payload.len() as u32).to_le_bytes());
+            bytes.extend(crc32fast::hash(&payload).to_le_bytes());
+            bytes.extend(&payload);
+        }
+        std::fs::write(path, &bytes).unwrap();
+        // The chunk record's offset.
+        8 + FRAME_LEN + Header::default().encode_to_vec().len() as u64
+    }
+
+    #[test]
+    fn malformed_columns_are_errors_with_offset() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.ordo");
+        let columns = columns(&sample(50));
+        // Packed tid column (field 2) whose last varint runs past its length.
+        let mut inner = columns.encode_to_vec();
+        // Field 1 (ts_delta) comes first; its length fits one byte here.
+        assert!(inner[0] == 0x0a && inner[1] < 0x80);
+        let at = 2 + inner[1] as usize;
+        assert_eq!(inner[at], 0x12);
+        let len = inner[at + 1] as usize;
+        inner[at + 2 + len - 1] |= 0x80;
+        let mut chunk = vec![0x0a];
+        prost::encoding::encode_varint(inner.len() as u64, &mut chunk);
+        chunk.extend(&inner);
+        let offset = trace_with_raw_chunk(&path, &chunk);
+        let err = read_trace(&path, ReadMode::Strict).unwrap_err();
+        assert_eq!(err.offset, offset, "{err}");
+        assert!(err.to_string().contains("t.ordo") && err.to_string().contains("corrupt chunk"), "{err}");
+        // Columns of different lengths, an unknown kind.
+        let mut short = columns.clone();
+        short.value.pop();
+        let mut unknown = columns.clone();
+        unknown.kind[7] = 70_000;
+        for (c, message) in [(short, "differ in length"), (unknown, "unknown event kind 70000")] {
+            let offset = trace_with_raw_chunk(&path, &Chunk { events: Some(c), ..Default::default() }.encode_to_vec());
+            let err = read_trace(&path, ReadMode::Strict).unwrap_err();
+            assert_eq!(err.offset, offset, "{err}");
+            assert!(err.to_string().contains(message), "{err}");
+        }
+        // Salvage mode keeps what came before (here nothing) instead of failing.
+        let (reader, back) = read_trace(&path, ReadMode::Salvage).unwrap();
+        assert!(back.is_empty() && reader.cut_short.is_some());
+    }
+
+    #[test]
+    fn unpacked_columns_read_like_packed_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.ordo");
+        let events = sample(20);
+        let c = columns(&events);
+        // Valid protobuf the writer never produces: every value its own field.
+        let mut inner = Vec::new();
+        let zz = |v: i64| ((v << 1) ^ (v >> 63)) as u64;
+        for i in 0..events.len() {
+            let row = [zz(c.ts_delta[i]), c.tid[i] as u64, c.kind[i] as u64, c.via[i] as u64, c.addr[i], c.addr2[i], c.site[i], c.seq[i], zz(c.result[i]), c.value[i], c.size[i] as u64];
+            for (field, v) in row.into_iter().enumerate() {
+                prost::encoding::encode_varint((field as u64 + 1) << 3, &mut inner);
+                prost::encoding::encode_varint(v, &mut inner);
+            }
+        }
+        let mut chunk = vec![0x0a];
+        prost::encoding::encode_varint(inner.len() as u64, &mut chunk);
+        chunk.extend(&inner);
+        trace_with_raw_chunk(&path, &chunk);
+        let (_, back) = read_trace(&path, ReadMode::Strict).unwrap();
+        assert_eq!(strip_thread(back), events);
     }
 
     #[test]

@@ -12,6 +12,7 @@
 //! This crate has no aya or tokio dependency, so analysis tools can read traces
 //! without pulling in the recorder.
 
+mod decode;
 pub mod event;
 pub mod file;
 pub mod order;

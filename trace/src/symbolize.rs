@@ -117,7 +117,14 @@ fn hex(bytes: &[u8]) -> String {
 }
 
 /// Demangles Rust and C++ names; leaves C names alone.
+///
+/// Only mangled-looking names are demangled: `_Z…` (Itanium C++, and Rust's legacy
+/// `_ZN…E` scheme) and `_R…` (Rust v0). A C++ demangler given any other name reads it
+/// as a type encoding (`m` would become `unsigned long`, `x` `long long`).
 pub fn demangle(name: &str) -> String {
+    if !(name.starts_with("_Z") || name.starts_with("_R")) {
+        return name.to_string();
+    }
     let s = addr2line::demangle_auto(name.into(), None).into_owned();
     // Drop Rust's trailing hash (`::h0123…`).
     match s.rfind("::h") {
@@ -290,5 +297,22 @@ mod tests {
         assert!(name.contains("MARKER"), "{name}");
         assert_eq!(demangle("_ZN3foo3barE"), "foo::bar");
         assert_eq!(demangle("pthread_mutex_lock"), "pthread_mutex_lock");
+    }
+
+    #[test]
+    fn demangles_only_mangled_names() {
+        // Short C names read as C++ builtin types by a demangler given them bare.
+        for c in ["m", "x", "i", "j", "l", "y", "v", "counter", "main", "Z", "R", "_", "_start", "__libc_start_main"] {
+            assert_eq!(demangle(c), c);
+        }
+        // Itanium C++.
+        assert_eq!(demangle("_Z3fooi"), "foo(int)");
+        assert_eq!(demangle("_ZN2ns4Pool4liveE"), "ns::Pool::live");
+        // Rust legacy, with its hash dropped.
+        assert_eq!(demangle("_ZN4prog7COUNTER17h0123456789abcdefE"), "prog::COUNTER");
+        // Rust v0.
+        assert_eq!(demangle("_RNvCs1234_4prog7COUNTER"), "prog::COUNTER");
+        // Already demangled names (DWARF function names) stay as they are.
+        assert_eq!(demangle("prog::worker"), "prog::worker");
     }
 }

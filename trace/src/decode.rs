@@ -1,0 +1,294 @@
+//! Fast chunk decoding for [`crate::TraceReader`].
+//!
+//! prost stays the definition and the encoder of [`Chunk`]; reading the event
+//! columns through it decodes one number at a time into eleven fresh `Vec`s per
+//! chunk, then the reader copies them into events. Here a chunk as the writer
+//! produces it (each column one packed field) decodes in one pass straight into the
+//! events, with the decompression context and buffers reused across chunks.
+//!
+//! The fast path only ever accepts input prost accepts, with the same values: any
+//! chunk it does not recognise (malformed, unpacked or repeated fields, unknown
+//! fields, unknown kinds, columns of different lengths) makes it give up, and the
+//! reader decodes that chunk with prost, which yields the values or the error (so
+//! errors read exactly as before).
+
+use std::fmt;
+
+use prost::Message;
+
+use crate::event::{Event, Kind, Via};
+use crate::schema::{Chunk, EventColumns, ModuleRecord, ThreadRecord};
+use crate::thread::ThreadTable;
+
+/// The largest decompressed size taken from a frame header to size the output
+/// buffer up front; a larger claim (real chunks are a few MB) goes through the
+/// streaming decoder, which grows the buffer as data actually arrives.
+const MAX_PRESIZED: u64 = 1 << 28;
+
+/// Columns of `EventColumns` (fields 1..=11, in field order).
+const COLUMNS: usize = 11;
+
+/// Slots of the per-chunk tid → thread index cache (a power of two).
+const TID_CACHE: usize = 64;
+
+/// Reusable state for reading chunks: the zstd context, the decompressed bytes, the
+/// kind table.
+pub(crate) struct ChunkDecoder {
+    dctx: Option<zstd::bulk::Decompressor<'static>>,
+    /// The last chunk, decompressed.
+    pub(crate) raw: Vec<u8>,
+    kinds: [Option<Kind>; 128],
+}
+
+impl fmt::Debug for ChunkDecoder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ChunkDecoder").field("raw_capacity", &self.raw.capacity()).finish_non_exhaustive()
+    }
+}
+
+impl Default for ChunkDecoder {
+    fn default() -> ChunkDecoder {
+        let mut kinds = [None; 128];
+        for &k in Kind::ALL {
+            if let Some(slot) = kinds.get_mut(k as usize) {
+                *slot = Some(k);
+            }
+        }
+        ChunkDecoder { dctx: None, raw: Vec::new(), kinds }
+    }
+}
+
+impl ChunkDecoder {
+    /// Decompresses a chunk's payload into `self.raw`.
+    pub(crate) fn decompress(&mut self, payload: &[u8]) -> Result<(), String> {
+        self.raw.clear();
+        if let Ok(Some(size)) = zstd::zstd_safe::get_frame_content_size(payload) {
+            if size <= MAX_PRESIZED {
+                if self.dctx.is_none() {
+                    self.dctx = zstd::bulk::Decompressor::new().ok();
+                }
+                if let Some(dctx) = &mut self.dctx {
+                    self.raw.reserve(size as usize);
+                    if dctx.decompress_to_buffer(payload, &mut self.raw).is_ok() {
+                        return Ok(());
+                    }
+                    // Several frames, or corrupt: the streaming decoder decides.
+                    self.raw.clear();
+                }
+            }
+        }
+        zstd::stream::copy_decode(payload, &mut self.raw).map_err(|e| format!("corrupt chunk: cannot decompress: {e}"))
+    }
+
+    /// Decodes `self.raw` with the fast path: appends its events to `events` (the
+    /// thread index from `threads`) and returns the chunk's `dropped_so_far`, or
+    /// `None` when the chunk needs prost (then `events` is as it was).
+    pub(crate) fn fast_events(&self, threads: &ThreadTable, events: &mut Vec<Event>) -> Option<FastChunk> {
+        let start = events.len();
+        let result = fast_chunk(&self.raw, &self.kinds, threads, events);
+        if result.is_none() {
+            events.truncate(start);
+        }
+        result
+    }
+}
+
+/// What the reader needs of a chunk besides its events.
+pub(crate) struct FastChunk {
+    pub(crate) dropped_so_far: u64,
+}
+
+/// The slow path: the whole chunk through prost.
+pub(crate) fn prost_chunk(raw: &[u8]) -> Result<Chunk, String> {
+    Chunk::decode(raw).map_err(|e| format!("corrupt chunk: {e}"))
+}
+
+/// The slow path's events: prost's columns into events, appended to `events`.
+pub(crate) fn prost_events(c: &EventColumns, threads: &ThreadTable, events: &mut Vec<Event>) -> Result<(), String> {
+    let n = c.tid.len();
+    let same = [c.ts_delta.len(), c.kind.len(), c.via.len(), c.addr.len(), c.addr2.len(), c.site.len(), c.seq.len(), c.result.len(), c.value.len(), c.size.len()];
+    if same.iter().any(|&l| l != n) {
+        return Err("corrupt chunk: event columns differ in length".into());
+    }
+    events.reserve(n);
+    let mut ts = 0u64;
+    for i in 0..n {
+        ts = ts.wrapping_add(c.ts_delta[i] as u64);
+        let Some(kind) = u16::try_from(c.kind[i]).ok().and_then(Kind::from_code) else {
+            return Err(format!("corrupt chunk: unknown event kind {}", c.kind[i]));
+        };
+        let tid = c.tid[i];
+        events.push(Event {
+            ts_ns: ts,
+            tid,
+            thread: threads.index_of(tid).unwrap_or(u32::MAX),
+            kind,
+            via: Via::from_code(c.via[i] as u8),
+            addr: c.addr[i],
+            addr2: c.addr2[i],
+            site: c.site[i],
+            seq: c.seq[i],
+            result: c.result[i],
+            value: c.value[i],
+            size: c.size[i] as u8,
+        });
+    }
+    Ok(())
+}
+
+/// A varint as prost reads it: at most 10 bytes, the 10th at most 1.
+#[inline(always)]
+fn varint(buf: &mut &[u8]) -> Option<u64> {
+    let b = *buf.first()?;
+    if b < 0x80 {
+        *buf = &buf[1..];
+        return Some(b as u64);
+    }
+    // Up to 8 bytes at once, without a branch per byte: find the last byte (the
+    // first without its high bit) and gather the 7-bit groups below it.
+    if let Some(word) = buf.first_chunk::<8>() {
+        let word = u64::from_le_bytes(*word);
+        let ends = !word & 0x8080_8080_8080_8080;
+        if ends != 0 {
+            let len = (ends.trailing_zeros() / 8 + 1) as usize;
+            let x = word & (u64::MAX >> (64 - 8 * len as u32));
+            let x = ((x & 0x7f00_7f00_7f00_7f00) >> 1) | (x & 0x007f_007f_007f_007f);
+            let x = ((x & 0x3fff_0000_3fff_0000) >> 2) | (x & 0x0000_3fff_0000_3fff);
+            let x = ((x & 0x0fff_ffff_0000_0000) >> 4) | (x & 0x0000_0000_0fff_ffff);
+            *buf = &buf[len..];
+            return Some(x);
+        }
+    }
+    varint_slow(buf)
+}
+
+#[inline]
+fn varint_slow(buf: &mut &[u8]) -> Option<u64> {
+    let mut value = 0u64;
+    for i in 0..10 {
+        let b = *buf.get(i)?;
+        if i == 9 && b > 1 {
+            return None;
+        }
+        value |= ((b & 0x7f) as u64) << (7 * i);
+        if b < 0x80 {
+            *buf = &buf[i + 1..];
+            return Some(value);
+        }
+    }
+    None
+}
+
+/// The next length-delimited field's bytes.
+#[inline]
+fn delimited<'a>(buf: &mut &'a [u8]) -> Option<&'a [u8]> {
+    let len = varint(buf)?;
+    if len > buf.len() as u64 {
+        return None;
+    }
+    let (field, rest) = buf.split_at(len as usize);
+    *buf = rest;
+    Some(field)
+}
+
+#[inline(always)]
+fn zigzag(v: u64) -> i64 {
+    ((v >> 1) as i64) ^ -((v & 1) as i64)
+}
+
+/// The columns of an `EventColumns` message, each one packed field at most.
+fn columns(mut buf: &[u8]) -> Option<[&[u8]; COLUMNS]> {
+    let mut cols: [Option<&[u8]>; COLUMNS] = [None; COLUMNS];
+    while !buf.is_empty() {
+        // Keys of packed fields 1..=11 are one byte: field << 3 | 2.
+        let key = buf[0];
+        buf = &buf[1..];
+        let field = (key >> 3) as usize;
+        if key & 7 != 2 || !(1..=COLUMNS).contains(&field) {
+            return None;
+        }
+        let slot = &mut cols[field - 1];
+        if slot.is_some() {
+            return None;
+        }
+        *slot = Some(delimited(&mut buf)?);
+    }
+    Some(cols.map(|c| c.unwrap_or(&[])))
+}
+
+fn fast_chunk(mut buf: &[u8], kinds: &[Option<Kind>; 128], threads: &ThreadTable, events: &mut Vec<Event>) -> Option<FastChunk> {
+    let mut cols: Option<[&[u8]; COLUMNS]> = None;
+    let mut dropped_so_far = 0;
+    while !buf.is_empty() {
+        let key = buf[0];
+        buf = &buf[1..];
+        match key {
+            // events
+            0x0a => {
+                if cols.is_some() {
+                    return None;
+                }
+                cols = Some(columns(delimited(&mut buf)?)?);
+            }
+            // threads, modules: validated as prost would (they are read at open).
+            0x12 => {
+                ThreadRecord::decode(delimited(&mut buf)?).ok()?;
+            }
+            0x1a => {
+                ModuleRecord::decode(delimited(&mut buf)?).ok()?;
+            }
+            // dropped_so_far
+            0x20 => dropped_so_far = varint(&mut buf)?,
+            _ => return None,
+        }
+    }
+    if let Some(cols) = cols {
+        decode_events(cols, kinds, threads, events)?;
+    }
+    Some(FastChunk { dropped_so_far })
+}
+
+/// Decodes the columns row by row into events.
+fn decode_events(cols: [&[u8]; COLUMNS], kinds: &[Option<Kind>; 128], threads: &ThreadTable, events: &mut Vec<Event>) -> Option<()> {
+    let [mut ts_delta, mut tid, mut kind, mut via, mut addr, mut addr2, mut site, mut seq, mut result, mut value, mut size] = cols;
+    // Every varint ends in exactly one byte below 0x80.
+    let n = tid.iter().filter(|&&b| b < 0x80).count();
+    events.reserve(n);
+
+    // tid → thread index, the unknown tid u32::MAX filling the empty slots.
+    let index_of = |t: u32| threads.index_of(t).unwrap_or(u32::MAX);
+    let mut cache = [(u32::MAX, index_of(u32::MAX)); TID_CACHE];
+
+    let mut ts = 0u64;
+    for _ in 0..n {
+        ts = ts.wrapping_add(zigzag(varint(&mut ts_delta)?) as u64);
+        let t = varint(&mut tid)? as u32;
+        let code = varint(&mut kind)? as u32;
+        let event_kind = (*kinds.get(code as usize)?)?;
+        let slot = &mut cache[t as usize % TID_CACHE];
+        if slot.0 != t {
+            *slot = (t, index_of(t));
+        }
+        let thread = slot.1;
+        events.push(Event {
+            ts_ns: ts,
+            tid: t,
+            thread,
+            kind: event_kind,
+            via: Via::from_code(varint(&mut via)? as u32 as u8),
+            addr: varint(&mut addr)?,
+            addr2: varint(&mut addr2)?,
+            site: varint(&mut site)?,
+            seq: varint(&mut seq)?,
+            result: zigzag(varint(&mut result)?),
+            value: varint(&mut value)?,
+            size: varint(&mut size)? as u32 as u8,
+        });
+    }
+    let all_read = [ts_delta, tid, kind, via, addr, addr2, site, seq, result, value, size].iter().all(|c| c.is_empty());
+    all_read.then_some(())
+}
+
+
+#[cfg(test)]
+mod tests;
