@@ -484,3 +484,21 @@ mod ordo_trace_for_tests {
         w.finish(Footer::default()).unwrap();
     }
 }
+
+#[test]
+fn without_privileges_the_error_says_which_are_needed() {
+    if !have_root("without_privileges_the_error_says_which_are_needed") {
+        return;
+    }
+    // Drop to an unprivileged user with no capabilities.
+    let out = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all", "--"])
+        .arg(ordo())
+        .args(["record", "-o", "/tmp/ordo-unprivileged.ordo", "--", "true"])
+        .output()
+        .expect("run setpriv (util-linux)");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("root") && err.contains("CAP_BPF") && err.contains("CAP_PERFMON"), "{err}");
+}
