@@ -14,6 +14,11 @@ fn main() {
         "cargo:rerun-if-changed={}",
         manifest.join("agent/src").display()
     );
+    // The agent compiles the shared event layout in as a module.
+    println!(
+        "cargo:rerun-if-changed={}",
+        manifest.join("../probe-ebpf/common/src/lib.rs").display()
+    );
     let rustc = std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
     let target = std::env::var("TARGET").unwrap();
     let library = out.join("libordo_replay_agent.so");

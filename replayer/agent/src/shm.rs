@@ -60,34 +60,15 @@ pub const STATE_TIMED: u32 = 4;
 /// The thread finished.
 pub const STATE_EXITED: u32 = 5;
 
-/// Event kind codes, equal to `ordo_probe_common::kind` (a driver test checks).
-pub mod kind {
-    pub const MUTEX_LOCK: u16 = 1;
-    pub const MUTEX_LOCK_FAILED: u16 = 2;
-    pub const MUTEX_UNLOCK: u16 = 3;
-    pub const COND_WAIT_BEGIN: u16 = 4;
-    pub const COND_WAIT: u16 = 5;
-    pub const COND_SIGNAL: u16 = 6;
-    pub const COND_BROADCAST: u16 = 7;
-    pub const RWLOCK_RDLOCK: u16 = 8;
-    pub const RWLOCK_WRLOCK: u16 = 9;
-    pub const RWLOCK_LOCK_FAILED: u16 = 10;
-    pub const RWLOCK_UNLOCK: u16 = 11;
-    pub const SEM_WAIT: u16 = 12;
-    pub const SEM_WAIT_FAILED: u16 = 13;
-    pub const SEM_POST: u16 = 14;
-    pub const BARRIER_ARRIVE: u16 = 15;
-    pub const BARRIER_WAIT: u16 = 16;
-    pub const THREAD_CREATE: u16 = 17;
-    pub const THREAD_START: u16 = 18;
-    pub const THREAD_EXIT: u16 = 19;
-    pub const THREAD_JOIN: u16 = 20;
-    pub const FUTEX_WAIT: u16 = 21;
-    pub const FUTEX_WAKE: u16 = 22;
-    pub const READ: u16 = 23;
-    pub const WRITE: u16 = 24;
-    pub const RMW: u16 = 25;
-}
+/// The event layout shared with the eBPF probes and the trace, compiled into the
+/// agent as a module: the agent is built by one plain rustc call with no
+/// dependencies, and this keeps a single definition of the event kind codes.
+#[path = "../../../probe-ebpf/common/src/lib.rs"]
+#[allow(unused_attributes, unexpected_cfgs, dead_code, missing_docs)]
+mod probe_common;
+
+/// Event kind codes (`ordo_probe_common::kind`).
+pub use probe_common::kind;
 
 /// The object family index of a kind code (the order of `ordo_schedule::Family::ALL`).
 pub const fn family_of(kind: u16) -> usize {
