@@ -33,6 +33,11 @@ use crate::model::{
 /// `ETIMEDOUT` on Linux: a timed wait that was not woken.
 const ETIMEDOUT: i64 = 110;
 
+/// Entries of the object interning cache.
+const INTERN_CACHE: usize = 256;
+/// Entries of the call-site cache.
+const SITE_CACHE: usize = 1024;
+
 /// Per-thread naming state of one object, for the schedule language.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Naming {
@@ -214,6 +219,11 @@ pub struct Engine<'a> {
     extra: FxHashMap<u32, u32>,
     objects: Vec<Object>,
     intern: FxHashMap<(Family, u64), ObjId>,
+    /// Direct-mapped cache in front of `intern`: (address, family, id).
+    intern_cache: Box<[(u64, Option<Family>, ObjId); INTERN_CACHE]>,
+    /// Direct-mapped cache in front of `internal_sites`: (site, internal); site 0
+    /// marks an empty entry (site 0 is never asked about).
+    site_cache: Box<[(u64, bool); SITE_CACHE]>,
     index: u64,
     creates: FxHashMap<u32, (VectorClock, VectorClock)>,
     handles: FxHashMap<u64, u32>,
@@ -252,6 +262,8 @@ impl<'a> Engine<'a> {
             extra: FxHashMap::default(),
             objects: Vec::new(),
             intern: FxHashMap::default(),
+            intern_cache: Box::new([(0, None, NO_OBJECT); INTERN_CACHE]),
+            site_cache: Box::new([(0, false); SITE_CACHE]),
             index: 0,
             creates: FxHashMap::default(),
             handles: FxHashMap::default(),
@@ -289,7 +301,19 @@ impl<'a> Engine<'a> {
         t
     }
 
+    #[inline(always)]
     fn intern(&mut self, family: Family, addr: u64) -> ObjId {
+        let slot = ((addr >> 3) ^ (addr >> 13) ^ family as u64) as usize % INTERN_CACHE;
+        let c = self.intern_cache[slot];
+        if c.0 == addr && c.1 == Some(family) {
+            return c.2;
+        }
+        let id = self.intern_slow(family, addr);
+        self.intern_cache[slot] = (addr, Some(family), id);
+        id
+    }
+
+    fn intern_slow(&mut self, family: Family, addr: u64) -> ObjId {
         if let Some(&id) = self.intern.get(&(family, addr)) {
             return id;
         }
@@ -317,11 +341,18 @@ impl<'a> Engine<'a> {
         if e.site == 0 || e.kind.is_access() {
             return false;
         }
+        let slot = ((e.site >> 2) ^ (e.site >> 12)) as usize % SITE_CACHE;
+        let c = self.site_cache[slot];
+        if c.0 == e.site {
+            return c.1;
+        }
         let f = &mut self.is_internal_site;
-        *self
+        let internal = *self
             .internal_sites
             .entry(e.site)
-            .or_insert_with(|| f(e.site))
+            .or_insert_with(|| f(e.site));
+        self.site_cache[slot] = (e.site, internal);
+        internal
     }
 
     /// Names the event (object, occurrence) and advances the per-thread counters.
@@ -591,7 +622,11 @@ impl<'a> Engine<'a> {
                     return;
                 }
                 let mode = h.mode;
-                th.held.remove(i);
+                if i + 1 == th.held.len() {
+                    th.held.pop();
+                } else {
+                    th.held.remove(i);
+                }
                 Some(mode)
             }
             None => None,

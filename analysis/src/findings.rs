@@ -37,7 +37,23 @@ impl DedupKey {
         }
         key
     }
+
+    /// A cheap hash, for the recent-offers cache.
+    #[inline]
+    fn quick_hash(&self) -> usize {
+        let mut h = self.kind as u64;
+        for s in self.sites {
+            h = (h.rotate_left(5) ^ s).wrapping_mul(0x517c_c1b7_2722_0a95);
+        }
+        for o in self.objects {
+            h = (h.rotate_left(5) ^ o as u64).wrapping_mul(0x517c_c1b7_2722_0a95);
+        }
+        (h >> 40) as usize
+    }
 }
+
+/// Entries of the recent-offers cache.
+const RECENT: usize = 512;
 
 /// A candidate as the detectors produce it, borrowed: see [`RawFinding`].
 #[derive(Clone, Copy)]
@@ -59,6 +75,9 @@ pub struct Candidate<'a> {
 pub struct FindingSet {
     index: FxHashMap<DedupKey, usize>,
     items: Vec<(Rank, RawFinding)>,
+    /// Direct-mapped cache of keys offered lately with the rank kept for them then
+    /// (kept ranks only improve), so a repeat that cannot win skips the map.
+    recent: Vec<Option<(DedupKey, Rank)>>,
 }
 
 impl FindingSet {
@@ -73,8 +92,19 @@ impl FindingSet {
             note,
             wait_site,
         } = *c;
+        let slot = key.quick_hash() % RECENT;
+        if let Some(Some((k, r))) = self.recent.get(slot) {
+            if *k == key && *r <= rank {
+                return;
+            }
+        }
+        if self.recent.is_empty() {
+            self.recent = vec![None; RECENT];
+        }
         match self.index.get(&key) {
-            Some(&i) if self.items[i].0 <= rank => {}
+            Some(&i) if self.items[i].0 <= rank => {
+                self.recent[slot] = Some((key, self.items[i].0));
+            }
             Some(&i) => {
                 let (r, f) = &mut self.items[i];
                 *r = rank;
@@ -91,6 +121,7 @@ impl FindingSet {
                 }
                 f.note = note;
                 f.wait_site = wait_site;
+                self.recent[slot] = Some((key, rank));
             }
             None => {
                 self.index.insert(key, self.items.len());
@@ -108,6 +139,7 @@ impl FindingSet {
                     wait_site,
                 };
                 self.items.push((rank, f));
+                self.recent[slot] = Some((key, rank));
             }
         }
     }

@@ -24,6 +24,15 @@ use rustc_hash::{FxHashMap, FxHashSet};
 /// Buffered events beyond which a stalled merge stops waiting for a missing event.
 const MAX_BUFFERED: usize = 1 << 20;
 
+/// How many entries ahead of a queue's head to prefetch when popping.
+const PREFETCH_AHEAD: usize = 6;
+
+/// Entries of the sequence-slot cache.
+const SEQ_CACHE: usize = 256;
+
+/// No sequence slot (the event is not sequenced).
+const NO_SEQ: u32 = u32::MAX;
+
 #[derive(Clone, Copy)]
 struct SeqState {
     next: u64,
@@ -33,10 +42,20 @@ struct SeqState {
 /// Incremental merge: push events in arrival order, pop them in global order.
 #[derive(Default)]
 pub struct Merger {
-    queues: Vec<VecDeque<Event>>,
+    /// Per slot: buffered events with their sequence slot (or [`NO_SEQ`]).
+    queues: Vec<VecDeque<(Event, u32)>>,
+    /// Per slot: the timestamp of the queue's head (`u64::MAX` when empty), so the
+    /// earliest head is a scan of one small array.
+    head_ts: Vec<u64>,
     tids: Vec<u32>,
     slot_of_tid: FxHashMap<u32, usize>,
-    next_seq: FxHashMap<u64, SeqState>,
+    /// Slot by the event's dense thread index, when its tid matches (skips the map).
+    slot_of_thread: Vec<(u32, usize)>,
+    /// Sequence slot by object address; states indexed by slot.
+    seq_slot: FxHashMap<u64, u32>,
+    seqs: Vec<SeqState>,
+    /// Direct-mapped cache in front of `seq_slot`: (address, slot).
+    seq_cache: Vec<(u64, u32)>,
     created: FxHashSet<u32>,
     creates_pending: FxHashSet<u32>,
     exited: FxHashSet<u32>,
@@ -57,27 +76,71 @@ impl Merger {
             self.creates_pending.insert(child);
             self.handles.entry(event.addr).or_default().push(child);
         }
-        if event.kind.is_sequenced() {
-            let s = self.next_seq.entry(event.addr).or_insert(SeqState {
-                next: event.seq,
-                emitted: false,
-            });
+        let seq = if event.kind.is_sequenced() {
+            let cached = (event.addr >> 3) as usize % SEQ_CACHE;
+            let slot = match self.seq_cache.get(cached) {
+                Some(&(addr, slot)) if addr == event.addr && slot != NO_SEQ => slot,
+                _ => {
+                    let seqs = &mut self.seqs;
+                    let slot = *self.seq_slot.entry(event.addr).or_insert_with(|| {
+                        seqs.push(SeqState {
+                            next: event.seq,
+                            emitted: false,
+                        });
+                        (seqs.len() - 1) as u32
+                    });
+                    if self.seq_cache.is_empty() {
+                        self.seq_cache = vec![(0, NO_SEQ); SEQ_CACHE];
+                    }
+                    self.seq_cache[cached] = (event.addr, slot);
+                    slot
+                }
+            };
+            let s = &mut self.seqs[slot as usize];
             if !s.emitted && event.seq < s.next {
                 s.next = event.seq;
             }
+            slot
+        } else {
+            NO_SEQ
+        };
+        let slot = self.slot(&event);
+        let q = &mut self.queues[slot];
+        if q.is_empty() {
+            self.head_ts[slot] = event.ts_ns;
         }
-        let slot = match self.slot_of_tid.get(&event.tid) {
+        q.push_back((event, seq));
+        self.buffered += 1;
+    }
+
+    #[inline]
+    fn slot(&mut self, event: &Event) -> usize {
+        if let Some(&(tid, s)) = self.slot_of_thread.get(event.thread as usize) {
+            if tid == event.tid {
+                return s;
+            }
+        }
+        let s = match self.slot_of_tid.get(&event.tid) {
             Some(&s) => s,
             None => {
                 let s = self.queues.len();
                 self.queues.push(VecDeque::new());
+                self.head_ts.push(u64::MAX);
                 self.tids.push(event.tid);
                 self.slot_of_tid.insert(event.tid, s);
                 s
             }
         };
-        self.queues[slot].push_back(event);
-        self.buffered += 1;
+        let i = event.thread as usize;
+        if i < 1 << 16 {
+            if self.slot_of_thread.len() <= i {
+                self.slot_of_thread.resize(i + 1, (u32::MAX, 0));
+            }
+            if self.slot_of_thread[i].0 == u32::MAX {
+                self.slot_of_thread[i] = (event.tid, s);
+            }
+        }
+        s
     }
 
     /// Declares that no more events will be pushed: gaps are then skipped.
@@ -90,17 +153,17 @@ impl Merger {
         self.buffered
     }
 
-    fn ready(&self, e: &Event) -> bool {
+    #[inline(always)]
+    fn ready(&self, e: &Event, seq: u32) -> bool {
+        if seq != NO_SEQ {
+            return e.seq <= self.seqs[seq as usize].next;
+        }
         match e.kind {
             Kind::ThreadStart => {
                 !self.creates_pending.contains(&e.tid) || self.created.contains(&e.tid)
             }
             Kind::ThreadJoin => match self.join_target(e) {
                 Some(child) => self.exited.contains(&child),
-                None => true,
-            },
-            k if k.is_sequenced() => match self.next_seq.get(&e.addr) {
-                Some(s) => e.seq <= s.next,
                 None => true,
             },
             _ => true,
@@ -116,25 +179,37 @@ impl Merger {
             .or(children.last().copied())
     }
 
+    #[inline(always)]
+    fn head_ready(&self, i: usize) -> bool {
+        let (e, seq) = self.queues[i].front().unwrap();
+        self.ready(e, *seq)
+    }
+
     /// The next event in global order, or `None` when more input is needed (or, after
     /// [`Merger::finish`], when every event was returned).
+    #[inline]
     pub fn pop(&mut self) -> Option<Event> {
-        let mut earliest: Option<(u64, usize)> = None;
-        for (i, q) in self.queues.iter().enumerate() {
-            if let Some(head) = q.front() {
-                if earliest.is_none_or(|(ts, _)| head.ts_ns < ts) {
-                    earliest = Some((head.ts_ns, i));
-                }
+        // The earliest head (lowest slot on ties); empty queues hold `u64::MAX`.
+        let mut first = usize::MAX;
+        let mut earliest = u64::MAX;
+        for (i, &ts) in self.head_ts.iter().enumerate() {
+            if ts < earliest {
+                earliest = ts;
+                first = i;
             }
         }
-        let (_, first) = earliest?;
-        let pick = if self.ready(self.queues[first].front().unwrap()) {
+        if first == usize::MAX {
+            // Every head is at `u64::MAX`: either all queues are empty or some
+            // events carry that timestamp.
+            first = self.queues.iter().position(|q| !q.is_empty())?;
+        }
+        let pick = if self.head_ready(first) {
             first
         } else {
             let mut best: Option<(u64, usize)> = None;
             for (i, q) in self.queues.iter().enumerate() {
-                if let Some(head) = q.front() {
-                    if best.is_none_or(|(ts, _)| head.ts_ns < ts) && self.ready(head) {
+                if let Some((head, seq)) = q.front() {
+                    if best.is_none_or(|(ts, _)| head.ts_ns < ts) && self.ready(head, *seq) {
                         best = Some((head.ts_ns, i));
                     }
                 }
@@ -145,20 +220,28 @@ impl Merger {
                 None => return None,
             }
         };
-        let event = self.queues[pick].pop_front()?;
+        let q = &mut self.queues[pick];
+        let (event, seq) = q.pop_front()?;
+        self.head_ts[pick] = q.front().map_or(u64::MAX, |(e, _)| e.ts_ns);
+        // A queue is read front to back, long after it was written: fetch ahead.
+        #[cfg(target_arch = "x86_64")]
+        if let Some(ahead) = q.get(PREFETCH_AHEAD) {
+            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+            // SAFETY: SSE is part of the x86_64 baseline, and a prefetch is only a hint.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>((ahead as *const (Event, u32)).cast()) };
+        }
         self.buffered -= 1;
-        self.emitted(&event);
+        self.emitted(&event, seq);
         Some(event)
     }
 
-    fn emitted(&mut self, e: &Event) {
-        if e.kind.is_sequenced() {
-            let s = self.next_seq.entry(e.addr).or_insert(SeqState {
-                next: e.seq,
-                emitted: true,
-            });
+    #[inline]
+    fn emitted(&mut self, e: &Event, seq: u32) {
+        if seq != NO_SEQ {
+            let s = &mut self.seqs[seq as usize];
             s.emitted = true;
             s.next = s.next.max(e.seq + 1);
+            return;
         }
         match e.kind {
             Kind::ThreadCreate => {
