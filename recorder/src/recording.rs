@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context, Result};
 use aya::maps::{Array, MapData, PerCpuArray, RingBuf};
 use aya::programs::perf_event::{BreakpointConfig, PerfBreakpointLength, PerfBreakpointType, PerfEventConfig, PerfEventScope, SamplePolicy};
+use aya::programs::uprobe::UProbeLinkId;
 use aya::programs::{PerfEvent, RawTracePoint, UProbe};
 use aya::programs::uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeScope};
 use aya::{Ebpf, EbpfLoader};
@@ -181,14 +182,17 @@ impl Recording {
         }
         let libc = probes::system_libc()?;
         let table = probes::resolve(&libc)?;
+        let mut links: Vec<(&'static str, UProbeLinkId)> = Vec::new();
         for (program, ret) in [("ordo_entry", false), ("ordo_return", true)] {
             let prog: &mut UProbe = ebpf.program_mut(program).context(program)?.try_into()?;
             prog.load().map_err(|e| load_error(e.into()))?;
             for probe in table.iter().filter(|p| !ret || p.row.on_return) {
                 let offset = if ret { probe.function_offset } else { probe.entry_offset };
                 let point = UProbeAttachPoint { location: UProbeAttachLocation::AbsoluteOffset(offset), cookie: Some(probe.cookie) };
-                prog.attach(point, &libc, UProbeScope::OneProcess(pid_nz))
+                let link = prog
+                    .attach(point, &libc, UProbeScope::OneProcess(pid_nz))
                     .with_context(|| format!("attach {} probe to {}", if ret { "return" } else { "entry" }, probe.row.function))?;
+                links.push((program, link));
             }
         }
         for (program, tracepoint) in
@@ -199,7 +203,7 @@ impl Recording {
             prog.attach(tracepoint).with_context(|| format!("attach raw tracepoint {tracepoint}"))?;
         }
 
-        attach_watches(&mut ebpf, pid_nz, options)?;
+        links.extend(attach_watches(&mut ebpf, pid_nz, options)?);
 
         let header = Header {
             command: options.command.clone(),
@@ -224,7 +228,7 @@ impl Recording {
             .name("ordo-drain".into())
             .spawn(move || -> Result<RecordSummary> {
                 let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-                runtime.block_on(drain(ebpf, ring, state, stop_rx))
+                runtime.block_on(drain(ebpf, links, ring, state, stop_rx))
             })?;
         Ok(Recording { stop: Some(stop_tx), drain: Some(drain) })
     }
@@ -251,7 +255,8 @@ impl Drop for Recording {
 }
 
 /// Loads and attaches the variable-watch programs, if any watch was asked for.
-fn attach_watches(ebpf: &mut Ebpf, pid: NonZeroU32, options: &RecordOptions) -> Result<()> {
+fn attach_watches(ebpf: &mut Ebpf, pid: NonZeroU32, options: &RecordOptions) -> Result<Vec<(&'static str, UProbeLinkId)>> {
+    let mut links = Vec::new();
     if !options.watch_sites.is_empty() {
         if options.watch_sites.len() > MAX_WATCH_SITES as usize {
             bail!("{} watched instruction sites; at most {MAX_WATCH_SITES} are supported", options.watch_sites.len());
@@ -266,8 +271,10 @@ fn attach_watches(ebpf: &mut Ebpf, pid: NonZeroU32, options: &RecordOptions) -> 
         prog.load().map_err(|e| load_error(e.into()))?;
         for (i, (module, offset, _)) in options.watch_sites.iter().enumerate() {
             let point = UProbeAttachPoint { location: UProbeAttachLocation::AbsoluteOffset(*offset), cookie: Some(i as u64) };
-            prog.attach(point, module, UProbeScope::OneProcess(pid))
+            let link = prog
+                .attach(point, module, UProbeScope::OneProcess(pid))
                 .with_context(|| format!("attach a watch probe at {}+{offset:#x}", module.display()))?;
+            links.push(("ordo_watch", link));
         }
     }
     if !options.hw_watches.is_empty() {
@@ -308,7 +315,48 @@ fn attach_watches(ebpf: &mut Ebpf, pid: NonZeroU32, options: &RecordOptions) -> 
             }
         }
     }
-    Ok(())
+    Ok(links)
+}
+
+/// Hands the final close of the probes' perf events to an orphaned grandchild.
+///
+/// Detaching a uprobe waits for an RCU grace period, and the kernel serializes them:
+/// about 90 ms each here, 5 s for ordo's ~55 probes after every recording. When the
+/// target is gone the probes can never fire again, so the recorder need not wait:
+/// a forked grandchild shares the perf event files, this process's closes become
+/// cheap reference drops, and the grandchild's exit does the slow final close in the
+/// background. It closes every other descriptor first, so it holds no pipe or file
+/// anyone waits on.
+fn detach_in_background() {
+    // Perf events, BPF links, programs and maps: everything else is closed.
+    let keep = |target: &str| target.starts_with("anon_inode:");
+    let to_close: Vec<i32> = std::fs::read_dir("/proc/self/fd")
+        .map(|dir| {
+            dir.filter_map(|e| {
+                let e = e.ok()?;
+                let fd: i32 = e.file_name().to_str()?.parse().ok()?;
+                let target = std::fs::read_link(e.path()).ok()?;
+                (!keep(&target.to_string_lossy())).then_some(fd)
+            })
+            .collect()
+        })
+        .unwrap_or_default();
+    // SAFETY: between fork and _exit the children only call close, fork and _exit,
+    // which are async-signal-safe.
+    unsafe {
+        let child = libc::fork();
+        if child == 0 {
+            if libc::fork() == 0 {
+                for &fd in &to_close {
+                    libc::close(fd);
+                }
+                libc::_exit(0);
+            }
+            libc::_exit(0);
+        } else if child > 0 {
+            libc::waitpid(child, std::ptr::null_mut(), 0);
+        }
+    }
 }
 
 fn load_error(e: anyhow::Error) -> anyhow::Error {
@@ -531,6 +579,7 @@ fn read_drops(ebpf: &Ebpf) -> u64 {
 
 async fn drain(
     ebpf: Ebpf,
+    links: Vec<(&'static str, UProbeLinkId)>,
     ring: RingBuf<MapData>,
     mut state: DrainState,
     mut stop: oneshot::Receiver<Option<ExitStatus>>,
@@ -557,7 +606,12 @@ async fn drain(
     drain_ready(ring.get_mut(), &mut state, &ebpf)?;
     let dropped = read_drops(&ebpf);
     drop(ring);
+    let target_gone = exit.is_some() || !std::path::Path::new(&format!("/proc/{}/task", state.pid)).exists();
     let summary = state.finish(dropped, exit);
+    if target_gone {
+        detach_in_background();
+    }
+    drop(links);
     drop(ebpf);
     summary
 }
