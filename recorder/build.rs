@@ -15,7 +15,12 @@ fn main() {
     let manifest = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap());
     let root = manifest.parent().unwrap().to_path_buf();
     let programs = root.join("probe-ebpf/programs");
-    for dir in ["probe-ebpf/programs/src", "probe-ebpf/programs/Cargo.toml", "probe-ebpf/common/src", "probe-ebpf/common/Cargo.toml"] {
+    for dir in [
+        "probe-ebpf/programs/src",
+        "probe-ebpf/programs/Cargo.toml",
+        "probe-ebpf/common/src",
+        "probe-ebpf/common/Cargo.toml",
+    ] {
         println!("cargo:rerun-if-changed={}", root.join(dir).display());
     }
     let out_dir = PathBuf::from(std::env::var("OUT_DIR").unwrap());
@@ -28,14 +33,32 @@ fn main() {
     ]
     .join("\x1f");
     let mut cmd = Command::new("rustup");
-    cmd.args(["run", TOOLCHAIN, "cargo", "build", "--package", "ordo-probe-programs", "--bins", "--release"])
-        .args(["--target", "bpfel-unknown-none", "--target-dir"])
-        .arg(&target_dir)
-        .current_dir(&programs)
-        .env("CARGO_ENCODED_RUSTFLAGS", flags)
-        // aya-ebpf and the probe crate use nightly features on this stable compiler.
-        .env("RUSTC_BOOTSTRAP", "aya_ebpf,ordo_probes");
-    for key in ["RUSTC", "RUSTC_WRAPPER", "RUSTC_WORKSPACE_WRAPPER", "RUSTFLAGS", "CARGO_TARGET_DIR", "CARGO_BUILD_TARGET", "RUSTDOC", "CARGO"] {
+    cmd.args([
+        "run",
+        TOOLCHAIN,
+        "cargo",
+        "build",
+        "--package",
+        "ordo-probe-programs",
+        "--bins",
+        "--release",
+    ])
+    .args(["--target", "bpfel-unknown-none", "--target-dir"])
+    .arg(&target_dir)
+    .current_dir(&programs)
+    .env("CARGO_ENCODED_RUSTFLAGS", flags)
+    // aya-ebpf and the probe crate use nightly features on this stable compiler.
+    .env("RUSTC_BOOTSTRAP", "aya_ebpf,ordo_probes");
+    for key in [
+        "RUSTC",
+        "RUSTC_WRAPPER",
+        "RUSTC_WORKSPACE_WRAPPER",
+        "RUSTFLAGS",
+        "CARGO_TARGET_DIR",
+        "CARGO_BUILD_TARGET",
+        "RUSTDOC",
+        "CARGO",
+    ] {
         cmd.env_remove(key);
     }
     let output = match cmd.output() {
@@ -50,7 +73,8 @@ fn main() {
         fail("building the eBPF programs failed (see the warnings above)");
     }
     let object = target_dir.join("bpfel-unknown-none/release/ordo-probes");
-    std::fs::copy(&object, out_dir.join("ordo-probes.o")).unwrap_or_else(|e| fail(&format!("copy {}: {e}", object.display())));
+    std::fs::copy(&object, out_dir.join("ordo-probes.o"))
+        .unwrap_or_else(|e| fail(&format!("copy {}: {e}", object.display())));
 }
 
 fn fail(why: &str) -> ! {

@@ -28,7 +28,11 @@ pub struct DumpArgs {
 }
 
 pub fn run(args: DumpArgs) -> Result<u8> {
-    let mode = if args.salvage { ReadMode::Salvage } else { ReadMode::Strict };
+    let mode = if args.salvage {
+        ReadMode::Salvage
+    } else {
+        ReadMode::Strict
+    };
     let (reader, events) = read_trace(&args.trace, mode)?;
     if let Some(cut) = &reader.cut_short {
         eprintln!("ordo: warning: {cut}");
@@ -49,7 +53,13 @@ pub fn run(args: DumpArgs) -> Result<u8> {
         if args.json {
             writeln!(out, "{stats}")?;
         } else {
-            writeln!(out, "events {}  lost {}  threads {}", events.len(), reader.dropped, reader.threads.len())?;
+            writeln!(
+                out,
+                "events {}  lost {}  threads {}",
+                events.len(),
+                reader.dropped,
+                reader.threads.len()
+            )?;
             for (k, n) in &by_kind {
                 writeln!(out, "  {k:<20} {n}")?;
             }
@@ -72,24 +82,47 @@ pub fn run(args: DumpArgs) -> Result<u8> {
             reader.dropped
         )?;
         for t in reader.threads.iter() {
-            writeln!(out, "# thread {:<6} tid {:<8} {}", t.logical.to_string(), t.tid, t.name)?;
+            writeln!(
+                out,
+                "# thread {:<6} tid {:<8} {}",
+                t.logical.to_string(),
+                t.tid,
+                t.name
+            )?;
         }
     }
     let mut names: HashMap<u64, Option<String>> = HashMap::new();
     let mut sites: HashMap<u64, String> = HashMap::new();
     for (i, e) in events.iter().enumerate() {
         let joined = handles.get(&i).copied();
-        let object = names.entry(e.addr).or_insert_with(|| symbolizer.data_name(e.addr)).clone();
+        let object = names
+            .entry(e.addr)
+            .or_insert_with(|| symbolizer.data_name(e.addr))
+            .clone();
         // Variable accesses carry the instruction's address; other events a return address.
         let site = if e.kind.is_access() {
-            symbolizer.locate(e.site, false).map(|l| l.to_string()).unwrap_or_else(|| format!("{:#x}", e.site))
+            symbolizer
+                .locate(e.site, false)
+                .map(|l| l.to_string())
+                .unwrap_or_else(|| format!("{:#x}", e.site))
         } else {
-            sites.entry(e.site).or_insert_with(|| symbolizer.site_text(e.site)).clone()
+            sites
+                .entry(e.site)
+                .or_insert_with(|| symbolizer.site_text(e.site))
+                .clone()
         };
         if args.json {
-            writeln!(out, "{}", Value::Object(event_json(e, &reader.threads, joined, object, site)))?;
+            writeln!(
+                out,
+                "{}",
+                Value::Object(event_json(e, &reader.threads, joined, object, site))
+            )?;
         } else {
-            writeln!(out, "{}", event_text(e, start, &reader.threads, joined, object, &site))?;
+            writeln!(
+                out,
+                "{}",
+                event_text(e, start, &reader.threads, joined, object, &site)
+            )?;
         }
     }
     out.flush()?;
@@ -115,7 +148,10 @@ fn thread_handles(events: &[Event]) -> HashMap<usize, u32> {
 }
 
 fn logical(threads: &ThreadTable, tid: u32) -> String {
-    threads.by_tid(tid).map(|t| t.logical.to_string()).unwrap_or_else(|| format!("tid{tid}"))
+    threads
+        .by_tid(tid)
+        .map(|t| t.logical.to_string())
+        .unwrap_or_else(|| format!("tid{tid}"))
 }
 
 fn event_json(
@@ -139,13 +175,24 @@ fn event_json(
         m.insert("seq".into(), json!(e.seq));
     }
     match e.kind {
-        Kind::MutexLock | Kind::MutexLockFailed | Kind::RwlockRdlock | Kind::RwlockWrlock | Kind::RwlockLockFailed | Kind::MutexUnlock => {
+        Kind::MutexLock
+        | Kind::MutexLockFailed
+        | Kind::RwlockRdlock
+        | Kind::RwlockWrlock
+        | Kind::RwlockLockFailed
+        | Kind::MutexUnlock => {
             m.insert("via".into(), json!(e.via.name()));
         }
         _ => {}
     }
-    if matches!(e.kind, Kind::CondWaitBegin | Kind::CondWait) || (e.via == ordo_trace::Via::CondWait && e.addr2 != 0) {
-        let key = if matches!(e.kind, Kind::CondWaitBegin | Kind::CondWait) { "mutex" } else { "cond" };
+    if matches!(e.kind, Kind::CondWaitBegin | Kind::CondWait)
+        || (e.via == ordo_trace::Via::CondWait && e.addr2 != 0)
+    {
+        let key = if matches!(e.kind, Kind::CondWaitBegin | Kind::CondWait) {
+            "mutex"
+        } else {
+            "cond"
+        };
         m.insert(key.into(), json!(format!("{:#x}", e.addr2)));
     }
     if e.kind.has_result() {
@@ -190,7 +237,11 @@ fn event_text(
         None => format!("{:#x}", e.addr),
     };
     let mut extra = String::new();
-    if matches!(e.via, ordo_trace::Via::Try | ordo_trace::Via::Timed | ordo_trace::Via::CondWait) && e.kind != Kind::CondWait {
+    if matches!(
+        e.via,
+        ordo_trace::Via::Try | ordo_trace::Via::Timed | ordo_trace::Via::CondWait
+    ) && e.kind != Kind::CondWait
+    {
         extra.push_str(&format!(" via {}", e.via.name()));
     }
     if e.kind.has_result() && e.result != 0 {
@@ -207,9 +258,19 @@ fn event_text(
                 extra.push_str(&format!(" ← thread {}", logical(threads, child)));
             }
         }
-        Kind::Read | Kind::Write | Kind::Rmw => extra.push_str(&format!(" value {} size {}", e.value, e.size)),
+        Kind::Read | Kind::Write | Kind::Rmw => {
+            extra.push_str(&format!(" value {} size {}", e.value, e.size))
+        }
         _ => {}
     }
-    let obj = if matches!(e.kind, Kind::ThreadStart | Kind::ThreadExit) { String::new() } else { obj };
-    format!("{rel:>12.6} ms  [{:>5}] {:<17} {obj}{extra}  @ {site}", logical(threads, e.tid), e.kind.name())
+    let obj = if matches!(e.kind, Kind::ThreadStart | Kind::ThreadExit) {
+        String::new()
+    } else {
+        obj
+    };
+    format!(
+        "{rel:>12.6} ms  [{:>5}] {:<17} {obj}{extra}  @ {site}",
+        logical(threads, e.tid),
+        e.kind.name()
+    )
 }

@@ -8,7 +8,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use ordo_recorder::{check_privileges, launch, parse_buffer_size, spawn_stopped_with, watching, RecordOptions, Recording};
+use ordo_recorder::{
+    check_privileges, launch, parse_buffer_size, spawn_stopped_with, watching, RecordOptions,
+    Recording,
+};
 
 /// Arguments of `ordo record`.
 #[derive(Args)]
@@ -97,7 +100,10 @@ fn launch_and_record(args: &RecordArgs, env: &[(OsString, OsString)]) -> Result<
         eprintln!("ordo: warning: {} is statically linked: its pthread calls cannot be probed; only futex and thread events are recorded", program.display());
     }
     let output = args.output.clone().unwrap_or_else(|| {
-        let base = program.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "trace".into());
+        let base = program
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "trace".into());
         PathBuf::from(format!("{base}.ordo"))
     });
     let mut options = RecordOptions::new(output, args.buffer_size, args.command.clone(), false);
@@ -106,7 +112,11 @@ fn launch_and_record(args: &RecordArgs, env: &[(OsString, OsString)]) -> Result<
     let pie = watching::is_pie(&program);
     let main_binary = std::fs::canonicalize(&program).unwrap_or(program.clone());
     let bias = |module: &std::path::Path| -> Option<u64> {
-        (std::fs::canonicalize(module).ok()? == main_binary).then_some(if pie { launch::NO_ASLR_PIE_BASE } else { 0 })
+        (std::fs::canonicalize(module).ok()? == main_binary).then_some(if pie {
+            launch::NO_ASLR_PIE_BASE
+        } else {
+            0
+        })
     };
     let libs = launch::needed_libraries(&program);
     let watches = watching::plan(&args.watch, &args.watch_hw, &program, &libs, &bias)?;
@@ -139,13 +149,25 @@ fn launch_and_record(args: &RecordArgs, env: &[(OsString, OsString)]) -> Result<
 }
 
 fn attach(pid: u32, args: &RecordArgs) -> Result<u8> {
-    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).with_context(|| format!("--pid {pid}: no such process"))?;
-    let command: Vec<String> =
-        cmdline.split(|&b| b == 0).filter(|s| !s.is_empty()).map(|s| String::from_utf8_lossy(s).into_owned()).collect();
-    let output = args.output.clone().unwrap_or_else(|| PathBuf::from(format!("pid-{pid}.ordo")));
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline"))
+        .with_context(|| format!("--pid {pid}: no such process"))?;
+    let command: Vec<String> = cmdline
+        .split(|&b| b == 0)
+        .filter(|s| !s.is_empty())
+        .map(|s| String::from_utf8_lossy(s).into_owned())
+        .collect();
+    let output = args
+        .output
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(format!("pid-{pid}.ordo")));
     let mut options = RecordOptions::new(output, args.buffer_size, command, true);
-    let exe = std::fs::read_link(format!("/proc/{pid}/exe")).with_context(|| format!("--pid {pid}: cannot read its executable"))?;
-    let libs: Vec<PathBuf> = ordo_trace::symbolize::modules_of_process(pid).into_iter().map(|m| PathBuf::from(m.path)).filter(|p| *p != exe).collect();
+    let exe = std::fs::read_link(format!("/proc/{pid}/exe"))
+        .with_context(|| format!("--pid {pid}: cannot read its executable"))?;
+    let libs: Vec<PathBuf> = ordo_trace::symbolize::modules_of_process(pid)
+        .into_iter()
+        .map(|m| PathBuf::from(m.path))
+        .filter(|p| *p != exe)
+        .collect();
     let bias = |module: &std::path::Path| watching::load_bias_in(pid, module);
     let watches = watching::plan(&args.watch, &args.watch_hw, &exe, &libs, &bias)?;
     for note in &watches.notes {
@@ -155,10 +177,15 @@ fn attach(pid: u32, args: &RecordArgs) -> Result<u8> {
     options.hw_watches = watches.hw;
     let recording = Recording::start(pid, &options)?;
     install_signal_handlers();
-    let deadline = args.duration.map(|d| Instant::now() + Duration::from_secs_f64(d));
+    let deadline = args
+        .duration
+        .map(|d| Instant::now() + Duration::from_secs_f64(d));
     eprintln!("ordo: recording pid {pid}; Ctrl-C to stop");
     let alive = || std::path::Path::new(&format!("/proc/{pid}/task")).exists() && !is_zombie(pid);
-    while SIGNALS.load(Ordering::SeqCst) == 0 && deadline.is_none_or(|d| Instant::now() < d) && alive() {
+    while SIGNALS.load(Ordering::SeqCst) == 0
+        && deadline.is_none_or(|d| Instant::now() < d)
+        && alive()
+    {
         std::thread::sleep(Duration::from_millis(20));
     }
     let summary = recording.finish(None)?;
@@ -169,7 +196,9 @@ fn attach(pid: u32, args: &RecordArgs) -> Result<u8> {
 fn is_zombie(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .ok()
-        .and_then(|s| s.rsplit_once(')').map(|(_, rest)| rest.trim_start().starts_with('Z')))
+        .and_then(|s| {
+            s.rsplit_once(')')
+                .map(|(_, rest)| rest.trim_start().starts_with('Z'))
+        })
         .unwrap_or(true)
 }
-

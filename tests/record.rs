@@ -16,7 +16,11 @@ fn counts(pairs: &[(&str, usize)]) -> BTreeMap<String, usize> {
 
 fn stats(trace: &std::path::Path) -> Value {
     let out = run_ordo(&["dump", "--stats", "--json", trace.to_str().unwrap()]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
@@ -29,9 +33,16 @@ fn contention_order_matches_the_programs_own_log() {
     let program = build_program("record_sync");
     let trace = dir.join("t.ordo");
     let out = record(&trace, &program, &["contention", "4", "10000"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let lock = printed(&out.stdout, "lock");
-    let logged: Vec<String> = printed(&out.stdout, "order").split(' ').map(str::to_string).collect();
+    let logged: Vec<String> = printed(&out.stdout, "order")
+        .split(' ')
+        .map(str::to_string)
+        .collect();
     assert_eq!(logged.len(), 40_000);
 
     let events = dump_json(&trace);
@@ -45,11 +56,21 @@ fn contention_order_matches_the_programs_own_log() {
         .filter(|e| e["kind"] == "mutex_lock" && e["addr"] == lock.as_str())
         .map(|e| e["thread"].as_str().unwrap().to_string())
         .collect();
-    assert_eq!(traced, logged, "acquisition order differs from the program's log");
+    assert_eq!(
+        traced, logged,
+        "acquisition order differs from the program's log"
+    );
     // Sequence numbers on the lock are exact: 0, 1, 2, … in dump order, no gaps or repeats.
-    let seqs: Vec<u64> = events.iter().filter(|e| e["addr"] == lock.as_str()).map(|e| e["seq"].as_u64().unwrap()).collect();
+    let seqs: Vec<u64> = events
+        .iter()
+        .filter(|e| e["addr"] == lock.as_str())
+        .map(|e| e["seq"].as_u64().unwrap())
+        .collect();
     let first = seqs[0];
-    assert!(seqs.iter().enumerate().all(|(i, &s)| s == first + i as u64), "sequence numbers are not consecutive");
+    assert!(
+        seqs.iter().enumerate().all(|(i, &s)| s == first + i as u64),
+        "sequence numbers are not consecutive"
+    );
     // And lock/unlock strictly alternate on the lock, by the same thread.
     let mut holder: Option<String> = None;
     for e in events.iter().filter(|e| e["addr"] == lock.as_str()) {
@@ -81,7 +102,10 @@ fn create_and_join_edges_and_logical_ids() {
     let out = record(&trace, &program, &["tree", "2"]);
     assert!(out.status.success());
     let events = dump_json(&trace);
-    let mut ids: Vec<String> = events.iter().map(|e| e["thread"].as_str().unwrap().to_string()).collect();
+    let mut ids: Vec<String> = events
+        .iter()
+        .map(|e| e["thread"].as_str().unwrap().to_string())
+        .collect();
     ids.sort();
     ids.dedup();
     assert_eq!(ids, ["0", "1", "1.1", "1.2", "2", "2.1", "2.2"]);
@@ -95,7 +119,10 @@ fn create_and_join_edges_and_logical_ids() {
         let joined = pos(&|e| e["kind"] == "thread_join" && e["joined"] == child);
         assert_eq!(events[created]["thread"], parent);
         assert_eq!(events[joined]["thread"], parent);
-        assert!(created < started && started < exited && exited < joined, "{child}: {created} {started} {exited} {joined}");
+        assert!(
+            created < started && started < exited && exited < joined,
+            "{child}: {created} {started} {exited} {joined}"
+        );
     }
     // Logical ids do not depend on tids or timing: a second run gives the same tree.
     let trace2 = dir.join("t2.ordo");
@@ -104,7 +131,12 @@ fn create_and_join_edges_and_logical_ids() {
         let mut v: Vec<_> = evs
             .iter()
             .filter(|e| e["kind"] == "thread_create")
-            .map(|e| (e["thread"].as_str().unwrap().to_string(), e["child"].as_str().unwrap().to_string()))
+            .map(|e| {
+                (
+                    e["thread"].as_str().unwrap().to_string(),
+                    e["child"].as_str().unwrap().to_string(),
+                )
+            })
             .collect();
         v.sort();
         v
@@ -124,19 +156,36 @@ fn condvar_ping_pong() {
     assert!(out.status.success());
     let (lock, cond) = (printed(&out.stdout, "lock"), printed(&out.stdout, "cond"));
     let events = dump_json(&trace);
-    assert_eq!(count_by_thread(&events, "cond_signal", &cond), counts(&[("1", 200), ("2", 200)]));
+    assert_eq!(
+        count_by_thread(&events, "cond_signal", &cond),
+        counts(&[("1", 200), ("2", 200)])
+    );
     let begins = count_by_thread(&events, "cond_wait_begin", &cond);
     let waits = count_by_thread(&events, "cond_wait", &cond);
     assert_eq!(begins, waits, "every wait that began returned");
     for t in ["1", "2"] {
         let w = waits.get(t).copied().unwrap_or(0);
-        assert_eq!(count_by_thread(&events, "mutex_lock", &lock)[t], 200 + w, "lock + reacquires");
-        assert_eq!(count_by_thread(&events, "mutex_unlock", &lock)[t], 200 + w, "unlock + releases");
+        assert_eq!(
+            count_by_thread(&events, "mutex_lock", &lock)[t],
+            200 + w,
+            "lock + reacquires"
+        );
+        assert_eq!(
+            count_by_thread(&events, "mutex_unlock", &lock)[t],
+            200 + w,
+            "unlock + releases"
+        );
     }
     // Wait returns carry the mutex; the reacquire is a mutex_lock via cond_wait.
-    let reacquires = events.iter().filter(|e| e["kind"] == "mutex_lock" && e["via"] == "cond_wait").count();
+    let reacquires = events
+        .iter()
+        .filter(|e| e["kind"] == "mutex_lock" && e["via"] == "cond_wait")
+        .count();
     assert_eq!(reacquires, waits.values().sum::<usize>());
-    assert!(events.iter().filter(|e| e["kind"] == "cond_wait").all(|e| e["mutex"] == lock.as_str()));
+    assert!(events
+        .iter()
+        .filter(|e| e["kind"] == "cond_wait")
+        .all(|e| e["mutex"] == lock.as_str()));
 }
 
 #[test]
@@ -151,8 +200,14 @@ fn rwlock_readers_and_writers() {
     assert!(out.status.success());
     let rw = printed(&out.stdout, "rwlock");
     let events = dump_json(&trace);
-    assert_eq!(count_by_thread(&events, "rwlock_rdlock", &rw), counts(&[("1", 500), ("2", 500), ("3", 500)]));
-    assert_eq!(count_by_thread(&events, "rwlock_wrlock", &rw), counts(&[("4", 500), ("5", 500)]));
+    assert_eq!(
+        count_by_thread(&events, "rwlock_rdlock", &rw),
+        counts(&[("1", 500), ("2", 500), ("3", 500)])
+    );
+    assert_eq!(
+        count_by_thread(&events, "rwlock_wrlock", &rw),
+        counts(&[("4", 500), ("5", 500)])
+    );
     assert_eq!(
         count_by_thread(&events, "rwlock_unlock", &rw),
         counts(&[("1", 500), ("2", 500), ("3", 500), ("4", 500), ("5", 500)])
@@ -199,32 +254,75 @@ fn trylock_timedlock_recursive_semaphores() {
     let failed: Vec<(String, i64)> = events
         .iter()
         .filter(|e| e["kind"] == "mutex_lock_failed" && e["addr"] == lock.as_str())
-        .map(|e| (e["via"].as_str().unwrap().to_string(), e["result"].as_i64().unwrap()))
+        .map(|e| {
+            (
+                e["via"].as_str().unwrap().to_string(),
+                e["result"].as_i64().unwrap(),
+            )
+        })
         .collect();
-    assert_eq!(failed, [("trylock".to_string(), 16), ("timedlock".to_string(), 110)]);
+    assert_eq!(
+        failed,
+        [("trylock".to_string(), 16), ("timedlock".to_string(), 110)]
+    );
     let acquired: Vec<(String, String)> = events
         .iter()
         .filter(|e| e["kind"] == "mutex_lock" && e["addr"] == lock.as_str())
-        .map(|e| (e["thread"].as_str().unwrap().to_string(), e["via"].as_str().unwrap().to_string()))
+        .map(|e| {
+            (
+                e["thread"].as_str().unwrap().to_string(),
+                e["via"].as_str().unwrap().to_string(),
+            )
+        })
         .collect();
-    assert_eq!(acquired, [("0".to_string(), "lock".to_string()), ("1".to_string(), "trylock".to_string())]);
+    assert_eq!(
+        acquired,
+        [
+            ("0".to_string(), "lock".to_string()),
+            ("1".to_string(), "trylock".to_string())
+        ]
+    );
     for sem in ["sem_a", "sem_b"] {
         let addr = printed(&out.stdout, sem);
-        assert_eq!(events.iter().filter(|e| e["kind"] == "sem_post" && e["addr"] == addr.as_str()).count(), 1);
-        assert_eq!(events.iter().filter(|e| e["kind"] == "sem_wait" && e["addr"] == addr.as_str()).count(), 1);
+        assert_eq!(
+            events
+                .iter()
+                .filter(|e| e["kind"] == "sem_post" && e["addr"] == addr.as_str())
+                .count(),
+            1
+        );
+        assert_eq!(
+            events
+                .iter()
+                .filter(|e| e["kind"] == "sem_wait" && e["addr"] == addr.as_str())
+                .count(),
+            1
+        );
     }
     // The post happens before the wait it satisfied, in dump order.
     let a = printed(&out.stdout, "sem_a");
-    let post = events.iter().position(|e| e["kind"] == "sem_post" && e["addr"] == a.as_str()).unwrap();
-    let wait = events.iter().position(|e| e["kind"] == "sem_wait" && e["addr"] == a.as_str()).unwrap();
+    let post = events
+        .iter()
+        .position(|e| e["kind"] == "sem_post" && e["addr"] == a.as_str())
+        .unwrap();
+    let wait = events
+        .iter()
+        .position(|e| e["kind"] == "sem_wait" && e["addr"] == a.as_str())
+        .unwrap();
     assert!(post < wait);
 
     let trace = dir.join("rec.ordo");
     let out = record(&trace, &program, &["recursive"]);
     let lock = printed(&out.stdout, "lock");
     let events = dump_json(&trace);
-    assert_eq!(count_by_thread(&events, "mutex_lock", &lock), counts(&[("0", 6)]));
-    assert_eq!(count_by_thread(&events, "mutex_unlock", &lock), counts(&[("0", 6)]));
+    assert_eq!(
+        count_by_thread(&events, "mutex_lock", &lock),
+        counts(&[("0", 6)])
+    );
+    assert_eq!(
+        count_by_thread(&events, "mutex_unlock", &lock),
+        counts(&[("0", 6)])
+    );
 }
 
 #[test]
@@ -243,7 +341,10 @@ fn barrier_rounds() {
     assert_eq!(count_by_thread(&events, "barrier_wait", &b), each);
     assert_eq!(count_by_thread(&events, "barrier_arrive", &b), each);
     // One serial thread per round (PTHREAD_BARRIER_SERIAL_THREAD = -1).
-    let serial = events.iter().filter(|e| e["kind"] == "barrier_wait" && e["result"] == -1).count();
+    let serial = events
+        .iter()
+        .filter(|e| e["kind"] == "barrier_wait" && e["result"] == -1)
+        .count();
     assert_eq!(serial, 3);
 }
 
@@ -278,13 +379,28 @@ fn rust_std_mutex_contention_shows_as_futex_events() {
     let events = dump_json(&trace);
     // std's Mutex<u64> starts with its futex word: contended lock/unlock appear as
     // futex waits and wakes on the mutex's address; uncontended ones are invisible.
-    let waits = events.iter().filter(|e| e["kind"] == "futex_wait" && e["addr"] == m.as_str()).count();
-    let wakes = events.iter().filter(|e| e["kind"] == "futex_wake" && e["addr"] == m.as_str()).count();
+    let waits = events
+        .iter()
+        .filter(|e| e["kind"] == "futex_wait" && e["addr"] == m.as_str())
+        .count();
+    let wakes = events
+        .iter()
+        .filter(|e| e["kind"] == "futex_wake" && e["addr"] == m.as_str())
+        .count();
     assert!(wakes > 0, "no futex_wake on the contended mutex");
     assert!(waits > 0, "no futex_wait on the contended mutex");
     // No pthread mutex events for it, and glibc's own futex calls are not mistaken for direct ones.
-    assert_eq!(events.iter().filter(|e| e["kind"] == "mutex_lock" && e["addr"] == m.as_str()).count(), 0);
-    let threads: std::collections::BTreeSet<_> = events.iter().map(|e| e["thread"].as_str().unwrap()).collect();
+    assert_eq!(
+        events
+            .iter()
+            .filter(|e| e["kind"] == "mutex_lock" && e["addr"] == m.as_str())
+            .count(),
+        0
+    );
+    let threads: std::collections::BTreeSet<_> = events
+        .iter()
+        .map(|e| e["thread"].as_str().unwrap())
+        .collect();
     assert!(threads.contains("1") && threads.contains("4"));
 }
 
@@ -299,12 +415,24 @@ fn exit_status_passes_through_and_bad_commands_fail_clearly() {
     let out = record(&trace, &program, &["exit", "7"]);
     assert_eq!(out.status.code(), Some(7));
     use std::os::unix::fs::PermissionsExt;
-    assert_eq!(std::fs::metadata(&trace).unwrap().permissions().mode() & 0o777, 0o600);
+    assert_eq!(
+        std::fs::metadata(&trace).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
 
-    let out = run_ordo(&["record", "-o", dir.join("x.ordo").to_str().unwrap(), "--", "/nonexistent/prog"]);
+    let out = run_ordo(&[
+        "record",
+        "-o",
+        dir.join("x.ordo").to_str().unwrap(),
+        "--",
+        "/nonexistent/prog",
+    ]);
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("/nonexistent/prog") && err.lines().count() == 1, "{err}");
+    assert!(
+        err.contains("/nonexistent/prog") && err.lines().count() == 1,
+        "{err}"
+    );
 
     let not_exec = dir.join("plain.txt");
     std::fs::write(&not_exec, "hello").unwrap();
@@ -326,7 +454,11 @@ fn tiny_buffer_counts_drops_instead_of_losing_them_silently() {
     let program = build_program("record_sync");
     let trace = dir.join("t.ordo");
     let mut cmd = Command::new(ordo());
-    cmd.args(["record", "--buffer-size", "4K", "-o"]).arg(&trace).arg("--").arg(&program).args(["contention", "4", "20000"]);
+    cmd.args(["record", "--buffer-size", "4K", "-o"])
+        .arg(&trace)
+        .arg("--")
+        .arg(&program)
+        .args(["contention", "4", "20000"]);
     let out = cmd.output().unwrap();
     assert!(out.status.success());
     let s = stats(&trace);
@@ -346,15 +478,34 @@ fn attach_to_a_running_process() {
     let dir = scratch("attach");
     let program = build_program("record_sync");
     // A contention run of 3 s to attach to.
-    let mut target = Command::new(&program).args(["timed", "2", "3000"]).stdout(std::process::Stdio::null()).spawn().unwrap();
+    let mut target = Command::new(&program)
+        .args(["timed", "2", "3000"])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
     std::thread::sleep(std::time::Duration::from_millis(100));
     let trace = dir.join("t.ordo");
-    let out = run_ordo(&["record", "--pid", &target.id().to_string(), "--duration", "0.5", "-o", trace.to_str().unwrap()]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = run_ordo(&[
+        "record",
+        "--pid",
+        &target.id().to_string(),
+        "--duration",
+        "0.5",
+        "-o",
+        trace.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let _ = target.kill();
     let _ = target.wait();
     let s = stats(&trace);
-    assert!(s["by_kind"]["mutex_lock"].as_u64().unwrap_or(0) > 100, "{s}");
+    assert!(
+        s["by_kind"]["mutex_lock"].as_u64().unwrap_or(0) > 100,
+        "{s}"
+    );
     assert!(s["threads"].as_u64().unwrap() >= 2);
 }
 
@@ -382,8 +533,15 @@ fn interrupted_recordings_are_readable() {
     unsafe { libc::kill(rec.id() as i32, libc::SIGINT) };
     let _ = rec.wait();
     let out = run_ordo(&["dump", "--stats", "--json", trace.to_str().unwrap()]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert!(!String::from_utf8_lossy(&out.stderr).contains("cut short"), "a finished trace has a footer");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        !String::from_utf8_lossy(&out.stderr).contains("cut short"),
+        "a finished trace has a footer"
+    );
 
     // SIGKILL of the recorder: the trace reads back up to its last complete chunk.
     let trace = dir.join("kill.ordo");
@@ -400,16 +558,31 @@ fn interrupted_recordings_are_readable() {
     let _ = rec.kill();
     let _ = rec.wait();
     std::thread::sleep(std::time::Duration::from_millis(200));
-    let _ = Command::new("pkill").args(["-f", "record_sync contention 2 300000"]).status();
+    let _ = Command::new("pkill")
+        .args(["-f", "record_sync contention 2 300000"])
+        .status();
     let mut out = run_ordo(&["dump", "--stats", "--json", trace.to_str().unwrap()]);
     if !out.status.success() {
         // Killed in the middle of writing a chunk: strict reading names the offset,
         // salvage reads the complete chunks.
         assert!(String::from_utf8_lossy(&out.stderr).contains("at byte"));
-        out = run_ordo(&["dump", "--stats", "--json", "--salvage", trace.to_str().unwrap()]);
+        out = run_ordo(&[
+            "dump",
+            "--stats",
+            "--json",
+            "--salvage",
+            trace.to_str().unwrap(),
+        ]);
     }
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("cut short") || String::from_utf8_lossy(&out.stderr).contains("at byte"));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("cut short")
+            || String::from_utf8_lossy(&out.stderr).contains("at byte")
+    );
     let s: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(s["events"].as_u64().unwrap() > 0);
 }
@@ -421,7 +594,10 @@ fn bad_traces_get_one_line_errors_with_offsets() {
     let out = run_ordo(&["dump", missing.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("missing.ordo") && err.contains("at byte 0") && err.lines().count() == 1, "{err}");
+    assert!(
+        err.contains("missing.ordo") && err.contains("at byte 0") && err.lines().count() == 1,
+        "{err}"
+    );
 
     let garbage = dir.join("garbage.ordo");
     std::fs::write(&garbage, b"this is not a trace at all").unwrap();
@@ -439,7 +615,10 @@ fn bad_traces_get_one_line_errors_with_offsets() {
     let out = run_ordo(&["dump", cut.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("cut.ordo: at byte") && err.contains("truncated"), "{err}");
+    assert!(
+        err.contains("cut.ordo: at byte") && err.contains("truncated"),
+        "{err}"
+    );
     // Corrupt a byte inside the chunk.
     let mut bad = bytes.clone();
     let mid = bad.len() / 2;
@@ -463,7 +642,11 @@ mod ordo_trace_for_tests {
                 ts_ns: 1000 + i,
                 tid: 10 + (i % 2) as u32,
                 thread: 0,
-                kind: if i % 2 == 0 { Kind::MutexLock } else { Kind::MutexUnlock },
+                kind: if i % 2 == 0 {
+                    Kind::MutexLock
+                } else {
+                    Kind::MutexUnlock
+                },
                 via: Via::Plain,
                 addr: 0x1000,
                 addr2: 0,
@@ -475,8 +658,18 @@ mod ordo_trace_for_tests {
             })
             .collect();
         let threads = [
-            ThreadRecord { tid: 10, logical: vec![], name: "main".into(), parent_tid: 0 },
-            ThreadRecord { tid: 11, logical: vec![1], name: "w".into(), parent_tid: 10 },
+            ThreadRecord {
+                tid: 10,
+                logical: vec![],
+                name: "main".into(),
+                parent_tid: 0,
+            },
+            ThreadRecord {
+                tid: 11,
+                logical: vec![1],
+                name: "w".into(),
+                parent_tid: 10,
+            },
         ];
         let mut w = TraceWriter::create(path, &Header::default()).unwrap();
         w.write_chunk(&events[..1000], &threads, &[], 0).unwrap();
@@ -492,7 +685,13 @@ fn without_privileges_the_error_says_which_are_needed() {
     }
     // Drop to an unprivileged user with no capabilities.
     let out = Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all", "--"])
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--inh-caps=-all",
+            "--",
+        ])
         .arg(ordo())
         .args(["record", "-o", "/tmp/ordo-unprivileged.ordo", "--", "true"])
         .output()
@@ -500,5 +699,8 @@ fn without_privileges_the_error_says_which_are_needed() {
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(err.trim().lines().count(), 1, "{err}");
-    assert!(err.contains("root") && err.contains("CAP_BPF") && err.contains("CAP_PERFMON"), "{err}");
+    assert!(
+        err.contains("root") && err.contains("CAP_BPF") && err.contains("CAP_PERFMON"),
+        "{err}"
+    );
 }

@@ -11,7 +11,12 @@ use std::process::Command;
 use common::*;
 use serde_json::Value;
 
-fn record_with(trace: &Path, watch: &[&str], program: &Path, args: &[&str]) -> std::process::Output {
+fn record_with(
+    trace: &Path,
+    watch: &[&str],
+    program: &Path,
+    args: &[&str],
+) -> std::process::Output {
     let mut cmd = Command::new(ordo());
     cmd.arg("record").arg("-o").arg(trace);
     for w in watch {
@@ -19,18 +24,26 @@ fn record_with(trace: &Path, watch: &[&str], program: &Path, args: &[&str]) -> s
     }
     cmd.arg("--").arg(program).args(args);
     let out = cmd.output().unwrap();
-    assert!(out.status.success(), "ordo record failed:\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "ordo record failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     out
 }
 
 fn accesses<'a>(events: &'a [Value], kind: &str, addr: &str) -> Vec<&'a Value> {
-    events.iter().filter(|e| e["kind"] == kind && e["addr"] == addr).collect()
+    events
+        .iter()
+        .filter(|e| e["kind"] == kind && e["addr"] == addr)
+        .collect()
 }
 
 fn per_thread(events: &[&Value]) -> BTreeMap<String, usize> {
     let mut m = BTreeMap::new();
     for e in events {
-        *m.entry(e["thread"].as_str().unwrap().to_string()).or_insert(0) += 1;
+        *m.entry(e["thread"].as_str().unwrap().to_string())
+            .or_insert(0) += 1;
     }
     m
 }
@@ -49,13 +62,25 @@ fn watched_global_reads_and_writes_with_values() {
         let addr = printed(&out.stdout, "hits_addr");
         let events = dump_json(&trace);
         let writes = accesses(&events, "write", &addr);
-        let each: BTreeMap<String, usize> = ["1", "2", "3"].iter().map(|t| (t.to_string(), 500)).collect();
+        let each: BTreeMap<String, usize> = ["1", "2", "3"]
+            .iter()
+            .map(|t| (t.to_string(), 500))
+            .collect();
         assert_eq!(per_thread(&writes), each, "{mechanism}: writes per thread");
         // Written values are 1..=1500, each once, in the order the lock imposed.
-        let mut values: Vec<u64> = writes.iter().map(|e| e["value"].as_u64().unwrap()).collect();
-        assert_eq!(values, (1..=1500).collect::<Vec<_>>(), "{mechanism}: values in dump order");
+        let mut values: Vec<u64> = writes
+            .iter()
+            .map(|e| e["value"].as_u64().unwrap())
+            .collect();
+        assert_eq!(
+            values,
+            (1..=1500).collect::<Vec<_>>(),
+            "{mechanism}: values in dump order"
+        );
         values.sort();
-        assert!(writes.iter().all(|e| e["size"] == 8 && e["object"] == "hits"));
+        assert!(writes
+            .iter()
+            .all(|e| e["size"] == 8 && e["object"] == "hits"));
         if mechanism == "uprobe" {
             let reads = accesses(&events, "read", &addr);
             // Each thread reads 500 times; main reads once more to print.
@@ -77,7 +102,14 @@ fn watched_global_reads_and_writes_with_values() {
                 }
             }
             // Sites name the source line of the access.
-            assert!(writes[0]["site"].as_str().unwrap().contains("record_watch.c"), "{}", writes[0]["site"]);
+            assert!(
+                writes[0]["site"]
+                    .as_str()
+                    .unwrap()
+                    .contains("record_watch.c"),
+                "{}",
+                writes[0]["site"]
+            );
         }
     }
 }
@@ -90,29 +122,49 @@ fn watched_field_and_atomic_counter() {
     let dir = scratch("watch_field");
     let program = build_program("record_watch");
     let trace = dir.join("field.ordo");
-    let out = record_with(&trace, &["--watch=cfg+4:4"], &program, &["field", "2", "300"]);
+    let out = record_with(
+        &trace,
+        &["--watch=cfg+4:4"],
+        &program,
+        &["field", "2", "300"],
+    );
     let cfg = printed(&out.stdout, "cfg_addr");
-    let field = format!("{:#x}", u64::from_str_radix(cfg.trim_start_matches("0x"), 16).unwrap() + 4);
+    let field = format!(
+        "{:#x}",
+        u64::from_str_radix(cfg.trim_start_matches("0x"), 16).unwrap() + 4
+    );
     let events = dump_json(&trace);
     // Only field b (offset 4) is watched: writes of a do not appear.
     let writes: Vec<&Value> = events.iter().filter(|e| e["kind"] == "write").collect();
     assert_eq!(writes.len(), 600);
-    assert!(writes.iter().all(|e| e["addr"] == field.as_str() && e["size"] == 4));
+    assert!(writes
+        .iter()
+        .all(|e| e["addr"] == field.as_str() && e["size"] == 4));
     let mut per: BTreeMap<String, Vec<u64>> = BTreeMap::new();
     for e in &writes {
-        per.entry(e["thread"].as_str().unwrap().to_string()).or_default().push(e["value"].as_u64().unwrap());
+        per.entry(e["thread"].as_str().unwrap().to_string())
+            .or_default()
+            .push(e["value"].as_u64().unwrap());
     }
     for values in per.values() {
         assert_eq!(values, &(1000..1300).collect::<Vec<_>>());
     }
 
     let trace = dir.join("atomic.ordo");
-    let out = record_with(&trace, &["--watch=total"], &program, &["atomic", "3", "200"]);
+    let out = record_with(
+        &trace,
+        &["--watch=total"],
+        &program,
+        &["atomic", "3", "200"],
+    );
     assert_eq!(printed(&out.stdout, "total"), "600");
     let total = printed(&out.stdout, "total_addr");
     let events = dump_json(&trace);
     let rmw = accesses(&events, "rmw", &total);
-    let each: BTreeMap<String, usize> = ["1", "2", "3"].iter().map(|t| (t.to_string(), 200)).collect();
+    let each: BTreeMap<String, usize> = ["1", "2", "3"]
+        .iter()
+        .map(|t| (t.to_string(), 200))
+        .collect();
     assert_eq!(per_thread(&rmw), each);
 }
 
@@ -122,19 +174,46 @@ fn rust_static_by_source_name() {
         return;
     }
     let dir = scratch("watch_rust");
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("recorder/src/watch/testdata/watch_rust.rs");
+    let src =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("recorder/src/watch/testdata/watch_rust.rs");
     let program = dir.join("watch_rust");
-    let status = Command::new("rustc").args(["-O", "-g", "--edition", "2021", "-o"]).arg(&program).arg(&src).status().unwrap();
+    let status = Command::new("rustc")
+        .args(["-O", "-g", "--edition", "2021", "-o"])
+        .arg(&program)
+        .arg(&src)
+        .status()
+        .unwrap();
     assert!(status.success());
     let trace = dir.join("t.ordo");
-    let out = record_with(&trace, &["--watch=COUNTER", "--watch=stats::HITS"], &program, &["2", "50"]);
-    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "counter 100 hits 100");
+    let out = record_with(
+        &trace,
+        &["--watch=COUNTER", "--watch=stats::HITS"],
+        &program,
+        &["2", "50"],
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "counter 100 hits 100"
+    );
     let events = dump_json(&trace);
-    let counter: Vec<&Value> = events.iter().filter(|e| e["kind"] == "rmw" && e["object"].as_str().is_some_and(|o| o.contains("COUNTER"))).collect();
-    assert_eq!(per_thread(&counter), [("1".to_string(), 50), ("2".to_string(), 50)].into_iter().collect());
+    let counter: Vec<&Value> = events
+        .iter()
+        .filter(|e| {
+            e["kind"] == "rmw" && e["object"].as_str().is_some_and(|o| o.contains("COUNTER"))
+        })
+        .collect();
+    assert_eq!(
+        per_thread(&counter),
+        [("1".to_string(), 50), ("2".to_string(), 50)]
+            .into_iter()
+            .collect()
+    );
     // `hit` increments HITS through a reference argument, which static decoding
     // cannot follow (that is what --watch-hw is for); main's final load is direct.
-    let hits_reads = events.iter().filter(|e| e["kind"] == "read" && e["object"].as_str().is_some_and(|o| o.contains("HITS"))).count();
+    let hits_reads = events
+        .iter()
+        .filter(|e| e["kind"] == "read" && e["object"].as_str().is_some_and(|o| o.contains("HITS")))
+        .count();
     assert!(hits_reads >= 1);
 }
 
@@ -150,14 +229,32 @@ fn bad_watch_specs_fail_before_the_program_starts() {
         (vec!["--watch=hits+0:9"], "size"),
         (vec!["--watch=hits+4:8"], "hits"),
         (vec!["--watch=hits:"], "hits:"),
-        (vec!["--watch-hw=hits", "--watch-hw=total", "--watch-hw=racy_count", "--watch-hw=cfg", "--watch-hw=cfg+4:4"], "4"),
+        (
+            vec![
+                "--watch-hw=hits",
+                "--watch-hw=total",
+                "--watch-hw=racy_count",
+                "--watch-hw=cfg",
+                "--watch-hw=cfg+4:4",
+            ],
+            "4",
+        ),
     ] {
         let mut cmd = Command::new(ordo());
-        cmd.arg("record").arg("-o").arg(dir.join("t.ordo")).args(&flags).arg("--").arg(&program).args(["plain", "1", "1"]);
+        cmd.arg("record")
+            .arg("-o")
+            .arg(dir.join("t.ordo"))
+            .args(&flags)
+            .arg("--")
+            .arg(&program)
+            .args(["plain", "1", "1"]);
         let out = cmd.output().unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{flags:?}: {err}");
-        assert!(err.to_lowercase().contains(&expect.to_lowercase()) && err.trim().lines().count() == 1, "{flags:?}: {err}");
+        assert!(
+            err.to_lowercase().contains(&expect.to_lowercase()) && err.trim().lines().count() == 1,
+            "{flags:?}: {err}"
+        );
         // The error came before the program started: it printed nothing.
         assert!(out.stdout.is_empty(), "{flags:?}: the program ran");
     }
@@ -172,17 +269,40 @@ fn racy_watched_variable_is_reported_and_the_locked_one_is_not() {
     let program = build_program("record_watch");
     let races = |mode: &str| -> usize {
         let trace = dir.join(format!("{mode}.ordo"));
-        record_with(&trace, &["--watch=racy_count"], &program, &[mode, "2", "200"]);
+        record_with(
+            &trace,
+            &["--watch=racy_count"],
+            &program,
+            &[mode, "2", "200"],
+        );
         let out = run_ordo(&["analyze", "--json", trace.to_str().unwrap()]);
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
         doc["findings"]
             .as_array()
             .unwrap()
             .iter()
-            .filter(|f| f["kind"] == "race" && f["objects"].as_array().unwrap().iter().any(|o| o["name"] == "racy_count"))
+            .filter(|f| {
+                f["kind"] == "race"
+                    && f["objects"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .any(|o| o["name"] == "racy_count")
+            })
             .count()
     };
-    assert!(races("racy") > 0, "unlocked increments must be reported as a race");
-    assert_eq!(races("locked"), 0, "increments under one lock are not a race");
+    assert!(
+        races("racy") > 0,
+        "unlocked increments must be reported as a race"
+    );
+    assert_eq!(
+        races("locked"),
+        0,
+        "increments under one lock are not a race"
+    );
 }

@@ -103,7 +103,11 @@ pub const NO_ASLR_PIE_BASE: u64 = 0x5555_5555_4000;
 /// Like [`spawn_stopped`]; with `no_aslr` the program runs without address-space
 /// randomization, so the addresses of its globals are known before it starts
 /// (hardware watchpoints must be armed with runtime addresses).
-pub fn spawn_stopped_with(command: &[String], env: &[(OsString, OsString)], no_aslr: bool) -> Result<StoppedChild> {
+pub fn spawn_stopped_with(
+    command: &[String],
+    env: &[(OsString, OsString)],
+    no_aslr: bool,
+) -> Result<StoppedChild> {
     let Some(program) = command.first() else {
         bail!("no command given");
     };
@@ -137,7 +141,9 @@ pub fn spawn_stopped_with(command: &[String], env: &[(OsString, OsString)], no_a
                     return Ok(());
                 }
                 if n == 0 || *libc::__errno_location() != libc::EINTR {
-                    return Err(io::Error::other("the recorder went away before releasing the program"));
+                    return Err(io::Error::other(
+                        "the recorder went away before releasing the program",
+                    ));
                 }
             }
         });
@@ -152,27 +158,47 @@ pub fn spawn_stopped_with(command: &[String], env: &[(OsString, OsString)], no_a
     let mut got = 0;
     while got < 4 {
         // SAFETY: reading into our own buffer.
-        let n = unsafe { libc::read(pid_read.as_raw_fd(), pid[got..].as_mut_ptr().cast(), 4 - got) };
+        let n = unsafe {
+            libc::read(
+                pid_read.as_raw_fd(),
+                pid[got..].as_mut_ptr().cast(),
+                4 - got,
+            )
+        };
         if n <= 0 {
             let err = io::Error::last_os_error();
             if n < 0 && err.kind() == io::ErrorKind::Interrupted {
                 continue;
             }
             let spawn_err = spawner.join().ok().and_then(|r| r.err());
-            return Err(anyhow!("cannot start {}: {}", path.display(), spawn_err.map(|e| e.to_string()).unwrap_or_else(|| "fork failed".into())));
+            return Err(anyhow!(
+                "cannot start {}: {}",
+                path.display(),
+                spawn_err
+                    .map(|e| e.to_string())
+                    .unwrap_or_else(|| "fork failed".into())
+            ));
         }
         got += n as usize;
     }
-    Ok(StoppedChild { pid: i32::from_ne_bytes(pid) as u32, release: Some(release_write), spawner: Some(spawner) })
+    Ok(StoppedChild {
+        pid: i32::from_ne_bytes(pid) as u32,
+        release: Some(release_write),
+        spawner: Some(spawner),
+    })
 }
 
 /// Whether `path` is a dynamically linked ELF (has an interpreter): statically linked
 /// programs do not use libc.so.6, so the pthread probes cannot see them.
 pub fn is_dynamic(path: &Path) -> bool {
     use object::Object;
-    let Ok(data) = std::fs::read(path) else { return true };
+    let Ok(data) = std::fs::read(path) else {
+        return true;
+    };
     match object::File::parse(data.as_slice()) {
-        Ok(file) => file.section_by_name(".interp").is_some() || file.kind() == object::ObjectKind::Dynamic,
+        Ok(file) => {
+            file.section_by_name(".interp").is_some() || file.kind() == object::ObjectKind::Dynamic
+        }
         Err(_) => true,
     }
 }
@@ -182,33 +208,62 @@ pub fn is_dynamic(path: &Path) -> bool {
 /// variables that live in a library before the program runs.
 pub fn needed_libraries(binary: &Path) -> Vec<PathBuf> {
     use object::read::elf::{Dyn, ElfFile64, FileHeader};
-    let Ok(data) = std::fs::read(binary) else { return Vec::new() };
-    let Ok(file) = ElfFile64::<object::Endianness>::parse(data.as_slice()) else { return Vec::new() };
-    let endian = file.endian();
-    let header = file.elf_header();
-    let Ok(Some((dynamic, index))) = header.sections(endian, data.as_slice()).map(|s| s.dynamic(endian, data.as_slice()).ok().flatten()) else {
+    let Ok(data) = std::fs::read(binary) else {
         return Vec::new();
     };
-    let Ok(sections) = header.sections(endian, data.as_slice()) else { return Vec::new() };
-    let Ok(strings) = sections.strings(endian, data.as_slice(), index) else { return Vec::new() };
+    let Ok(file) = ElfFile64::<object::Endianness>::parse(data.as_slice()) else {
+        return Vec::new();
+    };
+    let endian = file.endian();
+    let header = file.elf_header();
+    let Ok(Some((dynamic, index))) = header
+        .sections(endian, data.as_slice())
+        .map(|s| s.dynamic(endian, data.as_slice()).ok().flatten())
+    else {
+        return Vec::new();
+    };
+    let Ok(sections) = header.sections(endian, data.as_slice()) else {
+        return Vec::new();
+    };
+    let Ok(strings) = sections.strings(endian, data.as_slice(), index) else {
+        return Vec::new();
+    };
     let mut needed = Vec::new();
     let mut search: Vec<PathBuf> = std::env::var_os("LD_LIBRARY_PATH")
         .map(|p| std::env::split_paths(&p).collect())
         .unwrap_or_default();
     for d in dynamic {
         let tag = d.d_tag(endian) as u32;
-        let Ok(value) = d.string(endian, strings) else { continue };
+        let Ok(value) = d.string(endian, strings) else {
+            continue;
+        };
         let value = String::from_utf8_lossy(value).into_owned();
         match tag {
             object::elf::DT_NEEDED => needed.push(value),
             object::elf::DT_RUNPATH | object::elf::DT_RPATH => {
-                let origin = binary.parent().map(|p| p.to_string_lossy().into_owned()).unwrap_or_default();
-                search.extend(value.split(':').map(|p| PathBuf::from(p.replace("$ORIGIN", &origin))));
+                let origin = binary
+                    .parent()
+                    .map(|p| p.to_string_lossy().into_owned())
+                    .unwrap_or_default();
+                search.extend(
+                    value
+                        .split(':')
+                        .map(|p| PathBuf::from(p.replace("$ORIGIN", &origin))),
+                );
             }
             _ => {}
         }
     }
-    search.extend(["/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib64", "/usr/lib", "/lib"].map(PathBuf::from));
+    search.extend(
+        [
+            "/lib/x86_64-linux-gnu",
+            "/usr/lib/x86_64-linux-gnu",
+            "/lib64",
+            "/usr/lib",
+            "/lib",
+        ]
+        .map(PathBuf::from),
+    );
     needed
         .iter()
         .filter_map(|name| search.iter().map(|dir| dir.join(name)).find(|p| p.exists()))

@@ -14,4 +14,7 @@ pub mod watch;
 pub mod watching;
 
 pub use launch::{spawn_stopped, spawn_stopped_with, StoppedChild};
-pub use recording::{check_privileges, parse_buffer_size, RecordOptions, RecordSummary, Recording, DEFAULT_BUFFER_SIZE, MAX_HW_WATCHES};
+pub use recording::{
+    check_privileges, parse_buffer_size, RecordOptions, RecordSummary, Recording,
+    DEFAULT_BUFFER_SIZE, MAX_HW_WATCHES,
+};

@@ -38,7 +38,13 @@ pub const AUTO_OFFSET: u64 = u64::MAX;
 const fn row(function: &'static str, op: u8, via: u8, on_return: bool) -> ProbeRow {
     // A return probe traps at the function's first instruction anyway, so its entry
     // probe stays there (one trap serves both); entry-only probes may move.
-    ProbeRow { function, op, via, on_return, offset: if on_return { 0 } else { AUTO_OFFSET } }
+    ProbeRow {
+        function,
+        op,
+        via,
+        on_return,
+        offset: if on_return { 0 } else { AUTO_OFFSET },
+    }
 }
 
 /// The offset of the first instruction in a function's straight-line entry that the
@@ -47,7 +53,10 @@ const fn row(function: &'static str, op: u8, via: u8, on_return: bool) -> ProbeR
 /// writes rdi (the first argument, which every probe reads) or rsp (the return
 /// address must still be on top of the stack). 0 when there is none.
 pub fn cheap_entry_offset(code: &[u8], address: u64) -> u64 {
-    use iced_x86::{Code, Decoder, DecoderOptions, FlowControl, InstructionInfoFactory, Mnemonic, OpAccess, Register};
+    use iced_x86::{
+        Code, Decoder, DecoderOptions, FlowControl, InstructionInfoFactory, Mnemonic, OpAccess,
+        Register,
+    };
     let mut decoder = Decoder::with_ip(64, code, address, DecoderOptions::NONE);
     let mut info = InstructionInfoFactory::new();
     for _ in 0..16 {
@@ -58,8 +67,10 @@ pub fn cheap_entry_offset(code: &[u8], address: u64) -> u64 {
         if insn.is_invalid() {
             break;
         }
-        let emulated = matches!(insn.code(), Code::Jmp_rel8_64 | Code::Jmp_rel32_64 | Code::Call_rel32_64 | Code::Push_r64)
-            || insn.mnemonic() == Mnemonic::Nop;
+        let emulated = matches!(
+            insn.code(),
+            Code::Jmp_rel8_64 | Code::Jmp_rel32_64 | Code::Call_rel32_64 | Code::Push_r64
+        ) || insn.mnemonic() == Mnemonic::Nop;
         if emulated {
             return insn.ip() - address;
         }
@@ -68,7 +79,13 @@ pub fn cheap_entry_offset(code: &[u8], address: u64) -> u64 {
         }
         let writes_protected = info.info(&insn).used_registers().iter().any(|r| {
             matches!(r.register().full_register(), Register::RDI | Register::RSP)
-                && matches!(r.access(), OpAccess::Write | OpAccess::ReadWrite | OpAccess::CondWrite | OpAccess::ReadCondWrite)
+                && matches!(
+                    r.access(),
+                    OpAccess::Write
+                        | OpAccess::ReadWrite
+                        | OpAccess::CondWrite
+                        | OpAccess::ReadCondWrite
+                )
         });
         if writes_protected {
             break;
@@ -81,23 +98,63 @@ pub fn cheap_entry_offset(code: &[u8], address: u64) -> u64 {
 pub const PROBES: &[ProbeRow] = &[
     row("pthread_mutex_lock", op::MUTEX_ACQUIRE, via::PLAIN, true),
     row("pthread_mutex_trylock", op::MUTEX_ACQUIRE, via::TRY, true),
-    row("pthread_mutex_timedlock", op::MUTEX_ACQUIRE, via::TIMED, true),
-    row("pthread_mutex_clocklock", op::MUTEX_ACQUIRE, via::TIMED, true),
+    row(
+        "pthread_mutex_timedlock",
+        op::MUTEX_ACQUIRE,
+        via::TIMED,
+        true,
+    ),
+    row(
+        "pthread_mutex_clocklock",
+        op::MUTEX_ACQUIRE,
+        via::TIMED,
+        true,
+    ),
     row("pthread_mutex_unlock", op::MUTEX_RELEASE, via::PLAIN, false),
     row("pthread_rwlock_rdlock", op::RWLOCK_READ, via::PLAIN, true),
     row("pthread_rwlock_tryrdlock", op::RWLOCK_READ, via::TRY, true),
-    row("pthread_rwlock_timedrdlock", op::RWLOCK_READ, via::TIMED, true),
-    row("pthread_rwlock_clockrdlock", op::RWLOCK_READ, via::TIMED, true),
+    row(
+        "pthread_rwlock_timedrdlock",
+        op::RWLOCK_READ,
+        via::TIMED,
+        true,
+    ),
+    row(
+        "pthread_rwlock_clockrdlock",
+        op::RWLOCK_READ,
+        via::TIMED,
+        true,
+    ),
     row("pthread_rwlock_wrlock", op::RWLOCK_WRITE, via::PLAIN, true),
     row("pthread_rwlock_trywrlock", op::RWLOCK_WRITE, via::TRY, true),
-    row("pthread_rwlock_timedwrlock", op::RWLOCK_WRITE, via::TIMED, true),
-    row("pthread_rwlock_clockwrlock", op::RWLOCK_WRITE, via::TIMED, true),
-    row("pthread_rwlock_unlock", op::RWLOCK_RELEASE, via::PLAIN, false),
+    row(
+        "pthread_rwlock_timedwrlock",
+        op::RWLOCK_WRITE,
+        via::TIMED,
+        true,
+    ),
+    row(
+        "pthread_rwlock_clockwrlock",
+        op::RWLOCK_WRITE,
+        via::TIMED,
+        true,
+    ),
+    row(
+        "pthread_rwlock_unlock",
+        op::RWLOCK_RELEASE,
+        via::PLAIN,
+        false,
+    ),
     row("pthread_cond_wait", op::COND_WAIT, via::PLAIN, true),
     row("pthread_cond_timedwait", op::COND_WAIT, via::TIMED, true),
     row("pthread_cond_clockwait", op::COND_WAIT, via::TIMED, true),
     row("pthread_cond_signal", op::COND_SIGNAL, via::PLAIN, false),
-    row("pthread_cond_broadcast", op::COND_BROADCAST, via::PLAIN, false),
+    row(
+        "pthread_cond_broadcast",
+        op::COND_BROADCAST,
+        via::PLAIN,
+        false,
+    ),
     row("sem_wait", op::SEM_WAIT, via::PLAIN, true),
     row("sem_trywait", op::SEM_WAIT, via::TRY, true),
     row("sem_timedwait", op::SEM_WAIT, via::TIMED, true),
@@ -141,7 +198,8 @@ pub fn system_libc() -> Result<PathBuf> {
 /// `@GLIBC_2.2.5` one that old binaries bind to).
 pub fn resolve(libc: &Path) -> Result<Vec<ResolvedProbe>> {
     let data = std::fs::read(libc).with_context(|| format!("read {}", libc.display()))?;
-    let file = ElfFile64::<Endianness>::parse(data.as_slice()).with_context(|| format!("{}: not a 64-bit ELF", libc.display()))?;
+    let file = ElfFile64::<Endianness>::parse(data.as_slice())
+        .with_context(|| format!("{}: not a 64-bit ELF", libc.display()))?;
     let endian = file.endian();
     let sections = file.elf_section_table();
     let symbols = sections
@@ -168,7 +226,9 @@ pub fn resolve(libc: &Path) -> Result<Vec<ResolvedProbe>> {
             if symbols.symbol_name(endian, sym).ok() != Some(row.function.as_bytes()) {
                 continue;
             }
-            let hidden = versions.as_ref().is_some_and(|v| v.version_index(endian, SymbolIndex(index)).is_hidden());
+            let hidden = versions
+                .as_ref()
+                .is_some_and(|v| v.version_index(endian, SymbolIndex(index)).is_hidden());
             if !hidden {
                 found = Some(sym.st_value(endian));
                 break;
@@ -176,12 +236,18 @@ pub fn resolve(libc: &Path) -> Result<Vec<ResolvedProbe>> {
         }
         let Some(vaddr) = found else { continue };
         let Some(function_offset) = vaddr_to_offset(vaddr) else {
-            bail!("{}: {} is outside every loadable segment", libc.display(), row.function);
+            bail!(
+                "{}: {} is outside every loadable segment",
+                libc.display(),
+                row.function
+            );
         };
         let offset = match row.offset {
             AUTO_OFFSET => {
                 let start = function_offset as usize;
-                let code = data.get(start..(start + 64).min(data.len())).unwrap_or_default();
+                let code = data
+                    .get(start..(start + 64).min(data.len()))
+                    .unwrap_or_default();
                 cheap_entry_offset(code, vaddr)
             }
             fixed => fixed,
@@ -193,8 +259,14 @@ pub fn resolve(libc: &Path) -> Result<Vec<ResolvedProbe>> {
             cookie: cookie(row.op, row.via),
         });
     }
-    if !resolved.iter().any(|p| p.row.function == "pthread_mutex_lock") {
-        bail!("{}: no pthread_mutex_lock: not a glibc with the pthread API", libc.display());
+    if !resolved
+        .iter()
+        .any(|p| p.row.function == "pthread_mutex_lock")
+    {
+        bail!(
+            "{}: no pthread_mutex_lock: not a glibc with the pthread API",
+            libc.display()
+        );
     }
     Ok(resolved)
 }
@@ -208,13 +280,29 @@ mod tests {
         let libc = system_libc().unwrap();
         let probes = resolve(&libc).unwrap();
         let names: Vec<_> = probes.iter().map(|p| p.row.function).collect();
-        for f in ["pthread_mutex_lock", "pthread_mutex_unlock", "pthread_cond_wait", "sem_post", "pthread_create", "syscall"] {
+        for f in [
+            "pthread_mutex_lock",
+            "pthread_mutex_unlock",
+            "pthread_cond_wait",
+            "sem_post",
+            "pthread_create",
+            "syscall",
+        ] {
             assert!(names.contains(&f), "{f} missing from {names:?}");
         }
         // Return-probed functions keep their entry probe at the start.
-        assert!(probes.iter().filter(|p| p.row.on_return).all(|p| p.entry_offset == p.function_offset));
-        let wait = probes.iter().find(|p| p.row.function == "pthread_cond_wait").unwrap();
-        let lock = probes.iter().find(|p| p.row.function == "pthread_mutex_lock").unwrap();
+        assert!(probes
+            .iter()
+            .filter(|p| p.row.on_return)
+            .all(|p| p.entry_offset == p.function_offset));
+        let wait = probes
+            .iter()
+            .find(|p| p.row.function == "pthread_cond_wait")
+            .unwrap();
+        let lock = probes
+            .iter()
+            .find(|p| p.row.function == "pthread_mutex_lock")
+            .unwrap();
         assert_ne!(wait.function_offset, lock.function_offset);
     }
 }
@@ -232,7 +320,9 @@ mod placement_tests {
         assert_eq!(cheap_entry_offset(&[0x41, 0x57, 0x41, 0x56], 0x1000), 0);
         // mov %rdi,%rax ; mov %rsi,%rdi ; ... : rdi is rewritten before anything
         // emulated, so the probe stays at the start (syscall()).
-        let syscall = [0x48, 0x89, 0xf8, 0x48, 0x89, 0xf7, 0x48, 0x89, 0xd6, 0xe9, 0, 0, 0, 0];
+        let syscall = [
+            0x48, 0x89, 0xf8, 0x48, 0x89, 0xf7, 0x48, 0x89, 0xd6, 0xe9, 0, 0, 0, 0,
+        ];
         assert_eq!(cheap_entry_offset(&syscall, 0x1000), 0);
         // A branch before any emulated instruction: stay at the start.
         let branchy = [0x8b, 0x47, 0x10, 0x85, 0xc0, 0x75, 0x02, 0x53];

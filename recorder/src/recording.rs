@@ -14,12 +14,18 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 use aya::maps::{Array, MapData, PerCpuArray, RingBuf};
-use aya::programs::perf_event::{BreakpointConfig, PerfBreakpointLength, PerfBreakpointType, PerfEventConfig, PerfEventScope, SamplePolicy};
+use aya::programs::perf_event::{
+    BreakpointConfig, PerfBreakpointLength, PerfBreakpointType, PerfEventConfig, PerfEventScope,
+    SamplePolicy,
+};
 use aya::programs::uprobe::UProbeLinkId;
-use aya::programs::{PerfEvent, RawTracePoint, UProbe};
 use aya::programs::uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeScope};
+use aya::programs::{PerfEvent, RawTracePoint, UProbe};
 use aya::{Ebpf, EbpfLoader};
-use ordo_probe_common::{config, kind, RawEvent, WatchSite, CONFIG_MAP, DROPS_MAP, EVENTS_MAP, MAX_WATCH_SITES, WATCH_SITES_MAP};
+use ordo_probe_common::{
+    config, kind, RawEvent, WatchSite, CONFIG_MAP, DROPS_MAP, EVENTS_MAP, MAX_WATCH_SITES,
+    WATCH_SITES_MAP,
+};
 use ordo_trace::schema::{Footer, Header, ModuleRecord, ThreadRecord};
 use ordo_trace::symbolize::modules_of_process;
 use ordo_trace::{Event, LogicalIdAssigner, TraceWriter};
@@ -29,7 +35,8 @@ use tokio::sync::oneshot;
 use crate::probes;
 
 /// The compiled eBPF programs (built by build.rs).
-static PROBE_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/ordo-probes.o"));
+static PROBE_OBJECT: &[u8] =
+    aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/ordo-probes.o"));
 
 /// Default ring buffer size.
 pub const DEFAULT_BUFFER_SIZE: usize = 16 << 20;
@@ -58,8 +65,20 @@ pub struct RecordOptions {
 
 impl RecordOptions {
     /// Options with no watches.
-    pub fn new(output: PathBuf, buffer_size: usize, command: Vec<String>, attached: bool) -> RecordOptions {
-        RecordOptions { output, buffer_size, command, attached, watch_sites: Vec::new(), hw_watches: Vec::new() }
+    pub fn new(
+        output: PathBuf,
+        buffer_size: usize,
+        command: Vec<String>,
+        attached: bool,
+    ) -> RecordOptions {
+        RecordOptions {
+            output,
+            buffer_size,
+            command,
+            attached,
+            watch_sites: Vec::new(),
+            hw_watches: Vec::new(),
+        }
     }
 }
 
@@ -152,10 +171,16 @@ pub fn parse_buffer_size(text: &str) -> Result<usize, String> {
         Some((i, 'G' | 'g')) => (&t[..i], 1 << 30),
         _ => (t, 1),
     };
-    let n: usize = digits.parse().map_err(|_| format!("`{text}` is not a size (e.g. 16M, 512K, 1048576)"))?;
-    let size = n.checked_mul(mult).ok_or_else(|| format!("`{text}` is too large"))?;
+    let n: usize = digits
+        .parse()
+        .map_err(|_| format!("`{text}` is not a size (e.g. 16M, 512K, 1048576)"))?;
+    let size = n
+        .checked_mul(mult)
+        .ok_or_else(|| format!("`{text}` is too large"))?;
     if size < 4096 || !size.is_power_of_two() || size > 1 << 30 {
-        return Err(format!("`{text}`: the ring buffer size must be a power of two between 4K and 1G"));
+        return Err(format!(
+            "`{text}`: the ring buffer size must be a power of two between 4K and 1G"
+        ));
     }
     Ok(size)
 }
@@ -177,8 +202,11 @@ impl Recording {
             .load(PROBE_OBJECT)
             .map_err(|e| load_error(e.into()))?;
         {
-            let mut config: Array<_, u64> = Array::try_from(ebpf.map_mut(CONFIG_MAP).context("CONFIG map")?)?;
-            config.set(config::TARGET_TGID, pid as u64, 0).context("write probe config")?;
+            let mut config: Array<_, u64> =
+                Array::try_from(ebpf.map_mut(CONFIG_MAP).context("CONFIG map")?)?;
+            config
+                .set(config::TARGET_TGID, pid as u64, 0)
+                .context("write probe config")?;
         }
         let libc = probes::system_libc()?;
         let table = probes::resolve(&libc)?;
@@ -187,20 +215,37 @@ impl Recording {
             let prog: &mut UProbe = ebpf.program_mut(program).context(program)?.try_into()?;
             prog.load().map_err(|e| load_error(e.into()))?;
             for probe in table.iter().filter(|p| !ret || p.row.on_return) {
-                let offset = if ret { probe.function_offset } else { probe.entry_offset };
-                let point = UProbeAttachPoint { location: UProbeAttachLocation::AbsoluteOffset(offset), cookie: Some(probe.cookie) };
+                let offset = if ret {
+                    probe.function_offset
+                } else {
+                    probe.entry_offset
+                };
+                let point = UProbeAttachPoint {
+                    location: UProbeAttachLocation::AbsoluteOffset(offset),
+                    cookie: Some(probe.cookie),
+                };
                 let link = prog
                     .attach(point, &libc, UProbeScope::OneProcess(pid_nz))
-                    .with_context(|| format!("attach {} probe to {}", if ret { "return" } else { "entry" }, probe.row.function))?;
+                    .with_context(|| {
+                        format!(
+                            "attach {} probe to {}",
+                            if ret { "return" } else { "entry" },
+                            probe.row.function
+                        )
+                    })?;
                 links.push((program, link));
             }
         }
-        for (program, tracepoint) in
-            [("ordo_sys_enter", "sys_enter"), ("ordo_sys_exit", "sys_exit"), ("ordo_thread_exit", "sched_process_exit")]
-        {
-            let prog: &mut RawTracePoint = ebpf.program_mut(program).context(program)?.try_into()?;
+        for (program, tracepoint) in [
+            ("ordo_sys_enter", "sys_enter"),
+            ("ordo_sys_exit", "sys_exit"),
+            ("ordo_thread_exit", "sched_process_exit"),
+        ] {
+            let prog: &mut RawTracePoint =
+                ebpf.program_mut(program).context(program)?.try_into()?;
             prog.load().map_err(|e| load_error(e.into()))?;
-            prog.attach(tracepoint).with_context(|| format!("attach raw tracepoint {tracepoint}"))?;
+            prog.attach(tracepoint)
+                .with_context(|| format!("attach raw tracepoint {tracepoint}"))?;
         }
 
         links.extend(attach_watches(&mut ebpf, pid_nz, options)?);
@@ -208,7 +253,10 @@ impl Recording {
         let header = Header {
             command: options.command.clone(),
             pid,
-            start_unix_ns: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0),
+            start_unix_ns: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos() as u64)
+                .unwrap_or(0),
             start_monotonic_ns: monotonic_ns(),
             kernel_release: kernel_release(),
             ordo_version: env!("CARGO_PKG_VERSION").to_string(),
@@ -218,7 +266,8 @@ impl Recording {
         };
         let writer = TraceWriter::create(&options.output, &header)
             .with_context(|| format!("create {}", options.output.display()))?;
-        let ring: RingBuf<MapData> = RingBuf::try_from(ebpf.take_map(EVENTS_MAP).context("EVENTS map")?)?;
+        let ring: RingBuf<MapData> =
+            RingBuf::try_from(ebpf.take_map(EVENTS_MAP).context("EVENTS map")?)?;
         let mut state = DrainState::new(pid, writer, options.output.clone());
         if options.attached {
             state.adopt_existing_threads();
@@ -227,10 +276,15 @@ impl Recording {
         let drain = std::thread::Builder::new()
             .name("ordo-drain".into())
             .spawn(move || -> Result<RecordSummary> {
-                let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()?;
                 runtime.block_on(drain(ebpf, links, ring, state, stop_rx))
             })?;
-        Ok(Recording { stop: Some(stop_tx), drain: Some(drain) })
+        Ok(Recording {
+            stop: Some(stop_tx),
+            drain: Some(drain),
+        })
     }
 
     /// Stops recording: drains what is left, writes the footer (with the target's
@@ -239,7 +293,11 @@ impl Recording {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(exit);
         }
-        self.drain.take().expect("finished once").join().map_err(|_| anyhow!("the drain thread panicked"))?
+        self.drain
+            .take()
+            .expect("finished once")
+            .join()
+            .map_err(|_| anyhow!("the drain thread panicked"))?
     }
 }
 
@@ -255,41 +313,66 @@ impl Drop for Recording {
 }
 
 /// Loads and attaches the variable-watch programs, if any watch was asked for.
-fn attach_watches(ebpf: &mut Ebpf, pid: NonZeroU32, options: &RecordOptions) -> Result<Vec<(&'static str, UProbeLinkId)>> {
+fn attach_watches(
+    ebpf: &mut Ebpf,
+    pid: NonZeroU32,
+    options: &RecordOptions,
+) -> Result<Vec<(&'static str, UProbeLinkId)>> {
     let mut links = Vec::new();
     if !options.watch_sites.is_empty() {
         if options.watch_sites.len() > MAX_WATCH_SITES as usize {
-            bail!("{} watched instruction sites; at most {MAX_WATCH_SITES} are supported", options.watch_sites.len());
+            bail!(
+                "{} watched instruction sites; at most {MAX_WATCH_SITES} are supported",
+                options.watch_sites.len()
+            );
         }
         {
-            let mut sites: Array<_, WatchSite> = Array::try_from(ebpf.map_mut(WATCH_SITES_MAP).context("WATCH_SITES map")?)?;
+            let mut sites: Array<_, WatchSite> =
+                Array::try_from(ebpf.map_mut(WATCH_SITES_MAP).context("WATCH_SITES map")?)?;
             for (i, (_, _, site)) in options.watch_sites.iter().enumerate() {
                 sites.set(i as u32, *site, 0).context("write watch sites")?;
             }
         }
-        let prog: &mut UProbe = ebpf.program_mut("ordo_watch").context("ordo_watch")?.try_into()?;
+        let prog: &mut UProbe = ebpf
+            .program_mut("ordo_watch")
+            .context("ordo_watch")?
+            .try_into()?;
         prog.load().map_err(|e| load_error(e.into()))?;
         for (i, (module, offset, _)) in options.watch_sites.iter().enumerate() {
-            let point = UProbeAttachPoint { location: UProbeAttachLocation::AbsoluteOffset(*offset), cookie: Some(i as u64) };
+            let point = UProbeAttachPoint {
+                location: UProbeAttachLocation::AbsoluteOffset(*offset),
+                cookie: Some(i as u64),
+            };
             let link = prog
                 .attach(point, module, UProbeScope::OneProcess(pid))
-                .with_context(|| format!("attach a watch probe at {}+{offset:#x}", module.display()))?;
+                .with_context(|| {
+                    format!("attach a watch probe at {}+{offset:#x}", module.display())
+                })?;
             links.push(("ordo_watch", link));
         }
     }
     if !options.hw_watches.is_empty() {
         if options.hw_watches.len() > MAX_HW_WATCHES {
-            bail!("{} hardware watches asked for; x86 has {MAX_HW_WATCHES} debug registers", options.hw_watches.len());
+            bail!(
+                "{} hardware watches asked for; x86 has {MAX_HW_WATCHES} debug registers",
+                options.hw_watches.len()
+            );
         }
         {
-            let mut watches: aya::maps::HashMap<_, u64, u64> =
-                aya::maps::HashMap::try_from(ebpf.map_mut("HW_WATCHES").context("HW_WATCHES map")?)?;
+            let mut watches: aya::maps::HashMap<_, u64, u64> = aya::maps::HashMap::try_from(
+                ebpf.map_mut("HW_WATCHES").context("HW_WATCHES map")?,
+            )?;
             for (addr, size) in &options.hw_watches {
-                watches.insert(addr, *size as u64, 0).context("write hardware watches")?;
+                watches
+                    .insert(addr, *size as u64, 0)
+                    .context("write hardware watches")?;
             }
         }
         let cpus = aya::util::online_cpus().map_err(|(what, e)| anyhow!("{what}: {e}"))?;
-        let prog: &mut PerfEvent = ebpf.program_mut("ordo_hw_watch").context("ordo_hw_watch")?.try_into()?;
+        let prog: &mut PerfEvent = ebpf
+            .program_mut("ordo_hw_watch")
+            .context("ordo_hw_watch")?
+            .try_into()?;
         prog.load().map_err(|e| load_error(e.into()))?;
         for (addr, size) in &options.hw_watches {
             let length = match size {
@@ -297,10 +380,14 @@ fn attach_watches(ebpf: &mut Ebpf, pid: NonZeroU32, options: &RecordOptions) -> 
                 2 => PerfBreakpointLength::Len2,
                 4 => PerfBreakpointLength::Len4,
                 8 => PerfBreakpointLength::Len8,
-                other => bail!("hardware watch of {other} bytes at {addr:#x}: the size must be 1, 2, 4 or 8"),
+                other => bail!(
+                    "hardware watch of {other} bytes at {addr:#x}: the size must be 1, 2, 4 or 8"
+                ),
             };
             if addr % *size as u64 != 0 {
-                bail!("hardware watch at {addr:#x}: the address must be aligned to its size ({size})");
+                bail!(
+                    "hardware watch at {addr:#x}: the address must be aligned to its size ({size})"
+                );
             }
             // One breakpoint per CPU, for every process: it covers threads created
             // later from their first instruction; the program keeps the target's hits.
@@ -369,14 +456,19 @@ fn load_error(e: anyhow::Error) -> anyhow::Error {
 }
 
 fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: valid timespec pointer.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 fn kernel_release() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/osrelease").map(|s| s.trim().to_string()).unwrap_or_default()
+    std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
 }
 
 fn comm(name: &[u8; 16]) -> String {
@@ -427,7 +519,10 @@ impl DrainState {
     /// Threads that existed before attaching get ids in tid order.
     fn adopt_existing_threads(&mut self) {
         let mut tids: Vec<u32> = std::fs::read_dir(format!("/proc/{}/task", self.pid))
-            .map(|d| d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect())
+            .map(|d| {
+                d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+                    .collect()
+            })
             .unwrap_or_default();
         tids.sort_unstable();
         for tid in tids {
@@ -435,7 +530,8 @@ impl DrainState {
                 self.ids.adopt(tid);
             }
             self.seen.insert(tid);
-            if let Ok(name) = std::fs::read_to_string(format!("/proc/{}/task/{tid}/comm", self.pid)) {
+            if let Ok(name) = std::fs::read_to_string(format!("/proc/{}/task/{tid}/comm", self.pid))
+            {
                 self.names.insert(tid, name.trim().to_string());
             }
         }
@@ -470,13 +566,20 @@ impl DrainState {
     }
 
     fn site_known(&self, site: u64) -> bool {
-        self.modules.iter().any(|m| m.mappings.iter().any(|map| (map.start..map.end).contains(&site)))
+        self.modules.iter().any(|m| {
+            m.mappings
+                .iter()
+                .any(|map| (map.start..map.end).contains(&site))
+        })
     }
 
     /// Re-reads the target's mappings (rate-limited: a site in a module unloaded
     /// since would otherwise trigger a scan per event).
     fn scan_modules(&mut self) {
-        if self.last_module_scan.is_some_and(|t| t.elapsed() < Duration::from_millis(200)) {
+        if self
+            .last_module_scan
+            .is_some_and(|t| t.elapsed() < Duration::from_millis(200))
+        {
             return;
         }
         self.last_module_scan = Some(Instant::now());
@@ -551,7 +654,10 @@ impl DrainState {
         };
         let events = self.writer.events_written();
         let threads = self.written_threads.len();
-        let bytes = self.writer.finish(footer).with_context(|| format!("finish {}", self.output.display()))?;
+        let bytes = self
+            .writer
+            .finish(footer)
+            .with_context(|| format!("finish {}", self.output.display()))?;
         Ok(RecordSummary {
             output: self.output,
             events,
@@ -572,9 +678,16 @@ impl DrainState {
 }
 
 fn read_drops(ebpf: &Ebpf) -> u64 {
-    let Some(map) = ebpf.map(DROPS_MAP) else { return 0 };
-    let Ok(drops) = PerCpuArray::<_, u64>::try_from(map) else { return 0 };
-    drops.get(&0, 0).map(|values| values.iter().sum()).unwrap_or(0)
+    let Some(map) = ebpf.map(DROPS_MAP) else {
+        return 0;
+    };
+    let Ok(drops) = PerCpuArray::<_, u64>::try_from(map) else {
+        return 0;
+    };
+    drops
+        .get(&0, 0)
+        .map(|values| values.iter().sum())
+        .unwrap_or(0)
 }
 
 async fn drain(
@@ -586,7 +699,8 @@ async fn drain(
 ) -> Result<RecordSummary> {
     // SAFETY: the ring buffer owns its fd and outlives the registration (both are
     // dropped together at the end of this function).
-    let mut ring = unsafe { AsyncFd::register(ring) }.map_err(|e| anyhow!("poll the ring buffer: {e}"))?;
+    let mut ring =
+        unsafe { AsyncFd::register(ring) }.map_err(|e| anyhow!("poll the ring buffer: {e}"))?;
     let mut ticker = tokio::time::interval(FLUSH_INTERVAL);
     let exit = loop {
         tokio::select! {
@@ -606,7 +720,8 @@ async fn drain(
     drain_ready(ring.get_mut(), &mut state, &ebpf)?;
     let dropped = read_drops(&ebpf);
     drop(ring);
-    let target_gone = exit.is_some() || !std::path::Path::new(&format!("/proc/{}/task", state.pid)).exists();
+    let target_gone =
+        exit.is_some() || !std::path::Path::new(&format!("/proc/{}/task", state.pid)).exists();
     let summary = state.finish(dropped, exit);
     if target_gone {
         detach_in_background();

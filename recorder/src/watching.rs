@@ -41,7 +41,9 @@ pub fn plan(
     let mut resolver = Resolver::new(main_binary, libs).map_err(|e| anyhow!("--watch: {e}"))?;
     for text in watch {
         let spec = WatchSpec::parse(text).map_err(|e| anyhow!("--watch {text}: {e}"))?;
-        let resolved = resolver.resolve(&spec).map_err(|e| anyhow!("--watch {text}: {e}"))?;
+        let resolved = resolver
+            .resolve(&spec)
+            .map_err(|e| anyhow!("--watch {text}: {e}"))?;
         let plan = plan_sites(&resolved).map_err(|e| anyhow!("--watch {text}: {e}"))?;
         for skipped in &plan.unprobeable {
             setup.notes.push(format!(
@@ -60,23 +62,36 @@ pub fn plan(
             "watching {} ({} bytes in {}) at {} instruction sites",
             resolved.name,
             resolved.size,
-            resolved.module.file_name().map(|n| n.to_string_lossy()).unwrap_or_default(),
+            resolved
+                .module
+                .file_name()
+                .map(|n| n.to_string_lossy())
+                .unwrap_or_default(),
             plan.sites.len()
         ));
         for planned in plan.sites {
             let mut site = planned.site;
             site._pad = (planned.access_ip as i64 - site.ip as i64) as i8 as u8;
-            setup.sites.push((resolved.module.clone(), planned.file_offset, site));
+            setup
+                .sites
+                .push((resolved.module.clone(), planned.file_offset, site));
         }
     }
     for text in watch_hw {
         let spec = WatchSpec::parse(text).map_err(|e| anyhow!("--watch-hw {text}: {e}"))?;
-        let resolved = resolver.resolve(&spec).map_err(|e| anyhow!("--watch-hw {text}: {e}"))?;
-        resolved.check_hw_breakpoint().map_err(|e| anyhow!("--watch-hw {text}: {e}"))?;
+        let resolved = resolver
+            .resolve(&spec)
+            .map_err(|e| anyhow!("--watch-hw {text}: {e}"))?;
+        resolved
+            .check_hw_breakpoint()
+            .map_err(|e| anyhow!("--watch-hw {text}: {e}"))?;
         let bias = load_bias(&resolved.module).ok_or_else(|| {
             anyhow!("--watch-hw {text}: the runtime address of {} in {} is not known before the program starts (watch variables of the main program, or attach with --pid)", resolved.name, resolved.module.display())
         })?;
-        setup.notes.push(format!("hardware watchpoint on {} ({} bytes)", resolved.name, resolved.size));
+        setup.notes.push(format!(
+            "hardware watchpoint on {} ({} bytes)",
+            resolved.name, resolved.size
+        ));
         setup.hw.push((resolved.vaddr + bias, resolved.size as u8));
     }
     Ok(setup)
@@ -87,7 +102,11 @@ pub fn is_pie(path: &Path) -> bool {
     use object::Object;
     std::fs::read(path)
         .ok()
-        .and_then(|d| object::File::parse(d.as_slice()).ok().map(|f| f.kind() == object::ObjectKind::Dynamic))
+        .and_then(|d| {
+            object::File::parse(d.as_slice())
+                .ok()
+                .map(|f| f.kind() == object::ObjectKind::Dynamic)
+        })
         .unwrap_or(false)
 }
 
@@ -95,7 +114,9 @@ pub fn is_pie(path: &Path) -> bool {
 pub fn load_bias_in(pid: u32, module: &Path) -> Option<u64> {
     let canonical = std::fs::canonicalize(module).ok()?;
     let modules = ordo_trace::symbolize::modules_of_process(pid);
-    let m = modules.iter().find(|m| std::fs::canonicalize(&m.path).ok().as_deref() == Some(canonical.as_path()))?;
+    let m = modules
+        .iter()
+        .find(|m| std::fs::canonicalize(&m.path).ok().as_deref() == Some(canonical.as_path()))?;
     let first = m.mappings.iter().min_by_key(|map| map.file_offset)?;
     let info = ordo_trace::symbolize::ElfInfo::read(module).ok()?;
     Some(first.start - info.vaddr_of_offset(first.file_offset))

@@ -25,11 +25,19 @@ pub fn build_program(name: &str) -> PathBuf {
     std::fs::create_dir_all(&out_dir).unwrap();
     let c = src_dir.join(format!("{name}.c"));
     let cpp = src_dir.join(format!("{name}.cpp"));
-    let (src, compiler, std) = if c.exists() { (c, "cc", "-std=gnu11") } else { (cpp, "c++", "-std=c++17") };
+    let (src, compiler, std) = if c.exists() {
+        (c, "cc", "-std=gnu11")
+    } else {
+        (cpp, "c++", "-std=c++17")
+    };
     let out = out_dir.join(name);
     // Tests run in parallel and share programs: compile to a private name, then
     // rename into place atomically, so nobody executes a half-written binary.
-    let tmp = out_dir.join(format!(".{name}.{}.{:?}", std::process::id(), std::thread::current().id()));
+    let tmp = out_dir.join(format!(
+        ".{name}.{}.{:?}",
+        std::process::id(),
+        std::thread::current().id()
+    ));
     let status = Command::new(compiler)
         .args(["-O1", "-g", std, "-pthread", "-o"])
         .arg(&tmp)
@@ -55,7 +63,9 @@ pub fn have_root(test: &str) -> bool {
     if std::env::var_os("CI").is_some() {
         panic!("{test}: needs root to load eBPF programs, and CI must run it");
     }
-    eprintln!("SKIPPED {test}: needs root to load eBPF programs (run as root or via `cargo xtask test`)");
+    eprintln!(
+        "SKIPPED {test}: needs root to load eBPF programs (run as root or via `cargo xtask test`)"
+    );
     false
 }
 
@@ -67,7 +77,12 @@ pub fn run_ordo(args: &[&str]) -> Output {
 /// Records `program ARGS` into `trace`; panics with ordo's stderr on failure.
 pub fn record(trace: &Path, program: &Path, args: &[&str]) -> Output {
     let mut cmd = Command::new(ordo());
-    cmd.arg("record").arg("-o").arg(trace).arg("--").arg(program).args(args);
+    cmd.arg("record")
+        .arg("-o")
+        .arg(trace)
+        .arg("--")
+        .arg(program)
+        .args(args);
     let out = cmd.output().expect("run ordo record");
     assert!(
         trace.exists(),
@@ -79,8 +94,17 @@ pub fn record(trace: &Path, program: &Path, args: &[&str]) -> Output {
 
 /// `ordo dump --json TRACE`, parsed: one JSON object per event.
 pub fn dump_json(trace: &Path) -> Vec<serde_json::Value> {
-    let out = Command::new(ordo()).arg("dump").arg("--json").arg(trace).output().expect("run ordo dump");
-    assert!(out.status.success(), "ordo dump failed: {}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new(ordo())
+        .arg("dump")
+        .arg("--json")
+        .arg(trace)
+        .output()
+        .expect("run ordo dump");
+    assert!(
+        out.status.success(),
+        "ordo dump failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8(out.stdout)
         .unwrap()
         .lines()
@@ -90,11 +114,17 @@ pub fn dump_json(trace: &Path) -> Vec<serde_json::Value> {
 
 /// Compiles `tests/programs/NAME.rs` with rustc (optimized, debug info).
 pub fn build_rust_program(name: &str) -> PathBuf {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/programs").join(format!("{name}.rs"));
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/programs")
+        .join(format!("{name}.rs"));
     let out_dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("programs");
     std::fs::create_dir_all(&out_dir).unwrap();
     let out = out_dir.join(name);
-    let tmp = out_dir.join(format!(".{name}.{}.{:?}", std::process::id(), std::thread::current().id()));
+    let tmp = out_dir.join(format!(
+        ".{name}.{}.{:?}",
+        std::process::id(),
+        std::thread::current().id()
+    ));
     let status = Command::new("rustc")
         .args(["-O", "-g", "--edition", "2021", "-o"])
         .arg(&tmp)
@@ -117,10 +147,19 @@ pub fn printed(stdout: &[u8], key: &str) -> String {
 }
 
 /// Events of `events` with `kind` on object `addr`, counted per logical thread.
-pub fn count_by_thread(events: &[serde_json::Value], kind: &str, addr: &str) -> std::collections::BTreeMap<String, usize> {
+pub fn count_by_thread(
+    events: &[serde_json::Value],
+    kind: &str,
+    addr: &str,
+) -> std::collections::BTreeMap<String, usize> {
     let mut counts = std::collections::BTreeMap::new();
-    for e in events.iter().filter(|e| e["kind"] == kind && e["addr"] == addr) {
-        *counts.entry(e["thread"].as_str().unwrap().to_string()).or_insert(0) += 1;
+    for e in events
+        .iter()
+        .filter(|e| e["kind"] == kind && e["addr"] == addr)
+    {
+        *counts
+            .entry(e["thread"].as_str().unwrap().to_string())
+            .or_insert(0) += 1;
     }
     counts
 }

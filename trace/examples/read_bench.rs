@@ -18,10 +18,19 @@ const CHUNK: usize = 65_536;
 const MAIN_TID: u32 = 1000;
 
 fn generate(path: &Path, events: u64, threads: u32) -> std::io::Result<u64> {
-    let header = Header { pid: MAIN_TID, command: vec!["read_bench".into()], ..Default::default() };
+    let header = Header {
+        pid: MAIN_TID,
+        command: vec!["read_bench".into()],
+        ..Default::default()
+    };
     let mut w = TraceWriter::create(path, &header)?;
     let workers: Vec<u32> = (1..=threads).map(|i| MAIN_TID + i).collect();
-    let mut records = vec![ThreadRecord { tid: MAIN_TID, logical: vec![], name: "main".into(), parent_tid: 0 }];
+    let mut records = vec![ThreadRecord {
+        tid: MAIN_TID,
+        logical: vec![],
+        name: "main".into(),
+        parent_tid: 0,
+    }];
     records.extend(workers.iter().enumerate().map(|(i, &t)| ThreadRecord {
         tid: t,
         logical: vec![i as u32 + 1],
@@ -70,11 +79,29 @@ fn generate(path: &Path, events: u64, threads: u32) -> std::io::Result<u64> {
         push(&mut buf, t, Kind::MutexLock, lock, site, 0);
         if (r >> 24) & 3 == 0 && outer + 1 < 16 {
             let inner = outer + 1 + (r >> 28) % (16 - outer - 1);
-            push(&mut buf, t, Kind::MutexLock, 0x5000_0000 + inner * 64, 0x403000 + inner * 0x10, 0);
-            push(&mut buf, t, Kind::MutexUnlock, 0x5000_0000 + inner * 64, 0x403004 + inner * 0x10, 0);
+            push(
+                &mut buf,
+                t,
+                Kind::MutexLock,
+                0x5000_0000 + inner * 64,
+                0x403000 + inner * 0x10,
+                0,
+            );
+            push(
+                &mut buf,
+                t,
+                Kind::MutexUnlock,
+                0x5000_0000 + inner * 64,
+                0x403004 + inner * 0x10,
+                0,
+            );
         }
         if outer == 0 {
-            let kind = if (r >> 32) & 1 == 0 { Kind::Read } else { Kind::Write };
+            let kind = if (r >> 32) & 1 == 0 {
+                Kind::Read
+            } else {
+                Kind::Write
+            };
             push(&mut buf, t, kind, 0x6000_0000, site + 6, 4);
         }
         push(&mut buf, t, Kind::MutexUnlock, lock, site + 8, 0);
@@ -95,14 +122,27 @@ fn generate(path: &Path, events: u64, threads: u32) -> std::io::Result<u64> {
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let events: u64 = args.first().map(|s| s.parse().expect("EVENTS")).unwrap_or(10_000_000);
-    let threads: u32 = args.get(1).map(|s| s.parse().expect("THREADS")).unwrap_or(8);
+    let events: u64 = args
+        .first()
+        .map(|s| s.parse().expect("EVENTS"))
+        .unwrap_or(10_000_000);
+    let threads: u32 = args
+        .get(1)
+        .map(|s| s.parse().expect("THREADS"))
+        .unwrap_or(8);
     let dir = tempfile::tempdir().unwrap();
-    let path: PathBuf = args.get(2).map(PathBuf::from).unwrap_or_else(|| dir.path().join("bench.ordo"));
+    let path: PathBuf = args
+        .get(2)
+        .map(PathBuf::from)
+        .unwrap_or_else(|| dir.path().join("bench.ordo"));
     if events > 0 {
         let started = Instant::now();
         let n = generate(&path, events, threads).unwrap();
-        println!("wrote {n} events ({:.1} MB) in {:.2} s", std::fs::metadata(&path).unwrap().len() as f64 / 1e6, started.elapsed().as_secs_f64());
+        println!(
+            "wrote {n} events ({:.1} MB) in {:.2} s",
+            std::fs::metadata(&path).unwrap().len() as f64 / 1e6,
+            started.elapsed().as_secs_f64()
+        );
     }
     let mut best = f64::MAX;
     let mut total = 0u64;
@@ -114,7 +154,12 @@ fn main() {
         total = 0;
         while reader.next_chunk_into(&mut chunk).unwrap() {
             total += chunk.len() as u64;
-            checksum = checksum.wrapping_add(chunk.iter().map(|e| e.ts_ns ^ e.seq ^ e.thread as u64).fold(0, u64::wrapping_add));
+            checksum = checksum.wrapping_add(
+                chunk
+                    .iter()
+                    .map(|e| e.ts_ns ^ e.seq ^ e.thread as u64)
+                    .fold(0, u64::wrapping_add),
+            );
         }
         best = best.min(started.elapsed().as_secs_f64());
     }

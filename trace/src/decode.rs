@@ -42,7 +42,9 @@ pub(crate) struct ChunkDecoder {
 
 impl fmt::Debug for ChunkDecoder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ChunkDecoder").field("raw_capacity", &self.raw.capacity()).finish_non_exhaustive()
+        f.debug_struct("ChunkDecoder")
+            .field("raw_capacity", &self.raw.capacity())
+            .finish_non_exhaustive()
     }
 }
 
@@ -54,7 +56,11 @@ impl Default for ChunkDecoder {
                 *slot = Some(k);
             }
         }
-        ChunkDecoder { dctx: None, raw: Vec::new(), kinds }
+        ChunkDecoder {
+            dctx: None,
+            raw: Vec::new(),
+            kinds,
+        }
     }
 }
 
@@ -77,13 +83,18 @@ impl ChunkDecoder {
                 }
             }
         }
-        zstd::stream::copy_decode(payload, &mut self.raw).map_err(|e| format!("corrupt chunk: cannot decompress: {e}"))
+        zstd::stream::copy_decode(payload, &mut self.raw)
+            .map_err(|e| format!("corrupt chunk: cannot decompress: {e}"))
     }
 
     /// Decodes `self.raw` with the fast path: appends its events to `events` (the
     /// thread index from `threads`) and returns the chunk's `dropped_so_far`, or
     /// `None` when the chunk needs prost (then `events` is as it was).
-    pub(crate) fn fast_events(&self, threads: &ThreadTable, events: &mut Vec<Event>) -> Option<FastChunk> {
+    pub(crate) fn fast_events(
+        &self,
+        threads: &ThreadTable,
+        events: &mut Vec<Event>,
+    ) -> Option<FastChunk> {
         let start = events.len();
         let result = fast_chunk(&self.raw, &self.kinds, threads, events);
         if result.is_none() {
@@ -104,9 +115,24 @@ pub(crate) fn prost_chunk(raw: &[u8]) -> Result<Chunk, String> {
 }
 
 /// The slow path's events: prost's columns into events, appended to `events`.
-pub(crate) fn prost_events(c: &EventColumns, threads: &ThreadTable, events: &mut Vec<Event>) -> Result<(), String> {
+pub(crate) fn prost_events(
+    c: &EventColumns,
+    threads: &ThreadTable,
+    events: &mut Vec<Event>,
+) -> Result<(), String> {
     let n = c.tid.len();
-    let same = [c.ts_delta.len(), c.kind.len(), c.via.len(), c.addr.len(), c.addr2.len(), c.site.len(), c.seq.len(), c.result.len(), c.value.len(), c.size.len()];
+    let same = [
+        c.ts_delta.len(),
+        c.kind.len(),
+        c.via.len(),
+        c.addr.len(),
+        c.addr2.len(),
+        c.site.len(),
+        c.seq.len(),
+        c.result.len(),
+        c.value.len(),
+        c.size.len(),
+    ];
     if same.iter().any(|&l| l != n) {
         return Err("corrupt chunk: event columns differ in length".into());
     }
@@ -216,7 +242,12 @@ fn columns(mut buf: &[u8]) -> Option<[&[u8]; COLUMNS]> {
     Some(cols.map(|c| c.unwrap_or(&[])))
 }
 
-fn fast_chunk(mut buf: &[u8], kinds: &[Option<Kind>; 128], threads: &ThreadTable, events: &mut Vec<Event>) -> Option<FastChunk> {
+fn fast_chunk(
+    mut buf: &[u8],
+    kinds: &[Option<Kind>; 128],
+    threads: &ThreadTable,
+    events: &mut Vec<Event>,
+) -> Option<FastChunk> {
     let mut cols: Option<[&[u8]; COLUMNS]> = None;
     let mut dropped_so_far = 0;
     while !buf.is_empty() {
@@ -249,8 +280,14 @@ fn fast_chunk(mut buf: &[u8], kinds: &[Option<Kind>; 128], threads: &ThreadTable
 }
 
 /// Decodes the columns row by row into events.
-fn decode_events(cols: [&[u8]; COLUMNS], kinds: &[Option<Kind>; 128], threads: &ThreadTable, events: &mut Vec<Event>) -> Option<()> {
-    let [mut ts_delta, mut tid, mut kind, mut via, mut addr, mut addr2, mut site, mut seq, mut result, mut value, mut size] = cols;
+fn decode_events(
+    cols: [&[u8]; COLUMNS],
+    kinds: &[Option<Kind>; 128],
+    threads: &ThreadTable,
+    events: &mut Vec<Event>,
+) -> Option<()> {
+    let [mut ts_delta, mut tid, mut kind, mut via, mut addr, mut addr2, mut site, mut seq, mut result, mut value, mut size] =
+        cols;
     // Every varint ends in exactly one byte below 0x80.
     let n = tid.iter().filter(|&&b| b < 0x80).count();
     events.reserve(n);
@@ -285,10 +322,13 @@ fn decode_events(cols: [&[u8]; COLUMNS], kinds: &[Option<Kind>; 128], threads: &
             size: varint(&mut size)? as u32 as u8,
         });
     }
-    let all_read = [ts_delta, tid, kind, via, addr, addr2, site, seq, result, value, size].iter().all(|c| c.is_empty());
+    let all_read = [
+        ts_delta, tid, kind, via, addr, addr2, site, seq, result, value, size,
+    ]
+    .iter()
+    .all(|c| c.is_empty());
     all_read.then_some(())
 }
-
 
 #[cfg(test)]
 mod tests;

@@ -91,7 +91,10 @@ impl Kind {
 
     /// Acquisitions of a lock (mutex or rwlock).
     pub fn is_acquire(self) -> bool {
-        matches!(self, Kind::MutexLock | Kind::RwlockRdlock | Kind::RwlockWrlock)
+        matches!(
+            self,
+            Kind::MutexLock | Kind::RwlockRdlock | Kind::RwlockWrlock
+        )
     }
 
     /// Releases of a lock (mutex or rwlock).

@@ -53,7 +53,13 @@ pub struct TraceError {
 
 impl fmt::Display for TraceError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: at byte {}: {}", self.path.display(), self.offset, self.message)
+        write!(
+            f,
+            "{}: at byte {}: {}",
+            self.path.display(),
+            self.offset,
+            self.message
+        )
     }
 }
 
@@ -218,7 +224,11 @@ pub struct TraceReader {
 impl TraceReader {
     /// Opens a trace, reading its header and thread table.
     pub fn open(path: &Path, mode: ReadMode) -> Result<TraceReader, TraceError> {
-        let err = |offset: u64, message: String| TraceError { path: path.to_path_buf(), offset, message };
+        let err = |offset: u64, message: String| TraceError {
+            path: path.to_path_buf(),
+            offset,
+            message,
+        };
         let file = File::open(path).map_err(|e| err(0, format!("cannot open: {e}")))?;
         let len = file.metadata().map_err(|e| err(0, e.to_string()))?.len();
         let mut file = BufReader::with_capacity(1 << 20, file);
@@ -226,7 +236,8 @@ impl TraceReader {
         if len < 8 {
             return Err(err(len, "file too short to be an ordo trace".into()));
         }
-        file.read_exact(&mut magic).map_err(|e| err(0, e.to_string()))?;
+        file.read_exact(&mut magic)
+            .map_err(|e| err(0, e.to_string()))?;
         if &magic != MAGIC {
             return Err(err(0, "not an ordo trace (bad magic)".into()));
         }
@@ -252,9 +263,13 @@ impl TraceReader {
             None => return Err(err(8, "truncated: no header record".into())),
         };
         if tag != TAG_HEADER {
-            return Err(err(8, format!("expected the header record, found tag {tag}")));
+            return Err(err(
+                8,
+                format!("expected the header record, found tag {tag}"),
+            ));
         }
-        reader.header = Header::decode(payload.as_slice()).map_err(|e| err(8, format!("corrupt header: {e}")))?;
+        reader.header = Header::decode(payload.as_slice())
+            .map_err(|e| err(8, format!("corrupt header: {e}")))?;
         if reader.header.format_version > FORMAT_VERSION {
             return Err(err(
                 8,
@@ -279,46 +294,72 @@ impl TraceReader {
         reader.modules = modules;
         reader.threads = ThreadTable::new(threads.into_iter().map(thread_info).collect());
         reader.pos = reader.chunks_start;
-        reader.file.seek(SeekFrom::Start(reader.pos)).map_err(|e| err(reader.pos, e.to_string()))?;
+        reader
+            .file
+            .seek(SeekFrom::Start(reader.pos))
+            .map_err(|e| err(reader.pos, e.to_string()))?;
         Ok(reader)
     }
 
     fn error(&self, offset: u64, message: impl Into<String>) -> TraceError {
-        TraceError { path: self.path.clone(), offset, message: message.into() }
+        TraceError {
+            path: self.path.clone(),
+            offset,
+            message: message.into(),
+        }
     }
 
     /// Reads the next framed record at `self.pos`; `None` at a clean end.
     fn next_record(&mut self, end: u64) -> Result<Option<(u8, Vec<u8>)>, TraceError> {
         let mut payload = Vec::new();
-        Ok(self.next_record_into(end, &mut payload)?.map(|tag| (tag, payload)))
+        Ok(self
+            .next_record_into(end, &mut payload)?
+            .map(|tag| (tag, payload)))
     }
 
     /// Like [`TraceReader::next_record`], reading the payload into `payload`.
-    fn next_record_into(&mut self, end: u64, payload: &mut Vec<u8>) -> Result<Option<u8>, TraceError> {
+    fn next_record_into(
+        &mut self,
+        end: u64,
+        payload: &mut Vec<u8>,
+    ) -> Result<Option<u8>, TraceError> {
         let at = self.pos;
         if at == end {
             return Ok(None);
         }
         if end - at < FRAME_LEN {
-            return Err(self.error(at, format!("truncated record frame ({} of {FRAME_LEN} bytes)", end - at)));
+            return Err(self.error(
+                at,
+                format!("truncated record frame ({} of {FRAME_LEN} bytes)", end - at),
+            ));
         }
         let mut frame = [0u8; FRAME_LEN as usize];
-        self.file.read_exact(&mut frame).map_err(|e| self.error(at, e.to_string()))?;
+        self.file
+            .read_exact(&mut frame)
+            .map_err(|e| self.error(at, e.to_string()))?;
         let tag = frame[0];
         let len = u32::from_le_bytes(frame[1..5].try_into().unwrap());
         let crc = u32::from_le_bytes(frame[5..9].try_into().unwrap());
         if !(TAG_HEADER..=TAG_FOOTER).contains(&tag) || len > MAX_RECORD {
-            return Err(self.error(at, format!("corrupt record frame (tag {tag}, length {len})")));
+            return Err(self.error(
+                at,
+                format!("corrupt record frame (tag {tag}, length {len})"),
+            ));
         }
         if end - at - FRAME_LEN < len as u64 {
             return Err(self.error(
                 at,
-                format!("truncated record: {len} bytes announced, {} present", end - at - FRAME_LEN),
+                format!(
+                    "truncated record: {len} bytes announced, {} present",
+                    end - at - FRAME_LEN
+                ),
             ));
         }
         payload.clear();
         payload.resize(len as usize, 0);
-        self.file.read_exact(payload).map_err(|e| self.error(at, e.to_string()))?;
+        self.file
+            .read_exact(payload)
+            .map_err(|e| self.error(at, e.to_string()))?;
         if crc32fast::hash(payload) != crc {
             return Err(self.error(at, "corrupt record: checksum mismatch"));
         }
@@ -331,17 +372,26 @@ impl TraceReader {
             return Ok(None);
         }
         let mut trailer = [0u8; 16];
-        self.file.seek(SeekFrom::Start(len - 16)).map_err(|e| self.error(len - 16, e.to_string()))?;
-        self.file.read_exact(&mut trailer).map_err(|e| self.error(len - 16, e.to_string()))?;
+        self.file
+            .seek(SeekFrom::Start(len - 16))
+            .map_err(|e| self.error(len - 16, e.to_string()))?;
+        self.file
+            .read_exact(&mut trailer)
+            .map_err(|e| self.error(len - 16, e.to_string()))?;
         if &trailer[8..] != TRAILER_MAGIC {
             return Ok(None);
         }
         let footer_offset = u64::from_le_bytes(trailer[..8].try_into().unwrap());
         if footer_offset < self.chunks_start || footer_offset >= len - 16 {
-            return Err(self.error(len - 16, format!("corrupt trailer: footer offset {footer_offset}")));
+            return Err(self.error(
+                len - 16,
+                format!("corrupt trailer: footer offset {footer_offset}"),
+            ));
         }
         self.pos = footer_offset;
-        self.file.seek(SeekFrom::Start(footer_offset)).map_err(|e| self.error(footer_offset, e.to_string()))?;
+        self.file
+            .seek(SeekFrom::Start(footer_offset))
+            .map_err(|e| self.error(footer_offset, e.to_string()))?;
         match self.next_record(len - 16)? {
             Some((TAG_FOOTER, payload)) => {
                 self.chunks_end = footer_offset;
@@ -349,15 +399,23 @@ impl TraceReader {
                     .map(Some)
                     .map_err(|e| self.error(footer_offset, format!("corrupt footer: {e}")))
             }
-            _ => Err(self.error(footer_offset, "corrupt trailer: no footer record at its offset")),
+            _ => Err(self.error(
+                footer_offset,
+                "corrupt trailer: no footer record at its offset",
+            )),
         }
     }
 
     /// A trace without footer (cut short): collect thread and module records from
     /// every chunk, and find where the readable part ends.
-    fn scan_without_footer(&mut self, len: u64) -> Result<(Vec<ThreadRecord>, Vec<ModuleRecord>), TraceError> {
+    fn scan_without_footer(
+        &mut self,
+        len: u64,
+    ) -> Result<(Vec<ThreadRecord>, Vec<ModuleRecord>), TraceError> {
         self.pos = self.chunks_start;
-        self.file.seek(SeekFrom::Start(self.pos)).map_err(|e| self.error(self.pos, e.to_string()))?;
+        self.file
+            .seek(SeekFrom::Start(self.pos))
+            .map_err(|e| self.error(self.pos, e.to_string()))?;
         let mut threads: HashMap<u32, ThreadRecord> = HashMap::new();
         let mut modules = Vec::new();
         loop {
@@ -395,7 +453,9 @@ impl TraceReader {
                 Some((TAG_FOOTER, _)) => {
                     return Err(self.error(at, "footer without trailer"));
                 }
-                Some((tag, _)) => return Err(self.error(at, format!("unexpected record tag {tag}"))),
+                Some((tag, _)) => {
+                    return Err(self.error(at, format!("unexpected record tag {tag}")))
+                }
             }
         }
         let mut threads: Vec<_> = threads.into_values().collect();
@@ -423,7 +483,9 @@ impl TraceReader {
             if tag != TAG_CHUNK {
                 return Err(self.error(at, format!("unexpected record tag {tag} among chunks")));
             }
-            self.decoder.decompress(&self.payload).map_err(|m| self.error(at, m))?;
+            self.decoder
+                .decompress(&self.payload)
+                .map_err(|m| self.error(at, m))?;
             if let Some(chunk) = self.decoder.fast_events(&self.threads, events) {
                 self.drops_at_chunk.push((at, chunk.dropped_so_far));
                 if !events.is_empty() {
@@ -471,7 +533,12 @@ impl TraceReader {
 }
 
 fn thread_info(t: ThreadRecord) -> ThreadInfo {
-    ThreadInfo { tid: t.tid, logical: LogicalId(t.logical), name: t.name, parent_tid: t.parent_tid }
+    ThreadInfo {
+        tid: t.tid,
+        logical: LogicalId(t.logical),
+        name: t.name,
+        parent_tid: t.parent_tid,
+    }
 }
 
 /// Reads a whole trace into memory: metadata and every event.
@@ -506,7 +573,11 @@ mod tests {
                 ts_ns: 1_000 + i as u64 * 7,
                 tid: 100 + (i % 3) as u32,
                 thread: 0,
-                kind: if i % 2 == 0 { Kind::MutexLock } else { Kind::MutexUnlock },
+                kind: if i % 2 == 0 {
+                    Kind::MutexLock
+                } else {
+                    Kind::MutexUnlock
+                },
                 via: if i % 5 == 0 { Via::Try } else { Via::Plain },
                 addr: 0x5555_0000 + (i % 2) as u64 * 64,
                 addr2: 0,
@@ -521,28 +592,54 @@ mod tests {
 
     fn threads() -> Vec<ThreadRecord> {
         vec![
-            ThreadRecord { tid: 100, logical: vec![], name: "main".into(), parent_tid: 0 },
-            ThreadRecord { tid: 101, logical: vec![1], name: "w1".into(), parent_tid: 100 },
-            ThreadRecord { tid: 102, logical: vec![2], name: "w2".into(), parent_tid: 100 },
+            ThreadRecord {
+                tid: 100,
+                logical: vec![],
+                name: "main".into(),
+                parent_tid: 0,
+            },
+            ThreadRecord {
+                tid: 101,
+                logical: vec![1],
+                name: "w1".into(),
+                parent_tid: 100,
+            },
+            ThreadRecord {
+                tid: 102,
+                logical: vec![2],
+                name: "w2".into(),
+                parent_tid: 100,
+            },
         ]
     }
 
     fn write(path: &Path, events: &[Event], finish: bool) -> u64 {
-        let header = Header { pid: 100, command: vec!["prog".into()], ..Default::default() };
+        let header = Header {
+            pid: 100,
+            command: vec!["prog".into()],
+            ..Default::default()
+        };
         let mut w = TraceWriter::create(path, &header).unwrap();
         for (i, part) in events.chunks(100).enumerate() {
             let t = if i == 0 { threads() } else { vec![] };
             w.write_chunk(part, &t, &[], i as u64).unwrap();
         }
         if finish {
-            w.finish(Footer { dropped: 7, ..Default::default() }).unwrap()
+            w.finish(Footer {
+                dropped: 7,
+                ..Default::default()
+            })
+            .unwrap()
         } else {
             w.bytes_written()
         }
     }
 
     fn strip_thread(events: Vec<Event>) -> Vec<Event> {
-        events.into_iter().map(|e| Event { thread: 0, ..e }).collect()
+        events
+            .into_iter()
+            .map(|e| Event { thread: 0, ..e })
+            .collect()
     }
 
     #[test]
@@ -559,7 +656,10 @@ mod tests {
         assert_eq!(back[1].thread, reader.threads.index_of(101).unwrap());
         assert!(reader.cut_short.is_none());
         use std::os::unix::fs::PermissionsExt;
-        assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
+        assert_eq!(
+            std::fs::metadata(&path).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
     }
 
     #[test]
@@ -616,7 +716,10 @@ mod tests {
     fn trace_with_raw_chunk(path: &Path, chunk: &[u8]) -> u64 {
         let header = Header::default().encode_to_vec();
         let mut bytes = MAGIC.to_vec();
-        for (tag, payload) in [(TAG_HEADER, header), (TAG_CHUNK, zstd::bulk::compress(chunk, 1).unwrap())] {
+        for (tag, payload) in [
+            (TAG_HEADER, header),
+            (TAG_CHUNK, zstd::bulk::compress(chunk, 1).unwrap()),
+        ] {
             bytes.push(tag);
             bytes.extend((payload.len() as u32).to_le_bytes());
             bytes.extend(crc32fast::hash(&payload).to_le_bytes());
@@ -646,14 +749,27 @@ mod tests {
         let offset = trace_with_raw_chunk(&path, &chunk);
         let err = read_trace(&path, ReadMode::Strict).unwrap_err();
         assert_eq!(err.offset, offset, "{err}");
-        assert!(err.to_string().contains("t.ordo") && err.to_string().contains("corrupt chunk"), "{err}");
+        assert!(
+            err.to_string().contains("t.ordo") && err.to_string().contains("corrupt chunk"),
+            "{err}"
+        );
         // Columns of different lengths, an unknown kind.
         let mut short = columns.clone();
         short.value.pop();
         let mut unknown = columns.clone();
         unknown.kind[7] = 70_000;
-        for (c, message) in [(short, "differ in length"), (unknown, "unknown event kind 70000")] {
-            let offset = trace_with_raw_chunk(&path, &Chunk { events: Some(c), ..Default::default() }.encode_to_vec());
+        for (c, message) in [
+            (short, "differ in length"),
+            (unknown, "unknown event kind 70000"),
+        ] {
+            let offset = trace_with_raw_chunk(
+                &path,
+                &Chunk {
+                    events: Some(c),
+                    ..Default::default()
+                }
+                .encode_to_vec(),
+            );
             let err = read_trace(&path, ReadMode::Strict).unwrap_err();
             assert_eq!(err.offset, offset, "{err}");
             assert!(err.to_string().contains(message), "{err}");
@@ -673,7 +789,19 @@ mod tests {
         let mut inner = Vec::new();
         let zz = |v: i64| ((v << 1) ^ (v >> 63)) as u64;
         for i in 0..events.len() {
-            let row = [zz(c.ts_delta[i]), c.tid[i] as u64, c.kind[i] as u64, c.via[i] as u64, c.addr[i], c.addr2[i], c.site[i], c.seq[i], zz(c.result[i]), c.value[i], c.size[i] as u64];
+            let row = [
+                zz(c.ts_delta[i]),
+                c.tid[i] as u64,
+                c.kind[i] as u64,
+                c.via[i] as u64,
+                c.addr[i],
+                c.addr2[i],
+                c.site[i],
+                c.seq[i],
+                zz(c.result[i]),
+                c.value[i],
+                c.size[i] as u64,
+            ];
             for (field, v) in row.into_iter().enumerate() {
                 prost::encoding::encode_varint((field as u64 + 1) << 3, &mut inner);
                 prost::encoding::encode_varint(v, &mut inner);
@@ -692,17 +820,30 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("t.ordo");
         std::fs::write(&path, b"hello world, not a trace").unwrap();
-        assert!(read_trace(&path, ReadMode::Strict).unwrap_err().to_string().contains("bad magic"));
+        assert!(read_trace(&path, ReadMode::Strict)
+            .unwrap_err()
+            .to_string()
+            .contains("bad magic"));
         let missing = dir.path().join("missing.ordo");
-        assert!(read_trace(&missing, ReadMode::Strict).unwrap_err().to_string().contains("cannot open"));
+        assert!(read_trace(&missing, ReadMode::Strict)
+            .unwrap_err()
+            .to_string()
+            .contains("cannot open"));
         // A newer format version.
-        let header = Header { format_version: FORMAT_VERSION + 1, ..Default::default() }.encode_to_vec();
+        let header = Header {
+            format_version: FORMAT_VERSION + 1,
+            ..Default::default()
+        }
+        .encode_to_vec();
         let mut bytes = MAGIC.to_vec();
         bytes.push(TAG_HEADER);
         bytes.extend((header.len() as u32).to_le_bytes());
         bytes.extend(crc32fast::hash(&header).to_le_bytes());
         bytes.extend(&header);
         std::fs::write(&path, &bytes).unwrap();
-        assert!(read_trace(&path, ReadMode::Strict).unwrap_err().to_string().contains("newer ordo"));
+        assert!(read_trace(&path, ReadMode::Strict)
+            .unwrap_err()
+            .to_string()
+            .contains("newer ordo"));
     }
 }

@@ -77,7 +77,9 @@ impl OrderMerger {
     /// pthread_t) for later threads, so a handle's joins match its creations in order.
     fn join_target(&self, e: &Event) -> Option<u32> {
         let children = self.handles.get(&e.addr)?;
-        children.get(self.joins.get(&e.addr).copied().unwrap_or(0)).copied()
+        children
+            .get(self.joins.get(&e.addr).copied().unwrap_or(0))
+            .copied()
     }
 
     /// The next event in global order, or `None` when more input is needed (or, after
@@ -86,7 +88,9 @@ impl OrderMerger {
         let mut best: Option<(u64, usize)> = None;
         let mut earliest: Option<(u64, usize)> = None;
         for (i, tid) in self.tids.iter().enumerate() {
-            let Some(head) = self.queues.get(tid).and_then(|q| q.front()) else { continue };
+            let Some(head) = self.queues.get(tid).and_then(|q| q.front()) else {
+                continue;
+            };
             if earliest.is_none_or(|(ts, _)| head.ts_ns < ts) {
                 earliest = Some((head.ts_ns, i));
             }
@@ -191,7 +195,10 @@ mod tests {
             ev(2, 105, Kind::MutexLock, 0xa, 2),
             ev(2, 120, Kind::MutexUnlock, 0xa, 3),
         ];
-        let order: Vec<_> = global_order(events).iter().map(|e| (e.tid, e.seq)).collect();
+        let order: Vec<_> = global_order(events)
+            .iter()
+            .map(|e| (e.tid, e.seq))
+            .collect();
         assert_eq!(order, vec![(1, 0), (1, 1), (2, 2), (2, 3)]);
     }
 
@@ -208,12 +215,23 @@ mod tests {
             join,
         ];
         let kinds: Vec<_> = global_order(events).iter().map(|e| e.kind).collect();
-        assert_eq!(kinds, vec![Kind::ThreadCreate, Kind::ThreadStart, Kind::ThreadExit, Kind::ThreadJoin]);
+        assert_eq!(
+            kinds,
+            vec![
+                Kind::ThreadCreate,
+                Kind::ThreadStart,
+                Kind::ThreadExit,
+                Kind::ThreadJoin
+            ]
+        );
     }
 
     #[test]
     fn gaps_do_not_stall() {
-        let events = vec![ev(1, 100, Kind::MutexLock, 0xa, 0), ev(2, 90, Kind::MutexLock, 0xa, 5)];
+        let events = vec![
+            ev(1, 100, Kind::MutexLock, 0xa, 0),
+            ev(2, 90, Kind::MutexLock, 0xa, 5),
+        ];
         assert_eq!(global_order(events).len(), 2);
     }
 }

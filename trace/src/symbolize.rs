@@ -36,7 +36,10 @@ impl fmt::Display for Location {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match (&self.symbol, &self.file, self.line) {
             (Some(sym), Some(file), Some(line)) => {
-                let short = Path::new(file).file_name().map(|s| s.to_string_lossy()).unwrap_or_default();
+                let short = Path::new(file)
+                    .file_name()
+                    .map(|s| s.to_string_lossy())
+                    .unwrap_or_default();
                 write!(f, "{sym} ({short}:{line})")
             }
             (Some(sym), _, _) if self.symbol_offset == 0 => write!(f, "{sym} ({})", self.module),
@@ -60,10 +63,15 @@ impl ElfInfo {
     /// Reads the symbols and segments of an ELF file.
     pub fn read(path: &Path) -> Result<ElfInfo, String> {
         let data = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        let file = object::File::parse(data.as_slice()).map_err(|e| format!("{}: not an ELF file: {e}", path.display()))?;
+        let file = object::File::parse(data.as_slice())
+            .map_err(|e| format!("{}: not an ELF file: {e}", path.display()))?;
         let mut symbols = Vec::new();
         for sym in file.symbols().chain(file.dynamic_symbols()) {
-            if !matches!(sym.kind(), SymbolKind::Text | SymbolKind::Data | SymbolKind::Tls) || sym.address() == 0 {
+            if !matches!(
+                sym.kind(),
+                SymbolKind::Text | SymbolKind::Data | SymbolKind::Tls
+            ) || sym.address() == 0
+            {
                 continue;
             }
             if let Ok(name) = sym.name() {
@@ -82,7 +90,11 @@ impl ElfInfo {
             })
             .collect();
         let build_id = file.build_id().ok().flatten().map(hex).unwrap_or_default();
-        Ok(ElfInfo { symbols, segments, build_id })
+        Ok(ElfInfo {
+            symbols,
+            segments,
+            build_id,
+        })
     }
 
     /// The symbol containing `vaddr` (or the nearest one below it, for symbols
@@ -96,7 +108,10 @@ impl ElfInfo {
 
     /// The address and size of a symbol by (demangled or raw) name.
     pub fn symbol_named(&self, name: &str) -> Option<(u64, u64)> {
-        self.symbols.iter().find(|s| s.2 == name).map(|s| (s.0, s.1))
+        self.symbols
+            .iter()
+            .find(|s| s.2 == name)
+            .map(|s| (s.0, s.1))
     }
 
     /// The ELF virtual address of a file offset.
@@ -128,7 +143,9 @@ pub fn demangle(name: &str) -> String {
     let s = addr2line::demangle_auto(name.into(), None).into_owned();
     // Drop Rust's trailing hash (`::h0123…`).
     match s.rfind("::h") {
-        Some(i) if s.len() - i == 19 && s[i + 3..].chars().all(|c| c.is_ascii_hexdigit()) => s[..i].to_string(),
+        Some(i) if s.len() - i == 19 && s[i + 3..].chars().all(|c| c.is_ascii_hexdigit()) => {
+            s[..i].to_string()
+        }
         _ => s,
     }
 }
@@ -147,7 +164,10 @@ pub struct Symbolizer {
 impl Symbolizer {
     /// A symbolizer over a trace's module table.
     pub fn new(modules: &[ModuleRecord]) -> Symbolizer {
-        Symbolizer { modules: modules.to_vec(), loaded: RefCell::new(HashMap::new()) }
+        Symbolizer {
+            modules: modules.to_vec(),
+            loaded: RefCell::new(HashMap::new()),
+        }
     }
 
     fn module_of(&self, addr: u64) -> Option<(usize, &Mapping)> {
@@ -173,7 +193,9 @@ impl Symbolizer {
             let info = ElfInfo::read(path)
                 .ok()
                 .filter(|i| record.build_id.is_empty() || i.build_id == record.build_id);
-            let dwarf = info.as_ref().and_then(|_| addr2line::Loader::new(path).ok());
+            let dwarf = info
+                .as_ref()
+                .and_then(|_| addr2line::Loader::new(path).ok());
             Loaded { info, dwarf }
         });
         f(loaded)
@@ -183,7 +205,10 @@ impl Symbolizer {
     fn vaddr(&self, addr: u64) -> Option<(usize, u64)> {
         let (index, map) = self.module_of(addr)?;
         let base = self.with_loaded(index, |l| {
-            l.info.as_ref().map(|i| i.vaddr_of_offset(map.file_offset)).unwrap_or(map.file_offset)
+            l.info
+                .as_ref()
+                .map(|i| i.vaddr_of_offset(map.file_offset))
+                .unwrap_or(map.file_offset)
         });
         Some((index, addr - map.start + base))
     }
@@ -193,9 +218,17 @@ impl Symbolizer {
     pub fn locate(&self, addr: u64, is_return: bool) -> Option<Location> {
         let (index, vaddr) = self.vaddr(addr)?;
         let module = module_name(&self.modules[index].path);
-        let probe = if is_return { vaddr.saturating_sub(1) } else { vaddr };
+        let probe = if is_return {
+            vaddr.saturating_sub(1)
+        } else {
+            vaddr
+        };
         Some(self.with_loaded(index, |l| {
-            let mut loc = Location { module, offset: vaddr, ..Default::default() };
+            let mut loc = Location {
+                module,
+                offset: vaddr,
+                ..Default::default()
+            };
             if let Some(info) = &l.info {
                 if let Some((name, off)) = info.symbol_at(probe) {
                     loc.symbol = Some(name.to_string());
@@ -205,7 +238,8 @@ impl Symbolizer {
             if let Some(dwarf) = &l.dwarf {
                 if let Ok(mut frames) = dwarf.find_frames(probe) {
                     if let Ok(Some(frame)) = frames.next() {
-                        if let Some(func) = frame.function.as_ref().and_then(|f| f.demangle().ok()) {
+                        if let Some(func) = frame.function.as_ref().and_then(|f| f.demangle().ok())
+                        {
                             loc.symbol = Some(demangle(&func));
                         }
                         if let Some(l) = frame.location {
@@ -224,7 +258,11 @@ impl Symbolizer {
         let (index, vaddr) = self.vaddr(addr)?;
         self.with_loaded(index, |l| {
             let (name, off) = l.info.as_ref()?.symbol_at(vaddr)?;
-            Some(if off == 0 { name.to_string() } else { format!("{name}+{off}") })
+            Some(if off == 0 {
+                name.to_string()
+            } else {
+                format!("{name}+{off}")
+            })
         })
     }
 
@@ -233,12 +271,17 @@ impl Symbolizer {
         if addr == 0 {
             return String::new();
         }
-        self.locate(addr, true).map(|l| l.to_string()).unwrap_or_else(|| format!("{addr:#x}"))
+        self.locate(addr, true)
+            .map(|l| l.to_string())
+            .unwrap_or_else(|| format!("{addr:#x}"))
     }
 }
 
 fn module_name(path: &str) -> String {
-    Path::new(path).file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| path.to_string())
+    Path::new(path)
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| path.to_string())
 }
 
 /// Reads `/proc/PID/maps` into module records (file-backed mappings only, build-ids
@@ -250,25 +293,41 @@ pub fn modules_of_process(pid: u32) -> Vec<ModuleRecord> {
     let mut modules: Vec<ModuleRecord> = Vec::new();
     for line in maps.lines() {
         let mut fields = line.split_whitespace();
-        let (Some(range), Some(_perms), Some(offset), Some(_dev), Some(inode)) =
-            (fields.next(), fields.next(), fields.next(), fields.next(), fields.next())
-        else {
+        let (Some(range), Some(_perms), Some(offset), Some(_dev), Some(inode)) = (
+            fields.next(),
+            fields.next(),
+            fields.next(),
+            fields.next(),
+            fields.next(),
+        ) else {
             continue;
         };
         let path: String = fields.collect::<Vec<_>>().join(" ");
         if inode == "0" || !path.starts_with('/') {
             continue;
         }
-        let Some((start, end)) = range.split_once('-') else { continue };
-        let (Ok(start), Ok(end), Ok(file_offset)) =
-            (u64::from_str_radix(start, 16), u64::from_str_radix(end, 16), u64::from_str_radix(offset, 16))
-        else {
+        let Some((start, end)) = range.split_once('-') else {
             continue;
         };
-        let mapping = Mapping { start, end, file_offset };
+        let (Ok(start), Ok(end), Ok(file_offset)) = (
+            u64::from_str_radix(start, 16),
+            u64::from_str_radix(end, 16),
+            u64::from_str_radix(offset, 16),
+        ) else {
+            continue;
+        };
+        let mapping = Mapping {
+            start,
+            end,
+            file_offset,
+        };
         match modules.iter_mut().find(|m| m.path == path) {
             Some(m) => m.mappings.push(mapping),
-            None => modules.push(ModuleRecord { path, build_id: String::new(), mappings: vec![mapping] }),
+            None => modules.push(ModuleRecord {
+                path,
+                build_id: String::new(),
+                mappings: vec![mapping],
+            }),
         }
     }
     for m in &mut modules {
@@ -292,7 +351,13 @@ mod tests {
         let sym = Symbolizer::new(&modules);
         let f = symbolizes_this_test_binary as *const () as u64;
         let loc = sym.locate(f, false).expect("located");
-        assert!(loc.symbol.as_deref().unwrap_or("").contains("symbolizes_this_test_binary"), "{loc:?}");
+        assert!(
+            loc.symbol
+                .as_deref()
+                .unwrap_or("")
+                .contains("symbolizes_this_test_binary"),
+            "{loc:?}"
+        );
         let name = sym.data_name(&MARKER as *const _ as u64).expect("named");
         assert!(name.contains("MARKER"), "{name}");
         assert_eq!(demangle("_ZN3foo3barE"), "foo::bar");
@@ -302,14 +367,32 @@ mod tests {
     #[test]
     fn demangles_only_mangled_names() {
         // Short C names read as C++ builtin types by a demangler given them bare.
-        for c in ["m", "x", "i", "j", "l", "y", "v", "counter", "main", "Z", "R", "_", "_start", "__libc_start_main"] {
+        for c in [
+            "m",
+            "x",
+            "i",
+            "j",
+            "l",
+            "y",
+            "v",
+            "counter",
+            "main",
+            "Z",
+            "R",
+            "_",
+            "_start",
+            "__libc_start_main",
+        ] {
             assert_eq!(demangle(c), c);
         }
         // Itanium C++.
         assert_eq!(demangle("_Z3fooi"), "foo(int)");
         assert_eq!(demangle("_ZN2ns4Pool4liveE"), "ns::Pool::live");
         // Rust legacy, with its hash dropped.
-        assert_eq!(demangle("_ZN4prog7COUNTER17h0123456789abcdefE"), "prog::COUNTER");
+        assert_eq!(
+            demangle("_ZN4prog7COUNTER17h0123456789abcdefE"),
+            "prog::COUNTER"
+        );
         // Rust v0.
         assert_eq!(demangle("_RNvCs1234_4prog7COUNTER"), "prog::COUNTER");
         // Already demangled names (DWARF function names) stay as they are.

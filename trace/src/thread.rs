@@ -53,7 +53,11 @@ impl FromStr for LogicalId {
         for part in s.split('.') {
             match part.parse::<u32>() {
                 Ok(n) if n > 0 => path.push(n),
-                _ => return Err(format!("`{s}` is not a thread id (0, N or N.M…, each part ≥ 1)")),
+                _ => {
+                    return Err(format!(
+                        "`{s}` is not a thread id (0, N or N.M…, each part ≥ 1)"
+                    ))
+                }
             }
         }
         Ok(LogicalId(path))
@@ -84,7 +88,11 @@ impl ThreadTable {
     /// Builds the table, ordering threads by logical id.
     pub fn new(mut threads: Vec<ThreadInfo>) -> ThreadTable {
         threads.sort_by(|a, b| a.logical.cmp(&b.logical).then(a.tid.cmp(&b.tid)));
-        let by_tid = threads.iter().enumerate().map(|(i, t)| (t.tid, i as u32)).collect();
+        let by_tid = threads
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t.tid, i as u32))
+            .collect();
         ThreadTable { threads, by_tid }
     }
 
@@ -105,7 +113,10 @@ impl ThreadTable {
 
     /// Dense index of a logical id.
     pub fn index_of_logical(&self, logical: &LogicalId) -> Option<u32> {
-        self.threads.iter().position(|t| &t.logical == logical).map(|i| i as u32)
+        self.threads
+            .iter()
+            .position(|t| &t.logical == logical)
+            .map(|i| i as u32)
     }
 
     /// All threads in dense-index order.
@@ -138,7 +149,10 @@ impl LogicalIdAssigner {
     pub fn new(main_tid: u32) -> LogicalIdAssigner {
         let mut ids = HashMap::new();
         ids.insert(main_tid, LogicalId::main());
-        LogicalIdAssigner { ids, ..Default::default() }
+        LogicalIdAssigner {
+            ids,
+            ..Default::default()
+        }
     }
 
     /// Records that `parent` created `child`; returns the child's id. A parent whose

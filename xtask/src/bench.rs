@@ -11,13 +11,20 @@ use anyhow::{bail, Result};
 
 pub fn run(args: &[String]) -> Result<()> {
     let all = ["record", "watch", "analysis"];
-    let chosen: Vec<&str> = if args.is_empty() { all.to_vec() } else { args.iter().map(String::as_str).collect() };
+    let chosen: Vec<&str> = if args.is_empty() {
+        all.to_vec()
+    } else {
+        args.iter().map(String::as_str).collect()
+    };
     for name in chosen {
         match name {
             "analysis" => crate::bench_analysis::run()?,
             "record" => crate::bench_record::run_record()?,
             "watch" => crate::bench_record::run_watch()?,
-            other => bail!("unknown benchmark `{other}` (choose from {})", all.join(", ")),
+            other => bail!(
+                "unknown benchmark `{other}` (choose from {})",
+                all.join(", ")
+            ),
         }
     }
     Ok(())

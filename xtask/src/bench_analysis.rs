@@ -32,7 +32,14 @@ struct Measured {
 /// Runs the benchmark and prints its numbers.
 pub fn run() -> Result<()> {
     let ordo = crate::ordo_release()?;
-    crate::run(Command::new("cargo").args(["build", "--release", "-p", "ordo-analysis", "--example", "bench_trace"]))?;
+    crate::run(Command::new("cargo").args([
+        "build",
+        "--release",
+        "-p",
+        "ordo-analysis",
+        "--example",
+        "bench_trace",
+    ]))?;
     let generator = crate::root().join("target/release/examples/bench_trace");
     let dir = std::env::temp_dir().join(format!("ordo-bench-analysis-{}", std::process::id()));
     std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
@@ -65,20 +72,39 @@ fn measure_all(ordo: &Path, generator: &Path, dir: &Path) -> Result<Vec<Measured
     let mut out = Vec::new();
     for events in LENGTHS {
         let trace: PathBuf = dir.join(format!("bench-{events}.ordo"));
-        let generated = Command::new(generator).arg(&trace).arg(events.to_string()).arg(THREADS.to_string()).output()?;
+        let generated = Command::new(generator)
+            .arg(&trace)
+            .arg(events.to_string())
+            .arg(THREADS.to_string())
+            .output()?;
         if !generated.status.success() {
-            bail!("bench_trace failed: {}", String::from_utf8_lossy(&generated.stderr));
+            bail!(
+                "bench_trace failed: {}",
+                String::from_utf8_lossy(&generated.stderr)
+            );
         }
         let trace_bytes = std::fs::metadata(&trace)?.len();
         let started = Instant::now();
-        let analyzed = Command::new(ordo).arg("analyze").arg("--json").arg(&trace).output()?;
+        let analyzed = Command::new(ordo)
+            .arg("analyze")
+            .arg("--json")
+            .arg(&trace)
+            .output()?;
         let wall = started.elapsed().as_secs_f64();
         if !analyzed.status.success() {
-            bail!("ordo analyze failed: {}", String::from_utf8_lossy(&analyzed.stderr));
+            bail!(
+                "ordo analyze failed: {}",
+                String::from_utf8_lossy(&analyzed.stderr)
+            );
         }
-        let doc: serde_json::Value = serde_json::from_slice(&analyzed.stdout).context("ordo analyze --json output")?;
+        let doc: serde_json::Value =
+            serde_json::from_slice(&analyzed.stdout).context("ordo analyze --json output")?;
         let stats = &doc["stats"];
-        let number = |key: &str| stats[key].as_f64().with_context(|| format!("stats.{key} missing"));
+        let number = |key: &str| {
+            stats[key]
+                .as_f64()
+                .with_context(|| format!("stats.{key} missing"))
+        };
         out.push(Measured {
             events: number("events")? as u64,
             wall,

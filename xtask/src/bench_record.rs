@@ -13,7 +13,11 @@ fn build(name: &str) -> Result<PathBuf> {
     let dir = crate::root().join("target/bench");
     std::fs::create_dir_all(&dir)?;
     let out = dir.join(name);
-    crate::compile_c(&crate::root().join(format!("tests/programs/{name}.c")), &out, &[])?;
+    crate::compile_c(
+        &crate::root().join(format!("tests/programs/{name}.c")),
+        &out,
+        &[],
+    )?;
     Ok(out)
 }
 
@@ -32,7 +36,12 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 fn trace_stats(ordo: &Path, trace: &Path) -> Result<serde_json::Value> {
-    let out = Command::new(ordo).arg("dump").arg("--stats").arg("--json").arg(trace).output()?;
+    let out = Command::new(ordo)
+        .arg("dump")
+        .arg("--stats")
+        .arg("--json")
+        .arg(trace)
+        .output()?;
     Ok(serde_json::from_slice(&out.stdout)?)
 }
 
@@ -46,14 +55,26 @@ pub fn run_record() -> Result<()> {
     let (mut native, mut recorded) = (Vec::new(), Vec::new());
     for _ in 0..RUNS {
         native.push(time(Command::new(&program).args(args))?);
-        recorded.push(time(Command::new(&ordo).arg("record").arg("-o").arg(&trace).arg("--").arg(&program).args(args))?);
+        recorded.push(time(
+            Command::new(&ordo)
+                .arg("record")
+                .arg("-o")
+                .arg(&trace)
+                .arg("--")
+                .arg(&program)
+                .args(args),
+        )?);
     }
     let stats = trace_stats(&ordo, &trace)?;
     let events = stats["events"].as_u64().unwrap_or(0);
     let (n, r) = (median(native), median(recorded));
     println!("bench record: 4 threads x 100000 lock/unlock of one mutex, median of {RUNS}");
     println!("  native              {:>8.1} ms", n * 1e3);
-    println!("  ordo record         {:>8.1} ms   ({:.1}x native)", r * 1e3, r / n);
+    println!(
+        "  ordo record         {:>8.1} ms   ({:.1}x native)",
+        r * 1e3,
+        r / n
+    );
     println!(
         "  events recorded     {events} ({} lost), {:.2} us per event of added time",
         stats["lost"],
@@ -93,15 +114,22 @@ pub fn run_watch() -> Result<()> {
             times.push(time(cmd.args(args))?);
         }
     }
-    println!("bench watch: 1 thread, 200000 x (lock; read hits; write hits; unlock), median of {RUNS}");
+    println!(
+        "bench watch: 1 thread, 200000 x (lock; read hits; write hits; unlock), median of {RUNS}"
+    );
     let base = median(results[1].1.clone());
     let native = median(results[0].1.clone());
     for (label, times, trace) in &results {
         let t = median(times.clone());
-        let mut line = format!("  {label:<24} {:>8.1} ms   ({:.1}x native)", t * 1e3, t / native);
+        let mut line = format!(
+            "  {label:<24} {:>8.1} ms   ({:.1}x native)",
+            t * 1e3,
+            t / native
+        );
         if label.contains("watch") {
             let stats = trace_stats(&ordo, trace)?;
-            let accesses = stats["by_kind"]["read"].as_u64().unwrap_or(0) + stats["by_kind"]["write"].as_u64().unwrap_or(0);
+            let accesses = stats["by_kind"]["read"].as_u64().unwrap_or(0)
+                + stats["by_kind"]["write"].as_u64().unwrap_or(0);
             line.push_str(&format!(
                 ", {accesses} accesses recorded, {:.2} us per access over recording without watches",
                 (t - base) * 1e6 / accesses.max(1) as f64

@@ -16,7 +16,10 @@ mod bench_record;
 mod setup;
 
 fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
 }
 
 fn usage() -> ExitCode {
@@ -52,7 +55,10 @@ fn main() -> ExitCode {
 /// Runs a command in the workspace root, failing if it fails.
 pub fn run(cmd: &mut Command) -> Result<()> {
     let shown = format!("{cmd:?}");
-    let status = cmd.current_dir(root()).status().with_context(|| format!("run {shown}"))?;
+    let status = cmd
+        .current_dir(root())
+        .status()
+        .with_context(|| format!("run {shown}"))?;
     if !status.success() {
         bail!("{shown} failed ({status})");
     }
@@ -63,8 +69,13 @@ fn test(extra: &[String]) -> Result<()> {
     let started = Instant::now();
     // Build first so a compile error is reported once, not per test binary.
     run(Command::new("cargo").args(["build", "--workspace", "--all-targets"]))?;
-    run(Command::new("cargo").args(["test", "--workspace", "--no-fail-fast"]).args(extra))?;
-    eprintln!("xtask: all tests passed in {:.0} s", started.elapsed().as_secs_f64());
+    run(Command::new("cargo")
+        .args(["test", "--workspace", "--no-fail-fast"])
+        .args(extra))?;
+    eprintln!(
+        "xtask: all tests passed in {:.0} s",
+        started.elapsed().as_secs_f64()
+    );
     Ok(())
 }
 
@@ -76,7 +87,12 @@ pub fn ordo_release() -> Result<PathBuf> {
 
 /// Compiles a C program with debug info.
 pub fn compile_c(src: &Path, out: &Path, extra: &[&str]) -> Result<()> {
-    run(Command::new("cc").args(["-O1", "-g", "-pthread"]).args(extra).arg("-o").arg(out).arg(src))
+    run(Command::new("cc")
+        .args(["-O1", "-g", "-pthread"])
+        .args(extra)
+        .arg("-o")
+        .arg(out)
+        .arg(src))
 }
 
 fn demo() -> Result<()> {
@@ -86,14 +102,28 @@ fn demo() -> Result<()> {
     let program = dir.join("bank");
     compile_c(&root().join("demo/bank.c"), &program, &[])?;
     let trace = dir.join("bank.ordo");
-    println!("\n== 1. record: ordo record -o {} -- {}", trace.display(), program.display());
-    let status = Command::new(&ordo).arg("record").arg("-o").arg(&trace).arg("--").arg(&program).status()?;
+    println!(
+        "\n== 1. record: ordo record -o {} -- {}",
+        trace.display(),
+        program.display()
+    );
+    let status = Command::new(&ordo)
+        .arg("record")
+        .arg("-o")
+        .arg(&trace)
+        .arg("--")
+        .arg(&program)
+        .status()?;
     println!("(the demo exited with {status}; its bug rarely shows in a plain run)");
     println!("\n== 2. the trace: ordo dump --stats");
     run(Command::new(&ordo).arg("dump").arg("--stats").arg(&trace))?;
     println!("\n== first events: ordo dump");
     let dump = Command::new(&ordo).arg("dump").arg(&trace).output()?;
-    for line in String::from_utf8_lossy(&dump.stdout).lines().filter(|l| l.contains("account_lock") || l.starts_with('#')).take(16) {
+    for line in String::from_utf8_lossy(&dump.stdout)
+        .lines()
+        .filter(|l| l.contains("account_lock") || l.starts_with('#'))
+        .take(16)
+    {
         println!("{line}");
     }
     demo_analyze_and_replay(&ordo, &program, &trace, &dir)
@@ -107,15 +137,28 @@ fn demo_analyze_and_replay(ordo: &Path, program: &Path, trace: &Path, dir: &Path
     if !analysis.status.success() {
         bail!("ordo analyze failed");
     }
-    let json = Command::new(ordo).arg("analyze").arg("--json").arg(trace).output()?;
-    let doc: serde_json::Value = serde_json::from_slice(&json.stdout).context("ordo analyze --json output")?;
+    let json = Command::new(ordo)
+        .arg("analyze")
+        .arg("--json")
+        .arg(trace)
+        .output()?;
+    let doc: serde_json::Value =
+        serde_json::from_slice(&json.stdout).context("ordo analyze --json output")?;
     let findings = doc["findings"].as_array().cloned().unwrap_or_default();
-    let Some(top) = findings.iter().find(|f| f["kind"] == "atomicity").or(findings.first()) else {
+    let Some(top) = findings
+        .iter()
+        .find(|f| f["kind"] == "atomicity")
+        .or(findings.first())
+    else {
         bail!("the analysis found no candidate for the demo");
     };
     let schedule = dir.join("candidate.sched");
     std::fs::write(&schedule, top["schedule"].as_str().unwrap_or_default())?;
-    println!("\n== 4. replay the top candidate ({}): ordo replay --schedule {}", top["kind"], schedule.display());
+    println!(
+        "\n== 4. replay the top candidate ({}): ordo replay --schedule {}",
+        top["kind"],
+        schedule.display()
+    );
     println!("{}", std::fs::read_to_string(&schedule)?);
     for attempt in 1..=3 {
         let out = Command::new(ordo)
@@ -127,11 +170,20 @@ fn demo_analyze_and_replay(ordo: &Path, program: &Path, trace: &Path, dir: &Path
             .arg(program)
             .output()?;
         let verdict: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
-        println!("replay {attempt}: {}", String::from_utf8_lossy(&out.stdout).trim());
+        println!(
+            "replay {attempt}: {}",
+            String::from_utf8_lossy(&out.stdout).trim()
+        );
         if verdict["verdict"] != "reproduced" {
-            bail!("the candidate did not reproduce the bug: {}", String::from_utf8_lossy(&out.stderr));
+            bail!(
+                "the candidate did not reproduce the bug: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
         }
     }
-    println!("\nThe bug reproduced on every replay: {} is the failing schedule.", schedule.display());
+    println!(
+        "\nThe bug reproduced on every replay: {} is the failing schedule.",
+        schedule.display()
+    );
     Ok(())
 }

@@ -10,7 +10,15 @@ use std::process::Command;
 
 use anyhow::{bail, Context, Result};
 
-const APT_PACKAGES: &[&str] = &["rustc-web", "cargo-web", "libstd-rust-web-dev-bpf", "libllvm22", "gcc", "g++", "make"];
+const APT_PACKAGES: &[&str] = &[
+    "rustc-web",
+    "cargo-web",
+    "libstd-rust-web-dev-bpf",
+    "libllvm22",
+    "gcc",
+    "g++",
+    "make",
+];
 const TOOLCHAIN: &str = "debian-web";
 const BPF_LINKER_VERSION: &str = "0.13.0";
 
@@ -23,22 +31,39 @@ fn installed(package: &str) -> bool {
 }
 
 pub fn run() -> Result<()> {
-    let missing: Vec<&str> = APT_PACKAGES.iter().copied().filter(|p| !installed(p)).collect();
+    let missing: Vec<&str> = APT_PACKAGES
+        .iter()
+        .copied()
+        .filter(|p| !installed(p))
+        .collect();
     if !missing.is_empty() {
         eprintln!("xtask: installing {}", missing.join(" "));
         if unsafe { libc_geteuid() } != 0 {
             bail!("installing {} needs root (apt-get)", missing.join(" "));
         }
         crate::run(Command::new("apt-get").args(["update", "-q"]))?;
-        crate::run(Command::new("apt-get").args(["install", "-y", "-q", "--no-install-recommends"]).args(&missing).env("DEBIAN_FRONTEND", "noninteractive"))?;
+        crate::run(
+            Command::new("apt-get")
+                .args(["install", "-y", "-q", "--no-install-recommends"])
+                .args(&missing)
+                .env("DEBIAN_FRONTEND", "noninteractive"),
+        )?;
     }
-    let toolchains = Command::new("rustup").args(["toolchain", "list"]).output().context("run rustup")?;
-    if !String::from_utf8_lossy(&toolchains.stdout).lines().any(|l| l.starts_with(TOOLCHAIN)) {
+    let toolchains = Command::new("rustup")
+        .args(["toolchain", "list"])
+        .output()
+        .context("run rustup")?;
+    if !String::from_utf8_lossy(&toolchains.stdout)
+        .lines()
+        .any(|l| l.starts_with(TOOLCHAIN))
+    {
         eprintln!("xtask: linking Debian's rustc into rustup as `{TOOLCHAIN}`");
         crate::run(Command::new("rustup").args(["toolchain", "link", TOOLCHAIN, "/usr"]))?;
     }
     let linker = Command::new("bpf-linker").arg("--version").output();
-    let have_linker = linker.map(|o| String::from_utf8_lossy(&o.stdout).contains(BPF_LINKER_VERSION)).unwrap_or(false);
+    let have_linker = linker
+        .map(|o| String::from_utf8_lossy(&o.stdout).contains(BPF_LINKER_VERSION))
+        .unwrap_or(false);
     if !have_linker {
         install_bpf_linker()?;
     }
@@ -51,7 +76,11 @@ fn install_bpf_linker() -> Result<()> {
     let llvm = std::fs::read_dir(libdir)?
         .filter_map(|e| e.ok())
         .map(|e| e.path())
-        .find(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("libLLVM.so.22")))
+        .find(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("libLLVM.so.22"))
+        })
         .context("libLLVM.so.22 not found after installing libllvm22")?;
     let prefix = std::env::temp_dir().join("ordo-llvm22-prefix");
     std::fs::create_dir_all(prefix.join("lib"))?;
@@ -60,7 +89,15 @@ fn install_bpf_linker() -> Result<()> {
     std::os::unix::fs::symlink(&llvm, &link)?;
     crate::run(
         Command::new("cargo")
-            .args(["install", "bpf-linker", "--version", BPF_LINKER_VERSION, "--no-default-features", "--features", "llvm-22"])
+            .args([
+                "install",
+                "bpf-linker",
+                "--version",
+                BPF_LINKER_VERSION,
+                "--no-default-features",
+                "--features",
+                "llvm-22",
+            ])
             .env("LLVM_PREFIX", &prefix)
             .env("LLVM_SYS_221_PREFIX", &prefix)
             .env("LLVM_SYS_220_PREFIX", &prefix),

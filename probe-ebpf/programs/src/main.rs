@@ -84,7 +84,9 @@ mod programs {
         }
         // Another CPU created the counter between our lookup and insert.
         match SEQ.get_ptr_mut(&addr) {
-            Some(counter) => unsafe { atomic_xadd::<u64, u64, { AtomicOrdering::SeqCst }>(counter, 1) },
+            Some(counter) => unsafe {
+                atomic_xadd::<u64, u64, { AtomicOrdering::SeqCst }>(counter, 1)
+            },
             None => 0,
         }
     }
@@ -110,7 +112,16 @@ mod programs {
     /// Writes one record; on a full ring buffer, counts a drop.
     #[inline(always)]
     #[allow(clippy::too_many_arguments)]
-    fn emit(kind: u16, via: u8, addr: u64, addr2: u64, site: u64, seq: u64, result: i64, value: u64) {
+    fn emit(
+        kind: u16,
+        via: u8,
+        addr: u64,
+        addr2: u64,
+        site: u64,
+        seq: u64,
+        result: i64,
+        value: u64,
+    ) {
         match EVENTS.reserve::<RawEvent>(0) {
             Some(mut entry) => {
                 entry.write(RawEvent {
@@ -186,25 +197,46 @@ mod programs {
         let rsp = unsafe { (*ctx.regs).rsp };
         // At a function's first instruction the return address is on top of the stack.
         let site = unsafe { bpf_probe_read_user(rsp as *const u64) }.unwrap_or(0);
-        let saved = Stash { addr: a0, addr2: a1, site, value: 0 };
+        let saved = Stash {
+            addr: a0,
+            addr2: a1,
+            site,
+            value: 0,
+        };
         match op {
-            op::MUTEX_ACQUIRE | op::RWLOCK_READ | op::RWLOCK_WRITE | op::SEM_WAIT
-            | op::THREAD_CREATE | op::THREAD_JOIN => stash(tid, op, saved),
-            op::MUTEX_RELEASE => {
-                emit(kind::MUTEX_UNLOCK, via_, a0, 0, site, next_seq(a0), 0, 0)
-            }
-            op::RWLOCK_RELEASE => {
-                emit(kind::RWLOCK_UNLOCK, via_, a0, 0, site, next_seq(a0), 0, 0)
-            }
+            op::MUTEX_ACQUIRE
+            | op::RWLOCK_READ
+            | op::RWLOCK_WRITE
+            | op::SEM_WAIT
+            | op::THREAD_CREATE
+            | op::THREAD_JOIN => stash(tid, op, saved),
+            op::MUTEX_RELEASE => emit(kind::MUTEX_UNLOCK, via_, a0, 0, site, next_seq(a0), 0, 0),
+            op::RWLOCK_RELEASE => emit(kind::RWLOCK_UNLOCK, via_, a0, 0, site, next_seq(a0), 0, 0),
             op::COND_WAIT => {
-                emit(kind::COND_WAIT_BEGIN, via_, a0, a1, site, next_seq(a0), 0, 0);
-                emit(kind::MUTEX_UNLOCK, via::COND_WAIT, a1, a0, site, next_seq(a1), 0, 0);
+                emit(
+                    kind::COND_WAIT_BEGIN,
+                    via_,
+                    a0,
+                    a1,
+                    site,
+                    next_seq(a0),
+                    0,
+                    0,
+                );
+                emit(
+                    kind::MUTEX_UNLOCK,
+                    via::COND_WAIT,
+                    a1,
+                    a0,
+                    site,
+                    next_seq(a1),
+                    0,
+                    0,
+                );
                 stash(tid, op, saved);
             }
             op::COND_SIGNAL => emit(kind::COND_SIGNAL, via_, a0, 0, site, next_seq(a0), 0, 0),
-            op::COND_BROADCAST => {
-                emit(kind::COND_BROADCAST, via_, a0, 0, site, next_seq(a0), 0, 0)
-            }
+            op::COND_BROADCAST => emit(kind::COND_BROADCAST, via_, a0, 0, site, next_seq(a0), 0, 0),
             op::SEM_POST => emit(kind::SEM_POST, via_, a0, 0, site, next_seq(a0), 0, 0),
             op::BARRIER_WAIT => {
                 emit(kind::BARRIER_ARRIVE, via_, a0, 0, site, next_seq(a0), 0, 0);
@@ -248,7 +280,11 @@ mod programs {
                 }
             }
             op::RWLOCK_READ | op::RWLOCK_WRITE => {
-                let acquired = if op == op::RWLOCK_READ { kind::RWLOCK_RDLOCK } else { kind::RWLOCK_WRLOCK };
+                let acquired = if op == op::RWLOCK_READ {
+                    kind::RWLOCK_RDLOCK
+                } else {
+                    kind::RWLOCK_WRLOCK
+                };
                 if ok {
                     emit(acquired, via_, a, 0, site, next_seq(a), 0, 0)
                 } else {
@@ -263,15 +299,42 @@ mod programs {
                 }
             }
             op::COND_WAIT => {
-                emit(kind::COND_WAIT, via_, a, saved.addr2, site, next_seq(a), ret, 0);
+                emit(
+                    kind::COND_WAIT,
+                    via_,
+                    a,
+                    saved.addr2,
+                    site,
+                    next_seq(a),
+                    ret,
+                    0,
+                );
                 let m = saved.addr2;
-                emit(kind::MUTEX_LOCK, via::COND_WAIT, m, a, site, next_seq(m), 0, 0);
+                emit(
+                    kind::MUTEX_LOCK,
+                    via::COND_WAIT,
+                    m,
+                    a,
+                    site,
+                    next_seq(m),
+                    0,
+                    0,
+                );
             }
             op::BARRIER_WAIT => emit(kind::BARRIER_WAIT, via_, a, 0, site, next_seq(a), ret, 0),
             op::THREAD_CREATE => {
                 // arg0 was `pthread_t *`; on success the handle has been stored there.
                 let handle = unsafe { bpf_probe_read_user(a as *const u64) }.unwrap_or(0);
-                emit(kind::THREAD_CREATE, via_, handle, 0, site, 0, ret, saved.value)
+                emit(
+                    kind::THREAD_CREATE,
+                    via_,
+                    handle,
+                    0,
+                    site,
+                    0,
+                    ret,
+                    saved.value,
+                )
             }
             op::THREAD_JOIN => emit(kind::THREAD_JOIN, via_, a, 0, site, 0, ret, 0),
             _ => {}
@@ -336,7 +399,9 @@ mod programs {
     pub fn ordo_watch(ctx: ProbeContext) -> u32 {
         // SAFETY: the context pointer is the program's own.
         let index = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) } as u32;
-        let Some(site) = WATCH_SITES.get(index) else { return 0 };
+        let Some(site) = WATCH_SITES.get(index) else {
+            return 0;
+        };
         let regs = ctx.regs as *const pt_regs;
         let ip = gp_register(regs, reg::RIP);
         // The probe sits on the instruction itself, so rip minus its link-time address
@@ -346,9 +411,18 @@ mod programs {
         let ea = if rip_relative {
             (site.disp as u64).wrapping_add(bias)
         } else {
-            let base = if site.base == reg::NONE { 0 } else { gp_register(regs, site.base) };
-            let index_value = if site.index == reg::NONE { 0 } else { gp_register(regs, site.index) };
-            base.wrapping_add(index_value.wrapping_mul(site.scale as u64)).wrapping_add(site.disp as u64)
+            let base = if site.base == reg::NONE {
+                0
+            } else {
+                gp_register(regs, site.base)
+            };
+            let index_value = if site.index == reg::NONE {
+                0
+            } else {
+                gp_register(regs, site.index)
+            };
+            base.wrapping_add(index_value.wrapping_mul(site.scale as u64))
+                .wrapping_add(site.disp as u64)
         };
         let watch = site.watch_addr.wrapping_add(bias);
         // Confirm the access really reaches the watched bytes.
@@ -400,7 +474,9 @@ mod programs {
         // SAFETY: the perf event context is the program's own.
         let (addr, ip) = unsafe { ((*ctx.ctx).addr, (*ctx.ctx).regs.rip as u64) };
         // SAFETY: copied out immediately.
-        let Some(size) = (unsafe { HW_WATCHES.get(&addr) }).copied() else { return 0 };
+        let Some(size) = (unsafe { HW_WATCHES.get(&addr) }).copied() else {
+            return 0;
+        };
         // Kernel-mode writes to the page (exec loading the binary, a read(2) into the
         // variable) are not the program's accesses.
         if ip >= 0xffff_8000_0000_0000 {
@@ -464,7 +540,11 @@ mod programs {
                     (*saved).addr = uaddr;
                     (*saved).addr2 = cmd | (val << 8);
                     // A wake must take its sequence number before it takes effect.
-                    (*saved).value = if is_futex_wait(cmd) { 0 } else { next_seq(uaddr) };
+                    (*saved).value = if is_futex_wait(cmd) {
+                        0
+                    } else {
+                        next_seq(uaddr)
+                    };
                 }
             }
         } else if id == sysno::CLONE || id == sysno::CLONE3 {
@@ -499,9 +579,27 @@ mod programs {
             let val = saved.addr2 >> 8;
             if is_futex_wait(cmd) {
                 let seq = next_seq(saved.addr);
-                emit(kind::FUTEX_WAIT, 0, saved.addr, cmd, saved.site, seq, ret, val);
+                emit(
+                    kind::FUTEX_WAIT,
+                    0,
+                    saved.addr,
+                    cmd,
+                    saved.site,
+                    seq,
+                    ret,
+                    val,
+                );
             } else {
-                emit(kind::FUTEX_WAKE, 0, saved.addr, cmd, saved.site, saved.value, ret, val);
+                emit(
+                    kind::FUTEX_WAKE,
+                    0,
+                    saved.addr,
+                    cmd,
+                    saved.site,
+                    saved.value,
+                    ret,
+                    val,
+                );
             }
         } else if id == sysno::CLONE || id == sysno::CLONE3 {
             if ret == 0 {

@@ -35,7 +35,12 @@ fn table() -> ThreadTable {
         [100, 101, 102, 164, 228]
             .into_iter()
             .enumerate()
-            .map(|(i, tid)| ThreadInfo { tid, logical: LogicalId(vec![i as u32]), name: String::new(), parent_tid: 0 })
+            .map(|(i, tid)| ThreadInfo {
+                tid,
+                logical: LogicalId(vec![i as u32]),
+                name: String::new(),
+                parent_tid: 0,
+            })
             .collect(),
     )
 }
@@ -44,7 +49,11 @@ fn random_events(rng: &mut Rng, n: usize) -> Vec<Event> {
     let mut ts = rng.number();
     (0..n)
         .map(|_| {
-            ts = if rng.below(8) == 0 { rng.next() } else { ts.wrapping_add(rng.number()) };
+            ts = if rng.below(8) == 0 {
+                rng.next()
+            } else {
+                ts.wrapping_add(rng.number())
+            };
             Event {
                 ts_ns: ts,
                 // Known tids (some colliding in the cache), unknown ones, extremes.
@@ -74,7 +83,12 @@ fn chunk_bytes(events: &[Event], rng: &mut Rng) -> Vec<u8> {
     Chunk {
         events: (!events.is_empty() || rng.below(2) == 0).then(|| columns(events)),
         threads: if with_threads {
-            vec![ThreadRecord { tid: 7, logical: vec![1, 2], name: "w".into(), parent_tid: 1 }]
+            vec![ThreadRecord {
+                tid: 7,
+                logical: vec![1, 2],
+                name: "w".into(),
+                parent_tid: 1,
+            }]
         } else {
             vec![]
         },
@@ -82,7 +96,11 @@ fn chunk_bytes(events: &[Event], rng: &mut Rng) -> Vec<u8> {
             vec![ModuleRecord {
                 path: "/bin/x".into(),
                 build_id: "ab".into(),
-                mappings: vec![Mapping { start: 1, end: 2, file_offset: 3 }],
+                mappings: vec![Mapping {
+                    start: 1,
+                    end: 2,
+                    file_offset: 3,
+                }],
             }]
         } else {
             vec![]
@@ -95,8 +113,24 @@ fn chunk_bytes(events: &[Event], rng: &mut Rng) -> Vec<u8> {
 /// Decodes with both paths; when the fast one decodes, prost must agree exactly.
 /// Returns whether the fast path took it.
 fn agree(raw: &[u8], threads: &ThreadTable) -> bool {
-    let decoder = ChunkDecoder { raw: raw.to_vec(), ..ChunkDecoder::default() };
-    let mut fast = vec![Event { ts_ns: 1, tid: 1, thread: 1, kind: Kind::Read, via: Via::Try, addr: 1, addr2: 1, site: 1, seq: 1, result: 1, value: 1, size: 1 }];
+    let decoder = ChunkDecoder {
+        raw: raw.to_vec(),
+        ..ChunkDecoder::default()
+    };
+    let mut fast = vec![Event {
+        ts_ns: 1,
+        tid: 1,
+        thread: 1,
+        kind: Kind::Read,
+        via: Via::Try,
+        addr: 1,
+        addr2: 1,
+        site: 1,
+        seq: 1,
+        result: 1,
+        value: 1,
+        size: 1,
+    }];
     let before = fast.clone();
     let got = decoder.fast_events(threads, &mut fast);
     let slow = prost_chunk(raw).and_then(|chunk| {
@@ -108,7 +142,8 @@ fn agree(raw: &[u8], threads: &ThreadTable) -> bool {
     });
     match got {
         Some(FastChunk { dropped_so_far }) => {
-            let (dropped, events) = slow.unwrap_or_else(|e| panic!("fast path accepted what prost rejects: {e}"));
+            let (dropped, events) =
+                slow.unwrap_or_else(|e| panic!("fast path accepted what prost rejects: {e}"));
             assert_eq!(dropped, dropped_so_far);
             assert_eq!(fast, events);
             true
@@ -125,16 +160,31 @@ fn agrees_with_prost_on_random_chunks() {
     let threads = table();
     let mut rng = Rng(0x2545_f491_4f6c_dd1d);
     for round in 0..400 {
-        let n = if round % 10 == 0 { 0 } else { rng.below(300) as usize };
+        let n = if round % 10 == 0 {
+            0
+        } else {
+            rng.below(300) as usize
+        };
         let events = random_events(&mut rng, n);
         let raw = chunk_bytes(&events, &mut rng);
         // What the writer writes always takes the fast path.
-        assert!(agree(&raw, &threads), "round {round}: writer output declined");
-        let decoder = ChunkDecoder { raw: raw.clone(), ..ChunkDecoder::default() };
+        assert!(
+            agree(&raw, &threads),
+            "round {round}: writer output declined"
+        );
+        let decoder = ChunkDecoder {
+            raw: raw.clone(),
+            ..ChunkDecoder::default()
+        };
         let mut back = Vec::new();
         decoder.fast_events(&threads, &mut back).unwrap();
-        let expect: Vec<Event> =
-            events.iter().map(|e| Event { thread: threads.index_of(e.tid).unwrap_or(u32::MAX), ..*e }).collect();
+        let expect: Vec<Event> = events
+            .iter()
+            .map(|e| Event {
+                thread: threads.index_of(e.tid).unwrap_or(u32::MAX),
+                ..*e
+            })
+            .collect();
         assert_eq!(back, expect);
     }
 }
@@ -181,7 +231,11 @@ fn declines_malformed_packed_fields() {
     let mut rng = Rng(7);
     let events = random_events(&mut rng, 10);
     let columns = columns(&events);
-    let good = Chunk { events: Some(columns.clone()), ..Default::default() }.encode_to_vec();
+    let good = Chunk {
+        events: Some(columns.clone()),
+        ..Default::default()
+    }
+    .encode_to_vec();
     assert!(agree(&good, &threads));
 
     // The tid column (field 2) cut inside its last varint: its length says 1 byte
@@ -205,7 +259,14 @@ fn declines_malformed_packed_fields() {
     assert!(!agree(&raw, &threads));
 
     // A varint of 11 bytes, and one whose 10th byte overflows 64 bits.
-    for bad in [[0xffu8; 10].iter().copied().chain([0x01]).collect::<Vec<_>>(), [0xff; 9].iter().copied().chain([0x02]).collect()] {
+    for bad in [
+        [0xffu8; 10]
+            .iter()
+            .copied()
+            .chain([0x01])
+            .collect::<Vec<_>>(),
+        [0xff; 9].iter().copied().chain([0x02]).collect(),
+    ] {
         let mut inner = vec![0x12];
         prost::encoding::encode_varint(bad.len() as u64, &mut inner);
         inner.extend(&bad);
@@ -219,12 +280,20 @@ fn declines_malformed_packed_fields() {
     // Columns of different lengths.
     let mut short = columns.clone();
     short.site.pop();
-    let raw = Chunk { events: Some(short), ..Default::default() }.encode_to_vec();
+    let raw = Chunk {
+        events: Some(short),
+        ..Default::default()
+    }
+    .encode_to_vec();
     assert!(!agree(&raw, &threads));
     // An unknown kind.
     let mut unknown = columns.clone();
     unknown.kind[3] = 999;
-    let raw = Chunk { events: Some(unknown), ..Default::default() }.encode_to_vec();
+    let raw = Chunk {
+        events: Some(unknown),
+        ..Default::default()
+    }
+    .encode_to_vec();
     assert!(!agree(&raw, &threads));
 }
 
@@ -239,7 +308,19 @@ fn unpacked_and_repeated_fields_fall_back_to_prost() {
     let c = &columns;
     let zz = |v: i64| ((v << 1) ^ (v >> 63)) as u64;
     for i in 0..events.len() {
-        let row = [zz(c.ts_delta[i]), c.tid[i] as u64, c.kind[i] as u64, c.via[i] as u64, c.addr[i], c.addr2[i], c.site[i], c.seq[i], zz(c.result[i]), c.value[i], c.size[i] as u64];
+        let row = [
+            zz(c.ts_delta[i]),
+            c.tid[i] as u64,
+            c.kind[i] as u64,
+            c.via[i] as u64,
+            c.addr[i],
+            c.addr2[i],
+            c.site[i],
+            c.seq[i],
+            zz(c.result[i]),
+            c.value[i],
+            c.size[i] as u64,
+        ];
         for (field, v) in row.into_iter().enumerate() {
             prost::encoding::encode_varint((field as u64 + 1) << 3, &mut inner);
             prost::encoding::encode_varint(v, &mut inner);
@@ -248,10 +329,17 @@ fn unpacked_and_repeated_fields_fall_back_to_prost() {
     let mut raw = vec![0x0a];
     prost::encoding::encode_varint(inner.len() as u64, &mut raw);
     raw.extend(&inner);
-    assert_eq!(Chunk::decode(raw.as_slice()).unwrap().events.unwrap(), columns);
+    assert_eq!(
+        Chunk::decode(raw.as_slice()).unwrap().events.unwrap(),
+        columns
+    );
     assert!(!agree(&raw, &threads));
     // Two `events` fields merge (columns concatenate): prost's business too.
-    let one = Chunk { events: Some(columns.clone()), ..Default::default() }.encode_to_vec();
+    let one = Chunk {
+        events: Some(columns.clone()),
+        ..Default::default()
+    }
+    .encode_to_vec();
     let twice = [one.clone(), one].concat();
     assert!(!agree(&twice, &threads));
     assert_eq!(prost_chunk(&twice).unwrap().events.unwrap().tid.len(), 6);
@@ -260,13 +348,21 @@ fn unpacked_and_repeated_fields_fall_back_to_prost() {
 #[test]
 fn varints_agree_with_prost() {
     let mut rng = Rng(3);
-    let mut values: Vec<u64> = (0..64).map(|b| 1u64 << b).chain((0..64).map(|b| (1u64 << b) - 1)).chain([u64::MAX]).collect();
+    let mut values: Vec<u64> = (0..64)
+        .map(|b| 1u64 << b)
+        .chain((0..64).map(|b| (1u64 << b) - 1))
+        .chain([u64::MAX])
+        .collect();
     values.extend((0..5000).map(|_| rng.number()));
     for v in values {
         let mut enc = Vec::new();
         prost::encoding::encode_varint(v, &mut enc);
         // Alone (the byte-wise tail) and followed by more bytes (8 at once).
-        for tail in [&[][..], &[0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80][..], &[1, 2][..]] {
+        for tail in [
+            &[][..],
+            &[0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80][..],
+            &[1, 2][..],
+        ] {
             let bytes = [enc.as_slice(), tail].concat();
             let mut buf = bytes.as_slice();
             assert_eq!(varint(&mut buf), Some(v), "{v:#x}");
@@ -279,9 +375,18 @@ fn varints_agree_with_prost() {
     // Overlong but valid (prost reads them too): 1 in 10 bytes.
     let mut buf = &[0x81, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x00][..];
     assert_eq!(varint(&mut buf), Some(1));
-    assert_eq!(prost::encoding::decode_varint(&mut &[0x81u8, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x00][..]).unwrap(), 1);
+    assert_eq!(
+        prost::encoding::decode_varint(
+            &mut &[0x81u8, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x00][..]
+        )
+        .unwrap(),
+        1
+    );
     // Too long, or overflowing 64 bits.
-    for bad in [&[0x80u8; 10][..], &[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02][..]] {
+    for bad in [
+        &[0x80u8; 10][..],
+        &[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02][..],
+    ] {
         let with_tail = [bad, &[0u8; 4]].concat();
         assert_eq!(varint(&mut &with_tail[..]), None);
         assert!(prost::encoding::decode_varint(&mut &with_tail[..]).is_err());
@@ -304,13 +409,18 @@ fn decompresses_like_the_stream_decoder() {
         enc.finish().unwrap();
         decoder.decompress(&streamed).unwrap();
         assert_eq!(decoder.raw, data);
-        decoder.decompress(&[packed.clone(), packed.clone()].concat()).unwrap();
+        decoder
+            .decompress(&[packed.clone(), packed.clone()].concat())
+            .unwrap();
         assert_eq!(decoder.raw, [data.clone(), data.clone()].concat());
         // Damage: an error, not a panic.
         let mut bad = packed.clone();
         let mid = bad.len() / 2;
         bad[mid] ^= 0x55;
         bad.truncate(bad.len() - 3);
-        assert!(decoder.decompress(&bad).unwrap_err().contains("cannot decompress"));
+        assert!(decoder
+            .decompress(&bad)
+            .unwrap_err()
+            .contains("cannot decompress"));
     }
 }
