@@ -1,32 +1,67 @@
-//! A global order of a trace's events consistent with happens-before.
+//! A global order of a trace's events consistent with happens-before, built
+//! incrementally while the trace streams in.
 //!
 //! The ring buffer delivers each thread's events in program order, but events of
 //! different threads interleave by CPU, and timestamps from different CPUs can be too
 //! close to order. [`OrderMerger`] merges the per-thread streams so that every
 //! object's sequenced events come out in `seq` order, a thread's start comes after
-//! its creation and a join after the joined thread's exit; among the events that are
-//! ready it takes the earliest timestamp. Events lost to a full ring buffer leave
-//! gaps in `seq`: when nothing is ready the earliest head is taken anyway, so a gap
-//! costs precision, never progress.
+//! its creation and a join after the joined thread's exit (a handle's joins match its
+//! creations in order); among the events that are ready it takes the earliest
+//! timestamp. Events lost to a full ring buffer leave gaps in `seq`: when nothing is
+//! ready and no more input can come (or too much is buffered), the earliest head goes
+//! anyway, so a gap costs precision, never progress. An object's sequence expectation
+//! is seeded from the smallest `seq` pushed for it before its first pop.
+//!
+//! It is on the analysis' hot path, so queues are indexed by the dense thread
+//! index, hashing is FxHash, the head with the earliest timestamp is tried first
+//! (a pop usually costs one scan of a small array), and sequence slots sit behind a
+//! direct-mapped cache.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::VecDeque;
 
 use crate::event::{Event, Kind};
+use rustc_hash::{FxHashMap, FxHashSet};
 
-/// Buffered events beyond which a stalled merge gives up waiting for a missing event.
+/// Buffered events beyond which a stalled merge stops waiting for a missing event.
 const MAX_BUFFERED: usize = 1 << 20;
+
+/// How many entries ahead of a queue's head to prefetch when popping.
+const PREFETCH_AHEAD: usize = 6;
+
+/// Entries of the sequence-slot cache.
+const SEQ_CACHE: usize = 256;
+
+/// No sequence slot (the event is not sequenced).
+const NO_SEQ: u32 = u32::MAX;
+
+#[derive(Clone, Copy)]
+struct SeqState {
+    next: u64,
+    emitted: bool,
+}
 
 /// Incremental merge: push events in arrival order, pop them in global order.
 #[derive(Default)]
 pub struct OrderMerger {
-    queues: HashMap<u32, VecDeque<Event>>,
+    /// Per slot: buffered events with their sequence slot (or [`NO_SEQ`]).
+    queues: Vec<VecDeque<(Event, u32)>>,
+    /// Per slot: the timestamp of the queue's head (`u64::MAX` when empty), so the
+    /// earliest head is a scan of one small array.
+    head_ts: Vec<u64>,
     tids: Vec<u32>,
-    next_seq: HashMap<u64, u64>,
-    created: HashSet<u32>,
-    creates_pending: HashMap<u32, u32>,
-    exited: HashSet<u32>,
-    handles: HashMap<u64, Vec<u32>>,
-    joins: HashMap<u64, usize>,
+    slot_of_tid: FxHashMap<u32, usize>,
+    /// Slot by the event's dense thread index, when its tid matches (skips the map).
+    slot_of_thread: Vec<(u32, usize)>,
+    /// Sequence slot by object address; states indexed by slot.
+    seq_slot: FxHashMap<u64, u32>,
+    seqs: Vec<SeqState>,
+    /// Direct-mapped cache in front of `seq_slot`: (address, slot).
+    seq_cache: Vec<(u64, u32)>,
+    created: FxHashSet<u32>,
+    creates_pending: FxHashSet<u32>,
+    exited: FxHashSet<u32>,
+    handles: FxHashMap<u64, Vec<u32>>,
+    joins: FxHashMap<u64, usize>,
     buffered: usize,
     finished: bool,
 }
@@ -40,15 +75,74 @@ impl OrderMerger {
     /// Adds the next event in arrival order.
     pub fn push(&mut self, event: Event) {
         if let Some(child) = event.child_tid() {
-            *self.creates_pending.entry(child).or_insert(0) += 1;
+            self.creates_pending.insert(child);
             self.handles.entry(event.addr).or_default().push(child);
         }
-        let queue = self.queues.entry(event.tid).or_insert_with(|| {
-            self.tids.push(event.tid);
-            VecDeque::new()
-        });
-        queue.push_back(event);
+        let seq = if event.kind.is_sequenced() {
+            let cached = (event.addr >> 3) as usize % SEQ_CACHE;
+            let slot = match self.seq_cache.get(cached) {
+                Some(&(addr, slot)) if addr == event.addr && slot != NO_SEQ => slot,
+                _ => {
+                    let seqs = &mut self.seqs;
+                    let slot = *self.seq_slot.entry(event.addr).or_insert_with(|| {
+                        seqs.push(SeqState {
+                            next: event.seq,
+                            emitted: false,
+                        });
+                        (seqs.len() - 1) as u32
+                    });
+                    if self.seq_cache.is_empty() {
+                        self.seq_cache = vec![(0, NO_SEQ); SEQ_CACHE];
+                    }
+                    self.seq_cache[cached] = (event.addr, slot);
+                    slot
+                }
+            };
+            let s = &mut self.seqs[slot as usize];
+            if !s.emitted && event.seq < s.next {
+                s.next = event.seq;
+            }
+            slot
+        } else {
+            NO_SEQ
+        };
+        let slot = self.slot(&event);
+        let q = &mut self.queues[slot];
+        if q.is_empty() {
+            self.head_ts[slot] = event.ts_ns;
+        }
+        q.push_back((event, seq));
         self.buffered += 1;
+    }
+
+    #[inline]
+    fn slot(&mut self, event: &Event) -> usize {
+        if let Some(&(tid, s)) = self.slot_of_thread.get(event.thread as usize) {
+            if tid == event.tid {
+                return s;
+            }
+        }
+        let s = match self.slot_of_tid.get(&event.tid) {
+            Some(&s) => s,
+            None => {
+                let s = self.queues.len();
+                self.queues.push(VecDeque::new());
+                self.head_ts.push(u64::MAX);
+                self.tids.push(event.tid);
+                self.slot_of_tid.insert(event.tid, s);
+                s
+            }
+        };
+        let i = event.thread as usize;
+        if i < 1 << 16 {
+            if self.slot_of_thread.len() <= i {
+                self.slot_of_thread.resize(i + 1, (u32::MAX, 0));
+            }
+            if self.slot_of_thread[i].0 == u32::MAX {
+                self.slot_of_thread[i] = (event.tid, s);
+            }
+        }
+        s
     }
 
     /// Declares that no more events will be pushed: gaps are then skipped.
@@ -56,17 +150,22 @@ impl OrderMerger {
         self.finished = true;
     }
 
-    fn ready(&self, e: &Event) -> bool {
+    /// Events pushed and not yet popped.
+    pub fn buffered(&self) -> usize {
+        self.buffered
+    }
+
+    #[inline(always)]
+    fn ready(&self, e: &Event, seq: u32) -> bool {
+        if seq != NO_SEQ {
+            return e.seq <= self.seqs[seq as usize].next;
+        }
         match e.kind {
             Kind::ThreadStart => {
-                !self.creates_pending.contains_key(&e.tid) || self.created.contains(&e.tid)
+                !self.creates_pending.contains(&e.tid) || self.created.contains(&e.tid)
             }
             Kind::ThreadJoin => match self.join_target(e) {
                 Some(child) => self.exited.contains(&child),
-                None => true,
-            },
-            k if k.is_sequenced() => match self.next_seq.get(&e.addr) {
-                Some(&next) => e.seq <= next,
                 None => true,
             },
             _ => true,
@@ -82,42 +181,69 @@ impl OrderMerger {
             .copied()
     }
 
+    #[inline(always)]
+    fn head_ready(&self, i: usize) -> bool {
+        let (e, seq) = self.queues[i].front().unwrap();
+        self.ready(e, *seq)
+    }
+
     /// The next event in global order, or `None` when more input is needed (or, after
-    /// [`OrderMerger::finish`], when all events were returned).
+    /// [`OrderMerger::finish`], when every event was returned).
+    #[inline]
     pub fn pop(&mut self) -> Option<Event> {
-        let mut best: Option<(u64, usize)> = None;
-        let mut earliest: Option<(u64, usize)> = None;
-        for (i, tid) in self.tids.iter().enumerate() {
-            let Some(head) = self.queues.get(tid).and_then(|q| q.front()) else {
-                continue;
-            };
-            if earliest.is_none_or(|(ts, _)| head.ts_ns < ts) {
-                earliest = Some((head.ts_ns, i));
-            }
-            if self.ready(head) && best.is_none_or(|(ts, _)| head.ts_ns < ts) {
-                best = Some((head.ts_ns, i));
+        // The earliest head (lowest slot on ties); empty queues hold `u64::MAX`.
+        let mut first = usize::MAX;
+        let mut earliest = u64::MAX;
+        for (i, &ts) in self.head_ts.iter().enumerate() {
+            if ts < earliest {
+                earliest = ts;
+                first = i;
             }
         }
-        let pick = match best {
-            Some((_, i)) => i,
-            None if self.finished || self.buffered > MAX_BUFFERED => earliest?.1,
-            None => return None,
+        if first == usize::MAX {
+            // Every head is at `u64::MAX`: either all queues are empty or some
+            // events carry that timestamp.
+            first = self.queues.iter().position(|q| !q.is_empty())?;
+        }
+        let pick = if self.head_ready(first) {
+            first
+        } else {
+            let mut best: Option<(u64, usize)> = None;
+            for (i, q) in self.queues.iter().enumerate() {
+                if let Some((head, seq)) = q.front() {
+                    if best.is_none_or(|(ts, _)| head.ts_ns < ts) && self.ready(head, *seq) {
+                        best = Some((head.ts_ns, i));
+                    }
+                }
+            }
+            match best {
+                Some((_, i)) => i,
+                None if self.finished || self.buffered > MAX_BUFFERED => first,
+                None => return None,
+            }
         };
-        if best.is_none() && !self.finished {
-            // A thread's head waits on an event that will not come (lost to a full
-            // ring buffer); only force progress when no later input can unblock it.
+        let q = &mut self.queues[pick];
+        let (event, seq) = q.pop_front()?;
+        self.head_ts[pick] = q.front().map_or(u64::MAX, |(e, _)| e.ts_ns);
+        // A queue is read front to back, long after it was written: fetch ahead.
+        #[cfg(target_arch = "x86_64")]
+        if let Some(ahead) = q.get(PREFETCH_AHEAD) {
+            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+            // SAFETY: SSE is part of the x86_64 baseline, and a prefetch is only a hint.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>((ahead as *const (Event, u32)).cast()) };
         }
-        let tid = self.tids[pick];
-        let event = self.queues.get_mut(&tid)?.pop_front()?;
         self.buffered -= 1;
-        self.emitted(&event);
+        self.emitted(&event, seq);
         Some(event)
     }
 
-    fn emitted(&mut self, e: &Event) {
-        if e.kind.is_sequenced() {
-            let next = self.next_seq.entry(e.addr).or_insert(e.seq);
-            *next = (*next).max(e.seq + 1);
+    #[inline]
+    fn emitted(&mut self, e: &Event, seq: u32) {
+        if seq != NO_SEQ {
+            let s = &mut self.seqs[seq as usize];
+            s.emitted = true;
+            s.next = s.next.max(e.seq + 1);
+            return;
         }
         match e.kind {
             Kind::ThreadCreate => {
@@ -134,25 +260,12 @@ impl OrderMerger {
             _ => {}
         }
     }
-
-    /// Events pushed and not yet popped.
-    pub fn buffered(&self) -> usize {
-        self.buffered
-    }
 }
 
 /// Orders a whole trace (see the module docs).
 pub fn global_order(events: Vec<Event>) -> Vec<Event> {
-    // Sequence numbers of an object start wherever the recording started, so seed each
-    // object's expectation with the smallest one seen.
-    let mut merger = OrderMerger::new();
-    for e in &events {
-        if e.kind.is_sequenced() {
-            let next = merger.next_seq.entry(e.addr).or_insert(e.seq);
-            *next = (*next).min(e.seq);
-        }
-    }
     let n = events.len();
+    let mut merger = OrderMerger::new();
     for e in events {
         merger.push(e);
     }
@@ -166,6 +279,113 @@ pub fn global_order(events: Vec<Event>) -> Vec<Event> {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+    use crate::event::Via;
+
+    fn ev(tid: u32, ts: u64, kind: Kind, addr: u64, seq: u64) -> Event {
+        Event {
+            ts_ns: ts,
+            tid,
+            thread: 0,
+            kind,
+            via: Via::Plain,
+            addr,
+            addr2: 0,
+            site: 0,
+            seq,
+            result: 0,
+            value: 0,
+            size: 0,
+        }
+    }
+
+    fn merge(events: Vec<Event>) -> Vec<Event> {
+        let mut m = OrderMerger::new();
+        for e in events {
+            m.push(e);
+        }
+        m.finish();
+        std::iter::from_fn(|| m.pop()).collect()
+    }
+
+    #[test]
+    fn seq_beats_skewed_timestamps_even_for_an_objects_first_events() {
+        // Thread 2's lock has the earliest timestamp (clock skew) but a later seq.
+        let events = vec![
+            ev(2, 90, Kind::MutexLock, 0xa, 2),
+            ev(1, 100, Kind::MutexLock, 0xa, 0),
+            ev(1, 110, Kind::MutexUnlock, 0xa, 1),
+            ev(2, 120, Kind::MutexUnlock, 0xa, 3),
+        ];
+        let order: Vec<_> = merge(events).iter().map(|e| (e.tid, e.seq)).collect();
+        assert_eq!(order, vec![(1, 0), (1, 1), (2, 2), (2, 3)]);
+    }
+
+    #[test]
+    fn start_after_create_and_join_after_exit() {
+        let mut create = ev(1, 50, Kind::ThreadCreate, 0x77, 0);
+        create.value = 2;
+        let join = ev(1, 60, Kind::ThreadJoin, 0x77, 0);
+        let events = vec![
+            ev(2, 10, Kind::ThreadStart, 0, 0),
+            ev(2, 70, Kind::ThreadExit, 0, 0),
+            create,
+            join,
+        ];
+        let kinds: Vec<_> = merge(events).iter().map(|e| e.kind).collect();
+        assert_eq!(
+            kinds,
+            vec![
+                Kind::ThreadCreate,
+                Kind::ThreadStart,
+                Kind::ThreadExit,
+                Kind::ThreadJoin
+            ]
+        );
+    }
+
+    #[test]
+    fn waits_for_input_until_finished_and_skips_gaps_then() {
+        let mut m = OrderMerger::new();
+        m.push(ev(1, 100, Kind::MutexLock, 0xa, 0));
+        m.push(ev(1, 110, Kind::MutexUnlock, 0xa, 1));
+        m.push(ev(2, 90, Kind::MutexLock, 0xa, 5));
+        assert_eq!(m.pop().map(|e| e.seq), Some(0));
+        assert_eq!(m.pop().map(|e| e.seq), Some(1));
+        // seq 2..4 are missing: wait for more input…
+        assert!(m.pop().is_none());
+        assert_eq!(m.buffered(), 1);
+        // …until no more can come.
+        m.finish();
+        assert_eq!(m.pop().map(|e| e.seq), Some(5));
+        assert!(m.pop().is_none());
+    }
+
+    #[test]
+    fn joins_follow_handle_reuse_in_order() {
+        // Thread 2 is created with handle 0x77, joined, then thread 3 reuses 0x77.
+        let mut c2 = ev(1, 10, Kind::ThreadCreate, 0x77, 0);
+        c2.value = 2;
+        let mut c3 = ev(1, 40, Kind::ThreadCreate, 0x77, 0);
+        c3.value = 3;
+        let events = vec![
+            c2,
+            ev(1, 30, Kind::ThreadJoin, 0x77, 0),
+            c3,
+            ev(1, 60, Kind::ThreadJoin, 0x77, 0),
+            ev(2, 20, Kind::ThreadExit, 0, 0),
+            ev(3, 50, Kind::ThreadExit, 0, 0),
+        ];
+        let order: Vec<_> = merge(events).iter().map(|e| (e.tid, e.ts_ns)).collect();
+        assert_eq!(
+            order,
+            vec![(1, 10), (2, 20), (1, 30), (1, 40), (3, 50), (1, 60)]
+        );
+    }
+}
+
+#[cfg(test)]
+mod whole_trace_tests {
     use super::*;
     use crate::event::Via;
 
