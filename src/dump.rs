@@ -49,6 +49,9 @@ pub fn run(args: DumpArgs) -> Result<u8> {
             "lost": reader.dropped,
             "threads": reader.threads.len(),
             "by_kind": by_kind,
+            // From the first to the last event: how long the recorded run took,
+            // without the recorder's own start-up and shutdown.
+            "span_ns": events.iter().map(|e| e.ts_ns).max().unwrap_or(0) - events.iter().map(|e| e.ts_ns).min().unwrap_or(0),
         });
         if args.json {
             writeln!(out, "{stats}")?;

@@ -97,7 +97,7 @@ pub fn run(args: RecordArgs) -> Result<u8> {
 fn launch_and_record(args: &RecordArgs, env: &[(OsString, OsString)]) -> Result<u8> {
     let program = launch::find_program(&args.command[0])?;
     if !launch::is_dynamic(&program) {
-        eprintln!("ordo: warning: {} is statically linked: its pthread calls cannot be probed; only futex and thread events are recorded", program.display());
+        say(&format!("ordo: warning: {} is statically linked: its pthread calls cannot be probed; only futex and thread events are recorded\n", program.display()));
     }
     let output = args.output.clone().unwrap_or_else(|| {
         let base = program
@@ -121,7 +121,7 @@ fn launch_and_record(args: &RecordArgs, env: &[(OsString, OsString)]) -> Result<
     let libs = launch::needed_libraries(&program);
     let watches = watching::plan(&args.watch, &args.watch_hw, &program, &libs, &bias)?;
     for note in &watches.notes {
-        eprintln!("ordo: {note}");
+        say(&format!("ordo: {note}\n"));
     }
     options.watch_sites = watches.sites;
     options.hw_watches = watches.hw;
@@ -139,7 +139,7 @@ fn launch_and_record(args: &RecordArgs, env: &[(OsString, OsString)]) -> Result<
     };
     let status = child.wait().context("wait for the program")?;
     let summary = recording.finish(Some(status))?;
-    eprint!("{}", summary.render());
+    say(&summary.render());
     use std::os::unix::process::ExitStatusExt;
     Ok(match (status.code(), status.signal()) {
         (Some(code), _) => code as u8,
@@ -171,7 +171,7 @@ fn attach(pid: u32, args: &RecordArgs) -> Result<u8> {
     let bias = |module: &std::path::Path| watching::load_bias_in(pid, module);
     let watches = watching::plan(&args.watch, &args.watch_hw, &exe, &libs, &bias)?;
     for note in &watches.notes {
-        eprintln!("ordo: {note}");
+        say(&format!("ordo: {note}\n"));
     }
     options.watch_sites = watches.sites;
     options.hw_watches = watches.hw;
@@ -180,7 +180,7 @@ fn attach(pid: u32, args: &RecordArgs) -> Result<u8> {
     let deadline = args
         .duration
         .map(|d| Instant::now() + Duration::from_secs_f64(d));
-    eprintln!("ordo: recording pid {pid}; Ctrl-C to stop");
+    say(&format!("ordo: recording pid {pid}; Ctrl-C to stop\n"));
     let alive = || std::path::Path::new(&format!("/proc/{pid}/task")).exists() && !is_zombie(pid);
     while SIGNALS.load(Ordering::SeqCst) == 0
         && deadline.is_none_or(|d| Instant::now() < d)
@@ -189,7 +189,7 @@ fn attach(pid: u32, args: &RecordArgs) -> Result<u8> {
         std::thread::sleep(Duration::from_millis(20));
     }
     let summary = recording.finish(None)?;
-    eprint!("{}", summary.render());
+    say(&summary.render());
     Ok(0)
 }
 
@@ -201,4 +201,11 @@ fn is_zombie(pid: u32) -> bool {
                 .map(|(_, rest)| rest.trim_start().starts_with('Z'))
         })
         .unwrap_or(true)
+}
+
+/// Writes to stderr, ignoring errors: a closed stderr (`ordo record … 2>&1 | head`)
+/// must not turn a finished recording into a panic.
+fn say(text: &str) {
+    use std::io::Write;
+    let _ = std::io::stderr().write_all(text.as_bytes());
 }

@@ -45,6 +45,15 @@ fn trace_stats(ordo: &Path, trace: &Path) -> Result<serde_json::Value> {
     Ok(serde_json::from_slice(&out.stdout)?)
 }
 
+/// Runs a recording; returns (wall time of `ordo record`, the recorded run's own span
+/// from its first to its last event). The span is the program's slowdown; the wall
+/// time adds probe attach/detach, which the kernel serializes across recordings.
+fn recorded_run(ordo: &Path, cmd: &mut Command, trace: &Path) -> Result<(f64, f64)> {
+    let wall = time(cmd)?;
+    let span = trace_stats(ordo, trace)?["span_ns"].as_u64().unwrap_or(0) as f64 / 1e9;
+    Ok((wall, span))
+}
+
 /// Native vs recorded run time of a lock-heavy program (4 threads × 100k
 /// lock/inc/unlock of one mutex, the FACTS anchor).
 pub fn run_record() -> Result<()> {
@@ -52,10 +61,11 @@ pub fn run_record() -> Result<()> {
     let program = build("record_sync")?;
     let trace = crate::root().join("target/bench/record.ordo");
     let args = ["contention", "4", "100000"];
-    let (mut native, mut recorded) = (Vec::new(), Vec::new());
+    let (mut native, mut recorded, mut walls) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..RUNS {
         native.push(time(Command::new(&program).args(args))?);
-        recorded.push(time(
+        let (wall, span) = recorded_run(
+            &ordo,
             Command::new(&ordo)
                 .arg("record")
                 .arg("-o")
@@ -63,7 +73,10 @@ pub fn run_record() -> Result<()> {
                 .arg("--")
                 .arg(&program)
                 .args(args),
-        )?);
+            &trace,
+        )?;
+        recorded.push(span);
+        walls.push(wall);
     }
     let stats = trace_stats(&ordo, &trace)?;
     let events = stats["events"].as_u64().unwrap_or(0);
@@ -71,9 +84,10 @@ pub fn run_record() -> Result<()> {
     println!("bench record: 4 threads x 100000 lock/unlock of one mutex, median of {RUNS}");
     println!("  native              {:>8.1} ms", n * 1e3);
     println!(
-        "  ordo record         {:>8.1} ms   ({:.1}x native)",
+        "  recorded run        {:>8.1} ms   ({:.1}x native; `ordo record` wall time {:.1} ms)",
         r * 1e3,
-        r / n
+        r / n,
+        median(walls) * 1e3
     );
     println!(
         "  events recorded     {events} ({} lost), {:.2} us per event of added time",
@@ -111,11 +125,15 @@ pub fn run_watch() -> Result<()> {
                 c.arg("--").arg(&program);
                 c
             };
-            times.push(time(cmd.args(args))?);
+            if *label == "native" {
+                times.push(time(cmd.args(args))?);
+            } else {
+                times.push(recorded_run(&ordo, cmd.args(args), trace)?.1);
+            }
         }
     }
     println!(
-        "bench watch: 1 thread, 200000 x (lock; read hits; write hits; unlock), median of {RUNS}"
+        "bench watch: 1 thread, 200000 x (lock; read hits; write hits; unlock), median of {RUNS}; recorded runs timed from their first to last event"
     );
     let base = median(results[1].1.clone());
     let native = median(results[0].1.clone());
