@@ -477,9 +477,10 @@ fn attach_to_a_running_process() {
     }
     let dir = scratch("attach");
     let program = build_program("record_sync");
-    // A contention run of 3 s to attach to.
+    // A contention run to attach to; long enough to outlast a slow attach (the
+    // kernel serializes uprobe changes with other recordings' detaches). Killed below.
     let mut target = Command::new(&program)
-        .args(["timed", "2", "3000"])
+        .args(["timed", "2", "60000"])
         .stdout(std::process::Stdio::null())
         .spawn()
         .unwrap();
@@ -527,7 +528,7 @@ fn interrupted_recordings_are_readable() {
         .stdout(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(700));
+    wait_for_events(&trace);
     unsafe { libc::kill(rec.id() as i32, libc::SIGINT) };
     std::thread::sleep(std::time::Duration::from_millis(100));
     unsafe { libc::kill(rec.id() as i32, libc::SIGINT) };
@@ -554,7 +555,7 @@ fn interrupted_recordings_are_readable() {
         .stdout(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(700));
+    wait_for_events(&trace);
     let _ = rec.kill();
     let _ = rec.wait();
     std::thread::sleep(std::time::Duration::from_millis(200));
@@ -703,4 +704,20 @@ fn without_privileges_the_error_says_which_are_needed() {
         err.contains("root") && err.contains("CAP_BPF") && err.contains("CAP_PERFMON"),
         "{err}"
     );
+}
+
+/// Waits until a recording in progress has written event chunks. Attaching can take
+/// seconds when other recordings' probes are being detached (the kernel serializes
+/// uprobe registration changes), so a fixed delay is not enough.
+fn wait_for_events(trace: &std::path::Path) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while std::fs::metadata(trace).map(|m| m.len()).unwrap_or(0) < 4096 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no events written to {} in 60 s",
+            trace.display()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(300));
 }
