@@ -30,23 +30,20 @@ pub enum Family {
 pub const FAMILIES: usize = 8;
 
 impl Family {
-    /// The family of a kind's object; `None` for `thread_start`/`thread_exit`.
+    /// The family of a kind's object; `None` for `thread_start`/`thread_exit`. The
+    /// mapping is `ordo_probe_common::family::of`, shared with schedules and the agent.
     pub fn of(kind: Kind) -> Option<Family> {
-        Some(match kind {
-            Kind::MutexLock | Kind::MutexLockFailed | Kind::MutexUnlock => Family::Mutex,
-            Kind::CondWaitBegin | Kind::CondWait | Kind::CondSignal | Kind::CondBroadcast => {
-                Family::Cond
-            }
-            Kind::RwlockRdlock
-            | Kind::RwlockWrlock
-            | Kind::RwlockLockFailed
-            | Kind::RwlockUnlock => Family::Rwlock,
-            Kind::SemWait | Kind::SemWaitFailed | Kind::SemPost => Family::Sem,
-            Kind::BarrierArrive | Kind::BarrierWait => Family::Barrier,
-            Kind::FutexWait | Kind::FutexWake => Family::Futex,
-            Kind::Read | Kind::Write | Kind::Rmw => Family::Var,
-            Kind::ThreadCreate | Kind::ThreadJoin => Family::Thread,
-            Kind::ThreadStart | Kind::ThreadExit => return None,
+        use ordo_probe_common::family as f;
+        Some(match f::of(kind as u16) {
+            f::MUTEX => Family::Mutex,
+            f::COND => Family::Cond,
+            f::RWLOCK => Family::Rwlock,
+            f::SEM => Family::Sem,
+            f::BARRIER => Family::Barrier,
+            f::FUTEX => Family::Futex,
+            f::VAR => Family::Var,
+            f::THREAD => Family::Thread,
+            _ => return None,
         })
     }
 

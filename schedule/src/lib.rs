@@ -66,20 +66,10 @@ impl Family {
         Family::NoObject,
     ];
 
-    /// The family of a kind.
+    /// The family of a kind (the mapping is `ordo_probe_common::family::of`, shared
+    /// with the replay agent and the analysis).
     pub fn of(kind: Kind) -> Family {
-        use Kind::*;
-        match kind {
-            MutexLock | MutexLockFailed | MutexUnlock => Family::Mutex,
-            CondWaitBegin | CondWait | CondSignal | CondBroadcast => Family::Cond,
-            RwlockRdlock | RwlockWrlock | RwlockLockFailed | RwlockUnlock => Family::Rwlock,
-            SemWait | SemWaitFailed | SemPost => Family::Sem,
-            BarrierArrive | BarrierWait => Family::Barrier,
-            FutexWait | FutexWake => Family::Futex,
-            Read | Write | Rmw => Family::Var,
-            ThreadCreate | ThreadJoin => Family::Thread,
-            ThreadStart | ThreadExit => Family::NoObject,
-        }
+        Family::ALL[ordo_probe_common::family::of(kind as u16) as usize]
     }
 
     /// Position in [`Family::ALL`].

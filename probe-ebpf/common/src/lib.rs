@@ -66,6 +66,48 @@ pub mod kind {
     pub const COUNT: u16 = 26;
 }
 
+/// Object families: the kinds of object events act on. Schedules number objects
+/// (`@K`) within a family; the replay agent and the analysis use the same codes.
+pub mod family {
+    use super::kind as k;
+
+    /// `mutex_*`.
+    pub const MUTEX: u8 = 0;
+    /// `cond_*`.
+    pub const COND: u8 = 1;
+    /// `rwlock_*`.
+    pub const RWLOCK: u8 = 2;
+    /// `sem_*`.
+    pub const SEM: u8 = 3;
+    /// `barrier_*`.
+    pub const BARRIER: u8 = 4;
+    /// `futex_*`.
+    pub const FUTEX: u8 = 5;
+    /// `read`, `write`, `rmw` of watched variables.
+    pub const VAR: u8 = 6;
+    /// `thread_create`, `thread_join` (the object is the `pthread_t` handle).
+    pub const THREAD: u8 = 7;
+    /// `thread_start`, `thread_exit`: no object.
+    pub const NONE: u8 = 8;
+
+    /// The family of a kind code.
+    pub const fn of(kind: u16) -> u8 {
+        match kind {
+            k::MUTEX_LOCK | k::MUTEX_LOCK_FAILED | k::MUTEX_UNLOCK => MUTEX,
+            k::COND_WAIT_BEGIN | k::COND_WAIT | k::COND_SIGNAL | k::COND_BROADCAST => COND,
+            k::RWLOCK_RDLOCK | k::RWLOCK_WRLOCK | k::RWLOCK_LOCK_FAILED | k::RWLOCK_UNLOCK => {
+                RWLOCK
+            }
+            k::SEM_WAIT | k::SEM_WAIT_FAILED | k::SEM_POST => SEM,
+            k::BARRIER_ARRIVE | k::BARRIER_WAIT => BARRIER,
+            k::FUTEX_WAIT | k::FUTEX_WAKE => FUTEX,
+            k::READ | k::WRITE | k::RMW => VAR,
+            k::THREAD_CREATE | k::THREAD_JOIN => THREAD,
+            _ => NONE,
+        }
+    }
+}
+
 /// How an acquisition was requested, in [`RawEvent::via`].
 pub mod via {
     /// Plain blocking call.

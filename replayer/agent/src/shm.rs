@@ -72,17 +72,7 @@ pub use probe_common::kind;
 
 /// The object family index of a kind code (the order of `ordo_schedule::Family::ALL`).
 pub const fn family_of(kind: u16) -> usize {
-    match kind {
-        1..=3 => 0,
-        4..=7 => 1,
-        8..=11 => 2,
-        12..=14 => 3,
-        15 | 16 => 4,
-        21 | 22 => 5,
-        23..=25 => 6,
-        17 | 20 => 7,
-        _ => 8,
-    }
+    probe_common::family::of(kind) as usize
 }
 
 /// Kinds whose order stamp is taken before the call, like the recorder's sequence
