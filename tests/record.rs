@@ -519,16 +519,7 @@ fn interrupted_recordings_are_readable() {
     let program = build_program("record_sync");
     // SIGINT to ordo (not the program): the recording still ends with a footer.
     let trace = dir.join("int.ordo");
-    let mut rec = Command::new(ordo())
-        .args(["record", "-o"])
-        .arg(&trace)
-        .arg("--")
-        .arg(&program)
-        .args(["contention", "2", "300000"])
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    wait_for_events(&trace);
+    let mut rec = start_long_recording(&trace, &program);
     unsafe { libc::kill(rec.id() as i32, libc::SIGINT) };
     std::thread::sleep(std::time::Duration::from_millis(100));
     unsafe { libc::kill(rec.id() as i32, libc::SIGINT) };
@@ -546,16 +537,7 @@ fn interrupted_recordings_are_readable() {
 
     // SIGKILL of the recorder: the trace reads back up to its last complete chunk.
     let trace = dir.join("kill.ordo");
-    let mut rec = Command::new(ordo())
-        .args(["record", "-o"])
-        .arg(&trace)
-        .arg("--")
-        .arg(&program)
-        .args(["contention", "2", "300000"])
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    wait_for_events(&trace);
+    let mut rec = start_long_recording(&trace, &program);
     let _ = rec.kill();
     let _ = rec.wait();
     std::thread::sleep(std::time::Duration::from_millis(200));
@@ -720,4 +702,20 @@ fn wait_for_events(trace: &std::path::Path) {
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
     std::thread::sleep(std::time::Duration::from_millis(300));
+}
+
+/// Starts `ordo record` of a long contention run and returns once it has written
+/// event chunks.
+fn start_long_recording(trace: &std::path::Path, program: &std::path::Path) -> std::process::Child {
+    let rec = Command::new(ordo())
+        .args(["record", "-o"])
+        .arg(trace)
+        .arg("--")
+        .arg(program)
+        .args(["contention", "2", "300000"])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for_events(trace);
+    rec
 }

@@ -8,37 +8,12 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::{build_program, ordo};
+use common::{build_program, replay_json};
 
 fn schedule(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/programs")
         .join(format!("{name}.sched"))
-}
-
-/// Runs `ordo replay --json`; returns its exit status and the JSON outcome.
-fn replay(schedule: &Path, program: &Path) -> (i32, serde_json::Value) {
-    let out = Command::new(ordo())
-        .args(["replay", "--json", "--timeout", "20", "--schedule"])
-        .arg(schedule)
-        .arg("--")
-        .arg(program)
-        .output()
-        .expect("run ordo replay");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let line = stdout.lines().last().unwrap_or_else(|| {
-        panic!(
-            "no output from ordo replay; stderr:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        )
-    });
-    let json: serde_json::Value = serde_json::from_str(line).unwrap_or_else(|e| {
-        panic!(
-            "not JSON ({e}): {line}\nstderr:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        )
-    });
-    (out.status.code().unwrap_or(-1), json)
 }
 
 fn reproduces(name: &str, expect_reason: &str) {
@@ -47,7 +22,7 @@ fn reproduces(name: &str, expect_reason: &str) {
     let mut shown = 0;
     let mut last = serde_json::Value::Null;
     for _ in 0..20 {
-        let (code, json) = replay(&sched, &program);
+        let (code, json) = replay_json(&["--timeout", "20"], &sched, &program);
         if json["verdict"] == "reproduced" {
             assert_eq!(code, 1, "ordo replay exits 1 when the bug showed: {json}");
             assert!(

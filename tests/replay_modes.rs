@@ -7,7 +7,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use common::{build_program, ordo, scratch};
+use common::{build_program, ordo, replay_json, scratch};
 
 fn programs_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/programs")
@@ -38,13 +38,6 @@ fn json_of(out: &Output) -> serde_json::Value {
         )
     });
     serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"))
-}
-
-fn replay_json(args: &[&str], schedule: &Path, program: &Path) -> (i32, serde_json::Value) {
-    let mut all = vec!["--json"];
-    all.extend_from_slice(args);
-    let out = run(&all, schedule, &[program.to_str().unwrap()]);
-    (out.status.code().unwrap_or(-1), json_of(&out))
 }
 
 #[test]

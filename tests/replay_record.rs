@@ -7,33 +7,10 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::{build_program, have_root, ordo, record, scratch};
+use common::{build_program, have_root, ordo, record, replay_json, scratch};
 
 fn programs_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/programs")
-}
-
-fn replay(args: &[&str], schedule: &Path, program: &Path) -> (i32, serde_json::Value) {
-    let out = Command::new(ordo())
-        .args(["replay", "--json", "--timeout", "20"])
-        .args(args)
-        .arg("--schedule")
-        .arg(schedule)
-        .arg("--")
-        .arg(program)
-        .output()
-        .expect("run ordo replay");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let line = stdout.lines().last().unwrap_or_else(|| {
-        panic!(
-            "no output; stderr:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        )
-    });
-    (
-        out.status.code().unwrap_or(-1),
-        serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}")),
-    )
 }
 
 /// The schedules of `ordo analyze --json TRACE`, best first.
@@ -75,7 +52,7 @@ fn analyzer_candidate_reproduces(name: &str) -> usize {
     for (rank, text) in schedules.iter().enumerate().take(3) {
         let file = dir.join(format!("candidate{rank}.sched"));
         std::fs::write(&file, text).unwrap();
-        let (_, first) = replay(&[], &file, &program);
+        let (_, first) = replay_json(&["--timeout", "20"], &file, &program);
         if first["verdict"] != "reproduced" {
             eprintln!(
                 "{name}: candidate {rank} did not reproduce ({}):\n{text}",
@@ -85,7 +62,7 @@ fn analyzer_candidate_reproduces(name: &str) -> usize {
         }
         let mut shown = 1;
         for _ in 1..20 {
-            let (_, json) = replay(&[], &file, &program);
+            let (_, json) = replay_json(&["--timeout", "20"], &file, &program);
             if json["verdict"] == "reproduced" {
                 shown += 1;
             }
@@ -127,8 +104,8 @@ fn held_on_recording(name: &str, schedule: &str, expect: &str) {
     let program = build_program(name);
     let dir = scratch(&format!("replay_verify_{schedule}"));
     let trace = dir.join("replay.ordo");
-    let (code, json) = replay(
-        &["--record", trace.to_str().unwrap()],
+    let (code, json) = replay_json(
+        &["--timeout", "20", "--record", trace.to_str().unwrap()],
         &programs_dir().join(format!("{schedule}.sched")),
         &program,
     );
@@ -170,8 +147,14 @@ fn recording_check_fails_when_the_order_did_not_happen() {
     let program = build_program("replay_order");
     let dir = scratch("replay_verify_negative");
     let trace = dir.join("check.ordo");
-    let (code, json) = replay(
-        &["--check", "--record", trace.to_str().unwrap()],
+    let (code, json) = replay_json(
+        &[
+            "--timeout",
+            "20",
+            "--check",
+            "--record",
+            trace.to_str().unwrap(),
+        ],
         &programs_dir().join("replay_order.sched"),
         &program,
     );

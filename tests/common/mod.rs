@@ -163,3 +163,31 @@ pub fn count_by_thread(
     }
     counts
 }
+
+/// Runs `ordo replay --json ARGS --schedule SCHEDULE -- PROGRAM`; returns the exit
+/// status and the JSON outcome (the last line of stdout).
+pub fn replay_json(args: &[&str], schedule: &Path, program: &Path) -> (i32, serde_json::Value) {
+    let out = Command::new(ordo())
+        .args(["replay", "--json"])
+        .args(args)
+        .arg("--schedule")
+        .arg(schedule)
+        .arg("--")
+        .arg(program)
+        .output()
+        .expect("run ordo replay");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let line = stdout.lines().last().unwrap_or_else(|| {
+        panic!(
+            "no output from ordo replay; stderr:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    let json = serde_json::from_str(line).unwrap_or_else(|e| {
+        panic!(
+            "not JSON ({e}): {line}\nstderr:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    (out.status.code().unwrap_or(-1), json)
+}
