@@ -36,4 +36,34 @@ fn main() {
         "read+merge: {merged:.3}s = {:.1} M/s ({k})",
         n as f64 / merged / 1e6
     );
+    full(&path);
+}
+
+/// Read, merge and the engine's pass, on one thread.
+#[allow(dead_code)]
+fn full(path: &std::path::Path) {
+    let start = std::time::Instant::now();
+    let mut r = TraceReader::open(path, ReadMode::Strict).unwrap();
+    let threads = r.threads.clone();
+    let mut engine = ordo_analysis::engine::Engine::new(&threads);
+    let mut m = ordo_analysis::merge::Merger::new();
+    let mut buf = Vec::new();
+    let mut n = 0u64;
+    while r.next_chunk_into(&mut buf).unwrap() {
+        n += buf.len() as u64;
+        m.push_batch(&buf, |e| {
+            engine.process(e);
+        });
+    }
+    m.finish();
+    while let Some(e) = m.pop() {
+        engine.process(&e);
+    }
+    let pass = engine.finish();
+    let t = start.elapsed().as_secs_f64();
+    println!(
+        "read+merge+engine: {t:.3}s = {:.1} M/s ({} findings)",
+        n as f64 / t / 1e6,
+        pass.findings.len()
+    );
 }

@@ -106,56 +106,57 @@ pub fn analyze_trace(path: &Path) -> Result<Analysis, TraceError> {
     });
     let mut merger = merge::Merger::new();
     let mut losses = LossTracker::default();
-    // Decoding (zstd, protobuf) runs on its own thread, a chunk or two ahead of the
-    // pass; chunk buffers go back to it for reuse.
-    let (chunks_tx, chunks_rx) = mpsc::sync_channel::<Result<DecodedChunk, TraceError>>(2);
-    let (recycle_tx, recycle_rx) = mpsc::channel::<Vec<Event>>();
-    let mut failure = None;
-    std::thread::scope(|scope| {
-        scope.spawn(move || loop {
-            let mut events = recycle_rx.try_recv().unwrap_or_default();
-            let message = match reader.next_chunk_into(&mut events) {
-                Ok(true) => {
-                    let (offset, dropped) =
-                        reader.drops_by_chunk().last().copied().unwrap_or((0, 0));
-                    Ok(DecodedChunk {
-                        events,
-                        offset,
-                        dropped,
-                    })
-                }
-                Ok(false) => return,
-                Err(e) => Err(e),
-            };
-            let stop = message.is_err();
-            if chunks_tx.send(message).is_err() || stop {
-                return;
-            }
+    let mut take_chunk = |events: &[Event], offset: u64, dropped: u64| {
+        losses.chunk(
+            offset,
+            dropped,
+            events.first().map(|e| e.ts_ns).unwrap_or(0),
+        );
+        merger.push_batch(events, |e| {
+            engine.process(e);
         });
-        for message in chunks_rx {
-            let mut chunk = match message {
-                Ok(chunk) => chunk,
-                Err(e) => {
-                    failure = Some(e);
+    };
+    let on_own_thread = std::thread::available_parallelism().is_ok_and(|n| n.get() > 1);
+    if on_own_thread {
+        // Decoding (zstd, protobuf) runs on its own thread, a chunk or two ahead of
+        // the pass; chunk buffers go back to it for reuse.
+        let (chunks_tx, chunks_rx) = mpsc::sync_channel::<Result<DecodedChunk, TraceError>>(2);
+        let (recycle_tx, recycle_rx) = mpsc::channel::<Vec<Event>>();
+        std::thread::scope(|scope| {
+            scope.spawn(move || loop {
+                let mut events = recycle_rx.try_recv().unwrap_or_default();
+                let message = match reader.next_chunk_into(&mut events) {
+                    Ok(true) => {
+                        let (offset, dropped) =
+                            reader.drops_by_chunk().last().copied().unwrap_or((0, 0));
+                        Ok(DecodedChunk {
+                            events,
+                            offset,
+                            dropped,
+                        })
+                    }
+                    Ok(false) => return,
+                    Err(e) => Err(e),
+                };
+                let stop = message.is_err();
+                if chunks_tx.send(message).is_err() || stop {
                     return;
                 }
-            };
-            losses.chunk(
-                chunk.offset,
-                chunk.dropped,
-                chunk.events.first().map(|e| e.ts_ns).unwrap_or(0),
-            );
-            for e in chunk.events.drain(..) {
-                merger.push(e);
+            });
+            for message in chunks_rx {
+                let chunk = message?;
+                take_chunk(&chunk.events, chunk.offset, chunk.dropped);
+                let _ = recycle_tx.send(chunk.events);
             }
-            while let Some(e) = merger.pop() {
-                engine.process(&e);
-            }
-            let _ = recycle_tx.send(chunk.events);
+            Ok::<(), TraceError>(())
+        })?;
+    } else {
+        // One core: a second thread would only add hand-offs.
+        let mut events = Vec::new();
+        while reader.next_chunk_into(&mut events)? {
+            let (offset, dropped) = reader.drops_by_chunk().last().copied().unwrap_or((0, 0));
+            take_chunk(&events, offset, dropped);
         }
-    });
-    if let Some(e) = failure {
-        return Err(e);
     }
     merger.finish();
     while let Some(e) = merger.pop() {
