@@ -1,8 +1,13 @@
-//! Times the phases of the streaming pass separately: read, read+merge.
+//! Times the phases of the streaming pass separately, on one thread: read,
+//! read+merge, read+merge+engine (only the last with `full`).
 use ordo_trace::{ReadMode, TraceReader};
 
 fn main() {
-    let path = std::path::PathBuf::from(std::env::args().nth(1).expect("usage: phases TRACE"));
+    let path =
+        std::path::PathBuf::from(std::env::args().nth(1).expect("usage: phases TRACE [full]"));
+    if std::env::args().nth(2).as_deref() == Some("full") {
+        return full(&path);
+    }
     let start = std::time::Instant::now();
     let mut r = TraceReader::open(&path, ReadMode::Strict).unwrap();
     let mut buf = Vec::new();

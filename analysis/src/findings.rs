@@ -41,13 +41,13 @@ impl DedupKey {
     /// A cheap hash, for the recent-offers cache.
     #[inline]
     fn quick_hash(&self) -> usize {
-        let mut h = self.kind as u64;
-        for s in self.sites {
-            h = (h.rotate_left(5) ^ s).wrapping_mul(0x517c_c1b7_2722_0a95);
-        }
-        for o in self.objects {
-            h = (h.rotate_left(5) ^ o as u64).wrapping_mul(0x517c_c1b7_2722_0a95);
-        }
+        // Independent products (no chain through every field) keep it short; the
+        // cache compares whole keys, so a partial hash only costs collisions.
+        let [s0, s1, s2, ..] = self.sites;
+        let h = (s0 ^ self.kind as u64).wrapping_mul(0x517c_c1b7_2722_0a95)
+            ^ s1.wrapping_mul(0x9e37_79b9_7f4a_7c15)
+            ^ s2.wrapping_mul(0xc2b2_ae3d_27d4_eb4f)
+            ^ (self.objects[0] as u64).wrapping_mul(0x1656_67b1_9e37_79f9);
         (h >> 40) as usize
     }
 }
