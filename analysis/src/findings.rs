@@ -4,50 +4,59 @@
 
 use rustc_hash::FxHashMap;
 
-use crate::model::{EventId, FindingKind, ObjId, Rank, RawFinding, RawOrdering, NO_OBJECT};
+use crate::model::{EventId, FindingKind, Rank, RawFinding, RawOrdering, NO_OBJECT};
 
 /// What makes two candidates "the same order": the kind, and the objects and call
 /// sites of the events involved, role by role. Two occurrences of the same swap in a
 /// loop, or by two worker threads running the same code, are one candidate; the
 /// instance with the best rank (fewest threads, smallest change) is kept.
+///
+/// Packed into words (kind and up to four objects, then up to six sites) so the
+/// recent-offers cache compares keys without a call to `memcmp`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct DedupKey {
-    kind: FindingKind,
-    objects: [ObjId; 4],
-    sites: [u64; 6],
-}
+pub struct DedupKey([u64; 9]);
 
 impl DedupKey {
     /// The key of a candidate involving `events` (in a fixed role order).
     pub fn new(kind: FindingKind, events: &[EventId]) -> DedupKey {
-        let mut key = DedupKey {
-            kind,
-            objects: [NO_OBJECT; 4],
-            sites: [0; 6],
-        };
+        let mut objects = [NO_OBJECT; 4];
+        let mut words = [0u64; 9];
         let mut no = 0;
         for (i, e) in events.iter().enumerate() {
             if i < 6 {
-                key.sites[i] = e.site;
+                words[3 + i] = e.site;
             }
-            if no < 4 && e.obj != NO_OBJECT && !key.objects[..no].contains(&e.obj) {
-                key.objects[no] = e.obj;
+            if no < 4 && e.obj != NO_OBJECT && !objects[..no].contains(&e.obj) {
+                objects[no] = e.obj;
                 no += 1;
             }
         }
-        key
+        words[0] = kind as u64 | (objects[0] as u64) << 32;
+        words[1] = objects[1] as u64 | (objects[2] as u64) << 32;
+        words[2] = objects[3] as u64;
+        DedupKey(words)
+    }
+
+    /// Equality without early exits (keys are compared on every offer).
+    #[inline]
+    fn same(&self, other: &DedupKey) -> bool {
+        self.0
+            .iter()
+            .zip(&other.0)
+            .fold(0, |diff, (a, b)| diff | (a ^ b))
+            == 0
     }
 
     /// A cheap hash, for the recent-offers cache.
     #[inline]
     fn quick_hash(&self) -> usize {
-        // Independent products (no chain through every field) keep it short; the
+        // Independent products (no chain through every word) keep it short; the
         // cache compares whole keys, so a partial hash only costs collisions.
-        let [s0, s1, s2, ..] = self.sites;
-        let h = (s0 ^ self.kind as u64).wrapping_mul(0x517c_c1b7_2722_0a95)
-            ^ s1.wrapping_mul(0x9e37_79b9_7f4a_7c15)
-            ^ s2.wrapping_mul(0xc2b2_ae3d_27d4_eb4f)
-            ^ (self.objects[0] as u64).wrapping_mul(0x1656_67b1_9e37_79f9);
+        let [w0, _, _, s0, s1, s2, ..] = self.0;
+        let h = w0.wrapping_mul(0x517c_c1b7_2722_0a95)
+            ^ s0.wrapping_mul(0x9e37_79b9_7f4a_7c15)
+            ^ s1.wrapping_mul(0xc2b2_ae3d_27d4_eb4f)
+            ^ s2.wrapping_mul(0x1656_67b1_9e37_79f9);
         (h >> 40) as usize
     }
 }
@@ -94,7 +103,7 @@ impl FindingSet {
         } = *c;
         let slot = key.quick_hash() % RECENT;
         if let Some(Some((k, r))) = self.recent.get(slot) {
-            if *k == key && *r <= rank {
+            if k.same(&key) && *r <= rank {
                 return;
             }
         }
