@@ -70,8 +70,10 @@ enum State {
 struct LockState {
     release: VectorClock,
     read_release: VectorClock,
-    /// The last two critical sections in acquisition order (`[older, newer]`).
+    /// The last two critical sections: `recent[older]` came before `recent[older ^ 1]`
+    /// (flipping the index instead of shifting saves copying a record per acquire).
     recent: [Option<CsRec>; 2],
+    older: usize,
 }
 
 /// A critical section, as the candidate generators need it.
@@ -491,8 +493,8 @@ impl<'a> Engine<'a> {
         let State::Lock(lock) = &mut self.objects[id.obj as usize].state else {
             return;
         };
-        let prev2 = lock.recent[0];
-        let prev1 = lock.recent[1];
+        let prev2 = lock.recent[lock.older];
+        let prev1 = lock.recent[lock.older ^ 1];
         let swappable = match prev1 {
             Some(p) if p.acq.thread != t && p.mode.conflicts(mode) => {
                 th.vc.get(p.acq.thread) < p.epoch
@@ -511,7 +513,8 @@ impl<'a> Engine<'a> {
             woken_by,
             in_wait: via == Via::CondWait,
         };
-        lock.recent = [prev1, Some(cur)];
+        lock.recent[lock.older] = Some(cur);
+        lock.older ^= 1;
         th.held.push(HeldLock {
             obj: id.obj,
             mode,
@@ -623,7 +626,7 @@ impl<'a> Engine<'a> {
                 }
                 let mode = h.mode;
                 if i + 1 == th.held.len() {
-                    th.held.pop();
+                    th.held.truncate(i);
                 } else {
                     th.held.remove(i);
                 }

@@ -62,7 +62,7 @@ impl DedupKey {
 }
 
 /// Entries of the recent-offers cache.
-const RECENT: usize = 512;
+const RECENT: usize = 2048;
 
 /// A candidate as the detectors produce it, borrowed: see [`RawFinding`].
 #[derive(Clone, Copy)]

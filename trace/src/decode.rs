@@ -178,10 +178,18 @@ fn varint(buf: &mut &[u8]) -> Option<u64> {
         if ends != 0 {
             let len = (ends.trailing_zeros() / 8 + 1) as usize;
             let x = word & (u64::MAX >> (64 - 8 * len as u32));
+            // Pairs of groups, then quads, then all eight; a column's varints mostly
+            // share one length, so the early exits predict well.
             let x = ((x & 0x7f00_7f00_7f00_7f00) >> 1) | (x & 0x007f_007f_007f_007f);
-            let x = ((x & 0x3fff_0000_3fff_0000) >> 2) | (x & 0x0000_3fff_0000_3fff);
-            let x = ((x & 0x0fff_ffff_0000_0000) >> 4) | (x & 0x0000_0000_0fff_ffff);
             *buf = &buf[len..];
+            if len <= 2 {
+                return Some(x);
+            }
+            let x = ((x & 0x3fff_0000_3fff_0000) >> 2) | (x & 0x0000_3fff_0000_3fff);
+            if len <= 4 {
+                return Some(x);
+            }
+            let x = ((x & 0x0fff_ffff_0000_0000) >> 4) | (x & 0x0000_0000_0fff_ffff);
             return Some(x);
         }
     }
