@@ -5,6 +5,11 @@
 //! detectors) — and the analyzing process's peak resident memory, which must not
 //! grow with the trace's length.
 //!
+//! Each trace is analyzed twice, back to back: pinned to one CPU with `taskset`
+//! (the target, >= 10 M events/s, is for one core; `ordo analyze` then runs on one
+//! thread), and free to use every CPU (decoding then runs on a thread of its own).
+//! Each figure is the best of three runs.
+//!
 //! Each analysis runs in its own `ordo analyze --json` process, which reports its
 //! peak RSS (VmHWM) in `stats.peak_rss_kb`, so the two lengths do not share a
 //! high-water mark. Traces are written with `ordo-analysis`'s generator (the
@@ -21,12 +26,22 @@ const LENGTHS: [u64; 2] = [2_000_000, 10_000_000];
 /// Worker threads in the generated traces (plus the main thread).
 const THREADS: u32 = 8;
 
+/// Runs per configuration; the fastest is reported (the machines are noisy).
+const RUNS: usize = 3;
+
 struct Measured {
+    events: u64,
+    trace_bytes: u64,
+    one_core: Run,
+    all_cores: Run,
+}
+
+#[derive(Clone, Copy)]
+struct Run {
     events: u64,
     wall: f64,
     pass: f64,
     peak_rss_kb: u64,
-    trace_bytes: u64,
 }
 
 /// Runs the benchmark and prints its numbers.
@@ -46,26 +61,78 @@ pub fn run() -> Result<()> {
     let result = measure_all(&ordo, &generator, &dir);
     let _ = std::fs::remove_dir_all(&dir);
     let runs = result?;
-    println!("\n== analysis: ordo analyze over generated traces ({THREADS} worker threads)");
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    println!("\n== analysis: ordo analyze over generated traces ({THREADS} worker threads; best of {RUNS})");
     for m in &runs {
-        println!(
-            "{:>11} events ({:>5.1} MB trace): {:>6.2} s = {:>5.2} M events/s; streaming pass {:>5.2} M events/s; peak RSS {:>6.1} MB",
-            m.events,
-            m.trace_bytes as f64 / 1e6,
-            m.wall,
-            m.events as f64 / m.wall / 1e6,
-            m.events as f64 / m.pass / 1e6,
-            m.peak_rss_kb as f64 / 1024.0
-        );
+        for (label, r) in [
+            ("1 core ", m.one_core),
+            (&*format!("{cpus} cores"), m.all_cores),
+        ] {
+            println!(
+                "{:>11} events ({:>5.1} MB trace), {label}: {:>5.2} s = {:>5.2} M events/s; streaming pass {:>5.2} M events/s; peak RSS {:>5.1} MB",
+                m.events,
+                m.trace_bytes as f64 / 1e6,
+                r.wall,
+                m.events as f64 / r.wall / 1e6,
+                m.events as f64 / r.pass / 1e6,
+                r.peak_rss_kb as f64 / 1024.0
+            );
+        }
     }
     if let [short, long] = runs.as_slice() {
         println!(
             "memory at {}x the length: {:.2}x (independent of length when close to 1)",
             long.events / short.events.max(1),
-            long.peak_rss_kb as f64 / short.peak_rss_kb.max(1) as f64
+            long.one_core.peak_rss_kb as f64 / short.one_core.peak_rss_kb.max(1) as f64
+        );
+        let rate = long.events as f64 / long.one_core.wall / 1e6;
+        println!(
+            "target >= 10 M events/s on one core: {rate:.2} M events/s ({})",
+            if rate >= 10.0 { "met" } else { "NOT met" }
         );
     }
     Ok(())
+}
+
+/// The best of [`RUNS`] analyses of `trace`, pinned to CPU 0 or not.
+fn analyze(ordo: &Path, trace: &Path, pinned: bool) -> Result<Run> {
+    let mut best: Option<Run> = None;
+    for _ in 0..RUNS {
+        let mut command = if pinned {
+            let mut c = Command::new("taskset");
+            c.args(["-c", "0"]).arg(ordo);
+            c
+        } else {
+            Command::new(ordo)
+        };
+        let started = Instant::now();
+        let analyzed = command.arg("analyze").arg("--json").arg(trace).output()?;
+        let wall = started.elapsed().as_secs_f64();
+        if !analyzed.status.success() {
+            bail!(
+                "ordo analyze failed: {}",
+                String::from_utf8_lossy(&analyzed.stderr)
+            );
+        }
+        let doc: serde_json::Value =
+            serde_json::from_slice(&analyzed.stdout).context("ordo analyze --json output")?;
+        let stats = &doc["stats"];
+        let number = |key: &str| {
+            stats[key]
+                .as_f64()
+                .with_context(|| format!("stats.{key} missing"))
+        };
+        let run = Run {
+            events: number("events")? as u64,
+            wall,
+            pass: number("pass_seconds")?,
+            peak_rss_kb: number("peak_rss_kb")? as u64,
+        };
+        if best.is_none_or(|b| run.wall < b.wall) {
+            best = Some(run);
+        }
+    }
+    best.context("no runs")
 }
 
 fn measure_all(ordo: &Path, generator: &Path, dir: &Path) -> Result<Vec<Measured>> {
@@ -84,33 +151,13 @@ fn measure_all(ordo: &Path, generator: &Path, dir: &Path) -> Result<Vec<Measured
             );
         }
         let trace_bytes = std::fs::metadata(&trace)?.len();
-        let started = Instant::now();
-        let analyzed = Command::new(ordo)
-            .arg("analyze")
-            .arg("--json")
-            .arg(&trace)
-            .output()?;
-        let wall = started.elapsed().as_secs_f64();
-        if !analyzed.status.success() {
-            bail!(
-                "ordo analyze failed: {}",
-                String::from_utf8_lossy(&analyzed.stderr)
-            );
-        }
-        let doc: serde_json::Value =
-            serde_json::from_slice(&analyzed.stdout).context("ordo analyze --json output")?;
-        let stats = &doc["stats"];
-        let number = |key: &str| {
-            stats[key]
-                .as_f64()
-                .with_context(|| format!("stats.{key} missing"))
-        };
+        let one_core = analyze(ordo, &trace, true)?;
+        let all_cores = analyze(ordo, &trace, false)?;
         out.push(Measured {
-            events: number("events")? as u64,
-            wall,
-            pass: number("pass_seconds")?,
-            peak_rss_kb: number("peak_rss_kb")? as u64,
+            events: one_core.events,
             trace_bytes,
+            one_core,
+            all_cores,
         });
         let _ = std::fs::remove_file(&trace);
     }
