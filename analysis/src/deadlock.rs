@@ -60,7 +60,27 @@ pub struct HeldLock {
     pub count: u32,
     /// The thread's fork/join clock when it took the lock (shared, copy-on-write:
     /// it changes only at thread creation, join and barriers).
-    pub fj: Rc<VectorClock>,
+    pub fj: Option<Rc<VectorClock>>,
+}
+
+impl Default for HeldLock {
+    fn default() -> HeldLock {
+        HeldLock {
+            obj: crate::model::NO_OBJECT,
+            mode: Mode::Exclusive,
+            acq: EventId {
+                thread: 0,
+                kind: ordo_trace::Kind::MutexLock,
+                obj: crate::model::NO_OBJECT,
+                occurrence: 0,
+                site: 0,
+                ts: 0,
+                index: 0,
+            },
+            count: 0,
+            fj: None,
+        }
+    }
 }
 
 /// The lock-order graph.
@@ -102,7 +122,7 @@ impl LockGraph {
                     from_mode: h.mode,
                     to_mode,
                     gate: gate().collect(),
-                    from_fj: (*h.fj).clone(),
+                    from_fj: h.fj.as_deref().cloned().unwrap_or_default(),
                     to_epoch,
                 });
             }

@@ -73,6 +73,10 @@ struct LockState {
     /// The last two critical sections: `recent[older]` came before `recent[older ^ 1]`
     /// (flipping the index instead of shifting saves copying a record per acquire).
     recent: [Option<CsRec>; 2],
+    /// For each of `recent`: when it is the reacquire inside a woken cond wait, the
+    /// signal that woke it and the wait's site (kept apart: rarely set, and it would
+    /// double the size of every record copied).
+    woken: [Option<(EventId, u64)>; 2],
     older: usize,
 }
 
@@ -85,8 +89,6 @@ struct CsRec {
     /// Whether it could have taken the lock before the previous holder's critical
     /// section without breaking any other happens-before edge.
     swappable_with_prev: bool,
-    /// For a reacquire inside a cond wait: the signal that woke it and the wait's site.
-    woken_by: Option<(EventId, u64)>,
     /// Whether it is the reacquire inside a cond wait.
     in_wait: bool,
 }
@@ -495,6 +497,7 @@ impl<'a> Engine<'a> {
         };
         let prev2 = lock.recent[lock.older];
         let prev1 = lock.recent[lock.older ^ 1];
+        let prev1_woken = lock.woken[lock.older ^ 1];
         let swappable = match prev1 {
             Some(p) if p.acq.thread != t && p.mode.conflicts(mode) => {
                 th.vc.get(p.acq.thread) < p.epoch
@@ -510,21 +513,23 @@ impl<'a> Engine<'a> {
             epoch,
             mode,
             swappable_with_prev: swappable,
-            woken_by,
             in_wait: via == Via::CondWait,
         };
         lock.recent[lock.older] = Some(cur);
+        lock.woken[lock.older] = woken_by;
         lock.older ^= 1;
-        th.held.push(HeldLock {
-            obj: id.obj,
-            mode,
-            acq: id,
-            count: 1,
-            fj: th.fj.clone(),
-        });
+        // Filled in place: building the record on the stack and moving it in makes
+        // the move's wide loads wait for the narrow stores that built it.
+        th.held.push(HeldLock::default());
+        let h = th.held.last_mut().unwrap();
+        h.obj = id.obj;
+        h.mode = mode;
+        h.acq = id;
+        h.count = 1;
+        h.fj = Some(th.fj.clone());
         self.stats.critical_sections += 1;
         if let Some(p1) = prev1 {
-            self.critical_section_candidates(prev2, p1, cur);
+            self.critical_section_candidates(prev2, (p1, prev1_woken), (cur, woken_by));
         }
     }
 
@@ -534,10 +539,16 @@ impl<'a> Engine<'a> {
     /// Atomicity needs two sections of one thread at different call sites (a loop
     /// taking the lock at one site is not check-then-act), neither of them the
     /// reacquire inside a cond wait (a section split by a wait is the barging case).
-    fn critical_section_candidates(&mut self, p2: Option<CsRec>, p1: CsRec, cur: CsRec) {
+    /// `p1` and `cur` come with what woke them, for reacquires inside cond waits.
+    fn critical_section_candidates(
+        &mut self,
+        p2: Option<CsRec>,
+        (p1, p1_woken): (CsRec, Option<(EventId, u64)>),
+        (cur, cur_woken): (CsRec, Option<(EventId, u64)>),
+    ) {
         let (a, b) = (p1.acq.thread, cur.acq.thread);
         if a != b && cur.swappable_with_prev {
-            match p1.woken_by {
+            match p1_woken {
                 // `b` can take the mutex between the signal and the waiter's reacquire.
                 // Only a third thread competes for what the signal announced: the
                 // signaller taking the mutex again is a plain reorder.
@@ -591,7 +602,7 @@ impl<'a> Engine<'a> {
                 }
             }
         }
-        if let Some((signal, wait_site)) = cur.woken_by {
+        if let Some((signal, wait_site)) = cur_woken {
             if a != b
                 && a != signal.thread
                 && p1.acq.index > signal.index
