@@ -560,12 +560,19 @@ impl<'a> Engine<'a> {
                         "",
                         wait_site,
                     ),
-                _ => self.offer(
-                    FindingKind::Reorder,
-                    &[p1.acq, cur.acq],
-                    &[(&[cur.acq], p1.acq)],
-                    "",
-                ),
+                _ => {
+                    // The commonest candidate, and nearly always a repeat: ask the
+                    // candidate cache before building the schedule.
+                    let pair = [p1.acq, cur.acq];
+                    let key = DedupKey::new(FindingKind::Reorder, &pair);
+                    if pair.iter().all(|e| e.occurrence != 0)
+                        && self.found.settled(&key, quick_rank(&pair))
+                    {
+                        self.stats.candidates_offered += 1;
+                    } else {
+                        self.offer(FindingKind::Reorder, &pair, &[(&[cur.acq], p1.acq)], "");
+                    }
+                }
             }
             if let Some(p2) = p2 {
                 if p2.acq.thread == a

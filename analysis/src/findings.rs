@@ -153,6 +153,16 @@ impl FindingSet {
         }
     }
 
+    /// Whether offering a candidate with this key and rank would change nothing
+    /// because the instance kept for the key ranks at least as well — as far as the
+    /// recent-offers cache knows (false when it does not know). Cheap: callers ask
+    /// before building a candidate.
+    #[inline]
+    pub fn settled(&self, key: &DedupKey, rank: Rank) -> bool {
+        let slot = key.quick_hash() % RECENT;
+        matches!(self.recent.get(slot), Some(Some((k, r))) if k.same(key) && *r <= rank)
+    }
+
     /// Offers a finished finding (rank and key computed from it).
     pub fn offer_finding(&mut self, finding: RawFinding) {
         let key = DedupKey::new(finding.kind, &finding.events);
