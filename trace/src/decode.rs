@@ -38,6 +38,8 @@ pub(crate) struct ChunkDecoder {
     /// The last chunk, decompressed.
     pub(crate) raw: Vec<u8>,
     kinds: [Option<Kind>; 128],
+    /// Whether varints are gathered with BMI2's `pext` (see [`pext_is_fast`]).
+    pub(crate) pext: bool,
 }
 
 impl fmt::Debug for ChunkDecoder {
@@ -60,6 +62,7 @@ impl Default for ChunkDecoder {
             dctx: None,
             raw: Vec::new(),
             kinds,
+            pext: pext_is_fast(),
         }
     }
 }
@@ -96,7 +99,7 @@ impl ChunkDecoder {
         events: &mut Vec<Event>,
     ) -> Option<FastChunk> {
         let start = events.len();
-        let result = fast_chunk(&self.raw, &self.kinds, threads, events);
+        let result = fast_chunk(&self.raw, &self.kinds, threads, events, self.pext);
         if result.is_none() {
             events.truncate(start);
         }
@@ -162,9 +165,35 @@ pub(crate) fn prost_events(
     Ok(())
 }
 
+/// Whether this CPU has BMI2 with a fast `pext`: every Intel CPU with BMI2, and AMD
+/// from Zen 3 (family 0x19) on; earlier AMD CPUs microcode it (hundreds of cycles).
+fn pext_is_fast() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::__cpuid;
+        if !std::arch::is_x86_feature_detected!("bmi2") {
+            return false;
+        }
+        let vendor = __cpuid(0);
+        let amd = (vendor.ebx, vendor.edx, vendor.ecx) == (0x6874_7541, 0x6974_6e65, 0x444d_4163);
+        let signature = __cpuid(1).eax;
+        let family = ((signature >> 8) & 0xf) + ((signature >> 20) & 0xff);
+        !amd || family >= 0x19
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
+
 /// A varint as prost reads it: at most 10 bytes, the 10th at most 1.
 #[inline(always)]
 fn varint(buf: &mut &[u8]) -> Option<u64> {
+    varint_with::<false>(buf)
+}
+
+/// [`varint`], gathering the 7-bit groups with `pext` when `PEXT` (only called so
+/// from code compiled for BMI2, on CPUs that have it).
+#[inline(always)]
+fn varint_with<const PEXT: bool>(buf: &mut &[u8]) -> Option<u64> {
     let b = *buf.first()?;
     if b < 0x80 {
         *buf = &buf[1..];
@@ -178,10 +207,16 @@ fn varint(buf: &mut &[u8]) -> Option<u64> {
         if ends != 0 {
             let len = (ends.trailing_zeros() / 8 + 1) as usize;
             let x = word & (u64::MAX >> (64 - 8 * len as u32));
+            *buf = &buf[len..];
+            #[cfg(target_arch = "x86_64")]
+            if PEXT {
+                // SAFETY: `PEXT` is only set by `decode_events_bmi2`, which runs only
+                // where BMI2 was detected.
+                return Some(unsafe { std::arch::x86_64::_pext_u64(x, 0x7f7f_7f7f_7f7f_7f7f) });
+            }
             // Pairs of groups, then quads, then all eight; a column's varints mostly
             // share one length, so the early exits predict well.
             let x = ((x & 0x7f00_7f00_7f00_7f00) >> 1) | (x & 0x007f_007f_007f_007f);
-            *buf = &buf[len..];
             if len <= 2 {
                 return Some(x);
             }
@@ -255,6 +290,7 @@ fn fast_chunk(
     kinds: &[Option<Kind>; 128],
     threads: &ThreadTable,
     events: &mut Vec<Event>,
+    pext: bool,
 ) -> Option<FastChunk> {
     let mut cols: Option<[&[u8]; COLUMNS]> = None;
     let mut dropped_so_far = 0;
@@ -282,13 +318,36 @@ fn fast_chunk(
         }
     }
     if let Some(cols) = cols {
-        decode_events(cols, kinds, threads, events)?;
+        #[cfg(target_arch = "x86_64")]
+        if pext {
+            // SAFETY: `pext` is only true where `pext_is_fast` detected BMI2.
+            unsafe { decode_events_bmi2(cols, kinds, threads, events)? };
+            return Some(FastChunk { dropped_so_far });
+        }
+        let _ = pext;
+        decode_events::<false>(cols, kinds, threads, events)?;
     }
     Some(FastChunk { dropped_so_far })
 }
 
+/// [`decode_events`] compiled for BMI2, gathering varints with `pext`.
+///
+/// # Safety
+/// The CPU must support BMI2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "bmi2")]
+unsafe fn decode_events_bmi2(
+    cols: [&[u8]; COLUMNS],
+    kinds: &[Option<Kind>; 128],
+    threads: &ThreadTable,
+    events: &mut Vec<Event>,
+) -> Option<()> {
+    decode_events::<true>(cols, kinds, threads, events)
+}
+
 /// Decodes the columns row by row into events.
-fn decode_events(
+#[inline(always)]
+fn decode_events<const PEXT: bool>(
     cols: [&[u8]; COLUMNS],
     kinds: &[Option<Kind>; 128],
     threads: &ThreadTable,
@@ -306,9 +365,9 @@ fn decode_events(
 
     let mut ts = 0u64;
     for _ in 0..n {
-        ts = ts.wrapping_add(zigzag(varint(&mut ts_delta)?) as u64);
-        let t = varint(&mut tid)? as u32;
-        let code = varint(&mut kind)? as u32;
+        ts = ts.wrapping_add(zigzag(varint_with::<PEXT>(&mut ts_delta)?) as u64);
+        let t = varint_with::<PEXT>(&mut tid)? as u32;
+        let code = varint_with::<PEXT>(&mut kind)? as u32;
         let event_kind = (*kinds.get(code as usize)?)?;
         let slot = &mut cache[t as usize % TID_CACHE];
         if slot.0 != t {
@@ -320,14 +379,14 @@ fn decode_events(
             tid: t,
             thread,
             kind: event_kind,
-            via: Via::from_code(varint(&mut via)? as u32 as u8),
-            addr: varint(&mut addr)?,
-            addr2: varint(&mut addr2)?,
-            site: varint(&mut site)?,
-            seq: varint(&mut seq)?,
-            result: zigzag(varint(&mut result)?),
-            value: varint(&mut value)?,
-            size: varint(&mut size)? as u32 as u8,
+            via: Via::from_code(varint_with::<PEXT>(&mut via)? as u32 as u8),
+            addr: varint_with::<PEXT>(&mut addr)?,
+            addr2: varint_with::<PEXT>(&mut addr2)?,
+            site: varint_with::<PEXT>(&mut site)?,
+            seq: varint_with::<PEXT>(&mut seq)?,
+            result: zigzag(varint_with::<PEXT>(&mut result)?),
+            value: varint_with::<PEXT>(&mut value)?,
+            size: varint_with::<PEXT>(&mut size)? as u32 as u8,
         });
     }
     let all_read = [

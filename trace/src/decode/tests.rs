@@ -133,6 +133,17 @@ fn agree(raw: &[u8], threads: &ThreadTable) -> bool {
     }];
     let before = fast.clone();
     let got = decoder.fast_events(threads, &mut fast);
+    // Both ways of gathering varints (when this CPU can run `pext`) agree.
+    if super::pext_is_fast() {
+        let plain = ChunkDecoder {
+            pext: !decoder.pext,
+            ..decoder
+        };
+        let mut other = before.clone();
+        let got_other = plain.fast_events(threads, &mut other);
+        assert_eq!(got.is_some(), got_other.is_some());
+        assert_eq!(fast, other);
+    }
     let slow = prost_chunk(raw).and_then(|chunk| {
         let mut events = before.clone();
         if let Some(c) = &chunk.events {
