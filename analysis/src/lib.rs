@@ -88,8 +88,29 @@ struct DecodedChunk {
     dropped: u64,
 }
 
-/// Analyzes a trace file, streaming it: see the crate docs.
+/// Where chunks are decoded during an analysis.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Decoding {
+    /// On a thread of its own, a chunk or two ahead of the pass.
+    OwnThread,
+    /// On the analyzing thread (one CPU: a second thread would only add hand-offs).
+    Inline,
+}
+
+/// Analyzes a trace file, streaming it: see the crate docs. Decodes on a thread of
+/// its own when more than one CPU is available.
 pub fn analyze_trace(path: &Path) -> Result<Analysis, TraceError> {
+    let decoding = if std::thread::available_parallelism().is_ok_and(|n| n.get() > 1) {
+        Decoding::OwnThread
+    } else {
+        Decoding::Inline
+    };
+    analyze_trace_with(path, decoding)
+}
+
+/// [`analyze_trace`] with the decoding placement chosen by the caller (the result
+/// is the same either way).
+pub fn analyze_trace_with(path: &Path, decoding: Decoding) -> Result<Analysis, TraceError> {
     let started = Instant::now();
     let mut reader = TraceReader::open(path, ReadMode::Strict)?;
     let threads = reader.threads.clone();
@@ -116,8 +137,7 @@ pub fn analyze_trace(path: &Path) -> Result<Analysis, TraceError> {
             engine.process(e);
         });
     };
-    let on_own_thread = std::thread::available_parallelism().is_ok_and(|n| n.get() > 1);
-    if on_own_thread {
+    if decoding == Decoding::OwnThread {
         // Decoding (zstd, protobuf) runs on its own thread, a chunk or two ahead of
         // the pass; chunk buffers go back to it for reuse.
         let (chunks_tx, chunks_rx) = mpsc::sync_channel::<Result<DecodedChunk, TraceError>>(2);
@@ -151,7 +171,6 @@ pub fn analyze_trace(path: &Path) -> Result<Analysis, TraceError> {
             Ok::<(), TraceError>(())
         })?;
     } else {
-        // One core: a second thread would only add hand-offs.
         let mut events = Vec::new();
         while reader.next_chunk_into(&mut events)? {
             let (offset, dropped) = reader.drops_by_chunk().last().copied().unwrap_or((0, 0));
