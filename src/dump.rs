@@ -186,6 +186,9 @@ fn event_json(
         | Kind::MutexUnlock => {
             m.insert("via".into(), json!(e.via.name()));
         }
+        Kind::Read | Kind::Write | Kind::Rmw => {
+            m.insert("atomic".into(), json!(e.via == ordo_trace::Via::Atomic));
+        }
         _ => {}
     }
     if matches!(e.kind, Kind::CondWaitBegin | Kind::CondWait)
@@ -246,6 +249,9 @@ fn event_text(
     ) && e.kind != Kind::CondWait
     {
         extra.push_str(&format!(" via {}", e.via.name()));
+    }
+    if e.via == ordo_trace::Via::Atomic {
+        extra.push_str(" atomic");
     }
     if e.kind.has_result() && e.result != 0 {
         extra.push_str(&format!(" result {}", e.result));

@@ -139,7 +139,7 @@ fn watched_field_and_atomic_counter() {
     assert_eq!(writes.len(), 600);
     assert!(writes
         .iter()
-        .all(|e| e["addr"] == field.as_str() && e["size"] == 4));
+        .all(|e| e["addr"] == field.as_str() && e["size"] == 4 && e["atomic"] == false));
     let mut per: BTreeMap<String, Vec<u64>> = BTreeMap::new();
     for e in &writes {
         per.entry(e["thread"].as_str().unwrap().to_string())
@@ -166,6 +166,12 @@ fn watched_field_and_atomic_counter() {
         .map(|t| (t.to_string(), 200))
         .collect();
     assert_eq!(per_thread(&rmw), each);
+    // `lock add` is atomic: marked so, and atomic increments never race.
+    assert!(rmw.iter().all(|e| e["atomic"] == true), "{:?}", rmw.first());
+    let analysis = run_ordo(&["analyze", "--json", trace.to_str().unwrap()]);
+    assert!(analysis.status.success());
+    let doc: Value = serde_json::from_slice(&analysis.stdout).unwrap();
+    assert_eq!(doc["stats"]["findings"]["race"], 0, "{doc}");
 }
 
 #[test]

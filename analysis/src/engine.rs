@@ -131,6 +131,8 @@ struct VarState {
 struct Access {
     epoch: Epoch,
     ev: EventId,
+    /// By an atomic instruction: two atomic accesses never race.
+    atomic: bool,
 }
 
 struct ThreadState {
@@ -464,7 +466,7 @@ impl<'a> Engine<'a> {
                     Rc::make_mut(&mut th.fj).join(&fj);
                 }
             }
-            Kind::Read | Kind::Write | Kind::Rmw => self.access(t, id),
+            Kind::Read | Kind::Write | Kind::Rmw => self.access(t, id, e.via == Via::Atomic),
         }
         id
     }
@@ -806,7 +808,7 @@ impl<'a> Engine<'a> {
         }
     }
 
-    fn access(&mut self, t: u32, id: EventId) {
+    fn access(&mut self, t: u32, id: EventId, atomic: bool) {
         let th = &self.threads[t as usize];
         let State::Var(var) = &mut self.objects[id.obj as usize].state else {
             return;
@@ -814,7 +816,7 @@ impl<'a> Engine<'a> {
         let writes = id.kind != Kind::Read;
         let mut races: Vec<EventId> = Vec::new();
         if let Some(w) = var.write {
-            if w.epoch.thread != t && !w.epoch.happens_before(&th.vc) {
+            if w.epoch.thread != t && !(w.atomic && atomic) && !w.epoch.happens_before(&th.vc) {
                 races.push(w.ev);
             }
         }
@@ -824,10 +826,11 @@ impl<'a> Engine<'a> {
                 clock: th.vc.get(t),
             },
             ev: id,
+            atomic,
         };
         if writes {
             for r in &var.reads {
-                if r.epoch.thread != t && !r.epoch.happens_before(&th.vc) {
+                if r.epoch.thread != t && !(r.atomic && atomic) && !r.epoch.happens_before(&th.vc) {
                     races.push(r.ev);
                 }
             }

@@ -169,6 +169,16 @@ impl TraceBuilder {
         self.push(tid, Kind::Write, var, site).size = 4;
     }
 
+    /// A watched read-modify-write, by an atomic instruction (`lock add`, `xchg`)
+    /// or a plain one (`add $1, mem`).
+    pub fn rmw(&mut self, tid: u32, var: u64, site: u64, atomic: bool) {
+        let e = self.push(tid, Kind::Rmw, var, site);
+        e.size = 4;
+        if atomic {
+            e.via = Via::Atomic;
+        }
+    }
+
     /// The events so far.
     pub fn events(&self) -> &[Event] {
         &self.events

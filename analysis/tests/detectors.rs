@@ -342,6 +342,29 @@ fn race_on_unsynchronized_accesses_and_none_under_a_lock() {
 }
 
 #[test]
+fn atomic_read_modify_writes_do_not_race_with_each_other_but_plain_ones_do() {
+    let atomic = two_threads(|b, t1, t2| {
+        b.rmw(t1, V, 0x500, true);
+        b.rmw(t2, V, 0x600, true);
+        b.rmw(t1, V, 0x500, true);
+    });
+    let a = analyze(&atomic);
+    assert!(of(&a, FindingKind::Race).is_empty(), "{:#?}", a.findings);
+    let plain = two_threads(|b, t1, t2| {
+        b.rmw(t1, V, 0x500, false);
+        b.rmw(t2, V, 0x600, false);
+    });
+    assert_eq!(of(&analyze(&plain), FindingKind::Race).len(), 1);
+    // An atomic increment still races with a plain access of another thread.
+    let mixed = two_threads(|b, t1, t2| {
+        b.rmw(t1, V, 0x500, true);
+        b.read(t2, V, 0x600);
+        b.rmw(t1, V, 0x501, true);
+    });
+    assert_eq!(of(&analyze(&mixed), FindingKind::Race).len(), 2);
+}
+
+#[test]
 fn every_synchronization_kind_orders_accesses() {
     // Each pair writes V in one thread and reads it in the other after a
     // synchronization that must order them; none is a race.

@@ -136,6 +136,8 @@ pub enum Via {
     Timed,
     /// Inside `pthread_cond_wait` (release before waiting, reacquire after).
     CondWait,
+    /// A watched access by an atomic instruction (lock-prefixed or `xchg`).
+    Atomic,
 }
 
 impl Via {
@@ -145,6 +147,7 @@ impl Via {
             v::TRY => Via::Try,
             v::TIMED => Via::Timed,
             v::COND_WAIT => Via::CondWait,
+            v::ATOMIC => Via::Atomic,
             _ => Via::Plain,
         }
     }
@@ -156,6 +159,7 @@ impl Via {
             Via::Try => v::TRY,
             Via::Timed => v::TIMED,
             Via::CondWait => v::COND_WAIT,
+            Via::Atomic => v::ATOMIC,
         }
     }
 
@@ -166,6 +170,7 @@ impl Via {
             Via::Try => "trylock",
             Via::Timed => "timedlock",
             Via::CondWait => "cond_wait",
+            Via::Atomic => "atomic",
         }
     }
 }

@@ -118,6 +118,9 @@ pub mod via {
     pub const TIMED: u8 = 2;
     /// Released or reacquired inside a condition-variable wait.
     pub const COND_WAIT: u8 = 3;
+    /// A watched access by an atomic instruction (lock-prefixed, or `xchg` with
+    /// memory): two of them never race.
+    pub const ATOMIC: u8 = 4;
 }
 
 /// One event, as written by the probes into the ring buffer.
@@ -320,6 +323,10 @@ pub struct WatchSite {
     /// Signed distance from the probed instruction to the accessing one (the kernel
     /// refuses uprobes on lock-prefixed instructions, so those are probed next door).
     pub _pad: u8,
+    /// The event's [`via`]: [`via::ATOMIC`] for atomic instructions, else PLAIN.
+    pub via: u8,
+    /// Explicit padding to the struct's 8-byte alignment.
+    pub _reserved: [u8; 3],
 }
 
 #[cfg(feature = "user")]

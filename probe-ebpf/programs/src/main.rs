@@ -453,6 +453,7 @@ mod programs {
                     value: mask(value, site.size),
                     tid: current_tid(),
                     kind: site.access as u16,
+                    via: site.via,
                     size: site.size,
                     ..RawEvent::default()
                 });

@@ -11,7 +11,7 @@ use iced_x86::{
 use object::{
     Object, ObjectSection, ObjectSegment, ObjectSymbol, RelocationTarget, SectionKind, SymbolKind,
 };
-use ordo_probe_common::{kind, reg, WatchSite};
+use ordo_probe_common::{kind, reg, via, WatchSite};
 
 use super::resolve::ResolvedWatch;
 use super::uprobe::kernel_accepts;
@@ -604,6 +604,7 @@ impl<'w> Scanner<'w> {
             size: len.min(u8::MAX as u64) as u8,
             access: access as u8,
             value_reg: reg::NONE,
+            via: if atomic { via::ATOMIC } else { via::PLAIN },
             ..WatchSite::default()
         };
         let via_register = match operand {

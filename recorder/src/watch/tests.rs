@@ -8,7 +8,7 @@ use std::process::Command;
 
 use iced_x86::{Decoder, DecoderOptions};
 use object::{Object, ObjectSymbol, SymbolKind};
-use ordo_probe_common::{kind, reg};
+use ordo_probe_common::{kind, reg, via};
 
 use super::*;
 
@@ -323,6 +323,11 @@ fn atomic_counter_at(opt: &str) {
     assert_eq!(by_function["add_atomic_fetch"].probe, ProbePoint::Previous);
     assert_eq!(by_function["swap_atomic"].probe, ProbePoint::Instruction);
     assert_eq!(by_function["load_atomic"].probe, ProbePoint::Instruction);
+    // The events of atomic instructions say so (the race detector relies on it).
+    for s in &atomic.sites {
+        let expected = if s.atomic { via::ATOMIC } else { via::PLAIN };
+        assert_eq!(s.site.via, expected, "{}", s.instruction);
+    }
     assert!(atomic.unprobeable.is_empty());
     assert_file_offsets_match(bin, &atomic);
 
