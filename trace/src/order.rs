@@ -79,22 +79,15 @@ impl OrderMerger {
             self.handles.entry(event.addr).or_default().push(child);
         }
         let seq = if event.kind.is_sequenced() {
-            let cached = (event.addr >> 3) as usize % SEQ_CACHE;
-            let slot = match self.seq_cache.get(cached) {
-                Some(&(addr, slot)) if addr == event.addr && slot != NO_SEQ => slot,
-                _ => {
-                    let seqs = &mut self.seqs;
-                    let slot = *self.seq_slot.entry(event.addr).or_insert_with(|| {
-                        seqs.push(SeqState {
-                            next: event.seq,
-                            emitted: false,
-                        });
-                        (seqs.len() - 1) as u32
+            let slot = match self.known_seq_slot(event.addr) {
+                Some(slot) => slot,
+                None => {
+                    let slot = self.seqs.len() as u32;
+                    self.seqs.push(SeqState {
+                        next: event.seq,
+                        emitted: false,
                     });
-                    if self.seq_cache.is_empty() {
-                        self.seq_cache = vec![(0, NO_SEQ); SEQ_CACHE];
-                    }
-                    self.seq_cache[cached] = (event.addr, slot);
+                    self.seq_slot.insert(event.addr, slot);
                     slot
                 }
             };
@@ -113,6 +106,23 @@ impl OrderMerger {
         }
         q.push_back((event, seq));
         self.buffered += 1;
+    }
+
+    /// The sequence slot of an object that has one, through the direct-mapped cache.
+    #[inline(always)]
+    fn known_seq_slot(&mut self, addr: u64) -> Option<u32> {
+        let cached = (addr >> 3) as usize % SEQ_CACHE;
+        if let Some(&(a, slot)) = self.seq_cache.get(cached) {
+            if a == addr && slot != NO_SEQ {
+                return Some(slot);
+            }
+        }
+        let slot = *self.seq_slot.get(&addr)?;
+        if self.seq_cache.is_empty() {
+            self.seq_cache = vec![(0, NO_SEQ); SEQ_CACHE];
+        }
+        self.seq_cache[cached] = (addr, slot);
+        Some(slot)
     }
 
     /// Takes a batch of events in arrival order and hands to `emit`, in global order,
@@ -160,16 +170,8 @@ impl OrderMerger {
                 return false;
             }
         } else {
-            let cached = (e.addr >> 3) as usize % SEQ_CACHE;
-            let slot = match self.seq_cache.get(cached) {
-                Some(&(addr, slot)) if addr == e.addr && slot != NO_SEQ => slot,
-                _ => match self.seq_slot.get(&e.addr) {
-                    Some(&slot) => {
-                        self.seq_cache[cached] = (e.addr, slot);
-                        slot
-                    }
-                    None => return false,
-                },
+            let Some(slot) = self.known_seq_slot(e.addr) else {
+                return false;
             };
             let s = &mut self.seqs[slot as usize];
             // With nothing buffered, every known object has emitted an event.
