@@ -432,6 +432,30 @@ pub fn invalidate_instances(held: &mut [HeldLock], from: usize) {
     }
 }
 
+/// An edge's thread when its examples come from several.
+const MULTI: u32 = u32::MAX;
+
+/// A lock's successors in a component, as (thread, lock) sorted, with the bounds of
+/// each thread's group.
+struct Adjacent {
+    edges: Vec<(u32, ObjId)>,
+    groups: Vec<(usize, usize)>,
+}
+
+impl Adjacent {
+    fn new(edges: Vec<(u32, ObjId)>) -> Adjacent {
+        let mut groups = Vec::new();
+        let mut start = 0;
+        for i in 1..=edges.len() {
+            if i == edges.len() || edges[i].0 != edges[start].0 {
+                groups.push((start, i));
+                start = i;
+            }
+        }
+        Adjacent { edges, groups }
+    }
+}
+
 /// The cycle search inside strongly connected components.
 struct Search<'g> {
     graph: &'g LockGraph,
@@ -453,77 +477,147 @@ impl Search<'_> {
         true
     }
 
-    /// Builds the component's explicit adjacency (with up to [`MAX_EXAMPLES`]
-    /// (ancestor, node) pairs as evidence per edge) and searches its cycles.
+    /// Builds the component's explicit adjacency and searches its cycles, shortest
+    /// first (all 2-cycles before any 3-cycle), so a search cut short by the budget
+    /// still has every shorter cycle.
+    ///
+    /// Each edge carries the one thread all its examples come from (or [`MULTI`]);
+    /// a cycle's edges must come from distinct threads, so a path never takes two
+    /// edges of the same single thread, and a lock's edges are grouped by thread so
+    /// a whole group is skipped at once. This is what keeps one thread's n²/2
+    /// edges from being walked as paths.
     fn component(&mut self, locks: &[ObjId]) {
         let graph = self.graph;
         let members: FxHashSet<ObjId> = locks.iter().copied().collect();
-        let mut evidence: FxHashMap<(ObjId, ObjId), Vec<(u32, u32)>> = FxHashMap::default();
+        let mut adjacency: FxHashMap<ObjId, Adjacent> = FxHashMap::default();
         let mut pending: Vec<u32> = Vec::new();
-        let starts: Vec<u32> = locks
-            .iter()
-            .flat_map(|x| self.nodes_of_lock[x].iter().copied())
-            .collect();
-        for a in starts {
-            let node = &graph.nodes[a as usize];
-            pending.clear();
-            pending.extend(self.children.get(&a).into_iter().flatten());
-            while let Some(d) = pending.pop() {
-                if !self.spend() {
+        let mut found: Vec<(ObjId, u32)> = Vec::new();
+        for &x in locks {
+            found.clear();
+            for a in self.nodes_of_lock[&x].clone() {
+                pending.clear();
+                pending.extend(self.children.get(&a).into_iter().flatten());
+                while let Some(d) = pending.pop() {
+                    if !self.spend() {
+                        return;
+                    }
+                    let dn = &graph.nodes[d as usize];
+                    if !dn.examples.is_empty() && members.contains(&dn.obj) {
+                        let t = dn.examples[0].thread;
+                        let sig = if dn.examples.iter().all(|e| e.thread == t) {
+                            t
+                        } else {
+                            MULTI
+                        };
+                        found.push((dn.obj, sig));
+                    }
+                    pending.extend(self.children.get(&d).into_iter().flatten());
+                }
+            }
+            // One entry per successor (a successor reached with two threads is MULTI),
+            // then grouped by thread.
+            found.sort_unstable();
+            let mut edges: Vec<(u32, ObjId)> = Vec::new();
+            for &(y, sig) in found.iter() {
+                match edges.last_mut() {
+                    Some((s, last)) if *last == y => {
+                        if *s != sig {
+                            *s = MULTI;
+                        }
+                    }
+                    _ => edges.push((sig, y)),
+                }
+            }
+            edges.sort_unstable();
+            adjacency.insert(x, Adjacent::new(edges));
+        }
+        for k in 2..=MAX_CYCLE {
+            for &start in locks {
+                let mut path = vec![(start, MULTI)];
+                self.extend(&adjacency, &mut path, k);
+                if self.truncated {
                     return;
                 }
-                let dn = &graph.nodes[d as usize];
-                if !dn.examples.is_empty() && members.contains(&dn.obj) {
-                    let list = evidence.entry((node.obj, dn.obj)).or_default();
-                    if list.len() < MAX_EXAMPLES {
-                        list.push((a, d));
-                    }
-                }
-                pending.extend(self.children.get(&d).into_iter().flatten());
-            }
-        }
-        let mut adjacency: FxHashMap<ObjId, Vec<ObjId>> = FxHashMap::default();
-        for &(a, b) in evidence.keys() {
-            adjacency.entry(a).or_default().push(b);
-        }
-        for next in adjacency.values_mut() {
-            next.sort_unstable();
-        }
-        for &start in locks {
-            let mut path = vec![start];
-            self.extend(&adjacency, &evidence, &mut path);
-            if self.truncated {
-                return;
             }
         }
     }
 
-    /// Depth-first search for simple cycles whose smallest lock is `path[0]`.
+    /// Depth-first search for simple cycles of exactly `k` locks whose smallest lock
+    /// is `path[0]`; each path entry is a lock and the thread of the edge into it.
     fn extend(
         &mut self,
-        adjacency: &FxHashMap<ObjId, Vec<ObjId>>,
-        evidence: &FxHashMap<(ObjId, ObjId), Vec<(u32, u32)>>,
-        path: &mut Vec<ObjId>,
+        adjacency: &FxHashMap<ObjId, Adjacent>,
+        path: &mut Vec<(ObjId, u32)>,
+        k: usize,
     ) {
-        let last = *path.last().unwrap();
-        let Some(next) = adjacency.get(&last) else {
+        let (last, _) = *path.last().unwrap();
+        let Some(adjacent) = adjacency.get(&last) else {
             return;
         };
-        for &n in next {
+        let used =
+            |path: &[(ObjId, u32)], sig: u32| sig != MULTI && path.iter().any(|&(_, s)| s == sig);
+        for group in &adjacent.groups {
             if !self.spend() {
                 return;
             }
-            if n == path[0] && path.len() >= 2 {
-                self.examined += 1;
-                if let Some(f) = self.feasible(evidence, path) {
-                    self.out.push(f);
+            let edges = &adjacent.edges[group.0..group.1];
+            let sig = edges[0].0;
+            if used(path, sig) {
+                continue;
+            }
+            if path.len() == k {
+                // Only the closing edge back to the start is of interest.
+                if edges.binary_search(&(sig, path[0].0)).is_ok() {
+                    self.examined += 1;
+                    let locks: Vec<ObjId> = path.iter().map(|&(x, _)| x).collect();
+                    if let Some(f) = self.feasible(&locks) {
+                        self.out.push(f);
+                    }
                 }
-            } else if n > path[0] && !path.contains(&n) && path.len() < MAX_CYCLE {
-                path.push(n);
-                self.extend(adjacency, evidence, path);
+                continue;
+            }
+            // Successors larger than the start, not on the path yet.
+            let from = edges.partition_point(|&(_, y)| y <= path[0].0);
+            for &(_, n) in &edges[from..] {
+                if !self.spend() {
+                    return;
+                }
+                if path.iter().any(|&(x, _)| x == n) {
+                    continue;
+                }
+                path.push((n, sig));
+                self.extend(adjacency, path, k);
                 path.pop();
+                if self.truncated {
+                    return;
+                }
             }
         }
+    }
+
+    /// The (ancestor, node) pairs giving edge `x → y`: nodes of `y` with examples,
+    /// and their ancestor whose lock is `x`.
+    fn evidence(&mut self, x: ObjId, y: ObjId) -> Vec<(u32, u32)> {
+        let nodes = &self.graph.nodes;
+        let mut out = Vec::new();
+        for &d in &self.nodes_of_lock[&y] {
+            if nodes[d as usize].examples.is_empty() {
+                continue;
+            }
+            let mut p = nodes[d as usize].parent;
+            while p != NO_NODE {
+                self.steps += 1;
+                if nodes[p as usize].obj == x {
+                    out.push((p, d));
+                    break;
+                }
+                p = nodes[p as usize].parent;
+            }
+            if out.len() >= MAX_EXAMPLES {
+                break;
+            }
+        }
+        out
     }
 
     /// The examples of edge `from → to`, built from the trie.
@@ -570,16 +664,12 @@ impl Search<'_> {
 
     /// Picks one example per edge of the cycle `locks[0] → locks[1] → … → locks[0]`
     /// satisfying every condition, and builds the finding.
-    fn feasible(
-        &mut self,
-        evidence: &FxHashMap<(ObjId, ObjId), Vec<(u32, u32)>>,
-        locks: &[ObjId],
-    ) -> Option<RawFinding> {
+    fn feasible(&mut self, locks: &[ObjId]) -> Option<RawFinding> {
         let n = locks.len();
         let mut lists: Vec<Vec<EdgeExample>> = Vec::with_capacity(n);
         for i in 0..n {
-            let pairs = evidence.get(&(locks[i], locks[(i + 1) % n]))?;
-            lists.push(self.examples(pairs));
+            let pairs = self.evidence(locks[i], locks[(i + 1) % n]);
+            lists.push(self.examples(&pairs));
         }
         let mut chosen: Vec<&EdgeExample> = Vec::with_capacity(n);
         if !choose(&lists, &mut chosen) {
