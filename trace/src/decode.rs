@@ -20,10 +20,11 @@ use crate::event::{Event, Kind, Via};
 use crate::schema::{Chunk, EventColumns, ModuleRecord, ThreadRecord};
 use crate::thread::ThreadTable;
 
-/// The largest decompressed size taken from a frame header to size the output
-/// buffer up front; a larger claim (real chunks are a few MB) goes through the
-/// streaming decoder, which grows the buffer as data actually arrives.
-const MAX_PRESIZED: u64 = 1 << 28;
+/// The most a chunk may decompress to. The recorder's chunks hold at most 65 536
+/// events (a few MB, plus thread and module records); a chunk declaring or
+/// producing more is rejected, so a small hostile chunk cannot expand into
+/// gigabytes.
+pub const MAX_CHUNK_BYTES: u64 = 64 << 20;
 
 /// Columns of `EventColumns` (fields 1..=11, in field order).
 const COLUMNS: usize = 11;
@@ -72,7 +73,12 @@ impl ChunkDecoder {
     pub(crate) fn decompress(&mut self, payload: &[u8]) -> Result<(), String> {
         self.raw.clear();
         if let Ok(Some(size)) = zstd::zstd_safe::get_frame_content_size(payload) {
-            if size <= MAX_PRESIZED {
+            if size > MAX_CHUNK_BYTES {
+                return Err(format!(
+                    "corrupt chunk: declares {size} bytes decompressed, over the {MAX_CHUNK_BYTES}-byte limit"
+                ));
+            }
+            {
                 if self.dctx.is_none() {
                     self.dctx = zstd::bulk::Decompressor::new().ok();
                 }
@@ -86,8 +92,22 @@ impl ChunkDecoder {
                 }
             }
         }
-        zstd::stream::copy_decode(payload, &mut self.raw)
-            .map_err(|e| format!("corrupt chunk: cannot decompress: {e}"))
+        // Without a declared size (or when it lied), stream, but never past the cap:
+        // a small chunk must not expand into gigabytes.
+        use std::io::Read;
+        let decoder = zstd::stream::read::Decoder::new(payload)
+            .map_err(|e| format!("corrupt chunk: cannot decompress: {e}"))?;
+        decoder
+            .take(MAX_CHUNK_BYTES + 1)
+            .read_to_end(&mut self.raw)
+            .map_err(|e| format!("corrupt chunk: cannot decompress: {e}"))?;
+        if self.raw.len() as u64 > MAX_CHUNK_BYTES {
+            self.raw = Vec::new();
+            return Err(format!(
+                "corrupt chunk: decompresses to more than the {MAX_CHUNK_BYTES}-byte limit"
+            ));
+        }
+        Ok(())
     }
 
     /// Decodes `self.raw` with the fast path: appends its events to `events` (the

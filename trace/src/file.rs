@@ -14,9 +14,8 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{self, BufReader, BufWriter, Read, Seek, SeekFrom, Write};
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use prost::Message;
@@ -75,14 +74,24 @@ pub struct TraceWriter {
 }
 
 impl TraceWriter {
-    /// Creates `path` (mode 0600: traces can hold memory contents) and writes the header.
+    /// Creates `path` (mode 0600: traces can hold memory contents) and writes the
+    /// header, replacing an existing file: [`TraceWriter::create_with`] with
+    /// `force` and no inputs.
     pub fn create(path: &Path, header: &Header) -> io::Result<TraceWriter> {
-        let file = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(path)?;
+        TraceWriter::create_with(path, header, true, &[])
+    }
+
+    /// Creates `path` as [`crate::output`] does — a fresh file (`O_EXCL`, never
+    /// through a symlink) renamed into place at once, refused when it is one of
+    /// `inputs`, or exists and `force` is false — and writes the header. The file
+    /// is at its path from the start, so a crash leaves a readable trace there.
+    pub fn create_with(
+        path: &Path,
+        header: &Header,
+        force: bool,
+        inputs: &[&Path],
+    ) -> io::Result<TraceWriter> {
+        let file = crate::output::Output::create(path, force, inputs)?.commit()?;
         let mut writer = TraceWriter {
             out: BufWriter::new(file),
             offset: 0,
@@ -281,7 +290,16 @@ impl TraceReader {
         }
         reader.chunks_start = reader.pos;
 
-        let (threads, modules) = match reader.read_trailer(len)? {
+        let trailer = match reader.read_trailer(len) {
+            // A damaged trailer or footer does not make the chunks unreadable.
+            Err(e) if mode == ReadMode::Salvage => {
+                reader.chunks_end = len;
+                reader.cut_short = Some(e);
+                None
+            }
+            other => other?,
+        };
+        let (threads, modules) = match trailer {
             Some(footer) => {
                 let t = footer.threads.clone();
                 let m = footer.modules.clone();
@@ -450,6 +468,13 @@ impl TraceReader {
                     }
                     Err(message) => return Err(self.error(at, message)),
                 },
+                Some((TAG_FOOTER, _)) if self.mode == ReadMode::Salvage => {
+                    self.chunks_end = at;
+                    if self.cut_short.is_none() {
+                        self.cut_short = Some(self.error(at, "footer without trailer"));
+                    }
+                    break;
+                }
                 Some((TAG_FOOTER, _)) => {
                     return Err(self.error(at, "footer without trailer"));
                 }
@@ -714,12 +739,14 @@ mod tests {
 
     /// A trace whose one chunk record holds `chunk` (protobuf bytes), compressed and framed.
     fn trace_with_raw_chunk(path: &Path, chunk: &[u8]) -> u64 {
+        trace_with_compressed_chunk(path, zstd::bulk::compress(chunk, 1).unwrap())
+    }
+
+    /// A trace whose one chunk record carries `payload` as its compressed bytes.
+    fn trace_with_compressed_chunk(path: &Path, payload: Vec<u8>) -> u64 {
         let header = Header::default().encode_to_vec();
         let mut bytes = MAGIC.to_vec();
-        for (tag, payload) in [
-            (TAG_HEADER, header),
-            (TAG_CHUNK, zstd::bulk::compress(chunk, 1).unwrap()),
-        ] {
+        for (tag, payload) in [(TAG_HEADER, header), (TAG_CHUNK, payload)] {
             bytes.push(tag);
             bytes.extend((payload.len() as u32).to_le_bytes());
             bytes.extend(crc32fast::hash(&payload).to_le_bytes());
@@ -728,6 +755,62 @@ mod tests {
         std::fs::write(path, &bytes).unwrap();
         // The chunk record's offset.
         8 + FRAME_LEN + Header::default().encode_to_vec().len() as u64
+    }
+
+    #[test]
+    fn decompression_is_bounded_by_the_chunk_limit() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("bomb.ordo");
+        let big = vec![0u8; crate::decode::MAX_CHUNK_BYTES as usize + 4096];
+        // A frame that declares its size, and one that does not (streamed): both
+        // are tiny compressed, and both are refused at the limit.
+        let declared = zstd::bulk::compress(&big, 1).unwrap();
+        let mut undeclared = Vec::new();
+        let mut encoder = zstd::stream::Encoder::new(&mut undeclared, 1).unwrap();
+        encoder.include_contentsize(false).unwrap();
+        std::io::Write::write_all(&mut encoder, &big).unwrap();
+        encoder.finish().unwrap();
+        assert!(declared.len() < 100_000 && undeclared.len() < 100_000);
+        for (payload, message) in [
+            (declared, "declares 67112960 bytes decompressed"),
+            (undeclared, "decompresses to more than"),
+        ] {
+            let offset = trace_with_compressed_chunk(&path, payload);
+            let err = read_trace(&path, ReadMode::Strict).unwrap_err();
+            assert_eq!(err.offset, offset, "{err}");
+            let text = err.to_string();
+            assert!(
+                text.contains("bomb.ordo") && text.contains(message),
+                "{text}"
+            );
+            assert!(!text.contains('\n'));
+        }
+    }
+
+    #[test]
+    fn missing_trailer_or_damaged_footer_is_salvageable() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.ordo");
+        let events = sample(300);
+        let len = write(&path, &events, true);
+        let bytes = std::fs::read(&path).unwrap();
+        let footer_offset = u64::from_le_bytes(bytes[len as usize - 16..][..8].try_into().unwrap());
+        // Damaged footer (a byte flipped): strict reading names it; salvage reads
+        // every chunk.
+        let mut damaged = bytes.clone();
+        damaged[footer_offset as usize + 12] ^= 0xff;
+        // No trailer (and the footer cut in half).
+        let cut = bytes[..(footer_offset as usize + len as usize - 16) / 2].to_vec();
+        for (what, content) in [("damaged footer", damaged), ("missing trailer", cut)] {
+            std::fs::write(&path, &content).unwrap();
+            let err = read_trace(&path, ReadMode::Strict).unwrap_err();
+            assert!(err.to_string().contains("t.ordo"), "{what}: {err}");
+            let (reader, read) = read_trace(&path, ReadMode::Salvage)
+                .unwrap_or_else(|e| panic!("{what}: salvage failed: {e}"));
+            assert_eq!(read.len(), events.len(), "{what}");
+            assert!(reader.cut_short.is_some(), "{what}");
+            assert_eq!(reader.threads.len(), threads().len(), "{what}");
+        }
     }
 
     #[test]

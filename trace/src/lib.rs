@@ -7,7 +7,10 @@
 //!   zstd-compressed, self-contained chunks.
 //! - [`order`]: a global order of events consistent with happens-before.
 //! - [`symbolize`]: call sites and objects to names, using the module table a trace
-//!   carries.
+//!   carries (only regular files are opened, with a size limit).
+//! - [`output`]: how ordo creates the files it writes (no symlink followed, no
+//!   clobbering without `--force`, never over an input).
+//! - [`text`]: escaping strings from a trace for a terminal.
 //!
 //! This crate has no aya or tokio dependency, so analysis tools can read traces
 //! without pulling in the recorder.
@@ -16,8 +19,10 @@ mod decode;
 pub mod event;
 pub mod file;
 pub mod order;
+pub mod output;
 pub mod schema;
 pub mod symbolize;
+pub mod text;
 pub mod thread;
 
 pub use event::{Event, Kind, Via};

@@ -49,6 +49,48 @@ impl fmt::Display for Location {
     }
 }
 
+/// The largest module file read for symbols (a trace names the files; one naming
+/// a huge or endless file must not exhaust memory).
+pub const MAX_MODULE_BYTES: u64 = 2 << 30;
+
+/// Reads a file named by a trace, only if it is a regular file of at most `limit`
+/// bytes. The open is non-blocking, so a FIFO (or `/dev/stdin`) never hangs, and
+/// the type is checked on the opened descriptor (`fstat`), so a path swapped
+/// meanwhile cannot slip a device in.
+pub fn read_regular_file(path: &Path, limit: u64) -> Result<Vec<u8>, String> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    let meta = file
+        .metadata()
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    if !meta.is_file() {
+        return Err(format!("{}: not a regular file", path.display()));
+    }
+    if meta.len() > limit {
+        return Err(format!(
+            "{}: {} bytes, over the {limit}-byte limit",
+            path.display(),
+            meta.len()
+        ));
+    }
+    let mut data = Vec::with_capacity(meta.len() as usize);
+    file.take(limit + 1)
+        .read_to_end(&mut data)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    if data.len() as u64 > limit {
+        return Err(format!(
+            "{}: grew past the {limit}-byte limit",
+            path.display()
+        ));
+    }
+    Ok(data)
+}
+
 /// An ELF file's symbols and load layout.
 pub struct ElfInfo {
     /// (address, size, name) sorted by address: functions and data objects.
@@ -62,7 +104,7 @@ pub struct ElfInfo {
 impl ElfInfo {
     /// Reads the symbols and segments of an ELF file.
     pub fn read(path: &Path) -> Result<ElfInfo, String> {
-        let data = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let data = read_regular_file(path, MAX_MODULE_BYTES)?;
         let file = object::File::parse(data.as_slice())
             .map_err(|e| format!("{}: not an ELF file: {e}", path.display()))?;
         let mut symbols = Vec::new();
@@ -362,6 +404,48 @@ mod tests {
         assert!(name.contains("MARKER"), "{name}");
         assert_eq!(demangle("_ZN3foo3barE"), "foo::bar");
         assert_eq!(demangle("pthread_mutex_lock"), "pthread_mutex_lock");
+    }
+
+    #[test]
+    fn modules_that_are_not_regular_files_are_refused_without_blocking() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("fifo");
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        // A FIFO with no writer would block a plain open forever; /dev/zero never
+        // ends; /dev/stdin may be a terminal or pipe.
+        for path in [
+            fifo.as_path(),
+            Path::new("/dev/zero"),
+            Path::new("/dev/stdin"),
+        ] {
+            let e = read_regular_file(path, 1 << 20).unwrap_err();
+            assert!(
+                e.contains("not a regular file") || e.contains("No such"),
+                "{e}"
+            );
+        }
+        let big = dir.path().join("big");
+        std::fs::write(&big, vec![0u8; 4096]).unwrap();
+        let e = read_regular_file(&big, 1000).unwrap_err();
+        assert!(e.contains("over the 1000-byte limit"), "{e}");
+        // A symbolizer over such modules names sites by module and offset.
+        let module = |path: &Path| ModuleRecord {
+            path: path.display().to_string(),
+            build_id: String::new(),
+            mappings: vec![crate::schema::Mapping {
+                start: 0x1000,
+                end: 0x2000,
+                file_offset: 0,
+            }],
+        };
+        let s = Symbolizer::new(&[module(&fifo)]);
+        assert!(
+            s.site_text(0x1010).contains("fifo+0x"),
+            "{}",
+            s.site_text(0x1010)
+        );
     }
 
     #[test]

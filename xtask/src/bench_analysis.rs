@@ -10,6 +10,12 @@
 //! thread), and free to use every CPU (decoding then runs on a thread of its own).
 //! Each figure is the best of three runs.
 //!
+//! Then the two *scale shapes*, pinned to one core: a striped hash table whose
+//! resize holds every stripe at once (512 and 5 000 stripes), and 100 000
+//! short-lived threads created and joined two at a time. The target for both: at
+//! least 1 M events/s and at most 100 MB peak RSS, whatever the number of locks
+//! held at once or of threads ever created.
+//!
 //! Each analysis runs in its own `ordo analyze --json` process, which reports its
 //! peak RSS (VmHWM) in `stats.peak_rss_kb`, so the two lengths do not share a
 //! high-water mark. Traces are written with `ordo-analysis`'s generator (the
@@ -28,6 +34,22 @@ const THREADS: u32 = 8;
 
 /// Runs per configuration; the fastest is reported (the machines are noisy).
 const RUNS: usize = 3;
+
+/// The scale shapes: label and `bench_trace` arguments (after the path).
+const SHAPES: [(&str, &[&str]); 3] = [
+    (
+        "striped table, 512 stripes held at once",
+        &["--stripes", "2000000", "512"],
+    ),
+    (
+        "striped table, 5000 stripes held at once",
+        &["--stripes", "2000000", "5000"],
+    ),
+    ("100000 short-lived threads", &["--short-threads", "100000"]),
+];
+/// The scale shapes' targets.
+const SHAPE_MIN_RATE: f64 = 1.0;
+const SHAPE_MAX_RSS_MB: f64 = 100.0;
 
 struct Measured {
     events: u64,
@@ -59,8 +81,13 @@ pub fn run() -> Result<()> {
     let dir = std::env::temp_dir().join(format!("ordo-bench-analysis-{}", std::process::id()));
     std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
     let result = measure_all(&ordo, &generator, &dir);
+    let shapes = result
+        .as_ref()
+        .ok()
+        .map(|_| measure_shapes(&ordo, &generator, &dir));
     let _ = std::fs::remove_dir_all(&dir);
     let runs = result?;
+    let shapes = shapes.transpose()?.unwrap_or_default();
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     println!("\n== analysis: ordo analyze over generated traces ({THREADS} worker threads; best of {RUNS})");
     for m in &runs {
@@ -91,7 +118,44 @@ pub fn run() -> Result<()> {
             if rate >= 10.0 { "met" } else { "NOT met" }
         );
     }
+    println!("\n== analysis scale shapes (1 core; best of {RUNS}; target >= {SHAPE_MIN_RATE} M events/s and <= {SHAPE_MAX_RSS_MB} MB)");
+    for (label, r) in &shapes {
+        let rate = r.events as f64 / r.wall / 1e6;
+        let mb = r.peak_rss_kb as f64 / 1024.0;
+        println!(
+            "{label:>42}: {:>9} events, {:>5.2} s = {rate:>5.2} M events/s; peak RSS {mb:>5.1} MB ({})",
+            r.events,
+            r.wall,
+            if rate >= SHAPE_MIN_RATE && mb <= SHAPE_MAX_RSS_MB {
+                "met"
+            } else {
+                "NOT met"
+            }
+        );
+    }
     Ok(())
+}
+
+/// The scale shapes, each generated, analyzed pinned to one core, and removed.
+fn measure_shapes(ordo: &Path, generator: &Path, dir: &Path) -> Result<Vec<(String, Run)>> {
+    let mut out = Vec::new();
+    for (label, args) in SHAPES {
+        let trace = dir.join("shape.ordo");
+        let generated = Command::new(generator)
+            .arg(args[0])
+            .arg(&trace)
+            .args(&args[1..])
+            .output()?;
+        if !generated.status.success() {
+            bail!(
+                "bench_trace failed: {}",
+                String::from_utf8_lossy(&generated.stderr)
+            );
+        }
+        out.push((label.to_string(), analyze(ordo, &trace, true)?));
+        let _ = std::fs::remove_file(&trace);
+    }
+    Ok(out)
 }
 
 /// The best of [`RUNS`] analyses of `trace`, pinned to CPU 0 or not.
