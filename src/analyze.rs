@@ -6,6 +6,8 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Args;
+use ordo_trace::text::escape;
+use ordo_trace::{ReadMode, TraceError};
 
 /// Arguments of `ordo analyze`.
 #[derive(Args)]
@@ -18,6 +20,9 @@ pub struct AnalyzeArgs {
     /// In the text report, how many findings of each kind to print in full.
     #[arg(long, default_value_t = 20, value_name = "N")]
     pub limit: usize,
+    /// Analyze a damaged trace up to its last intact chunk instead of failing.
+    #[arg(long)]
+    pub salvage: bool,
 }
 
 /// Arguments of `ordo export`.
@@ -28,20 +33,35 @@ pub struct ExportArgs {
     /// Write a Perfetto trace (protobuf TrackEvent).
     #[arg(long)]
     pub perfetto: bool,
-    /// Output file.
+    /// Output file (never the trace itself; an existing file only with --force).
     #[arg(short, long)]
     pub output: PathBuf,
+    /// Replace the output file if it exists.
+    #[arg(long)]
+    pub force: bool,
 }
 
 /// Runs `ordo analyze`: exit 0 when the analysis ran (with or without findings).
 pub fn run(args: AnalyzeArgs) -> anyhow::Result<u8> {
-    let analysis = ordo_analysis::analyze_trace(&args.trace)?;
+    let mode = if args.salvage {
+        ReadMode::Salvage
+    } else {
+        ReadMode::Strict
+    };
+    let analysis = ordo_analysis::analyze_trace_reading(&args.trace, mode)
+        .map_err(|e| salvage_hint(e, mode))?;
+    if let Some(cut) = &analysis.stats.cut_short {
+        crate::print_error_line(&format!("ordo: warning: {}", escape(cut)));
+    }
     let mut out = std::io::stdout().lock();
     if args.json {
         serde_json::to_writer(&mut out, &analysis.to_json())?;
         writeln!(out)?;
     } else {
-        out.write_all(analysis.to_text(args.limit).as_bytes())?;
+        // Sites name symbols and module paths the trace points at: escaped.
+        for line in analysis.to_text(args.limit).lines() {
+            writeln!(out, "{}", escape(line))?;
+        }
     }
     Ok(0)
 }
@@ -51,14 +71,24 @@ pub fn export(args: ExportArgs) -> anyhow::Result<u8> {
     if !args.perfetto {
         anyhow::bail!("ordo export: choose an output format (--perfetto)");
     }
-    let stats = ordo_analysis::perfetto::export_perfetto(&args.trace, &args.output)
+    let stats = ordo_analysis::perfetto::export_perfetto(&args.trace, &args.output, args.force)
         .with_context(|| format!("exporting {}", args.trace.display()))?;
-    eprintln!(
+    crate::print_error_line(&format!(
         "wrote {}: {} packets, {} slices, {} happens-before arrows (open it at https://ui.perfetto.dev)",
         args.output.display(),
         stats.packets,
         stats.slices,
         stats.flows
-    );
+    ));
     Ok(0)
+}
+
+/// A strict read that failed past the header: say that `--salvage` reads what is
+/// intact.
+pub fn salvage_hint(e: TraceError, mode: ReadMode) -> anyhow::Error {
+    if mode == ReadMode::Strict && e.offset > 8 {
+        anyhow::anyhow!("{e} (--salvage reads the intact chunks)")
+    } else {
+        e.into()
+    }
 }

@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use anyhow::Result;
 use clap::Args;
 use ordo_trace::symbolize::Symbolizer;
+use ordo_trace::text::escape;
 use ordo_trace::{global_order, read_trace, Event, Kind, ReadMode, ThreadTable};
 use serde_json::{json, Map, Value};
 
@@ -33,9 +34,10 @@ pub fn run(args: DumpArgs) -> Result<u8> {
     } else {
         ReadMode::Strict
     };
-    let (reader, events) = read_trace(&args.trace, mode)?;
+    let (reader, events) =
+        read_trace(&args.trace, mode).map_err(|e| crate::analyze::salvage_hint(e, mode))?;
     if let Some(cut) = &reader.cut_short {
-        eprintln!("ordo: warning: {cut}");
+        crate::print_error_line(&format!("ordo: warning: {}", escape(&cut.to_string())));
     }
     let stdout = std::io::stdout();
     let mut out = BufWriter::new(stdout.lock());
@@ -78,7 +80,7 @@ pub fn run(args: DumpArgs) -> Result<u8> {
         writeln!(
             out,
             "# {} — pid {}, {} threads, {} events, {} lost",
-            reader.header.command.join(" "),
+            escape(&reader.header.command.join(" ")),
             reader.header.pid,
             reader.threads.len(),
             events.len(),
@@ -90,7 +92,7 @@ pub fn run(args: DumpArgs) -> Result<u8> {
                 "# thread {:<6} tid {:<8} {}",
                 t.logical.to_string(),
                 t.tid,
-                t.name
+                escape(&t.name)
             )?;
         }
     }
@@ -121,10 +123,18 @@ pub fn run(args: DumpArgs) -> Result<u8> {
                 Value::Object(event_json(e, &reader.threads, joined, object, site))
             )?;
         } else {
+            // Symbols and module paths come from files the trace names: escaped.
             writeln!(
                 out,
                 "{}",
-                event_text(e, start, &reader.threads, joined, object, &site)
+                escape(&event_text(
+                    e,
+                    start,
+                    &reader.threads,
+                    joined,
+                    object,
+                    &site
+                ))
             )?;
         }
     }

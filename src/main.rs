@@ -33,8 +33,31 @@ enum Command {
     Replay(replay::ReplayArgs),
 }
 
+/// Writes one line to stderr, ignoring failure: `eprintln!` panics when stderr is
+/// closed (`ordo dump x 2>&-`), and an error report must never become a panic.
+pub fn print_error_line(line: &str) {
+    use std::io::Write;
+    let mut err = std::io::stderr().lock();
+    let _ = writeln!(err, "{line}");
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if !e.use_stderr() => {
+            // --help, --version: clap prints them (ignoring a closed stdout).
+            let _ = e.print();
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            // One line: clap's message without its "error: " prefix and usage hints.
+            let text = e.to_string();
+            let first = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
+            let first = first.strip_prefix("error: ").unwrap_or(first);
+            print_error_line(&format!("ordo: {first} (see --help)"));
+            return ExitCode::from(2);
+        }
+    };
     let result = match cli.command {
         Command::Record(args) => record::run(args),
         Command::Dump(args) => dump::run(args),
@@ -59,7 +82,7 @@ fn main() -> ExitCode {
                 line.push_str(": ");
                 line.push_str(&cause.to_string());
             }
-            eprintln!("ordo: {line}");
+            print_error_line(&format!("ordo: {line}"));
             ExitCode::from(2)
         }
     }

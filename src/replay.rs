@@ -30,7 +30,7 @@ pub struct ReplayArgs {
     #[arg(long)]
     pub json: bool,
     /// Kill the program after this many seconds.
-    #[arg(long, value_name = "S", default_value = "60")]
+    #[arg(long, value_name = "S", default_value = "60", value_parser = ordo_replayer::run::parse_timeout)]
     pub timeout: f64,
     /// A run is stuck when every thread stayed blocked (or held), with no progress,
     /// this many milliseconds: a deadlock, or an infeasible schedule.

@@ -100,19 +100,30 @@ pub enum Decoding {
 /// Analyzes a trace file, streaming it: see the crate docs. Decodes on a thread of
 /// its own when more than one CPU is available.
 pub fn analyze_trace(path: &Path) -> Result<Analysis, TraceError> {
+    analyze_trace_reading(path, ReadMode::Strict)
+}
+
+/// [`analyze_trace`] reading the trace in `mode`: [`ReadMode::Salvage`] analyzes
+/// the intact chunks of a damaged trace (the reason it stops is in
+/// `stats.cut_short`).
+pub fn analyze_trace_reading(path: &Path, mode: ReadMode) -> Result<Analysis, TraceError> {
     let decoding = if std::thread::available_parallelism().is_ok_and(|n| n.get() > 1) {
         Decoding::OwnThread
     } else {
         Decoding::Inline
     };
-    analyze_trace_with(path, decoding)
+    analyze(path, decoding, mode)
 }
 
 /// [`analyze_trace`] with the decoding placement chosen by the caller (the result
 /// is the same either way).
 pub fn analyze_trace_with(path: &Path, decoding: Decoding) -> Result<Analysis, TraceError> {
+    analyze(path, decoding, ReadMode::Strict)
+}
+
+fn analyze(path: &Path, decoding: Decoding, mode: ReadMode) -> Result<Analysis, TraceError> {
     let started = Instant::now();
-    let mut reader = TraceReader::open(path, ReadMode::Strict)?;
+    let mut reader = TraceReader::open(path, mode)?;
     let threads = reader.threads.clone();
     let modules = reader.modules.clone();
     let (total_dropped, cut_short) = (

@@ -13,7 +13,9 @@ use std::fs::File;
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 
+use ordo_trace::output::Output;
 use ordo_trace::symbolize::Symbolizer;
+use ordo_trace::text::escape;
 use ordo_trace::{Event, Kind, ReadMode, TraceError, TraceReader};
 use prost::Message;
 use rustc_hash::FxHashMap;
@@ -252,10 +254,19 @@ struct Open {
     name: String,
 }
 
-/// Converts `trace` to a Perfetto trace at `output`.
-pub fn export_perfetto(trace: &Path, output: &Path) -> Result<ExportStats, ExportError> {
+/// Converts `trace` to a Perfetto trace at `output`, created as
+/// [`ordo_trace::output`] does: never through a symlink, never over `trace`, and
+/// over an existing file only with `force`. Strings from the trace (command line,
+/// thread names, symbols) are escaped ([`ordo_trace::text::escape`]).
+pub fn export_perfetto(
+    trace: &Path,
+    output: &Path,
+    force: bool,
+) -> Result<ExportStats, ExportError> {
+    let write_error = |e| ExportError::Write(output.to_path_buf(), e);
     let mut reader = TraceReader::open(trace, ReadMode::Strict)?;
-    let file = File::create(output).map_err(|e| ExportError::Write(output.to_path_buf(), e))?;
+    let mut target = Output::create(output, force, &[trace]).map_err(write_error)?;
+    let file = target.file().try_clone().map_err(write_error)?;
     let mut w = Writer {
         out: BufWriter::new(file),
         path: output.to_path_buf(),
@@ -268,7 +279,7 @@ pub fn export_perfetto(trace: &Path, output: &Path) -> Result<ExportStats, Expor
         .header
         .command
         .first()
-        .cloned()
+        .map(|c| escape(c).into_owned())
         .unwrap_or_else(|| "target".into());
     w.packet(&TracePacket {
         sequence_flags: Some(1),
@@ -278,7 +289,12 @@ pub fn export_perfetto(trace: &Path, output: &Path) -> Result<ExportStats, Expor
             name: Some(process_name.clone()),
             process: Some(ProcessDescriptor {
                 pid: Some(pid),
-                cmdline: reader.header.command.clone(),
+                cmdline: reader
+                    .header
+                    .command
+                    .iter()
+                    .map(|c| escape(c).into_owned())
+                    .collect(),
                 process_name: Some(process_name),
             }),
             thread: None,
@@ -296,7 +312,7 @@ pub fn export_perfetto(trace: &Path, output: &Path) -> Result<ExportStats, Expor
             uuid,
             pid,
             t.tid,
-            &format!("{} [{}]", t.name, t.logical),
+            &format!("{} [{}]", escape(&t.name), t.logical),
         ))?;
     }
     let mut names: FxHashMap<u64, String> = FxHashMap::default();
@@ -339,6 +355,7 @@ pub fn export_perfetto(trace: &Path, output: &Path) -> Result<ExportStats, Expor
                     .or_insert_with(|| {
                         symbolizer
                             .data_name(e.addr)
+                            .map(|n| escape(&n).into_owned())
                             .unwrap_or_else(|| format!("{:#x}", e.addr))
                     })
                     .clone()
@@ -346,7 +363,7 @@ pub fn export_perfetto(trace: &Path, output: &Path) -> Result<ExportStats, Expor
             let site = (e.site != 0).then(|| {
                 sites
                     .entry(e.site)
-                    .or_insert_with(|| symbolizer.site_text(e.site))
+                    .or_insert_with(|| escape(&symbolizer.site_text(e.site)).into_owned())
                     .clone()
             });
             let flows = flows_of(&e, index, &mut pending, &mut handles, &mut w.stats);
@@ -415,6 +432,7 @@ pub fn export_perfetto(trace: &Path, output: &Path) -> Result<ExportStats, Expor
     w.out
         .flush()
         .map_err(|e| ExportError::Write(w.path.clone(), e))?;
+    target.commit().map_err(write_error)?;
     Ok(w.stats)
 }
 

@@ -26,6 +26,10 @@ pub struct TraceBuilder {
     pub chunk_events: usize,
     /// Kernel drop counter to record after chunk `i` (cumulative), if any.
     pub drops_after_chunk: Vec<(usize, u64)>,
+    /// The traced command line (the header's).
+    pub command: Vec<String>,
+    /// Modules (mapped files) recorded with the first chunk.
+    pub modules: Vec<ordo_trace::schema::ModuleRecord>,
 }
 
 impl Default for TraceBuilder {
@@ -50,6 +54,15 @@ impl TraceBuilder {
             children: FxHashMap::default(),
             chunk_events: 4096,
             drops_after_chunk: Vec::new(),
+            command: vec!["built".into()],
+            modules: Vec::new(),
+        }
+    }
+
+    /// Renames a thread (as `prctl(PR_SET_NAME)` would).
+    pub fn name_thread(&mut self, tid: u32, name: &str) {
+        if let Some(t) = self.threads.iter_mut().find(|t| t.tid == tid) {
+            t.name = name.to_string();
         }
     }
 
@@ -198,21 +211,21 @@ impl TraceBuilder {
     pub fn write_to(&self, path: &Path) -> io::Result<()> {
         let header = Header {
             pid: MAIN_TID,
-            command: vec!["built".into()],
+            command: self.command.clone(),
             ..Default::default()
         };
         let mut w = TraceWriter::create(path, &header)?;
         let mut dropped = 0;
         for (i, part) in self.events.chunks(self.chunk_events.max(1)).enumerate() {
-            let threads = if i == 0 {
-                self.threads.clone()
+            let (threads, modules) = if i == 0 {
+                (self.threads.clone(), self.modules.clone())
             } else {
-                Vec::new()
+                (Vec::new(), Vec::new())
             };
             if let Some(&(_, d)) = self.drops_after_chunk.iter().find(|(c, _)| *c == i) {
                 dropped = d;
             }
-            w.write_chunk(part, &threads, &[], dropped)?;
+            w.write_chunk(part, &threads, &modules, dropped)?;
         }
         w.finish(Footer {
             dropped,

@@ -29,7 +29,7 @@ fn export_decodes_with_tracks_slices_and_flows() {
     let dir = tempfile::tempdir().unwrap();
     let (trace, out) = (dir.path().join("t.ordo"), dir.path().join("t.pftrace"));
     b.write_to(&trace).unwrap();
-    let stats = export_perfetto(&trace, &out).unwrap();
+    let stats = export_perfetto(&trace, &out, false).unwrap();
     let decoded = Trace::decode(std::fs::read(&out).unwrap().as_slice()).expect("a valid Trace");
     assert_eq!(decoded.packet.len() as u64, stats.packets);
 
@@ -88,7 +88,7 @@ fn export_of_a_bad_trace_is_an_error_naming_it() {
     let dir = tempfile::tempdir().unwrap();
     let trace = dir.path().join("bad.ordo");
     std::fs::write(&trace, b"garbage").unwrap();
-    let err = export_perfetto(&trace, &dir.path().join("o"))
+    let err = export_perfetto(&trace, &dir.path().join("o"), false)
         .unwrap_err()
         .to_string();
     assert!(err.contains("bad.ordo"), "{err}");

@@ -58,7 +58,7 @@ pub struct ReplayOptions {
     pub schedule: Schedule,
     /// Enforce or check.
     pub mode: Mode,
-    /// Longest the program may run; then it is killed.
+    /// Longest the program may run; then it is killed (see [`parse_timeout`]).
     pub timeout: Duration,
     /// How long every thread must stay blocked, with no progress, to call it stuck.
     pub stall: Duration,
@@ -627,4 +627,24 @@ pub fn read_schedule(path: &Path) -> Result<Schedule> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("read schedule {}", path.display()))?;
     Schedule::parse(&text).map_err(|e| anyhow::anyhow!("{}:{e}", path.display()))
+}
+
+/// The longest `--timeout` accepted, in seconds (a year): beyond it a `Duration`
+/// would overflow its deadline arithmetic, and no replay means it.
+pub const MAX_TIMEOUT_SECS: f64 = 365.0 * 24.0 * 3600.0;
+
+/// Parses a `--timeout` in seconds: a finite number in (0, [`MAX_TIMEOUT_SECS`]].
+/// Used as the CLI's value parser, so `--timeout 1e30` is a one-line error, not
+/// a panic in `Duration::from_secs_f64`.
+pub fn parse_timeout(s: &str) -> Result<f64, String> {
+    let secs: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?} is not a number of seconds"))?;
+    if !(secs > 0.0 && secs <= MAX_TIMEOUT_SECS) {
+        return Err(format!(
+            "{s} is out of range: expected seconds in (0, {MAX_TIMEOUT_SECS}]"
+        ));
+    }
+    Ok(secs)
 }

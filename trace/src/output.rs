@@ -48,6 +48,16 @@ pub fn check(path: &Path, force: bool, inputs: &[&Path]) -> io::Result<()> {
             ));
         }
     }
+    if let Ok(meta) = std::fs::symlink_metadata(path) {
+        let kind = meta.file_type();
+        if !kind.is_file() && !kind.is_symlink() {
+            // A device (`-o /dev/null`), FIFO or directory is never replaced.
+            return Err(refuse(
+                path,
+                "is not a regular file: refusing to replace it",
+            ));
+        }
+    }
     if !force {
         if let Ok(meta) = std::fs::symlink_metadata(path) {
             let what = if meta.file_type().is_symlink() {
@@ -144,6 +154,12 @@ mod tests {
             .file_type()
             .is_symlink());
         assert_eq!(std::fs::read(&link).unwrap(), b"new");
+
+        // Devices are never replaced.
+        let e = Output::create(Path::new("/dev/null"), true, &[])
+            .err()
+            .unwrap();
+        assert!(e.to_string().contains("not a regular file"), "{e}");
 
         // Nothing appears before the commit; a dropped output leaves nothing.
         let out = Output::create(&fresh, false, &[]).unwrap();
