@@ -71,23 +71,31 @@ pub struct HeldLock {
     pub count: u32,
     /// The thread's fork/join clock when it took the lock (shared, copy-on-write:
     /// it changes only at thread creation, join and barriers).
-    pub fj: Rc<VectorClock>,
+    pub fj: Option<Rc<VectorClock>>,
     /// The context trie node of the held stack up to and including this lock.
     pub node: u32,
     /// This acquisition as an [`Instance`], made when an example first needs it.
     inst: Option<Rc<Instance>>,
 }
 
-impl HeldLock {
-    /// A freshly taken lock in context `node`.
-    pub fn new(obj: ObjId, mode: Mode, acq: EventId, fj: Rc<VectorClock>, node: u32) -> HeldLock {
+impl Default for HeldLock {
+    fn default() -> HeldLock {
         HeldLock {
-            obj,
-            mode,
-            acq,
-            count: 1,
-            fj,
-            node,
+            obj: crate::model::NO_OBJECT,
+            mode: Mode::Exclusive,
+            acq: EventId {
+                thread: 0,
+                kind: ordo_trace::Kind::MutexLock,
+                obj: crate::model::NO_OBJECT,
+                occurrence: 0,
+                nth: 0,
+                site: 0,
+                ts: 0,
+                index: 0,
+            },
+            count: 0,
+            fj: None,
+            node: NO_NODE,
             inst: None,
         }
     }
@@ -415,7 +423,7 @@ fn instance_of(held: &mut [HeldLock]) -> Rc<Instance> {
         };
         held[i].inst = Some(Rc::new(Instance {
             acq: held[i].acq,
-            fj: held[i].fj.clone(),
+            fj: held[i].fj.clone().unwrap_or_default(),
             parent,
         }));
     }

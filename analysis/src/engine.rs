@@ -86,6 +86,10 @@ enum State {
 struct LockState {
     release: VectorClock,
     read_release: VectorClock,
+    /// The lock-order context of taking this lock with nothing else held, per
+    /// mode, +1 (0: not asked yet): most acquisitions are outermost, and this
+    /// spares them the context table's hash lookup.
+    outermost: [u32; 3],
     /// The last two critical sections: `recent[older]` came before `recent[older ^ 1]`
     /// (flipping the index instead of shifting saves copying a record per acquire).
     recent: [Option<CsRec>; 2],
@@ -226,9 +230,19 @@ impl ThreadState {
         self.held.iter().rposition(|h| h.obj == obj)
     }
 
-    fn push_held(&mut self, h: HeldLock) {
-        let obj = h.obj;
-        self.held.push(h);
+    /// Pushes a held lock, filled in place: building the record on the stack and
+    /// moving it in makes the move's wide loads wait for the narrow stores that
+    /// built it.
+    #[inline(always)]
+    fn push_held(&mut self, obj: ObjId, mode: Mode, acq: EventId, node: u32) {
+        self.held.push(HeldLock::default());
+        let h = self.held.last_mut().unwrap();
+        h.obj = obj;
+        h.mode = mode;
+        h.acq = acq;
+        h.count = 1;
+        h.fj = Some(self.fj.clone());
+        h.node = node;
         if let Some(set) = &mut self.held_set {
             set.insert(obj);
         } else if self.held.len() > HELD_SCAN {
@@ -236,6 +250,7 @@ impl ThreadState {
         }
     }
 
+    #[inline]
     fn remove_held(&mut self, i: usize) {
         let obj = self.held[i].obj;
         if i + 1 == self.held.len() {
@@ -632,11 +647,16 @@ impl<'a> Engine<'a> {
         }
         let slot = th.slot;
         let epoch = th.vc.get(slot);
-        let parent = th.held.last().map_or(NO_NODE, |h| h.node);
-        let node = if parent == NO_NODE && !th.held.is_empty() {
-            NO_NODE // the held stack's context was not kept
-        } else {
-            self.graph.context(parent, id.obj, mode)
+        let node = match th.held.last() {
+            Some(h) if h.node == NO_NODE => NO_NODE, // the stack's context was not kept
+            Some(h) => self.graph.context(h.node, id.obj, mode),
+            None => {
+                let cached = &mut lock.outermost[mode as usize];
+                if *cached == 0 {
+                    *cached = self.graph.context(NO_NODE, id.obj, mode).wrapping_add(1);
+                }
+                cached.wrapping_sub(1)
+            }
         };
         if via != Via::Try {
             self.graph.acquired(&mut th.held, node, slot, id, epoch);
@@ -676,8 +696,7 @@ impl<'a> Engine<'a> {
         lock.older ^= 1;
         // Filled in place: building the record on the stack and moving it in makes
         // the move's wide loads wait for the narrow stores that built it.
-        let fj = th.fj.clone();
-        th.push_held(HeldLock::new(id.obj, mode, id, fj, node));
+        th.push_held(id.obj, mode, id, node);
         self.stats.critical_sections += 1;
         if let Some(p1) = prev1 {
             self.critical_section_candidates(prev2, (p1, prev1_woken), (cur, woken_by));
