@@ -235,14 +235,7 @@ impl ThreadState {
     /// built it.
     #[inline(always)]
     fn push_held(&mut self, obj: ObjId, mode: Mode, acq: EventId, node: u32) {
-        self.held.push(HeldLock::default());
-        let h = self.held.last_mut().unwrap();
-        h.obj = obj;
-        h.mode = mode;
-        h.acq = acq;
-        h.count = 1;
-        h.fj = Some(self.fj.clone());
-        h.node = node;
+        crate::deadlock::push_held(&mut self.held, obj, mode, &acq, self.fj.clone(), node);
         if let Some(set) = &mut self.held_set {
             set.insert(obj);
         } else if self.held.len() > HELD_SCAN {
