@@ -323,20 +323,27 @@ pub fn export_perfetto(
     let mut handles: FxHashMap<u64, u32> = FxHashMap::default();
     let mut merger = Merger::new();
     let mut chunk: Vec<Event> = Vec::new();
+    let mut ready: Vec<Event> = Vec::new();
     let mut index = 0u64;
     let mut finished = false;
     loop {
+        ready.clear();
         if !finished {
             if reader.next_chunk_into(&mut chunk)? {
-                for e in chunk.drain(..) {
-                    merger.push(e);
-                }
+                // In batches: the merger then queues only what arrives out of
+                // order, and its work follows the live threads.
+                merger.push_batch(&chunk, |e| ready.push(*e));
             } else {
                 merger.finish();
                 finished = true;
             }
         }
-        while let Some(e) = merger.pop() {
+        if finished {
+            while let Some(e) = merger.pop() {
+                ready.push(e);
+            }
+        }
+        for e in ready.drain(..) {
             index += 1;
             let track = match track_of_tid.get(&e.tid) {
                 Some(&t) => t,
