@@ -3,21 +3,11 @@
 
 mod common;
 
-use ordo_analysis::synthetic::{TraceBuilder, MAIN_TID};
+use ordo_analysis::synthetic::TraceBuilder;
 
 fn ab_ba_trace(path: &std::path::Path) {
     let mut b = TraceBuilder::new();
-    let (t1, t2) = (b.spawn(MAIN_TID), b.spawn(MAIN_TID));
-    b.create(MAIN_TID, t1, 0x90, 0x400);
-    b.create(MAIN_TID, t2, 0x98, 0x400);
-    for (t, first, second) in [(t1, 0xa0, 0xb0), (t2, 0xb0, 0xa0)] {
-        b.lock(t, first, 0x500 + first);
-        b.lock(t, second, 0x501 + first);
-        b.unlock(t, second, 0x502 + first);
-        b.unlock(t, first, 0x503 + first);
-    }
-    b.exit_join(MAIN_TID, t1, 0x90, 0x401);
-    b.exit_join(MAIN_TID, t2, 0x98, 0x401);
+    b.ab_ba(0xa0, 0xb0, 0x400);
     b.write_to(path).unwrap();
 }
 

@@ -12,7 +12,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use ordo_analysis::synthetic::{TraceBuilder, MAIN_TID};
+use ordo_analysis::synthetic::TraceBuilder;
 use ordo_trace::schema::{Mapping, ModuleRecord};
 
 const ESCAPE_NAME: &str = "evil\x1b]0;pwned\x07\x1b[2J";
@@ -21,7 +21,7 @@ const ESCAPE_NAME: &str = "evil\x1b]0;pwned\x07\x1b[2J";
 /// worker named with terminal escapes, sites inside a module at `module_path`.
 fn trace(path: &Path, module_path: Option<&str>) {
     let mut b = TraceBuilder::new();
-    let (t1, t2) = (b.spawn(MAIN_TID), b.spawn(MAIN_TID));
+    let (t1, _) = b.ab_ba(0xa0, 0xb0, 0x40_1000);
     b.name_thread(t1, ESCAPE_NAME);
     b.command = vec!["./prog\x1b[31m".into(), "--x".into()];
     if let Some(m) = module_path {
@@ -35,16 +35,6 @@ fn trace(path: &Path, module_path: Option<&str>) {
             }],
         });
     }
-    b.create(MAIN_TID, t1, 0x90, 0x40_1000);
-    b.create(MAIN_TID, t2, 0x98, 0x40_1000);
-    for (t, first, second) in [(t1, 0xa0, 0xb0), (t2, 0xb0, 0xa0)] {
-        b.lock(t, first, 0x40_2000 + first);
-        b.lock(t, second, 0x40_2001 + first);
-        b.unlock(t, second, 0x40_2002 + first);
-        b.unlock(t, first, 0x40_2003 + first);
-    }
-    b.exit_join(MAIN_TID, t1, 0x90, 0x40_1100);
-    b.exit_join(MAIN_TID, t2, 0x98, 0x40_1100);
     b.write_to(path).unwrap();
 }
 

@@ -134,6 +134,26 @@ impl TraceBuilder {
         self.push(parent, Kind::ThreadJoin, handle, site);
     }
 
+    /// Main creates two threads (handles 0x90 and 0x98, at `site`) that take locks
+    /// `a` and `b` in opposite orders — a lock-order cycle the run survived — and
+    /// joins them (at `site + 1`). Lock calls are at `site + 0x100 + lock + 0..3`.
+    /// Returns the two tids.
+    pub fn ab_ba(&mut self, a: u64, b: u64, site: u64) -> (u32, u32) {
+        let (t1, t2) = (self.spawn(MAIN_TID), self.spawn(MAIN_TID));
+        self.create(MAIN_TID, t1, 0x90, site);
+        self.create(MAIN_TID, t2, 0x98, site);
+        for (t, first, second) in [(t1, a, b), (t2, b, a)] {
+            let at = site + 0x100 + first;
+            self.lock(t, first, at);
+            self.lock(t, second, at + 1);
+            self.unlock(t, second, at + 2);
+            self.unlock(t, first, at + 3);
+        }
+        self.exit_join(MAIN_TID, t1, 0x90, site + 1);
+        self.exit_join(MAIN_TID, t2, 0x98, site + 1);
+        (t1, t2)
+    }
+
     /// A mutex acquisition.
     pub fn lock(&mut self, tid: u32, mutex: u64, site: u64) {
         self.push(tid, Kind::MutexLock, mutex, site);
