@@ -91,6 +91,13 @@ mod programs {
         }
     }
 
+    /// Whether user space has switched recording on (`config::ENABLED`): every
+    /// program returns at once while it is off.
+    #[inline(always)]
+    fn recording_on() -> bool {
+        CONFIG.get(config::ENABLED).is_some_and(|v| *v != 0)
+    }
+
     #[inline(always)]
     fn target_tgid() -> u32 {
         CONFIG.get(config::TARGET_TGID).copied().unwrap_or(0) as u32
@@ -181,6 +188,9 @@ mod programs {
 
     #[uprobe]
     pub fn ordo_entry(ctx: ProbeContext) -> u32 {
+        if !recording_on() {
+            return 0;
+        }
         on_entry(&ctx);
         0
     }
@@ -253,6 +263,9 @@ mod programs {
 
     #[uretprobe]
     pub fn ordo_return(ctx: RetProbeContext) -> u32 {
+        if !recording_on() {
+            return 0;
+        }
         on_return(&ctx);
         0
     }
@@ -397,6 +410,9 @@ mod programs {
     /// An instruction that may touch a watched variable is about to run.
     #[uprobe]
     pub fn ordo_watch(ctx: ProbeContext) -> u32 {
+        if !recording_on() {
+            return 0;
+        }
         // SAFETY: the context pointer is the program's own.
         let index = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) } as u32;
         let Some(site) = WATCH_SITES.get(index) else {
@@ -469,6 +485,9 @@ mod programs {
     /// from their first instruction; other processes are filtered out here.
     #[perf_event]
     pub fn ordo_hw_watch(ctx: PerfEventContext) -> u32 {
+        if !recording_on() {
+            return 0;
+        }
         if (bpf_get_current_pid_tgid() >> 32) as u32 != target_tgid() {
             return 0;
         }
@@ -519,6 +538,9 @@ mod programs {
 
     #[raw_tracepoint(tracepoint = "sys_enter")]
     pub fn ordo_sys_enter(ctx: RawTracePointContext) -> i32 {
+        if !recording_on() {
+            return 0;
+        }
         let pid_tgid = bpf_get_current_pid_tgid();
         if (pid_tgid >> 32) as u32 != target_tgid() {
             return 0;
@@ -564,6 +586,9 @@ mod programs {
 
     #[raw_tracepoint(tracepoint = "sys_exit")]
     pub fn ordo_sys_exit(ctx: RawTracePointContext) -> i32 {
+        if !recording_on() {
+            return 0;
+        }
         let pid_tgid = bpf_get_current_pid_tgid();
         if (pid_tgid >> 32) as u32 != target_tgid() {
             return 0;
@@ -620,6 +645,9 @@ mod programs {
 
     #[raw_tracepoint(tracepoint = "sched_process_exit")]
     pub fn ordo_thread_exit(_ctx: RawTracePointContext) -> i32 {
+        if !recording_on() {
+            return 0;
+        }
         if (bpf_get_current_pid_tgid() >> 32) as u32 != target_tgid() {
             return 0;
         }
