@@ -177,6 +177,8 @@ pub(crate) struct DrainState {
     by_kind: [u64; kind::COUNT as usize],
     unknown_kinds: u64,
     started: Instant,
+    /// How long attaching took (reported in the summary).
+    pub(crate) attach_time: Duration,
 }
 
 impl DrainState {
@@ -202,6 +204,7 @@ impl DrainState {
             by_kind: [0; kind::COUNT as usize],
             unknown_kinds: 0,
             started: Instant::now(),
+            attach_time: Duration::ZERO,
         })
     }
 
@@ -384,6 +387,7 @@ impl DrainState {
             bytes,
             duration: self.started.elapsed(),
             exit,
+            attach_time: self.attach_time,
         })
     }
 }

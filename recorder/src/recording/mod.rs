@@ -90,6 +90,8 @@ pub struct RecordSummary {
     pub duration: Duration,
     /// How the launched program ended (None when attached, or not waited for).
     pub exit: Option<ExitStatus>,
+    /// Time from starting to load the probes until recording was switched on.
+    pub attach_time: Duration,
 }
 
 impl RecordSummary {
@@ -104,6 +106,10 @@ impl RecordSummary {
             human_bytes(self.bytes),
             self.dropped,
         );
+        s.push_str(&format!(
+            "ordo: probes attached in {:.0} ms\n",
+            self.attach_time.as_secs_f64() * 1e3
+        ));
         if self.dropped > 0 {
             s.push_str("ordo: WARNING: the ring buffer overflowed; raise --buffer-size. Lost events are marked in the trace.\n");
         }
@@ -195,6 +201,7 @@ impl Recording {
     /// `options.output`.
     pub fn start(pid: u32, options: &RecordOptions) -> Result<Recording> {
         check_privileges()?;
+        let attaching = std::time::Instant::now();
         let mut probes = attach::Probes::attach(pid, options)?;
         let header = Header {
             command: options.command.clone(),
@@ -220,6 +227,7 @@ impl Recording {
         let notes = probes.fallback_note.take().into_iter().collect();
         // Last: no event is recorded before every probe is attached.
         probes.enable()?;
+        state.attach_time = attaching.elapsed();
         let (stop_tx, stop_rx) = oneshot::channel();
         let drain = std::thread::Builder::new()
             .name("ordo-drain".into())
