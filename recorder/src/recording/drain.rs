@@ -4,12 +4,12 @@
 //! The drain thread only copies records out of the ring buffer and does the cheap
 //! per-event bookkeeping ([`DrainState::take`]: thread ids, names, whether an event's
 //! site lies in a module already described). Full chunks go to a writer thread,
-//! which encodes and compresses them, so zstd never stalls the draining. The kernel
-//! wakes the drain with the first record after it has emptied the ring buffer; when a
-//! pass found many records the drain ignores wakeups and polls every
-//! [`POLL_INTERVAL`] instead, so a busy target costs one wakeup per batch of
-//! thousands of events, not one every few events (the ring buffer holds ~200 k
-//! records at the default size, far more than 10 ms of any workload here). The drain
+//! which encodes and compresses them, so zstd never stalls the draining. The probes
+//! wake the drain only when the ring buffer is a quarter full (the eBPF
+//! `wakeup_flags`); otherwise it polls every [`POLL_INTERVAL`], so a busy target
+//! costs one wakeup per batch of hundreds or thousands of events, not one every few
+//! events (the kernel's default wakes an idle consumer for every record; at real-time
+//! priority that meant a context switch per handful of events). The drain
 //! thread runs at real-time priority (SCHED_FIFO 1) where permitted, else at nice
 //! -20, so a target that keeps every CPU busy cannot starve it.
 
@@ -39,9 +39,6 @@ const CHUNK_EVENTS: usize = 65536;
 const CHUNKS_IN_FLIGHT: usize = 8;
 /// How often the drain empties the ring buffer while events keep coming.
 const POLL_INTERVAL: Duration = Duration::from_millis(10);
-/// A pass that took at least this many records means the target is busy: poll
-/// instead of waiting for a wakeup.
-const BUSY_PASS: usize = 256;
 /// Longest time events wait in memory before being written.
 const FLUSH_INTERVAL: Duration = Duration::from_millis(100);
 
@@ -431,16 +428,15 @@ pub(super) async fn drain(
     let mut ticker = tokio::time::interval(POLL_INTERVAL);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last_flush = Instant::now();
-    let mut busy = false;
     let exit = loop {
         tokio::select! {
-            guard = ring.readable_mut(), if !busy => {
+            guard = ring.readable_mut() => {
                 let mut guard = guard.context("poll the ring buffer")?;
-                busy = drain_ready(guard.get_inner_mut(), &mut state, &probes)? >= BUSY_PASS;
+                drain_ready(guard.get_inner_mut(), &mut state, &probes)?;
                 guard.clear_ready();
             }
             _ = ticker.tick() => {
-                busy = drain_ready(ring.get_mut(), &mut state, &probes)? >= BUSY_PASS;
+                drain_ready(ring.get_mut(), &mut state, &probes)?;
                 if last_flush.elapsed() >= FLUSH_INTERVAL {
                     state.flush(probes.drops(), false)?;
                     last_flush = Instant::now();
@@ -463,13 +459,8 @@ pub(super) async fn drain(
 }
 
 /// Takes every record the ring buffer holds, handing a chunk to the writer whenever
-/// one fills up; returns how many it took.
-fn drain_ready(
-    ring: &mut RingBuf<MapData>,
-    state: &mut DrainState,
-    probes: &Probes,
-) -> Result<usize> {
-    let mut taken = 0;
+/// one fills up.
+fn drain_ready(ring: &mut RingBuf<MapData>, state: &mut DrainState, probes: &Probes) -> Result<()> {
     loop {
         while let Some(item) = ring.next() {
             if item.len() < std::mem::size_of::<RawEvent>() {
@@ -480,13 +471,12 @@ fn drain_ready(
             let raw: RawEvent = unsafe { std::ptr::read_unaligned(item.as_ptr().cast()) };
             drop(item);
             state.take(&raw);
-            taken += 1;
             if state.chunk_full() {
                 break;
             }
         }
         if !state.chunk_full() {
-            return Ok(taken);
+            return Ok(());
         }
         state.flush(probes.drops(), false)?;
     }
