@@ -51,7 +51,9 @@ fn parse_options(args: &[String]) -> Result<Options> {
         }
     }
     if o.reps == 0 {
-        o.reps = 3;
+        // A quick run is a smoke test (about a minute for one workload): one
+        // repetition. A full run takes medians of three.
+        o.reps = if o.quick { 1 } else { 3 };
     }
     if let Some(only) = &o.only {
         for w in only {
@@ -280,9 +282,9 @@ impl Bench {
         if let Some(s) = &bench.sites {
             if wants(&Recorder::Bpftrace) {
                 if have("bpftrace") {
-                    let path = dir.join("same-functions.bt");
-                    std::fs::write(&path, sites::bpftrace_script(&s.sites))?;
-                    bench.bpftrace_script = Some(path);
+                    std::fs::write(dir.join("same-functions.bt"), sites::bpftrace_script(&s.sites, "cpid"))?;
+                    std::fs::write(dir.join("same-functions-pid.bt"), sites::bpftrace_script(&s.sites, "$1"))?;
+                    bench.bpftrace_script = Some(dir.join("same-functions.bt"));
                 } else {
                     bench.unavailable.push(("bpftrace".into(), "bpftrace is not installed".into()));
                 }
@@ -678,7 +680,8 @@ impl Bench {
                 }
                 Recorder::Bpftrace => {
                     let mut c = Command::new("bpftrace");
-                    c.arg("-o").arg(self.dir.join(format!("bpftrace-{tag}.out"))).args(["-p", &pid]).arg(self.bpftrace_script.as_ref().context("no bpftrace script")?);
+                    self.bpftrace_script.as_ref().context("no bpftrace script")?;
+                    c.arg("-o").arg(self.dir.join(format!("bpftrace-{tag}.out"))).args(["-p", &pid]).arg(self.dir.join("same-functions-pid.bt")).arg(&pid);
                     c
                 }
                 Recorder::EmptyProbe => {
@@ -941,7 +944,8 @@ pub fn run_record(args: &[String]) -> Result<()> {
         }
     }
     let rows = report::rows(&samples, metric_of);
-    let targets = report::targets(&rows, &kernel_ordo, "ordo");
+    let exact_sites = bench.sites.as_ref().is_some_and(|s| s.exact);
+    let targets = report::targets(&rows, &kernel_ordo, "ordo", exact_sites);
     let s = &bench.sizes;
     println!(
         "\nbench record{}: median of {} interleaved repetitions, {:.0} s. lock = 4 threads × {} lock/inc/unlock; pair = 1 thread × {} uncontended pairs; \

@@ -28,6 +28,8 @@ pub struct Site {
 pub struct Sites {
     pub sites: Vec<Site>,
     pub source: String,
+    /// Whether these are ordo's own sites (from `--list-probes`), not function entries.
+    pub exact: bool,
 }
 
 /// The C library programs here load.
@@ -154,7 +156,7 @@ pub fn discover(ordo: &Path, list_probes: bool) -> Result<Sites> {
         if out.status.success() {
             let sites = parse_list_probes(&String::from_utf8_lossy(&out.stdout), &libc)?;
             if !sites.is_empty() {
-                return Ok(Sites { sites, source: "ordo record --list-probes --json".into() });
+                return Ok(Sites { sites, source: "ordo record --list-probes --json".into(), exact: true });
             }
         }
         eprintln!(
@@ -180,6 +182,7 @@ pub fn discover(ordo: &Path, list_probes: bool) -> Result<Sites> {
     Ok(Sites {
         sites,
         source: "recorder/src/probes.rs at function entry (this ordo has no --list-probes)".into(),
+        exact: false,
     })
 }
 
@@ -197,8 +200,10 @@ fn reports_result(function: &str) -> bool {
 /// entry probe on each, printing (time, tid, function, object) — and for functions
 /// whose result ordo records, the object stashed at entry and printed at return with
 /// the result. bpftrace of this Debian release cannot probe at an offset, so all
-/// its probes are at function entry.
-pub fn bpftrace_script(sites: &[Site]) -> String {
+/// its probes are at function entry. `target` is the bpftrace expression of the
+/// traced pid (`cpid` with `-c`, `$1` with `-p PID` and the pid as argument): its
+/// library probes are not scoped to the process, so each probe filters on it.
+pub fn bpftrace_script(sites: &[Site], target: &str) -> String {
     let mut functions: Vec<(&str, &Path)> = Vec::new();
     for s in sites {
         if !functions.iter().any(|(f, _)| *f == s.function) {
@@ -210,12 +215,12 @@ pub fn bpftrace_script(sites: &[Site]) -> String {
         let lib = library.display();
         if reports_result(function) {
             script.push_str(&format!(
-                "uprobe:{lib}:{function} {{ @arg{i}[tid] = arg0; }}\n\
-                 uretprobe:{lib}:{function} {{ printf(\"%lu %d {i} %lx %d\\n\", nsecs, tid, @arg{i}[tid], retval); delete(@arg{i}[tid]); }}\n"
+                "uprobe:{lib}:{function} /pid == {target}/ {{ @arg{i}[tid] = arg0; }}\n\
+                 uretprobe:{lib}:{function} /pid == {target}/ {{ printf(\"%lu %d {i} %lx %d\\n\", nsecs, tid, @arg{i}[tid], retval); delete(@arg{i}[tid]); }}\n"
             ));
         } else {
             script.push_str(&format!(
-                "uprobe:{lib}:{function} {{ printf(\"%lu %d {i} %lx\\n\", nsecs, tid, arg0); }}\n"
+                "uprobe:{lib}:{function} /pid == {target}/ {{ printf(\"%lu %d {i} %lx\\n\", nsecs, tid, arg0); }}\n"
             ));
         }
     }
@@ -336,9 +341,9 @@ mod tests {
     fn bpftrace_script_takes_results_of_acquisitions_only() {
         let lib = PathBuf::from("/lib/libc.so.6");
         let site = |f: &str| Site { function: f.into(), library: lib.clone(), file_offset: 0, on_return: false };
-        let script = bpftrace_script(&[site("pthread_mutex_lock"), site("pthread_mutex_unlock"), site("pthread_mutex_lock")]);
+        let script = bpftrace_script(&[site("pthread_mutex_lock"), site("pthread_mutex_unlock"), site("pthread_mutex_lock")], "cpid");
         assert_eq!(script.matches("uretprobe:/lib/libc.so.6:pthread_mutex_lock").count(), 1, "{script}");
         assert!(!script.contains("uretprobe:/lib/libc.so.6:pthread_mutex_unlock"), "{script}");
-        assert!(script.contains("uprobe:/lib/libc.so.6:pthread_mutex_unlock { printf"), "{script}");
+        assert!(script.contains("uprobe:/lib/libc.so.6:pthread_mutex_unlock /pid == cpid/ { printf"), "{script}");
     }
 }
