@@ -40,7 +40,10 @@ pub fn run(args: &[String]) -> Result<()> {
             "analysis" => crate::bench_analysis::run()?,
             "record" => crate::bench_record::run_record(&options)?,
             "watch" => crate::bench_watch::run_watch()?,
-            other => bail!("unknown benchmark `{other}` (choose from {})", ALL.join(", ")),
+            other => bail!(
+                "unknown benchmark `{other}` (choose from {})",
+                ALL.join(", ")
+            ),
         }
     }
     Ok(())

@@ -32,11 +32,19 @@ struct Options {
 }
 
 fn parse_options(args: &[String]) -> Result<Options> {
-    let mut o = Options { quick: false, only: None, reps: 0, recorders: None };
+    let mut o = Options {
+        quick: false,
+        only: None,
+        reps: 0,
+        recorders: None,
+    };
     let mut it = args.iter();
     let list = |v: Option<&String>, flag: &str| -> Result<Vec<String>> {
         let v = v.with_context(|| format!("{flag} needs a comma-separated list"))?;
-        Ok(v.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect())
+        Ok(v.split(',')
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty())
+            .collect())
     };
     while let Some(a) = it.next() {
         match a.as_str() {
@@ -58,14 +66,26 @@ fn parse_options(args: &[String]) -> Result<Options> {
     if let Some(only) = &o.only {
         for w in only {
             if !WORKLOADS.contains(&w.as_str()) {
-                bail!("--only {w}: unknown workload (choose from {})", WORKLOADS.join(", "));
+                bail!(
+                    "--only {w}: unknown workload (choose from {})",
+                    WORKLOADS.join(", ")
+                );
             }
         }
     }
     Ok(o)
 }
 
-const WORKLOADS: &[&str] = &["lock", "pair", "pingpong", "rwlock", "pigz", "memcached", "memcached-attach", "true"];
+const WORKLOADS: &[&str] = &[
+    "lock",
+    "pair",
+    "pingpong",
+    "rwlock",
+    "pigz",
+    "memcached",
+    "memcached-attach",
+    "true",
+];
 
 /// A way of running a workload.
 #[derive(Clone, Debug, PartialEq)]
@@ -120,9 +140,23 @@ struct Sizes {
 impl Sizes {
     fn new(quick: bool) -> Sizes {
         if quick {
-            Sizes { lock_iters: 25_000, pair_iters: 50_000, pingpong_rounds: 5_000, rwlock_iters: 25_000, pigz_mb: 20, memcached_s: 3 }
+            Sizes {
+                lock_iters: 25_000,
+                pair_iters: 50_000,
+                pingpong_rounds: 5_000,
+                rwlock_iters: 25_000,
+                pigz_mb: 20,
+                memcached_s: 3,
+            }
         } else {
-            Sizes { lock_iters: 100_000, pair_iters: 200_000, pingpong_rounds: 20_000, rwlock_iters: 100_000, pigz_mb: 200, memcached_s: 10 }
+            Sizes {
+                lock_iters: 100_000,
+                pair_iters: 200_000,
+                pingpong_rounds: 20_000,
+                rwlock_iters: 100_000,
+                pigz_mb: 200,
+                memcached_s: 10,
+            }
         }
     }
 
@@ -133,7 +167,12 @@ impl Sizes {
             "lock" => vec!["lock".into(), "4".into(), n(self.lock_iters)],
             "pair" => vec!["pair".into(), n(self.pair_iters)],
             "pingpong" => vec!["pingpong".into(), n(self.pingpong_rounds)],
-            _ => vec!["rwlock".into(), "4".into(), n(self.rwlock_iters), "10".into()],
+            _ => vec![
+                "rwlock".into(),
+                "4".into(),
+                n(self.rwlock_iters),
+                "10".into(),
+            ],
         }
     }
 }
@@ -149,7 +188,10 @@ fn helgrind_scale(workload: &str) -> f64 {
 }
 
 fn mono() -> f64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: clock_gettime writes the timespec we pass.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
@@ -161,7 +203,11 @@ fn signal(pid: u32, sig: i32) {
 }
 
 /// Waits for a child at most `limit`, then kills it (and says so).
-fn wait_bounded(child: &mut Child, limit: Duration, what: &str) -> Result<std::process::ExitStatus> {
+fn wait_bounded(
+    child: &mut Child,
+    limit: Duration,
+    what: &str,
+) -> Result<std::process::ExitStatus> {
     let started = Instant::now();
     loop {
         if let Some(status) = child.try_wait()? {
@@ -197,29 +243,73 @@ struct Bench {
 }
 
 fn have(tool: &str) -> bool {
-    Command::new("sh").args(["-c", &format!("command -v {tool}")]).stdout(Stdio::null()).status().is_ok_and(|s| s.success())
+    Command::new("sh")
+        .args(["-c", &format!("command -v {tool}")])
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
 }
 
 fn first_line(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("").trim().to_string()
+    String::from_utf8_lossy(bytes)
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("")
+        .trim()
+        .to_string()
 }
 
-/// What `ordo record --help` offers: the `--probes` values and `--list-probes`.
+/// What `ordo record -h` offers: the `--probes` values and `--list-probes`.
 fn ordo_features(ordo: &Path) -> (Vec<String>, bool) {
-    let help = Command::new(ordo).args(["record", "--help"]).output().map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
+    let help = |flag: &str| {
+        Command::new(ordo)
+            .args(["record", flag])
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default()
+    };
+    let short = help("-h");
+    let mut values = probe_values(&short);
+    if values.is_empty() {
+        values = probe_values(&help("--help"));
+    }
+    (values, short.contains("--list-probes"))
+}
+
+/// The values of `--probes` in clap's help: `[possible values: a, b]` (short help)
+/// or a "Possible values:" list of `- a: …` lines (long help).
+fn probe_values(help: &str) -> Vec<String> {
+    let Some(pos) = help.find("--probes") else {
+        return Vec::new();
+    };
+    let after: Vec<&str> = help[pos..].lines().take(20).collect();
+    let first_option =
+        |l: &str| l.trim_start().starts_with('-') && !l.trim_start().starts_with("- ");
     let mut values = Vec::new();
-    if let Some(pos) = help.find("--probes") {
-        let rest = &help[pos..];
-        let para: String = rest.lines().take_while(|l| !l.trim().is_empty()).collect::<Vec<_>>().join(" ");
-        // clap prints "[possible values: auto, inproc, ebpf]"; a description may list
-        // them as "auto|inproc|ebpf" instead.
-        if let Some(list) = para.split("possible values:").nth(1) {
-            values = list.split(']').next().unwrap_or("").split(',').map(|v| v.trim().to_string()).filter(|v| !v.is_empty()).collect();
-        } else if let Some(word) = para.split_whitespace().find(|w| w.contains('|')) {
-            values = word.trim_matches(|c: char| !c.is_alphanumeric() && c != '|').split('|').map(String::from).collect();
+    for (i, line) in after.iter().enumerate() {
+        if i > 0 && first_option(line) {
+            break;
+        }
+        let lower = line.to_lowercase();
+        if let Some(p) = lower.find("[possible values:") {
+            let list = &line[p + "[possible values:".len()..];
+            return list
+                .split(']')
+                .next()
+                .unwrap_or("")
+                .split(',')
+                .map(|v| v.trim().to_string())
+                .filter(|v| !v.is_empty())
+                .collect();
+        }
+        if let Some(item) = line.trim().strip_prefix("- ") {
+            if let Some((name, _)) = item.split_once(':') {
+                values.push(name.trim().to_string());
+            }
         }
     }
-    (values, help.contains("--list-probes"))
+    values
 }
 
 impl Bench {
@@ -252,12 +342,19 @@ impl Bench {
             let out = dir.join("sync_bench_tsan");
             let mut errors = Vec::new();
             for cc in ["clang", "gcc"] {
-                let r = Command::new(cc).args(["-O1", "-g", "-pthread", "-fsanitize=thread", "-o"]).arg(&out).arg(&src).output();
+                let r = Command::new(cc)
+                    .args(["-O1", "-g", "-pthread", "-fsanitize=thread", "-o"])
+                    .arg(&out)
+                    .arg(&src)
+                    .output();
                 match r {
                     Ok(o) if o.status.success() => {
                         bench.tsan_program = Some(out.clone());
                         if cc != "clang" {
-                            eprintln!("bench: TSan build with gcc (clang failed: {})", errors.join("; "));
+                            eprintln!(
+                                "bench: TSan build with gcc (clang failed: {})",
+                                errors.join("; ")
+                            );
                         }
                         break;
                     }
@@ -266,7 +363,13 @@ impl Bench {
                 }
             }
             if bench.tsan_program.is_none() {
-                bench.unavailable.push(("tsan".into(), format!("no compiler builds with -fsanitize=thread ({})", errors.join("; "))));
+                bench.unavailable.push((
+                    "tsan".into(),
+                    format!(
+                        "no compiler builds with -fsanitize=thread ({})",
+                        errors.join("; ")
+                    ),
+                ));
             }
         }
         let (_, list_probes) = ordo_features(&bench.ordo);
@@ -274,43 +377,65 @@ impl Bench {
             match sites::discover(&bench.ordo, list_probes) {
                 Ok(s) => bench.sites = Some(s),
                 Err(e) => {
-                    bench.unavailable.push(("bpftrace".into(), format!("no probe sites: {e:#}")));
-                    bench.unavailable.push(("empty probe".into(), format!("no probe sites: {e:#}")));
+                    bench
+                        .unavailable
+                        .push(("bpftrace".into(), format!("no probe sites: {e:#}")));
+                    bench
+                        .unavailable
+                        .push(("empty probe".into(), format!("no probe sites: {e:#}")));
                 }
             }
         }
         if let Some(s) = &bench.sites {
             if wants(&Recorder::Bpftrace) {
                 if have("bpftrace") {
-                    std::fs::write(dir.join("same-functions.bt"), sites::bpftrace_script(&s.sites, "cpid"))?;
-                    std::fs::write(dir.join("same-functions-pid.bt"), sites::bpftrace_script(&s.sites, "$1"))?;
+                    std::fs::write(
+                        dir.join("same-functions.bt"),
+                        sites::bpftrace_script(&s.sites, "cpid"),
+                    )?;
+                    std::fs::write(
+                        dir.join("same-functions-pid.bt"),
+                        sites::bpftrace_script(&s.sites, "$1"),
+                    )?;
                     bench.bpftrace_script = Some(dir.join("same-functions.bt"));
                 } else {
-                    bench.unavailable.push(("bpftrace".into(), "bpftrace is not installed".into()));
+                    bench
+                        .unavailable
+                        .push(("bpftrace".into(), "bpftrace is not installed".into()));
                 }
             }
             if wants(&Recorder::EmptyProbe) {
                 if !have("perf") {
-                    bench.unavailable.push(("empty probe".into(), "perf is not installed".into()));
+                    bench
+                        .unavailable
+                        .push(("empty probe".into(), "perf is not installed".into()));
                 } else {
                     match EmptyProbes::define(&s.sites) {
                         Ok(e) => bench.empty = Some(e),
-                        Err(e) => bench.unavailable.push(("empty probe".into(), format!("{e:#}"))),
+                        Err(e) => bench
+                            .unavailable
+                            .push(("empty probe".into(), format!("{e:#}"))),
                     }
                 }
             }
         }
         if wants(&Recorder::Helgrind) && !have("valgrind") {
-            bench.unavailable.push(("helgrind".into(), "valgrind is not installed".into()));
+            bench
+                .unavailable
+                .push(("helgrind".into(), "valgrind is not installed".into()));
         }
         if wants(&Recorder::Lttng) {
             if let Err(e) = bench.start_lttng() {
-                bench.unavailable.push(("lttng-ust".into(), format!("{e:#}")));
+                bench
+                    .unavailable
+                    .push(("lttng-ust".into(), format!("{e:#}")));
             }
         }
         if wanted.iter().any(|w| w == "pigz") {
             if !have("pigz") {
-                bench.failures.push(("pigz".into(), "all".into(), "pigz is not installed".into()));
+                bench
+                    .failures
+                    .push(("pigz".into(), "all".into(), "pigz is not installed".into()));
             } else {
                 bench.pigz_input = Some(bench.pigz_input()?);
             }
@@ -322,15 +447,27 @@ impl Bench {
         if !have("lttng") || !have("lttng-sessiond") {
             bail!("lttng-tools is not installed");
         }
-        let wrapper_present = ["/usr/lib/x86_64-linux-gnu/liblttng-ust-pthread-wrapper.so.1", "/lib/x86_64-linux-gnu/liblttng-ust-pthread-wrapper.so.1"]
-            .iter()
-            .any(|p| Path::new(p).exists());
+        let wrapper_present = [
+            "/usr/lib/x86_64-linux-gnu/liblttng-ust-pthread-wrapper.so.1",
+            "/lib/x86_64-linux-gnu/liblttng-ust-pthread-wrapper.so.1",
+        ]
+        .iter()
+        .any(|p| Path::new(p).exists());
         if !wrapper_present {
             bail!("liblttng-ust-pthread-wrapper.so.1 not found (package liblttng-ust1)");
         }
-        let alive = || Command::new("lttng").arg("list").output().is_ok_and(|o| o.status.success());
+        let alive = || {
+            Command::new("lttng")
+                .arg("list")
+                .output()
+                .is_ok_and(|o| o.status.success())
+        };
         if !alive() {
-            let child = Command::new("lttng-sessiond").stdout(Stdio::null()).stderr(Stdio::null()).spawn().context("start lttng-sessiond")?;
+            let child = Command::new("lttng-sessiond")
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .context("start lttng-sessiond")?;
             self.sessiond = Some(child);
             let started = Instant::now();
             while !alive() {
@@ -351,8 +488,14 @@ impl Bench {
         if std::fs::metadata(&path).is_ok_and(|m| m.len() == mb << 20) {
             return Ok(path);
         }
-        eprintln!("bench: generating {} ({mb} MiB of seeded pseudo-random words)", path.display());
-        let syllables = ["ka", "lo", "mir", "ten", "du", "sa", "vel", "or", "pi", "que", "an", "ros", "bel", "ti", "um", "gra"];
+        eprintln!(
+            "bench: generating {} ({mb} MiB of seeded pseudo-random words)",
+            path.display()
+        );
+        let syllables = [
+            "ka", "lo", "mir", "ten", "du", "sa", "vel", "or", "pi", "que", "an", "ros", "bel",
+            "ti", "um", "gra",
+        ];
         let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
         let mut next = || {
             state ^= state << 13;
@@ -378,7 +521,14 @@ impl Bench {
     }
 
     /// The command that runs `program args` under a recorder, in launch mode.
-    fn wrap(&mut self, recorder: &Recorder, program: &Path, args: &[String], trace: &Path, tag: &str) -> Result<(Command, Option<String>)> {
+    fn wrap(
+        &mut self,
+        recorder: &Recorder,
+        program: &Path,
+        args: &[String],
+        trace: &Path,
+        tag: &str,
+    ) -> Result<(Command, Option<String>)> {
         let mut lttng_session = None;
         let cmd = match recorder {
             Recorder::Native => {
@@ -399,15 +549,21 @@ impl Bench {
             Recorder::Bpftrace => {
                 let script = self.bpftrace_script.clone().context("no bpftrace script")?;
                 let mut c = Command::new("bpftrace");
-                c.arg("-o").arg(self.dir.join(format!("bpftrace-{tag}.out")));
-                let line: Vec<String> = std::iter::once(program.display().to_string()).chain(args.iter().cloned()).collect();
+                c.arg("-o")
+                    .arg(self.dir.join(format!("bpftrace-{tag}.out")));
+                let line: Vec<String> = std::iter::once(program.display().to_string())
+                    .chain(args.iter().cloned())
+                    .collect();
                 c.arg("-c").arg(line.join(" ")).arg(script);
                 c
             }
             Recorder::EmptyProbe => {
                 let e = self.empty.as_ref().context("no empty probes")?;
                 let mut c = Command::new("perf");
-                c.args(e.perf_args(&self.dir.join(format!("perf-{tag}.out")))).arg("--").arg(program).args(args);
+                c.args(e.perf_args(&self.dir.join(format!("perf-{tag}.out"))))
+                    .arg("--")
+                    .arg(program)
+                    .args(args);
                 c
             }
             Recorder::Tsan => {
@@ -426,16 +582,47 @@ impl Bench {
                 let out = self.dir.join("lttng").join(&name);
                 let _ = std::fs::remove_dir_all(&out);
                 let s = ["-s", name.as_str()];
-                crate::run(Command::new("lttng").args(["create", &name]).arg(format!("--output={}", out.display())).stdout(Stdio::null()))?;
+                crate::run(
+                    Command::new("lttng")
+                        .args(["create", &name])
+                        .arg(format!("--output={}", out.display()))
+                        .stdout(Stdio::null()),
+                )?;
                 // Sub-buffers as large as ordo's default ring buffer (8 × 2 MiB per
                 // CPU): LTTng's default channel discards events on this workload.
-                crate::run(Command::new("lttng").args(["enable-channel", "-u", "bench", "--subbuf-size=2M", "--num-subbuf=8"]).args(s).stdout(Stdio::null()))?;
-                crate::run(Command::new("lttng").args(["enable-event", "-u", "lttng_ust_pthread:*", "-c", "bench"]).args(s).stdout(Stdio::null()))?;
-                crate::run(Command::new("lttng").args(["add-context", "-u", "-t", "vtid", "-c", "bench"]).args(s).stdout(Stdio::null()))?;
-                crate::run(Command::new("lttng").args(["start", &name]).stdout(Stdio::null()))?;
+                crate::run(
+                    Command::new("lttng")
+                        .args([
+                            "enable-channel",
+                            "-u",
+                            "bench",
+                            "--subbuf-size=2M",
+                            "--num-subbuf=8",
+                        ])
+                        .args(s)
+                        .stdout(Stdio::null()),
+                )?;
+                crate::run(
+                    Command::new("lttng")
+                        .args(["enable-event", "-u", "lttng_ust_pthread:*", "-c", "bench"])
+                        .args(s)
+                        .stdout(Stdio::null()),
+                )?;
+                crate::run(
+                    Command::new("lttng")
+                        .args(["add-context", "-u", "-t", "vtid", "-c", "bench"])
+                        .args(s)
+                        .stdout(Stdio::null()),
+                )?;
+                crate::run(
+                    Command::new("lttng")
+                        .args(["start", &name])
+                        .stdout(Stdio::null()),
+                )?;
                 lttng_session = Some(name);
                 let mut c = Command::new(program);
-                c.args(args).env("LD_PRELOAD", "liblttng-ust-pthread-wrapper.so.1");
+                c.args(args)
+                    .env("LD_PRELOAD", "liblttng-ust-pthread-wrapper.so.1");
                 c
             }
         };
@@ -446,7 +633,15 @@ impl Bench {
     /// trace with babeltrace2 (seconds), so only when `count`.
     fn end_lttng(&self, name: &str, count: bool) -> (Option<u64>, Option<u64>) {
         let stop = Command::new("lttng").args(["stop", name]).output();
-        let text = stop.map(|o| format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))).unwrap_or_default();
+        let text = stop
+            .map(|o| {
+                format!(
+                    "{}{}",
+                    String::from_utf8_lossy(&o.stdout),
+                    String::from_utf8_lossy(&o.stderr)
+                )
+            })
+            .unwrap_or_default();
         // "Warning: 30921 events were discarded, ..."
         let discarded = text
             .lines()
@@ -455,28 +650,56 @@ impl Bench {
             .sum::<u64>();
         let out = self.dir.join("lttng").join(name);
         let events = if count {
-            Command::new("babeltrace2").arg(&out).stderr(Stdio::null()).output().ok().map(|o| o.stdout.iter().filter(|b| **b == b'\n').count() as u64)
+            Command::new("babeltrace2")
+                .arg(&out)
+                .stderr(Stdio::null())
+                .output()
+                .ok()
+                .map(|o| o.stdout.iter().filter(|b| **b == b'\n').count() as u64)
         } else {
             None
         };
-        let _ = Command::new("lttng").args(["destroy", name]).stdout(Stdio::null()).stderr(Stdio::null()).status();
+        let _ = Command::new("lttng")
+            .args(["destroy", name])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
         let _ = std::fs::remove_dir_all(&out);
         (events, Some(discarded))
     }
 
     /// An ordo trace's figures: (events, lost, span s, bytes, first event's CLOCK_MONOTONIC s).
     fn ordo_trace(&self, trace: &Path) -> Result<(u64, u64, f64, u64, Option<f64>)> {
-        let out = Command::new(&self.ordo).arg("dump").arg("--stats").arg("--json").arg(trace).output()?;
+        let out = Command::new(&self.ordo)
+            .arg("dump")
+            .arg("--stats")
+            .arg("--json")
+            .arg(trace)
+            .output()?;
         if !out.status.success() {
-            bail!("ordo dump --stats {}: {}", trace.display(), first_line(&out.stderr));
+            bail!(
+                "ordo dump --stats {}: {}",
+                trace.display(),
+                first_line(&out.stderr)
+            );
         }
-        let stats: Value = serde_json::from_slice(&out.stdout).context("ordo dump --stats --json output")?;
-        let mut dump = Command::new(&self.ordo).arg("dump").arg("--json").arg(trace).stdout(Stdio::piped()).stderr(Stdio::null()).spawn()?;
+        let stats: Value =
+            serde_json::from_slice(&out.stdout).context("ordo dump --stats --json output")?;
+        let mut dump = Command::new(&self.ordo)
+            .arg("dump")
+            .arg("--json")
+            .arg(trace)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()?;
         let mut line = String::new();
         BufReader::new(dump.stdout.take().unwrap()).read_line(&mut line)?;
         let _ = dump.kill();
         let _ = dump.wait();
-        let first = serde_json::from_str::<Value>(&line).ok().and_then(|v| v["ts_ns"].as_u64()).map(|t| t as f64 * 1e-9);
+        let first = serde_json::from_str::<Value>(&line)
+            .ok()
+            .and_then(|v| v["ts_ns"].as_u64())
+            .map(|t| t as f64 * 1e-9);
         Ok((
             stats["events"].as_u64().unwrap_or(0),
             stats["lost"].as_u64().unwrap_or(0),
@@ -488,7 +711,16 @@ impl Bench {
 
     /// Fills a sample's recorder figures after a launch-mode run. `end` is when the
     /// program ended (CLOCK_MONOTONIC s) if known, `returned` when the recorder did.
-    fn collect(&self, recorder: &Recorder, sample: &mut Sample, trace: &Path, tag: &str, spawned: f64, end: Option<f64>, returned: f64) -> Result<()> {
+    fn collect(
+        &self,
+        recorder: &Recorder,
+        sample: &mut Sample,
+        trace: &Path,
+        tag: &str,
+        spawned: f64,
+        end: Option<f64>,
+        returned: f64,
+    ) -> Result<()> {
         match recorder {
             Recorder::Ordo(_) => {
                 let (events, lost, span, bytes, first) = self.ordo_trace(trace)?;
@@ -499,12 +731,23 @@ impl Bench {
                 let end = end.or(first.map(|f| f + span));
                 sample.detach_s = end.map(|e| returned - e);
             }
-            Recorder::EmptyProbe => sample.events = EmptyProbes::hits(&self.dir.join(format!("perf-{tag}.out"))),
+            Recorder::EmptyProbe => {
+                sample.events = EmptyProbes::hits(&self.dir.join(format!("perf-{tag}.out")))
+            }
             Recorder::Bpftrace => {
                 let out = self.dir.join(format!("bpftrace-{tag}.out"));
                 let text = std::fs::read_to_string(&out).unwrap_or_default();
-                sample.events = Some(text.lines().filter(|l| l.split_whitespace().count() >= 4).count() as u64);
-                sample.lost = Some(text.lines().filter(|l| l.contains("Lost")).filter_map(|l| l.split_whitespace().find_map(|w| w.parse::<u64>().ok())).sum());
+                sample.events = Some(
+                    text.lines()
+                        .filter(|l| l.split_whitespace().count() >= 4)
+                        .count() as u64,
+                );
+                sample.lost = Some(
+                    text.lines()
+                        .filter(|l| l.contains("Lost"))
+                        .filter_map(|l| l.split_whitespace().find_map(|w| w.parse::<u64>().ok()))
+                        .sum(),
+                );
                 sample.bytes = std::fs::metadata(&out).ok().map(|m| m.len());
             }
             _ => {}
@@ -513,24 +756,44 @@ impl Bench {
     }
 
     fn micro(&mut self, workload: &str, recorder: &Recorder, last_rep: bool) -> Result<Sample> {
-        let scale = if *recorder == Recorder::Helgrind { helgrind_scale(workload) } else { 1.0 };
+        let scale = if *recorder == Recorder::Helgrind {
+            helgrind_scale(workload)
+        } else {
+            1.0
+        };
         let args = self.sizes.micro_args(workload, scale);
         let tag = format!("{workload}-{}", recorder.label().replace(' ', "_"));
         let trace = self.dir.join(format!("{tag}.ordo"));
         let program = self.program.clone();
         let (mut cmd, session) = self.wrap(recorder, &program, &args, &trace, &tag)?;
         let spawned = mono();
-        let out = cmd.stdin(Stdio::null()).output().with_context(|| format!("run {cmd:?}"))?;
+        let out = cmd
+            .stdin(Stdio::null())
+            .output()
+            .with_context(|| format!("run {cmd:?}"))?;
         let returned = mono();
         let lttng = session.map(|s| self.end_lttng(&s, last_rep));
         if !out.status.success() {
-            bail!("{} failed ({}): {}", recorder.label(), out.status, first_line(&out.stderr));
+            bail!(
+                "{} failed ({}): {}",
+                recorder.label(),
+                out.status,
+                first_line(&out.stderr)
+            );
         }
         let stdout = String::from_utf8_lossy(&out.stdout);
         let field = |name: &str| -> Option<f64> {
-            stdout.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+            stdout
+                .lines()
+                .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
         };
-        let span = field("span_ns").with_context(|| format!("{}: the program printed no span_ns: {}", recorder.label(), first_line(&out.stderr)))? * 1e-9;
+        let span = field("span_ns").with_context(|| {
+            format!(
+                "{}: the program printed no span_ns: {}",
+                recorder.label(),
+                first_line(&out.stderr)
+            )
+        })? * 1e-9;
         let mut sample = Sample {
             workload: workload.into(),
             recorder: recorder.label(),
@@ -541,7 +804,15 @@ impl Bench {
             active_s: Some(span),
             ..Sample::default()
         };
-        self.collect(recorder, &mut sample, &trace, &tag, spawned, field("end_ns").map(|e| e * 1e-9), returned)?;
+        self.collect(
+            recorder,
+            &mut sample,
+            &trace,
+            &tag,
+            spawned,
+            field("end_ns").map(|e| e * 1e-9),
+            returned,
+        )?;
         if let Some((events, lost)) = lttng {
             sample.events = events;
             sample.lost = lost;
@@ -558,10 +829,16 @@ impl Bench {
         let tag = format!("pigz-{}", recorder.label().replace(' ', "_"));
         let trace = self.dir.join(format!("{tag}.ordo"));
         let args: Vec<String> = ["-p", "2", "-c"].map(String::from).to_vec();
-        let (mut cmd, session) = self.wrap(recorder, Path::new("/usr/bin/pigz"), &args, &trace, &tag)?;
+        let (mut cmd, session) =
+            self.wrap(recorder, Path::new("/usr/bin/pigz"), &args, &trace, &tag)?;
         let data = std::fs::read(&input)?;
         let spawned = mono();
-        let mut child = cmd.stdin(Stdio::piped()).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().with_context(|| format!("run {cmd:?}"))?;
+        let mut child = cmd
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .with_context(|| format!("run {cmd:?}"))?;
         let mut stdin = child.stdin.take().unwrap();
         let mut stderr = child.stderr.take().unwrap();
         let errors = std::thread::spawn(move || {
@@ -579,7 +856,11 @@ impl Bench {
         let returned = mono();
         let lttng = session.map(|s| self.end_lttng(&s, last_rep));
         if !status.success() {
-            bail!("{} failed ({status}): {}", recorder.label(), first_line(&errors.join().unwrap_or_default()));
+            bail!(
+                "{} failed ({status}): {}",
+                recorder.label(),
+                first_line(&errors.join().unwrap_or_default())
+            );
         }
         let mut sample = Sample {
             workload: "pigz".into(),
@@ -599,17 +880,37 @@ impl Bench {
     }
 
     fn memcached_line(port: u16) -> Vec<String> {
-        format!("-t 2 -U 0 -l 127.0.0.1 -p {port} -u root").split(' ').map(String::from).collect()
+        format!("-t 2 -U 0 -l 127.0.0.1 -p {port} -u root")
+            .split(' ')
+            .map(String::from)
+            .collect()
     }
 
     fn memcaslap(&self, port: u16) -> Result<(f64, Option<f64>, Option<f64>)> {
         let t = format!("{}s", self.sizes.memcached_s);
         let out = Command::new("memcaslap")
-            .args(["-s", &format!("127.0.0.1:{port}"), "-T", "2", "-c", "32", "-t", &t, "-S", &t])
+            .args([
+                "-s",
+                &format!("127.0.0.1:{port}"),
+                "-T",
+                "2",
+                "-c",
+                "32",
+                "-t",
+                &t,
+                "-S",
+                &t,
+            ])
             .stdin(Stdio::null())
             .output()
             .context("run memcaslap")?;
-        parse_memcaslap(&String::from_utf8_lossy(&out.stdout)).with_context(|| format!("memcaslap printed no throughput ({}): {}", out.status, first_line(&out.stderr)))
+        parse_memcaslap(&String::from_utf8_lossy(&out.stdout)).with_context(|| {
+            format!(
+                "memcaslap printed no throughput ({}): {}",
+                out.status,
+                first_line(&out.stderr)
+            )
+        })
     }
 
     /// memcached started under the recorder, loaded for the configured time, then
@@ -618,9 +919,20 @@ impl Bench {
         let port = free_port()?;
         let tag = format!("memcached-{}", recorder.label().replace(' ', "_"));
         let trace = self.dir.join(format!("{tag}.ordo"));
-        let (mut cmd, session) = self.wrap(recorder, Path::new("/usr/bin/memcached"), &Self::memcached_line(port), &trace, &tag)?;
+        let (mut cmd, session) = self.wrap(
+            recorder,
+            Path::new("/usr/bin/memcached"),
+            &Self::memcached_line(port),
+            &trace,
+            &tag,
+        )?;
         let spawned = mono();
-        let mut child = cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().with_context(|| format!("run {cmd:?}"))?;
+        let mut child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .with_context(|| format!("run {cmd:?}"))?;
         let result = (|| -> Result<(f64, Option<f64>, Option<f64>)> {
             wait_listening(port, Duration::from_secs(30))?;
             self.memcaslap(port)
@@ -649,7 +961,15 @@ impl Bench {
             active_s: Some(self.sizes.memcached_s as f64),
             ..Sample::default()
         };
-        self.collect(recorder, &mut sample, &trace, &tag, spawned, Some(stopped), returned)?;
+        self.collect(
+            recorder,
+            &mut sample,
+            &trace,
+            &tag,
+            spawned,
+            Some(stopped),
+            returned,
+        )?;
         if let Some((events, lost)) = lttng {
             sample.events = events;
             sample.lost = lost;
@@ -664,7 +984,11 @@ impl Bench {
         let port = free_port()?;
         let tag = format!("memcached-attach-{}", recorder.label().replace(' ', "_"));
         let trace = self.dir.join(format!("{tag}.ordo"));
-        let mut server = Command::new("/usr/bin/memcached").args(Self::memcached_line(port)).stdout(Stdio::null()).stderr(Stdio::null()).spawn()?;
+        let mut server = Command::new("/usr/bin/memcached")
+            .args(Self::memcached_line(port))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()?;
         let result = (|| -> Result<Sample> {
             wait_listening(port, Duration::from_secs(10))?;
             let pid = server.id().to_string();
@@ -680,19 +1004,36 @@ impl Bench {
                 }
                 Recorder::Bpftrace => {
                     let mut c = Command::new("bpftrace");
-                    self.bpftrace_script.as_ref().context("no bpftrace script")?;
-                    c.arg("-o").arg(self.dir.join(format!("bpftrace-{tag}.out"))).args(["-p", &pid]).arg(self.dir.join("same-functions-pid.bt")).arg(&pid);
+                    self.bpftrace_script
+                        .as_ref()
+                        .context("no bpftrace script")?;
+                    c.arg("-o")
+                        .arg(self.dir.join(format!("bpftrace-{tag}.out")))
+                        .args(["-p", &pid])
+                        .arg(self.dir.join("same-functions-pid.bt"))
+                        .arg(&pid);
                     c
                 }
                 Recorder::EmptyProbe => {
                     let mut c = Command::new("perf");
-                    c.args(self.empty.as_ref().context("no empty probes")?.perf_args(&self.dir.join(format!("perf-{tag}.out")))).args(["-p", &pid]);
+                    c.args(
+                        self.empty
+                            .as_ref()
+                            .context("no empty probes")?
+                            .perf_args(&self.dir.join(format!("perf-{tag}.out"))),
+                    )
+                    .args(["-p", &pid]);
                     c
                 }
                 other => bail!("{} cannot attach", other.label()),
             };
             let spawned = mono();
-            let mut rec = cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().with_context(|| format!("run {cmd:?}"))?;
+            let mut rec = cmd
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .with_context(|| format!("run {cmd:?}"))?;
             // Wait until the recorder sees events (ordo: the trace has some; others:
             // a fixed 2 s), poking memcached with connections so there are events to see.
             let ready = Instant::now();
@@ -701,7 +1042,11 @@ impl Bench {
                 if let Some(status) = rec.try_wait()? {
                     let mut err = Vec::new();
                     rec.stderr.take().unwrap().read_to_end(&mut err)?;
-                    bail!("{} exited before the load ({status}): {}", recorder.label(), first_line(&err));
+                    bail!(
+                        "{} exited before the load ({status}): {}",
+                        recorder.label(),
+                        first_line(&err)
+                    );
                 }
                 let seen = match recorder {
                     Recorder::Ordo(_) => Command::new(&self.ordo)
@@ -726,10 +1071,17 @@ impl Bench {
             let returned = mono();
             let (tps, avg, p99) = load?;
             let status = status?;
-            if !status.success() && *recorder != Recorder::EmptyProbe && *recorder != Recorder::Bpftrace {
+            if !status.success()
+                && *recorder != Recorder::EmptyProbe
+                && *recorder != Recorder::Bpftrace
+            {
                 let mut err = Vec::new();
                 rec.stderr.take().unwrap().read_to_end(&mut err)?;
-                bail!("{} failed ({status}): {}", recorder.label(), first_line(&err));
+                bail!(
+                    "{} failed ({status}): {}",
+                    recorder.label(),
+                    first_line(&err)
+                );
             }
             let mut sample = Sample {
                 workload: "memcached-attach".into(),
@@ -742,7 +1094,15 @@ impl Bench {
                 active_s: Some(self.sizes.memcached_s as f64),
                 ..Sample::default()
             };
-            self.collect(recorder, &mut sample, &trace, &tag, spawned, Some(stopped), returned)?;
+            self.collect(
+                recorder,
+                &mut sample,
+                &trace,
+                &tag,
+                spawned,
+                Some(stopped),
+                returned,
+            )?;
             if matches!(recorder, Recorder::Ordo(_)) {
                 sample.detach_s = Some(returned - stopped);
             }
@@ -759,7 +1119,12 @@ impl Bench {
         let mut walls = Vec::new();
         for _ in 0..10 {
             let started = Instant::now();
-            let out = Command::new(&self.ordo).arg("record").arg("-o").arg(&trace).args(["--", "true"]).output()?;
+            let out = Command::new(&self.ordo)
+                .arg("record")
+                .arg("-o")
+                .arg(&trace)
+                .args(["--", "true"])
+                .output()?;
             if !out.status.success() {
                 bail!("ordo record -- true failed: {}", first_line(&out.stderr));
             }
@@ -795,11 +1160,22 @@ impl Drop for Bench {
 /// (2^(k-1), 2^k] µs — its minimum of 14 µs lands in bucket 4): the p99 reported is
 /// the upper edge 2^k of the bucket holding the 99th percentile.
 fn parse_memcaslap(text: &str) -> Option<(f64, Option<f64>, Option<f64>)> {
-    let tps = text.lines().filter(|l| l.contains("TPS:")).last()?.split("TPS:").nth(1)?.split_whitespace().next()?.parse().ok()?;
+    let tps = text
+        .lines()
+        .filter(|l| l.contains("TPS:"))
+        .last()?
+        .split("TPS:")
+        .nth(1)?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()?;
     let total = text.rfind("Total Statistics").map(|i| &text[i..]);
     let (mut avg, mut p99) = (None, None);
     if let Some(total) = total {
-        avg = total.lines().find_map(|l| l.trim().strip_prefix("Avg:")?.trim().parse().ok());
+        avg = total
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("Avg:")?.trim().parse().ok());
         let mut buckets: Vec<(u32, u64)> = Vec::new();
         let mut in_dist = false;
         for l in total.lines() {
@@ -811,8 +1187,12 @@ fn parse_memcaslap(text: &str) -> Option<(f64, Option<f64>, Option<f64>)> {
             if !in_dist {
                 continue;
             }
-            let Some((label, counts)) = l.split_once(':') else { break };
-            let Ok(first) = label.trim().parse::<u32>() else { break };
+            let Some((label, counts)) = l.split_once(':') else {
+                break;
+            };
+            let Ok(first) = label.trim().parse::<u32>() else {
+                break;
+            };
             for (i, c) in counts.split_whitespace().enumerate() {
                 buckets.push((first + i as u32, c.parse().ok()?));
             }
@@ -838,7 +1218,10 @@ fn wait_listening(port: u16, limit: Duration) -> Result<()> {
     let started = Instant::now();
     while TcpStream::connect(("127.0.0.1", port)).is_err() {
         if started.elapsed() > limit {
-            bail!("memcached did not listen on port {port} within {} s", limit.as_secs());
+            bail!(
+                "memcached did not listen on port {port} within {} s",
+                limit.as_secs()
+            );
         }
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -859,14 +1242,19 @@ fn poke(port: u16) {
 /// under a recorder that is its parent).
 fn find_memcached(port: u16) -> Option<u32> {
     let want = format!("{port}");
-    std::fs::read_dir("/proc").ok()?.filter_map(|e| e.ok()).find_map(|e| {
-        let pid: u32 = e.file_name().to_str()?.parse().ok()?;
-        let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
-        let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
-        let is_memcached = args.first().is_some_and(|a| a.ends_with(b"memcached"));
-        let on_port = args.windows(2).any(|w| w[0] == b"-p" && w[1] == want.as_bytes());
-        (is_memcached && on_port).then_some(pid)
-    })
+    std::fs::read_dir("/proc")
+        .ok()?
+        .filter_map(|e| e.ok())
+        .find_map(|e| {
+            let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+            let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
+            let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+            let is_memcached = args.first().is_some_and(|a| a.ends_with(b"memcached"));
+            let on_port = args
+                .windows(2)
+                .any(|w| w[0] == b"-p" && w[1] == want.as_bytes());
+            (is_memcached && on_port).then_some(pid)
+        })
 }
 
 fn metric_of(workload: &str) -> Metric {
@@ -879,7 +1267,8 @@ fn metric_of(workload: &str) -> Metric {
 
 fn timestamp() -> String {
     let out = Command::new("date").args(["-u", "+%Y%m%d-%H%M%S"]).output();
-    out.map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string()).unwrap_or_else(|_| "unknown".into())
+    out.map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_else(|_| "unknown".into())
 }
 
 pub fn run_record(args: &[String]) -> Result<()> {
@@ -897,18 +1286,41 @@ pub fn run_record(args: &[String]) -> Result<()> {
     for v in probe_values.iter().filter(|v| *v != "auto") {
         recorders.push(Recorder::Ordo(Some(v.clone())));
     }
-    recorders.extend([Recorder::Bpftrace, Recorder::EmptyProbe, Recorder::Tsan, Recorder::Helgrind, Recorder::Lttng]);
+    recorders.extend([
+        Recorder::Bpftrace,
+        Recorder::EmptyProbe,
+        Recorder::Tsan,
+        Recorder::Helgrind,
+        Recorder::Lttng,
+    ]);
     if let Some(chosen) = &options.recorders {
-        recorders.retain(|r| r.label() == "native" || chosen.iter().any(|c| *c == r.label() || r.label().starts_with(&format!("{c} "))));
+        recorders.retain(|r| {
+            r.label() == "native"
+                || chosen
+                    .iter()
+                    .any(|c| *c == r.label() || r.label().starts_with(&format!("{c} ")))
+        });
     }
-    let kernel_ordo = if probe_values.iter().any(|v| v == "ebpf") { "ordo --probes ebpf".to_string() } else { "ordo".to_string() };
+    let kernel_ordo = if probe_values.iter().any(|v| v == "ebpf") {
+        "ordo --probes ebpf".to_string()
+    } else {
+        "ordo".to_string()
+    };
     let mut bench = Bench::setup(options.quick, &wanted, &recorders)?;
     let unavailable = bench.unavailable.clone();
     for (r, why) in &unavailable {
         eprintln!("bench: {r} cannot run: {why}");
     }
-    let runnable: Vec<Recorder> = recorders.iter().filter(|r| !unavailable.iter().any(|(l, _)| *l == r.label())).cloned().collect();
-    let workloads: Vec<&str> = WORKLOADS.iter().copied().filter(|w| wanted.iter().any(|x| x == w) && *w != "true").collect();
+    let runnable: Vec<Recorder> = recorders
+        .iter()
+        .filter(|r| !unavailable.iter().any(|(l, _)| *l == r.label()))
+        .cloned()
+        .collect();
+    let workloads: Vec<&str> = WORKLOADS
+        .iter()
+        .copied()
+        .filter(|w| wanted.iter().any(|x| x == w) && *w != "true")
+        .collect();
     let mut samples: Vec<Sample> = Vec::new();
     let results_dir = crate::root().join("bench/results");
     std::fs::create_dir_all(&results_dir)?;
@@ -920,18 +1332,30 @@ pub fn run_record(args: &[String]) -> Result<()> {
                 continue;
             }
             for recorder in runnable.iter().filter(|r| r.applies(workload)) {
-                eprint!("bench: rep {}/{} {workload:<16} {:<20}", rep + 1, options.reps, recorder.label());
+                eprint!(
+                    "bench: rep {}/{} {workload:<16} {:<20}",
+                    rep + 1,
+                    options.reps,
+                    recorder.label()
+                );
                 match bench.run_one(workload, recorder, rep + 1 == options.reps) {
                     Ok(s) => {
-                        eprintln!(" {}", match metric_of(workload) {
-                            Metric::Time => format!("{:.1} ms", s.value * 1e3),
-                            Metric::Throughput => format!("{:.0} op/s", s.value),
-                        });
+                        eprintln!(
+                            " {}",
+                            match metric_of(workload) {
+                                Metric::Time => format!("{:.1} ms", s.value * 1e3),
+                                Metric::Throughput => format!("{:.0} op/s", s.value),
+                            }
+                        );
                         samples.push(s);
                     }
                     Err(e) => {
                         eprintln!(" FAILED: {e:#}");
-                        bench.failures.push((workload.to_string(), recorder.label(), format!("{e:#}")));
+                        bench.failures.push((
+                            workload.to_string(),
+                            recorder.label(),
+                            format!("{e:#}"),
+                        ));
                     }
                 }
             }
@@ -940,7 +1364,9 @@ pub fn run_record(args: &[String]) -> Result<()> {
     if wanted.iter().any(|w| w == "true") {
         match bench.true_ten() {
             Ok(v) => true_ten = v,
-            Err(e) => bench.failures.push(("true".into(), "ordo".into(), format!("{e:#}"))),
+            Err(e) => bench
+                .failures
+                .push(("true".into(), "ordo".into(), format!("{e:#}"))),
         }
     }
     let rows = report::rows(&samples, metric_of);
@@ -958,7 +1384,11 @@ pub fn run_record(args: &[String]) -> Result<()> {
     println!("Times are the program's own span (pigz: from its first to its last MiB read); memcached is ops/s. Probe sites: {}.", bench.sites.as_ref().map(|s| s.source.as_str()).unwrap_or("not needed"));
     println!("{}", report::table(&rows));
     if let Some(t) = true_ten.as_object() {
-        println!("ten `ordo record -- true` in a row: mean {:.3} s, max {:.3} s", t["mean_s"].as_f64().unwrap_or(0.0), t["max_s"].as_f64().unwrap_or(0.0));
+        println!(
+            "ten `ordo record -- true` in a row: mean {:.3} s, max {:.3} s",
+            t["mean_s"].as_f64().unwrap_or(0.0),
+            t["max_s"].as_f64().unwrap_or(0.0)
+        );
     }
     println!("targets:\n{}", report::target_lines(&targets));
     for (r, why) in &unavailable {
@@ -1031,13 +1461,29 @@ Run time: 3.0s Ops: 345836 TPS: 115269 Net_rate: 129.0M/s\n";
 
     #[test]
     fn options_are_checked() {
-        let o = parse_options(&["--quick".into(), "--only".into(), "lock,pair".into(), "--reps".into(), "2".into()]).unwrap();
+        let o = parse_options(&[
+            "--quick".into(),
+            "--only".into(),
+            "lock,pair".into(),
+            "--reps".into(),
+            "2".into(),
+        ])
+        .unwrap();
         assert!(o.quick);
         assert_eq!(o.only.unwrap(), ["lock", "pair"]);
         assert_eq!(o.reps, 2);
         assert!(parse_options(&["--only".into(), "nope".into()]).is_err());
         assert!(parse_options(&["--reps".into(), "0".into()]).is_err());
         assert!(parse_options(&["--fast".into()]).is_err());
+    }
+
+    #[test]
+    fn probes_values_from_short_and_long_help() {
+        let short = "      --probes <PROBES>            Where: `inproc` (…), or `auto` [default: auto] [possible values: auto, inproc, ebpf]\n  -v, --verbose   Say\n";
+        assert_eq!(probe_values(short), ["auto", "inproc", "ebpf"]);
+        let long = "      --probes <PROBES>\n          Where the pthread API is recorded\n\n          Possible values:\n          - auto:   In process\n          - inproc: In process, through the agent\n          - ebpf:   eBPF uprobes on libc\n\n          [default: auto]\n\n  -v, --verbose\n";
+        assert_eq!(probe_values(long), ["auto", "inproc", "ebpf"]);
+        assert!(probe_values("  -o, --output <OUTPUT>  Trace file\n").is_empty());
     }
 
     #[test]

@@ -105,7 +105,8 @@ pub fn rows(samples: &[Sample], metric_of: impl Fn(&str) -> Metric) -> Vec<Row> 
                 .iter()
                 .filter(|s| &s.workload == w && &s.recorder == r)
                 .collect();
-            let med = |f: &dyn Fn(&Sample) -> Option<f64>| median(group.iter().filter_map(|s| f(s)));
+            let med =
+                |f: &dyn Fn(&Sample) -> Option<f64>| median(group.iter().filter_map(|s| f(s)));
             let events = med(&|s| s.events.map(|e| e as f64));
             let bytes = med(&|s| s.bytes.map(|b| b as f64));
             Row {
@@ -233,7 +234,12 @@ fn find<'a>(rows: &'a [Row], workload: &str, recorder: &str) -> Option<&'a Row> 
 /// (issue 14 is about what `ordo record -- prog` does by default). `exact_sites`:
 /// whether the empty probes sat at ordo's own sites; the comparison with them means
 /// nothing otherwise.
-pub fn targets(rows: &[Row], kernel_ordo: &str, default_ordo: &str, exact_sites: bool) -> Vec<Target> {
+pub fn targets(
+    rows: &[Row],
+    kernel_ordo: &str,
+    default_ordo: &str,
+    exact_sites: bool,
+) -> Vec<Target> {
     let missing = |w: &str, r: &str| format!("no {r} run of {w}");
     let mut out = Vec::new();
     let mut push = |issue: u32, what: &str, limit: f64, unit: Unit, m: Result<f64, String>| {
@@ -287,30 +293,114 @@ pub fn targets(rows: &[Row], kernel_ordo: &str, default_ordo: &str, exact_sites:
             .ok_or_else(|| format!("no {kernel_ordo} run"))
     };
     let k = kernel_ordo;
-    push(9, &format!("memcached --pid ({k}): throughput loss ≤ 25 %"), 0.25, Unit::Percent, loss("memcached-attach", k));
-    push(9, &format!("memcached --pid ({k}): events lost at the default buffer = 0"), 0.0, Unit::Count, lost("memcached-attach", k));
-    push(9, &format!("memcached launched ({k}): events lost = 0"), 0.0, Unit::Count, lost("memcached", k));
-    push(9, &format!("lock ({k}): added time ≤ 1/5 of bpftrace's"), 0.2, Unit::Ratio, added_ratio("lock", k, "bpftrace"));
-    push(9, &format!("pigz ({k}): slowdown ≤ 5 %"), 0.05, Unit::Percent, overhead("pigz", k));
+    push(
+        9,
+        &format!("memcached --pid ({k}): throughput loss ≤ 25 %"),
+        0.25,
+        Unit::Percent,
+        loss("memcached-attach", k),
+    );
+    push(
+        9,
+        &format!("memcached --pid ({k}): events lost at the default buffer = 0"),
+        0.0,
+        Unit::Count,
+        lost("memcached-attach", k),
+    );
+    push(
+        9,
+        &format!("memcached launched ({k}): events lost = 0"),
+        0.0,
+        Unit::Count,
+        lost("memcached", k),
+    );
+    push(
+        9,
+        &format!("lock ({k}): added time ≤ 1/5 of bpftrace's"),
+        0.2,
+        Unit::Ratio,
+        added_ratio("lock", k, "bpftrace"),
+    );
+    push(
+        9,
+        &format!("pigz ({k}): slowdown ≤ 5 %"),
+        0.05,
+        Unit::Percent,
+        overhead("pigz", k),
+    );
     let empty = if exact_sites {
         added_ratio("lock", k, "empty probe")
     } else {
         Err("the empty probes sat at function entries, not at ordo's sites (this ordo has no --list-probes)".into())
     };
-    push(9, &format!("lock ({k}): added time ≤ 1.3× an empty probe's at the same sites"), 1.3, Unit::Ratio, empty);
-    push(9, &format!("attach ({k}, worst workload median) ≤ 0.3 s"), 0.3, Unit::Seconds, worst(|r| r.attach_s));
-    push(9, &format!("detach ({k}, worst workload median) ≤ 0.5 s"), 0.5, Unit::Seconds, worst(|r| r.detach_s));
+    push(
+        9,
+        &format!("lock ({k}): added time ≤ 1.3× an empty probe's at the same sites"),
+        1.3,
+        Unit::Ratio,
+        empty,
+    );
+    push(
+        9,
+        &format!("attach ({k}, worst workload median) ≤ 0.3 s"),
+        0.3,
+        Unit::Seconds,
+        worst(|r| r.attach_s),
+    );
+    push(
+        9,
+        &format!("detach ({k}, worst workload median) ≤ 0.5 s"),
+        0.5,
+        Unit::Seconds,
+        worst(|r| r.detach_s),
+    );
     let d = default_ordo;
-    push(14, &format!("lock ({d}): added time < 1/2 of LTTng-UST's"), 0.5, Unit::Ratio, added_ratio("lock", d, "lttng-ust"));
-    push(14, &format!("lock ({d}): added time < the TSan build's"), 1.0, Unit::Ratio, added_ratio("lock", d, "tsan"));
+    push(
+        14,
+        &format!("lock ({d}): added time < 1/2 of LTTng-UST's"),
+        0.5,
+        Unit::Ratio,
+        added_ratio("lock", d, "lttng-ust"),
+    );
+    push(
+        14,
+        &format!("lock ({d}): added time < the TSan build's"),
+        1.0,
+        Unit::Ratio,
+        added_ratio("lock", d, "tsan"),
+    );
     let pair = find(rows, "pair", d)
         .and_then(|r| Some(r.value / r.ops?))
         .map(|s| s * 1e9)
         .ok_or_else(|| missing("pair", d));
-    push(14, &format!("pair ({d}): one uncontended lock/unlock pair ≤ 100 ns recorded"), 100.0, Unit::Nanos, pair);
-    push(14, &format!("memcached launched ({d}): throughput loss ≤ 5 %"), 0.05, Unit::Percent, loss("memcached", d));
-    push(14, &format!("memcached launched ({d}): events lost = 0"), 0.0, Unit::Count, lost("memcached", d));
-    push(14, &format!("pigz ({d}): slowdown ≤ 2 %"), 0.02, Unit::Percent, overhead("pigz", d));
+    push(
+        14,
+        &format!("pair ({d}): one uncontended lock/unlock pair ≤ 100 ns recorded"),
+        100.0,
+        Unit::Nanos,
+        pair,
+    );
+    push(
+        14,
+        &format!("memcached launched ({d}): throughput loss ≤ 5 %"),
+        0.05,
+        Unit::Percent,
+        loss("memcached", d),
+    );
+    push(
+        14,
+        &format!("memcached launched ({d}): events lost = 0"),
+        0.0,
+        Unit::Count,
+        lost("memcached", d),
+    );
+    push(
+        14,
+        &format!("pigz ({d}): slowdown ≤ 2 %"),
+        0.02,
+        Unit::Percent,
+        overhead("pigz", d),
+    );
     out
 }
 
@@ -322,7 +412,19 @@ fn opt(v: Option<f64>, f: impl Fn(f64) -> String) -> String {
 pub fn table(rows: &[Row]) -> String {
     let mut s = format!(
         "{:<17} {:<19} {:>5} {:>12} {:>12} {:>8} {:>10} {:>10} {:>7} {:>8} {:>7} {:>7} {:>9}\n",
-        "workload", "recorder", "runs", "median", "vs native", "wall s", "events", "events/s", "B/ev", "lost", "attach", "detach", "p99 µs"
+        "workload",
+        "recorder",
+        "runs",
+        "median",
+        "vs native",
+        "wall s",
+        "events",
+        "events/s",
+        "B/ev",
+        "lost",
+        "attach",
+        "detach",
+        "p99 µs"
     );
     let mut last = String::new();
     for r in rows {
@@ -338,7 +440,11 @@ pub fn table(rows: &[Row]) -> String {
             Metric::Time => opt(r.vs_native, |x| format!("{x:.2}×")),
             Metric::Throughput => opt(r.vs_native, |x| format!("{:.1} % loss", x * 100.0)),
         };
-        let scaled = if r.scale < 1.0 { format!(" (1/{:.0} run)", 1.0 / r.scale) } else { String::new() };
+        let scaled = if r.scale < 1.0 {
+            format!(" (1/{:.0} run)", 1.0 / r.scale)
+        } else {
+            String::new()
+        };
         s.push_str(&format!(
             "{:<17} {:<19} {:>5} {:>12} {:>12} {:>8.2} {:>10} {:>10} {:>7} {:>8} {:>7} {:>7} {:>9}{}\n",
             r.workload,
@@ -369,7 +475,9 @@ pub fn target_lines(targets: &[Target]) -> String {
                 "  issue {:>2}  {:<70} {:>12}  {}\n",
                 t.issue,
                 t.what,
-                t.measured.map(|m| show(m, t.unit)).unwrap_or_else(|| "—".into()),
+                t.measured
+                    .map(|m| show(m, t.unit))
+                    .unwrap_or_else(|| "—".into()),
                 t.verdict()
             )
         })
@@ -446,7 +554,11 @@ mod tests {
         assert_eq!(ordo.value, 4.020);
         assert!((ordo.vs_native.unwrap() - 201.0).abs() < 1e-9);
         assert!((ordo.added_s.unwrap() - 4.0).abs() < 1e-9);
-        assert_eq!(ordo.lost_max, Some(7), "the worst run's loss, not the median's");
+        assert_eq!(
+            ordo.lost_max,
+            Some(7),
+            "the worst run's loss, not the median's"
+        );
         assert_eq!(ordo.bytes_per_event, Some(2.0));
         assert_eq!(ordo.events_per_s, Some(200_000.0));
         assert!((rows[3].vs_native.unwrap() - 0.25).abs() < 1e-9);
@@ -472,12 +584,18 @@ mod tests {
         let rows = rows(&samples, metric);
         let t = targets(&rows, "ordo", "ordo", true);
         let inexact = targets(&rows, "ordo", "ordo", false);
-        assert!(inexact.iter().any(|t| t.what.contains("empty probe") && t.measured.is_none()));
+        assert!(inexact
+            .iter()
+            .any(|t| t.what.contains("empty probe") && t.measured.is_none()));
         let get = |what: &str| t.iter().find(|t| t.what.contains(what)).unwrap();
         let bpf = get("1/5 of bpftrace");
         assert!((bpf.measured.unwrap() - 0.25).abs() < 1e-9);
         assert_eq!(bpf.met(), Some(false));
-        assert!(bpf.verdict().starts_with("MISSED by 0.05×"), "{}", bpf.verdict());
+        assert!(
+            bpf.verdict().starts_with("MISSED by 0.05×"),
+            "{}",
+            bpf.verdict()
+        );
         let empty = get("empty probe");
         assert!((empty.measured.unwrap() - 2.0).abs() < 1e-9);
         assert_eq!(empty.met(), Some(false));
@@ -489,7 +607,11 @@ mod tests {
         assert!((tsan.measured.unwrap() - 5.0).abs() < 1e-9);
         let mc = get("memcached --pid");
         assert_eq!(mc.met(), None);
-        assert!(mc.verdict().contains("no ordo run of memcached-attach"), "{}", mc.verdict());
+        assert!(
+            mc.verdict().contains("no ordo run of memcached-attach"),
+            "{}",
+            mc.verdict()
+        );
         assert!(target_lines(&t).contains("MISSED"));
     }
 

@@ -34,7 +34,10 @@ pub struct Sites {
 
 /// The C library programs here load.
 pub fn libc_path() -> PathBuf {
-    for candidate in ["/lib/x86_64-linux-gnu/libc.so.6", "/usr/lib/x86_64-linux-gnu/libc.so.6"] {
+    for candidate in [
+        "/lib/x86_64-linux-gnu/libc.so.6",
+        "/usr/lib/x86_64-linux-gnu/libc.so.6",
+    ] {
         if Path::new(candidate).exists() {
             return PathBuf::from(candidate);
         }
@@ -49,7 +52,10 @@ fn function_offsets(library: &Path) -> Result<BTreeMap<String, u64>> {
         .arg(library)
         .output()
         .context("run readelf")?;
-    let segments = Command::new("readelf").args(["-lW"]).arg(library).output()?;
+    let segments = Command::new("readelf")
+        .args(["-lW"])
+        .arg(library)
+        .output()?;
     // (vaddr, filesz, offset) of each PT_LOAD, to turn a symbol's address into a file offset.
     let loads: Vec<(u64, u64, u64)> = String::from_utf8_lossy(&segments.stdout)
         .lines()
@@ -66,7 +72,9 @@ fn function_offsets(library: &Path) -> Result<BTreeMap<String, u64>> {
         if f.len() < 8 || f[3] != "FUNC" {
             continue;
         }
-        let Ok(vaddr) = u64::from_str_radix(f[1], 16) else { continue };
+        let Ok(vaddr) = u64::from_str_radix(f[1], 16) else {
+            continue;
+        };
         let (name, default) = match f[7].split_once("@@") {
             Some((n, _)) => (n, true),
             None => (f[7].split('@').next().unwrap_or(f[7]), !f[7].contains('@')),
@@ -88,7 +96,10 @@ fn function_offsets(library: &Path) -> Result<BTreeMap<String, u64>> {
 /// Sites from `ordo record --list-probes --json`: a JSON array (or an object holding
 /// one under `probes`/`sites`, or one object per line) of sites with `function` and a
 /// file offset (`file_offset` or `offset`, number or hex string), optionally
-/// `library`/`path` and a return flag (`return`, `on_return`, or `kind: "return"`).
+/// `library`/`path` and a return flag (`return`, `on_return`, or `kind: "return"`),
+/// or `program` naming the eBPF programs at the site (`ordo_entry+ordo_return`: an
+/// instruction probe and a return probe at the same offset; `ordo_return`: only the
+/// latter).
 pub fn parse_list_probes(text: &str, default_library: &Path) -> Result<Vec<Site>> {
     let items: Vec<Value> = match serde_json::from_str::<Value>(text) {
         Ok(Value::Array(a)) => a,
@@ -117,7 +128,8 @@ pub fn parse_list_probes(text: &str, default_library: &Path) -> Result<Vec<Site>
         let Some(function) = item["function"].as_str() else {
             bail!("--list-probes --json: a site without `function`: {item}");
         };
-        let Some(file_offset) = number(&item["file_offset"]).or_else(|| number(&item["offset"])) else {
+        let Some(file_offset) = number(&item["file_offset"]).or_else(|| number(&item["offset"]))
+        else {
             bail!("--list-probes --json: site {function} has no file offset: {item}");
         };
         let library = item["library"]
@@ -125,10 +137,22 @@ pub fn parse_list_probes(text: &str, default_library: &Path) -> Result<Vec<Site>
             .or(item["path"].as_str())
             .map(PathBuf::from)
             .unwrap_or_else(|| default_library.to_path_buf());
-        let on_return = item["return"].as_bool() == Some(true)
+        let program = item["program"].as_str().unwrap_or("");
+        let only_return = item["return"].as_bool() == Some(true)
             || item["on_return"].as_bool() == Some(true)
-            || item["kind"].as_str() == Some("return");
-        sites.push(Site { function: function.into(), library, file_offset, on_return });
+            || item["kind"].as_str() == Some("return")
+            || program == "ordo_return";
+        let also_return = !only_return && program.split('+').any(|p| p.contains("return"));
+        let site = |on_return| Site {
+            function: function.into(),
+            library: library.clone(),
+            file_offset,
+            on_return,
+        };
+        sites.push(site(only_return));
+        if also_return {
+            sites.push(site(true));
+        }
     }
     Ok(sites)
 }
@@ -138,7 +162,9 @@ pub fn parse_probe_table(source: &str) -> Vec<(String, bool)> {
     let mut rows = Vec::new();
     let table = source.split("pub const PROBES").nth(1).unwrap_or("");
     for call in table.split("row(").skip(1) {
-        let Some(args) = call.split(')').next() else { continue };
+        let Some(args) = call.split(')').next() else {
+            continue;
+        };
         let fields: Vec<&str> = args.split(',').map(str::trim).collect();
         if fields.len() >= 4 {
             let name = fields[0].trim_matches('"');
@@ -152,11 +178,17 @@ pub fn parse_probe_table(source: &str) -> Vec<(String, bool)> {
 pub fn discover(ordo: &Path, list_probes: bool) -> Result<Sites> {
     let libc = libc_path();
     if list_probes {
-        let out = Command::new(ordo).args(["record", "--list-probes", "--json"]).output()?;
+        let out = Command::new(ordo)
+            .args(["record", "--list-probes", "--json"])
+            .output()?;
         if out.status.success() {
             let sites = parse_list_probes(&String::from_utf8_lossy(&out.stdout), &libc)?;
             if !sites.is_empty() {
-                return Ok(Sites { sites, source: "ordo record --list-probes --json".into(), exact: true });
+                return Ok(Sites {
+                    sites,
+                    source: "ordo record --list-probes --json".into(),
+                    exact: true,
+                });
             }
         }
         eprintln!(
@@ -170,14 +202,30 @@ pub fn discover(ordo: &Path, list_probes: bool) -> Result<Sites> {
     let offsets = function_offsets(&libc)?;
     let mut sites = Vec::new();
     for (function, on_return) in parse_probe_table(&table) {
-        let Some(&offset) = offsets.get(&function) else { continue };
-        sites.push(Site { function: function.clone(), library: libc.clone(), file_offset: offset, on_return: false });
+        let Some(&offset) = offsets.get(&function) else {
+            continue;
+        };
+        sites.push(Site {
+            function: function.clone(),
+            library: libc.clone(),
+            file_offset: offset,
+            on_return: false,
+        });
         if on_return {
-            sites.push(Site { function, library: libc.clone(), file_offset: offset, on_return: true });
+            sites.push(Site {
+                function,
+                library: libc.clone(),
+                file_offset: offset,
+                on_return: true,
+            });
         }
     }
     if sites.is_empty() {
-        bail!("no probe sites: {} has no rows that resolve in {}", table_path.display(), libc.display());
+        bail!(
+            "no probe sites: {} has no rows that resolve in {}",
+            table_path.display(),
+            libc.display()
+        );
     }
     Ok(Sites {
         sites,
@@ -210,7 +258,9 @@ pub fn bpftrace_script(sites: &[Site], target: &str) -> String {
             functions.push((&s.function, &s.library));
         }
     }
-    let mut script = String::from("// Generated by `cargo xtask bench record`: the naive tracer of the same functions.\n");
+    let mut script = String::from(
+        "// Generated by `cargo xtask bench record`: the naive tracer of the same functions.\n",
+    );
     for (i, (function, library)) in functions.iter().enumerate() {
         let lib = library.display();
         if reports_result(function) {
@@ -249,13 +299,20 @@ impl EmptyProbes {
                 .context("mount tracefs for the empty probes")?;
             mounted_tracefs = true;
         }
-        let mut probes = EmptyProbes { names: Vec::new(), mounted_tracefs };
+        let mut probes = EmptyProbes {
+            names: Vec::new(),
+            mounted_tracefs,
+        };
         probes.remove_all();
         let mut text = String::new();
         for (i, s) in sites.iter().enumerate() {
             let name = format!("s{i}_{}", s.function.chars().take(40).collect::<String>());
             let kind = if s.on_return { 'r' } else { 'p' };
-            text.push_str(&format!("{kind}:{GROUP}/{name} {}:0x{:x}\n", s.library.display(), s.file_offset));
+            text.push_str(&format!(
+                "{kind}:{GROUP}/{name} {}:0x{:x}\n",
+                s.library.display(),
+                s.file_offset
+            ));
             probes.names.push(name);
         }
         for line in text.lines() {
@@ -266,7 +323,14 @@ impl EmptyProbes {
 
     /// `perf stat` arguments counting every empty probe (its output to `out`).
     pub fn perf_args(&self, out: &Path) -> Vec<String> {
-        vec!["stat".into(), "-x,".into(), "-e".into(), format!("{GROUP}:*"), "-o".into(), out.display().to_string()]
+        vec![
+            "stat".into(),
+            "-x,".into(),
+            "-e".into(),
+            format!("{GROUP}:*"),
+            "-o".into(),
+            out.display().to_string(),
+        ]
     }
 
     /// Total hits in a `perf stat -x,` output file.
@@ -282,10 +346,17 @@ impl EmptyProbes {
 
     fn remove_all(&self) {
         let events = Path::new(TRACEFS).join("uprobe_events");
-        let Ok(defined) = std::fs::read_to_string(&events) else { return };
+        let Ok(defined) = std::fs::read_to_string(&events) else {
+            return;
+        };
         for line in defined.lines() {
             // "p:ordobench/NAME /path:0x..." — remove only our own group's events.
-            if let Some(name) = line.split_whitespace().next().and_then(|d| d.split_once(':')).map(|(_, n)| n) {
+            if let Some(name) = line
+                .split_whitespace()
+                .next()
+                .and_then(|d| d.split_once(':'))
+                .map(|(_, n)| n)
+            {
                 if name.starts_with(&format!("{GROUP}/")) {
                     let _ = append(&events, &format!("-:{name}"));
                 }
@@ -322,6 +393,14 @@ mod tests {
         assert_eq!(sites.len(), 2);
         assert_eq!(sites[0].file_offset, 574468);
         assert_eq!(sites[1].file_offset, 0x8dd55);
+        // The shape `ordo record --list-probes --json` of the placement work prints.
+        let placed = "{\"emulated\":true,\"function\":\"pthread_mutex_lock\",\"function_offset\":184,\"offset\":\"0x8c428\",\"program\":\"ordo_entry+ordo_return\"}\n\
+                      {\"emulated\":true,\"function\":\"pthread_mutex_lock\",\"function_offset\":87,\"offset\":\"0x8c3c7\",\"program\":\"ordo_site\"}\n";
+        let sites = parse_list_probes(placed, lib).unwrap();
+        assert_eq!(sites.len(), 3, "{sites:?}");
+        assert_eq!((sites[0].file_offset, sites[0].on_return), (0x8c428, false));
+        assert_eq!((sites[1].file_offset, sites[1].on_return), (0x8c428, true));
+        assert_eq!((sites[2].file_offset, sites[2].on_return), (0x8c3c7, false));
         let lines = "{\"function\":\"sem_wait\",\"file_offset\":10,\"kind\":\"return\",\"library\":\"/x.so\"}\n";
         let sites = parse_list_probes(lines, lib).unwrap();
         assert!(sites[0].on_return);
@@ -331,19 +410,51 @@ mod tests {
 
     #[test]
     fn probe_table_rows_are_read_from_the_source() {
-        let rows = parse_probe_table(&std::fs::read_to_string(crate::root().join("recorder/src/probes.rs")).unwrap());
-        assert!(rows.contains(&("pthread_mutex_lock".to_string(), true)), "{rows:?}");
-        assert!(rows.contains(&("pthread_mutex_unlock".to_string(), false)), "{rows:?}");
+        let rows = parse_probe_table(
+            &std::fs::read_to_string(crate::root().join("recorder/src/probes.rs")).unwrap(),
+        );
+        assert!(
+            rows.contains(&("pthread_mutex_lock".to_string(), true)),
+            "{rows:?}"
+        );
+        assert!(
+            rows.contains(&("pthread_mutex_unlock".to_string(), false)),
+            "{rows:?}"
+        );
         assert!(rows.len() >= 10, "{rows:?}");
     }
 
     #[test]
     fn bpftrace_script_takes_results_of_acquisitions_only() {
         let lib = PathBuf::from("/lib/libc.so.6");
-        let site = |f: &str| Site { function: f.into(), library: lib.clone(), file_offset: 0, on_return: false };
-        let script = bpftrace_script(&[site("pthread_mutex_lock"), site("pthread_mutex_unlock"), site("pthread_mutex_lock")], "cpid");
-        assert_eq!(script.matches("uretprobe:/lib/libc.so.6:pthread_mutex_lock").count(), 1, "{script}");
-        assert!(!script.contains("uretprobe:/lib/libc.so.6:pthread_mutex_unlock"), "{script}");
-        assert!(script.contains("uprobe:/lib/libc.so.6:pthread_mutex_unlock /pid == cpid/ { printf"), "{script}");
+        let site = |f: &str| Site {
+            function: f.into(),
+            library: lib.clone(),
+            file_offset: 0,
+            on_return: false,
+        };
+        let script = bpftrace_script(
+            &[
+                site("pthread_mutex_lock"),
+                site("pthread_mutex_unlock"),
+                site("pthread_mutex_lock"),
+            ],
+            "cpid",
+        );
+        assert_eq!(
+            script
+                .matches("uretprobe:/lib/libc.so.6:pthread_mutex_lock")
+                .count(),
+            1,
+            "{script}"
+        );
+        assert!(
+            !script.contains("uretprobe:/lib/libc.so.6:pthread_mutex_unlock"),
+            "{script}"
+        );
+        assert!(
+            script.contains("uprobe:/lib/libc.so.6:pthread_mutex_unlock /pid == cpid/ { printf"),
+            "{script}"
+        );
     }
 }
