@@ -245,8 +245,12 @@ pub mod config {
     /// clears it first when stopping (so a live target stops paying for the
     /// programs' work before the slow detach). Every program checks it first.
     pub const ENABLED: u32 = 1;
+    /// Nonzero while every record should wake the drain at once. User space sets it
+    /// until the drain has read the target's modules: a short program can otherwise
+    /// exit (taking its mappings with it) before a lazily woken drain looks.
+    pub const WAKE_EACH: u32 = 2;
     /// Number of entries.
-    pub const LEN: u32 = 2;
+    pub const LEN: u32 = 3;
 }
 
 /// Syscall numbers the tracepoint programs care about (x86_64).

@@ -120,11 +120,14 @@ mod programs {
     }
 
     /// How to submit a record: wake the drain only once the ring buffer is a quarter
-    /// full. The drain polls every 10 ms anyway; waking it for every record that finds
+    /// full (or at once while user space asks for it, see `config::WAKE_EACH`). The drain polls every 10 ms anyway; waking it for every record that finds
     /// it idle (the kernel's default) cost a context switch per handful of events and
     /// made the recorder's CPU per event several microseconds.
     #[inline(always)]
     fn wakeup_flags() -> u64 {
+        if CONFIG.get(config::WAKE_EACH).copied().unwrap_or(0) != 0 {
+            return BPF_RB_FORCE_WAKEUP as u64;
+        }
         let pending = EVENTS.query(BPF_RB_AVAIL_DATA as u64);
         let size = EVENTS.query(BPF_RB_RING_SIZE as u64);
         if pending >= size / 4 {

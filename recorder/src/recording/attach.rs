@@ -155,7 +155,13 @@ impl Probes {
 
     /// Switches recording on: the last step of attaching.
     pub(super) fn enable(&mut self) -> Result<()> {
+        set_config(&mut self.ebpf, config::WAKE_EACH, 1)?;
         set_config(&mut self.ebpf, config::ENABLED, 1)
+    }
+
+    /// Lets the programs wake the drain lazily again (once it knows the modules).
+    pub(super) fn stop_waking_each(&mut self) {
+        let _ = set_config(&mut self.ebpf, config::WAKE_EACH, 0);
     }
 
     /// Switches recording off: the programs return at once from then on.
