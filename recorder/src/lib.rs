@@ -4,12 +4,14 @@
 //! - [`probes`]: the data-driven table of probed libc functions.
 //! - [`launch`]: starting a program held before `exec` until probes are attached.
 //! - [`recording`]: a recording session ([`Recording`]).
+//! - [`session`]: `ordo record` end to end (launch or attach, signals, stopping).
 //! - [`watch`]: choosing the instructions and addresses of watched variables;
 //!   [`watching`] turns `--watch` options into what a recording attaches.
 
 pub mod launch;
 pub mod probes;
 pub mod recording;
+pub mod session;
 pub mod watch;
 pub mod watching;
 
@@ -18,3 +20,4 @@ pub use recording::{
     check_privileges, parse_buffer_size, RecordOptions, RecordSummary, Recording,
     DEFAULT_BUFFER_SIZE, MAX_HW_WATCHES,
 };
+pub use session::{record_attached, record_launched, SessionEnd, SessionOptions};
