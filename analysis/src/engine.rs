@@ -118,13 +118,16 @@ struct CsRec {
 #[derive(Default)]
 struct CondState {
     waiters: Vec<Waiter>,
-    /// The last signal or broadcast that found no waiter, with its epoch.
-    lonely: Option<(EventId, Epoch)>,
+    /// The last signal or broadcast that found no waiter, with its epoch and the
+    /// signaller's last mutex release before it (see [`Engine::signal`]).
+    lonely: Option<(EventId, Epoch, Option<(u64, Epoch)>)>,
 }
 
 struct Waiter {
     thread: u32,
     slot: u32,
+    /// The mutex the wait released (and reacquires).
+    mutex: u64,
     begin: EventId,
     epoch: u32,
     signals: VectorClock,
@@ -177,6 +180,8 @@ struct ThreadState {
     /// Epoch of the mutex release inside a cond wait that has not met its
     /// `cond_wait_begin` yet (keyed by the condvar's address).
     condwait_release: Option<(u64, u32)>,
+    /// The thread's last mutex release outside a cond wait: (address, epoch).
+    last_release: Option<(u64, Epoch)>,
     /// After a woken cond wait: (mutex address, waking signal, wait site), for the
     /// reacquire that follows.
     woken: Option<(u64, Option<EventId>, u64)>,
@@ -197,6 +202,7 @@ impl ThreadState {
             distinct: [0; FAMILIES],
             lifecycle: [0; 2],
             condwait_release: None,
+            last_release: None,
             woken: None,
             after_wake: None,
             barrier: None,
@@ -835,6 +841,7 @@ impl<'a> Engine<'a> {
             th.condwait_release = Some((e.addr2, th.vc.get(th.slot)));
         } else {
             th.after_wake = None;
+            th.last_release = Some((e.addr, th.epoch()));
         }
         th.vc.tick(th.slot);
     }
@@ -853,19 +860,22 @@ impl<'a> Engine<'a> {
         let State::Cond(cond) = &mut self.objects[id.obj as usize].state else {
             return;
         };
-        let lonely = cond
-            .lonely
-            .filter(|(s, epoch)| s.thread != t && !epoch.happens_before(&th.vc));
+        let lonely = cond.lonely.filter(|(s, epoch, published)| {
+            s.thread != t
+                && !epoch.happens_before(&th.vc)
+                && !predicate_published(*published, e.addr2, &th.vc)
+        });
         cond.waiters.retain(|w| w.thread != t);
         cond.waiters.push(Waiter {
             thread: t,
             slot: th.slot,
+            mutex: e.addr2,
             begin: id,
             epoch,
             signals: VectorClock::default(),
             woken_by: None,
         });
-        if let Some((signal, _)) = lonely {
+        if let Some((signal, _, _)) = lonely {
             self.offer(
                 FindingKind::LostWakeup,
                 &[id, signal],
@@ -896,22 +906,35 @@ impl<'a> Engine<'a> {
         th.after_wake = Some((id.obj, w.begin.site));
     }
 
+    /// A signal or broadcast. It could be lost when nothing orders it after a
+    /// wait's beginning — unless the signaller's last mutex release before it, of
+    /// the wait's mutex, happens before the wait began: the signal-after-unlock
+    /// idiom (`lock; ready = 1; unlock; signal`). Then the waiter took the mutex
+    /// after the predicate changed, so a wait in a predicate loop (`while
+    /// (!ready) wait`, C++ `wait(lk, pred)`) cannot miss it, in any order.
     fn signal(&mut self, t: u32, id: EventId) {
         let th = &self.states[self.slot_of[t as usize] as usize];
         let epoch = th.epoch();
+        let published = th.last_release;
         let State::Cond(cond) = &mut self.objects[id.obj as usize].state else {
             return;
         };
         let mut lost: Vec<EventId> = Vec::new();
         if cond.waiters.is_empty() {
-            cond.lonely = Some((id, epoch));
+            cond.lonely = Some((id, epoch, published));
         }
         for w in &mut cond.waiters {
             w.signals.join(&th.vc);
             if w.woken_by.is_none() {
                 w.woken_by = Some(id);
             }
-            if th.vc.get(w.slot) < w.epoch {
+            // The waiter is blocked: its clock is still the one it waited with.
+            let waiter = self.slot_of.get(w.thread as usize);
+            let waiter = waiter.and_then(|&s| self.states.get(s as usize));
+            if th.vc.get(w.slot) < w.epoch
+                && !waiter
+                    .is_some_and(|w_state| predicate_published(published, w.mutex, &w_state.vc))
+            {
                 // Nothing orders the signal after the wait began: it could come first.
                 lost.push(w.begin);
             }
@@ -1084,6 +1107,12 @@ impl<'a> Engine<'a> {
             stats: self.stats,
         }
     }
+}
+
+/// Whether a signaller's last mutex release (`published`) was of `mutex` and is
+/// known to a clock `vc` (the waiter's at its wait).
+fn predicate_published(published: Option<(u64, Epoch)>, mutex: u64, vc: &VectorClock) -> bool {
+    published.is_some_and(|(m, release)| m == mutex && release.happens_before(vc))
 }
 
 /// The rank of a candidate whose events are exactly `events`.

@@ -257,6 +257,55 @@ fn no_lost_wakeup_when_the_signaller_holds_the_mutex() {
     }
 }
 
+#[test]
+fn no_lost_wakeup_for_signal_after_unlock_with_a_predicate_loop() {
+    // `lock; ready = 1; unlock; signal` against `lock; while (!ready) wait; unlock`:
+    // the waiter takes the mutex after the predicate changed, so no order loses
+    // the wakeup. The signal finds no waiter (the next round's wait comes later)
+    // or a waiter that began after the unlock: neither is reported.
+    let signal_finds_no_waiter = two_threads(|b, t1, t2| {
+        b.lock(t1, M, 0x500);
+        b.unlock(t1, M, 0x502);
+        b.signal(t1, C, 0x503);
+        b.lock(t2, M, 0x600);
+        b.wait_begin(t2, C, M, 0x601);
+        b.lock(t1, M, 0x500);
+        b.unlock(t1, M, 0x502);
+        b.signal(t1, C, 0x503);
+        b.wait_end(t2, C, M, 0, 0x601);
+        b.unlock(t2, M, 0x602);
+    });
+    let waiter_between_unlock_and_signal = two_threads(|b, t1, t2| {
+        b.lock(t1, M, 0x500);
+        b.unlock(t1, M, 0x502);
+        b.lock(t2, M, 0x600);
+        b.wait_begin(t2, C, M, 0x601);
+        b.signal(t1, C, 0x503);
+        b.wait_end(t2, C, M, 0, 0x601);
+        b.unlock(t2, M, 0x602);
+    });
+    for b in [signal_finds_no_waiter, waiter_between_unlock_and_signal] {
+        let a = analyze(&b);
+        assert!(
+            of(&a, FindingKind::LostWakeup).is_empty(),
+            "{:#?}",
+            a.findings
+        );
+    }
+    // The same unlocked signal when the signaller's unlock is of another mutex (or
+    // none): the predicate may not be published, still reported.
+    let other_mutex = two_threads(|b, t1, t2| {
+        b.lock(t1, G, 0x500);
+        b.unlock(t1, G, 0x502);
+        b.lock(t2, M, 0x600);
+        b.wait_begin(t2, C, M, 0x601);
+        b.signal(t1, C, 0x503);
+        b.wait_end(t2, C, M, 0, 0x601);
+        b.unlock(t2, M, 0x602);
+    });
+    assert_eq!(of(&analyze(&other_mutex), FindingKind::LostWakeup).len(), 1);
+}
+
 /// Waiter (1) waits on C; signaller (2) signals under M; a third thread (3) takes M.
 fn barging(third_before_reacquire: bool, rewait: bool) -> TraceBuilder {
     let mut b = TraceBuilder::new();
