@@ -275,16 +275,19 @@ fn no_lost_wakeup_for_signal_after_unlock_with_a_predicate_loop() {
         b.wait_end(t2, C, M, 0, 0x601);
         b.unlock(t2, M, 0x602);
     });
-    let waiter_between_unlock_and_signal = two_threads(|b, t1, t2| {
-        b.lock(t1, M, 0x500);
-        b.unlock(t1, M, 0x502);
-        b.lock(t2, M, 0x600);
-        b.wait_begin(t2, C, M, 0x601);
-        b.signal(t1, C, 0x503);
-        b.wait_end(t2, C, M, 0, 0x601);
-        b.unlock(t2, M, 0x602);
-    });
-    for b in [signal_finds_no_waiter, waiter_between_unlock_and_signal] {
+    // The signaller releases `released`, the waiter waits, then the signal.
+    let unlock_wait_signal = |released: u64| {
+        two_threads(|b, t1, t2| {
+            b.lock(t1, released, 0x500);
+            b.unlock(t1, released, 0x502);
+            b.lock(t2, M, 0x600);
+            b.wait_begin(t2, C, M, 0x601);
+            b.signal(t1, C, 0x503);
+            b.wait_end(t2, C, M, 0, 0x601);
+            b.unlock(t2, M, 0x602);
+        })
+    };
+    for b in [signal_finds_no_waiter, unlock_wait_signal(M)] {
         let a = analyze(&b);
         assert!(
             of(&a, FindingKind::LostWakeup).is_empty(),
@@ -294,16 +297,8 @@ fn no_lost_wakeup_for_signal_after_unlock_with_a_predicate_loop() {
     }
     // The same unlocked signal when the signaller's unlock is of another mutex (or
     // none): the predicate may not be published, still reported.
-    let other_mutex = two_threads(|b, t1, t2| {
-        b.lock(t1, G, 0x500);
-        b.unlock(t1, G, 0x502);
-        b.lock(t2, M, 0x600);
-        b.wait_begin(t2, C, M, 0x601);
-        b.signal(t1, C, 0x503);
-        b.wait_end(t2, C, M, 0, 0x601);
-        b.unlock(t2, M, 0x602);
-    });
-    assert_eq!(of(&analyze(&other_mutex), FindingKind::LostWakeup).len(), 1);
+    let other_mutex = analyze(&unlock_wait_signal(G));
+    assert_eq!(of(&other_mutex, FindingKind::LostWakeup).len(), 1);
 }
 
 /// Waiter (1) waits on C; signaller (2) signals under M; a third thread (3) takes M.
