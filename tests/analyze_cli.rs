@@ -64,7 +64,19 @@ fn json_document_has_the_documented_shape() {
         .expect("the AB-BA cycle");
     assert_eq!(deadlock["threads"], serde_json::json!(["1", "2"]));
     assert_eq!(deadlock["objects"][0]["addr"], "0xa0");
+    // Predicted bugs apart from orders worth trying.
+    assert_eq!(deadlock["class"], "predicted_bug");
+    for f in findings {
+        let bug = ["deadlock", "lost_wakeup", "race"].contains(&f["kind"].as_str().unwrap());
+        let class = if bug { "predicted_bug" } else { "order_to_try" };
+        assert_eq!(f["class"], class, "{f}");
+    }
     let stats = &doc["stats"];
+    assert_eq!(
+        stats["predicted_bugs"].as_u64().unwrap() + stats["orders_to_try"].as_u64().unwrap(),
+        findings.len() as u64
+    );
+    assert!(stats["predicted_bugs"].as_u64().unwrap() >= 1);
     assert_eq!(stats["events"], 16);
     assert_eq!(stats["threads"], 3);
     assert_eq!(stats["dropped"], 0);
@@ -78,7 +90,11 @@ fn text_report_groups_findings_by_kind() {
     let out = common::run_ordo(&["analyze", trace.to_str().unwrap()]);
     assert!(out.status.success());
     let text = String::from_utf8(out.stdout).unwrap();
-    assert!(text.contains("deadlock (1):"), "{text}");
+    assert!(
+        text.contains("deadlock (1): predicted to be a bug"),
+        "{text}"
+    );
+    assert!(text.contains("orders worth trying"), "{text}");
     assert!(text.contains("rank v=2 t=2"), "{text}");
     assert!(
         text.contains("1:mutex_lock(@1)#1 && 2:mutex_lock(@1)#1 -> 1:mutex_lock(@2)#1"),

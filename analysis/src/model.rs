@@ -160,6 +160,26 @@ impl FindingKind {
         FindingKind::Reorder,
     ];
 
+    /// Whether a finding of this kind is *predicted to be a bug* (a lock-order
+    /// cycle, a race, a wakeup a wait can miss), as opposed to an *order worth
+    /// trying* (an atomicity split, barging, a reorder): those are bugs only if a
+    /// replay of their schedule fails (`ordo replay` confirms or discards them).
+    pub fn is_predicted_bug(self) -> bool {
+        matches!(
+            self,
+            FindingKind::Deadlock | FindingKind::LostWakeup | FindingKind::Race
+        )
+    }
+
+    /// The JSON name of the finding's class: `predicted_bug` or `order_to_try`.
+    pub fn class(self) -> &'static str {
+        if self.is_predicted_bug() {
+            "predicted_bug"
+        } else {
+            "order_to_try"
+        }
+    }
+
     /// The JSON name.
     pub fn name(self) -> &'static str {
         match self {

@@ -291,6 +291,7 @@ impl Analysis {
             .map(|f| {
                 json!({
                     "kind": f.kind.name(),
+                    "class": f.kind.class(),
                     "threads": f.threads,
                     "objects": f.objects.iter().map(|o| json!({
                         "addr": format!("{:#x}", o.addr),
@@ -362,6 +363,8 @@ impl Analysis {
                 "candidates_offered": p.candidates_offered,
                 "unknown_thread_events": p.unknown_thread_events,
                 "findings": by_kind,
+                "predicted_bugs": self.findings.iter().filter(|f| f.kind.is_predicted_bug()).count(),
+                "orders_to_try": self.findings.iter().filter(|f| !f.kind.is_predicted_bug()).count(),
                 "seconds": self.stats.seconds,
                 "pass_seconds": self.stats.pass_seconds,
                 "peak_rss_kb": self.stats.peak_rss_kb,
@@ -374,14 +377,20 @@ impl Analysis {
     pub fn to_text(&self, per_kind: usize) -> String {
         let mut out = String::new();
         let s = &self.stats;
+        let bugs = self
+            .findings
+            .iter()
+            .filter(|f| f.kind.is_predicted_bug())
+            .count();
         let _ = writeln!(
             out,
-            "{}: {} events, {} threads, {} critical sections, {} findings",
+            "{}: {} events, {} threads, {} critical sections, {} findings: {bugs} predicted bugs, {} orders worth trying",
             self.trace.display(),
             s.pass.events,
             s.threads,
             s.pass.critical_sections,
-            self.findings.len()
+            self.findings.len(),
+            self.findings.len() - bugs
         );
         if s.dropped > 0 || !self.losses.is_empty() {
             let _ = writeln!(
@@ -409,12 +418,26 @@ impl Analysis {
         if let Some(c) = &s.cut_short {
             let _ = writeln!(out, "warning: {c}");
         }
-        for kind in FindingKind::ALL {
+        // Predicted bugs first, then the orders worth trying.
+        let kinds = FindingKind::ALL
+            .into_iter()
+            .filter(|k| k.is_predicted_bug())
+            .chain(
+                FindingKind::ALL
+                    .into_iter()
+                    .filter(|k| !k.is_predicted_bug()),
+            );
+        for kind in kinds {
             let group: Vec<&Finding> = self.findings.iter().filter(|f| f.kind == kind).collect();
             if group.is_empty() {
                 continue;
             }
-            let _ = writeln!(out, "\n{} ({}):", kind.name(), group.len());
+            let class = if kind.is_predicted_bug() {
+                "predicted to be a bug"
+            } else {
+                "orders worth trying, bugs only if `ordo replay` of the schedule fails"
+            };
+            let _ = writeln!(out, "\n{} ({}): {class}", kind.name(), group.len());
             for (i, f) in group.iter().take(per_kind).enumerate() {
                 let _ = writeln!(
                     out,
