@@ -60,12 +60,23 @@ fn contention_order_matches_the_programs_own_log() {
         traced, logged,
         "acquisition order differs from the program's log"
     );
-    // Sequence numbers on the lock are exact: 0, 1, 2, … in dump order, no gaps or repeats.
-    let seqs: Vec<u64> = events
+    // Threads that found the lock taken blocked in the lock-wait routine: recorded,
+    // at the caller's line, without a sequence number (they order nothing).
+    let blocks: Vec<&Value> = events
         .iter()
-        .filter(|e| e["addr"] == lock.as_str())
-        .map(|e| e["seq"].as_u64().unwrap())
+        .filter(|e| e["kind"] == "mutex_block" && e["addr"] == lock.as_str())
         .collect();
+    assert!(!blocks.is_empty(), "4 threads on 2 CPUs never blocked");
+    assert!(blocks
+        .iter()
+        .all(|e| e.get("seq").is_none() && e["site"].as_str().unwrap().contains("record_sync.c")));
+    let on_lock = || {
+        events
+            .iter()
+            .filter(|e| e["addr"] == lock.as_str() && e["kind"] != "mutex_block")
+    };
+    // Sequence numbers on the lock are exact: 0, 1, 2, … in dump order, no gaps or repeats.
+    let seqs: Vec<u64> = on_lock().map(|e| e["seq"].as_u64().unwrap()).collect();
     let first = seqs[0];
     assert!(
         seqs.iter().enumerate().all(|(i, &s)| s == first + i as u64),
@@ -73,7 +84,7 @@ fn contention_order_matches_the_programs_own_log() {
     );
     // And lock/unlock strictly alternate on the lock, by the same thread.
     let mut holder: Option<String> = None;
-    for e in events.iter().filter(|e| e["addr"] == lock.as_str()) {
+    for e in on_lock() {
         let t = e["thread"].as_str().unwrap().to_string();
         match e["kind"].as_str().unwrap() {
             "mutex_lock" => assert!(holder.replace(t).is_none(), "two holders at once"),

@@ -23,8 +23,8 @@ use aya::programs::uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeScope
 use aya::programs::{PerfEvent, RawTracePoint, UProbe};
 use aya::{Ebpf, EbpfLoader};
 use ordo_probe_common::{
-    config, kind, RawEvent, WatchSite, CONFIG_MAP, DROPS_MAP, EVENTS_MAP, MAX_WATCH_SITES,
-    WATCH_SITES_MAP,
+    config, kind, ProbeSite, RawEvent, WatchSite, CONFIG_MAP, DROPS_MAP, EVENTS_MAP,
+    MAX_WATCH_SITES, PROBE_SITES_MAP, WATCH_SITES_MAP,
 };
 use ordo_trace::schema::{Footer, Header, ModuleRecord, ThreadRecord};
 use ordo_trace::symbolize::modules_of_process;
@@ -32,7 +32,7 @@ use ordo_trace::{Event, LogicalIdAssigner, TraceWriter};
 use tokio::io::unix::AsyncFd;
 use tokio::sync::oneshot;
 
-use crate::probes;
+use crate::probes::{self, Program};
 
 /// The compiled eBPF programs (built by build.rs).
 static PROBE_OBJECT: &[u8] =
@@ -209,31 +209,32 @@ impl Recording {
                 .context("write probe config")?;
         }
         let libc = probes::system_libc()?;
-        let table = probes::resolve(&libc)?;
+        let plan = probes::plan(&libc)?;
+        {
+            let mut sites: Array<_, ProbeSite> =
+                Array::try_from(ebpf.map_mut(PROBE_SITES_MAP).context("PROBE_SITES map")?)?;
+            for (index, site) in plan.sites.iter().enumerate() {
+                sites
+                    .set(index as u32, *site, 0)
+                    .context("write a probe site")?;
+            }
+        }
         let mut links: Vec<(&'static str, UProbeLinkId)> = Vec::new();
-        for (program, ret) in [("ordo_entry", false), ("ordo_return", true)] {
-            let prog: &mut UProbe = ebpf.program_mut(program).context(program)?.try_into()?;
+        for program in [Program::Entry, Program::Return, Program::Site] {
+            let name = program.name();
+            let prog: &mut UProbe = ebpf.program_mut(name).context(name)?.try_into()?;
             prog.load().map_err(|e| load_error(e.into()))?;
-            for probe in table.iter().filter(|p| !ret || p.row.on_return) {
-                let offset = if ret {
-                    probe.function_offset
-                } else {
-                    probe.entry_offset
-                };
+            for at in plan.attachments.iter().filter(|a| a.program == program) {
                 let point = UProbeAttachPoint {
-                    location: UProbeAttachLocation::AbsoluteOffset(offset),
-                    cookie: Some(probe.cookie),
+                    location: UProbeAttachLocation::AbsoluteOffset(at.offset),
+                    cookie: Some(at.cookie),
                 };
                 let link = prog
                     .attach(point, &libc, UProbeScope::OneProcess(pid_nz))
                     .with_context(|| {
-                        format!(
-                            "attach {} probe to {}",
-                            if ret { "return" } else { "entry" },
-                            probe.row.function
-                        )
+                        format!("attach {name} to {}+{:#x}", libc.display(), at.offset)
                     })?;
-                links.push((program, link));
+                links.push((name, link));
             }
         }
         for (program, tracepoint) in [
