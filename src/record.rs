@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use ordo_recorder::{
-    check_privileges, launch, parse_buffer_size, spawn_stopped_with, watching, RecordOptions,
-    Recording,
+    check_privileges, launch, parse_buffer_size, probes, spawn_stopped_with, watching,
+    RecordOptions, Recording,
 };
 
 /// Arguments of `ordo record`.
@@ -39,9 +39,61 @@ pub struct RecordArgs {
     /// Extra environment variable for the launched program (KEY=VALUE, repeatable).
     #[arg(long = "env", value_name = "KEY=VALUE")]
     pub env: Vec<String>,
+    /// Print where each libc probe sits (one line per site: function, offset,
+    /// instruction, emulated or single-stepped, events) before recording.
+    #[arg(short, long)]
+    pub verbose: bool,
+    /// Print the probe placement and exit without recording (no root needed).
+    #[arg(long)]
+    pub list_probes: bool,
+    /// With --list-probes: one JSON object per site.
+    #[arg(long, requires = "list_probes")]
+    pub json: bool,
     /// The command to launch, after `--`.
     #[arg(last = true)]
     pub command: Vec<String>,
+}
+
+/// Prints the probe placement for the system libc: a table, or JSON lines.
+fn print_probes(json: bool, out: &mut dyn std::io::Write) -> Result<()> {
+    let libc = probes::system_libc()?;
+    let plan = probes::plan(&libc)?;
+    for site in &plan.report {
+        let line = if json {
+            serde_json::json!({
+                "function": site.function,
+                "library": libc.display().to_string(),
+                "offset": format!("{:#x}", site.offset),
+                "function_offset": site.function_offset,
+                "instruction": site.instruction,
+                "emulated": site.emulated,
+                "program": site.program,
+                "events": site.events,
+                "fallback": site.fallback,
+            })
+            .to_string()
+        } else {
+            format!(
+                "{:26} {:#9x} +{:<#6x} {:36} {:14} {}{}",
+                site.function,
+                site.offset,
+                site.function_offset,
+                site.instruction,
+                if site.emulated {
+                    "emulated"
+                } else {
+                    "single-stepped"
+                },
+                site.events,
+                site.fallback
+                    .as_deref()
+                    .map(|f| format!(" [fallback: {f}]"))
+                    .unwrap_or_default()
+            )
+        };
+        writeln!(out, "{line}")?;
+    }
+    Ok(())
 }
 
 static SIGNALS: AtomicU32 = AtomicU32::new(0);
@@ -72,6 +124,10 @@ fn install_signal_handlers() {
 }
 
 pub fn run(args: RecordArgs) -> Result<u8> {
+    if args.list_probes {
+        print_probes(args.json, &mut std::io::stdout().lock())?;
+        return Ok(0);
+    }
     if args.pid.is_none() && args.command.is_empty() {
         bail!("nothing to record: give a command after `--` (ordo record -- ./prog args) or --pid PID");
     }
@@ -88,6 +144,11 @@ pub fn run(args: RecordArgs) -> Result<u8> {
         }
     }
     check_privileges()?;
+    if args.verbose {
+        let mut text = Vec::new();
+        print_probes(false, &mut text)?;
+        say(&String::from_utf8_lossy(&text));
+    }
     match args.pid {
         Some(pid) => attach(pid, &args),
         None => launch_and_record(&args, &env),
