@@ -591,6 +591,75 @@ mod tests {
         ] {
             assert!(names.contains(&f), "{f} missing from {names:?}");
         }
+        // The hot acquisitions are placed inside the function: no return probe at
+        // their start, and every site of the common path is emulated.
+        let start_of = |f: &str| {
+            plan.report
+                .iter()
+                .find(|r| r.function == f && r.function_offset == 0 || r.function == f)
+                .map(|r| r.offset - r.function_offset)
+                .unwrap()
+        };
+        for f in [
+            "pthread_mutex_lock",
+            "pthread_mutex_trylock",
+            "pthread_rwlock_rdlock",
+            "pthread_rwlock_wrlock",
+            "pthread_rwlock_trywrlock",
+            "sem_wait",
+            "sem_trywait",
+        ] {
+            let start = start_of(f);
+            assert!(
+                !plan
+                    .attachments
+                    .iter()
+                    .any(|a| a.program == Program::Return && a.offset == start),
+                "{f} still has a return probe at its start"
+            );
+            let sites: Vec<_> = plan.report.iter().filter(|r| r.function == f).collect();
+            assert!(sites.iter().all(|r| r.fallback.is_none()), "{f} fell back");
+            assert!(
+                sites.iter().any(|r| r.emulated && r.program == "ordo_site"),
+                "{f} has no emulated site"
+            );
+        }
+        // pthread_mutex_lock's fast path falls straight through from the entry to its
+        // site: the depth decoding gives must be the pushes and `sub rsp` on the way,
+        // and the mutex still in rdi (nothing on the way writes it).
+        let libc_bytes = std::fs::read(&libc).unwrap();
+        let lock = start_of("pthread_mutex_lock");
+        let fast = plan
+            .attachments
+            .iter()
+            .zip(0..)
+            .filter(|(a, _)| a.program == Program::Site && a.offset > lock)
+            .map(|(a, _)| a)
+            .min_by_key(|a| a.offset)
+            .unwrap();
+        let site = plan.sites[fast.cookie as usize];
+        let code = &libc_bytes[lock as usize..fast.offset as usize];
+        let mut decoder = iced_x86::Decoder::new(64, code, iced_x86::DecoderOptions::NONE);
+        let (mut depth, mut rdi_written) = (0i64, false);
+        let mut info = iced_x86::InstructionInfoFactory::new();
+        for insn in &mut decoder {
+            match insn.code() {
+                iced_x86::Code::Push_r64 => depth += 8,
+                iced_x86::Code::Sub_rm64_imm8 | iced_x86::Code::Sub_rm64_imm32 => {
+                    depth += insn.immediate(1) as i64
+                }
+                _ => {}
+            }
+            rdi_written |= info.info(&insn).used_registers().iter().any(|r| {
+                r.register().full_register() == iced_x86::Register::RDI
+                    && r.access() != iced_x86::OpAccess::Read
+            });
+        }
+        assert_eq!(site.depth as i64, depth);
+        assert!(!rdi_written);
+        assert_eq!(site.arg_reg, ordo_probe_common::reg::RDI);
+        assert_eq!(site.fallthrough.kind, ordo_probe_common::outcome::CONST);
+        assert_eq!(site.fallthrough.value, 0);
         // Site cookies index the site table.
         for a in plan
             .attachments

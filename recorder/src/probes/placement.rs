@@ -999,3 +999,90 @@ pub fn action_of(kind: &SiteKind) -> u8 {
         SiteKind::TailCall => site_action::TAIL_CALL,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Hand-written code at one address, no symbols.
+    struct Bytes(u64, Vec<u8>);
+
+    impl Image for Bytes {
+        fn bytes(&self, vaddr: u64, len: usize) -> Option<&[u8]> {
+            let off = vaddr.checked_sub(self.0)? as usize;
+            self.1.get(off..off + len)
+        }
+        fn symbol_at(&self, _: u64) -> Option<&str> {
+            None
+        }
+    }
+
+    fn place_bytes(code: &[u8]) -> Result<Placement> {
+        let image = Bytes(0x1000, code.to_vec());
+        place(&image, 0x1000, code.len() as u64, false)
+    }
+
+    #[test]
+    fn a_trylock_shape_gets_one_site_reporting_both_directions() {
+        // lock cmpxchg [rdi],edx ; jne fail ; xor eax,eax ; ret ; fail: mov eax,16 ; ret
+        let code = [
+            0xf0, 0x0f, 0xb1, 0x17, 0x75, 0x03, 0x31, 0xc0, 0xc3, 0xb8, 0x10, 0, 0, 0, 0xc3,
+        ];
+        let placed = place_bytes(&code).unwrap();
+        assert_eq!(placed.sites.len(), 1, "{:?}", placed.sites);
+        let site = &placed.sites[0];
+        assert_eq!(site.address, 0x1004);
+        assert!(site.emulated);
+        assert_eq!((site.depth, site.arg), (0, Loc::Reg(Register::RDI)));
+        assert_eq!(
+            site.kind,
+            SiteKind::Outcome {
+                cond: Some(5), // ne
+                taken: Outcome::Const(16),
+                fallthrough: Outcome::Const(0),
+            }
+        );
+    }
+
+    #[test]
+    fn shapes_it_cannot_follow_are_refused() {
+        // jmp rax: an indirect jump that is no recognizable jump table.
+        let err = place_bytes(&[0xff, 0xe0]).unwrap_err();
+        assert!(format!("{err}").contains("jump table"), "{err}");
+        // Two paths reach `xor` with different stack depths.
+        let err = place_bytes(&[0x85, 0xc0, 0x74, 0x02, 0x53, 0x90, 0x31, 0xc0, 0xc3]).unwrap_err();
+        assert!(format!("{err}").contains("stack depth"), "{err}");
+        // mov rdi,rsi before the decision: the object is nowhere at the probe.
+        let err = place_bytes(&[
+            0x48, 0x89, 0xf7, 0x85, 0xc0, 0x75, 0x01, 0xc3, 0x31, 0xc0, 0xc3,
+        ])
+        .unwrap_err();
+        assert!(format!("{err}").contains("lost"), "{err}");
+        // push rbx ; jmp elsewhere: a tail call with the return address not on top.
+        let err = place_bytes(&[0x53, 0xe9, 0x00, 0x10, 0x00, 0x00]).unwrap_err();
+        assert!(format!("{err}").contains("tail call"), "{err}");
+    }
+
+    #[test]
+    fn the_object_is_followed_through_registers_and_stack_slots() {
+        // push rbx ; mov rbx,rdi ; mov [rsp+0],rdi(via rbx) ; xor edi,edi ;
+        // test eax,eax ; jne +3 ; pop rbx ; xor eax,eax ; ret ; pop rbx ; mov eax,16 ; ret
+        let code = [
+            0x53, // push rbx                 depth 8
+            0x48, 0x89, 0xfb, // mov rbx,rdi
+            0x31, 0xff, // xor edi,edi        rdi no longer the object
+            0x85, 0xc0, // test eax,eax
+            0x75, 0x04, // jne +4 -> fail
+            0x5b, // pop rbx
+            0x31, 0xc0, // xor eax,eax
+            0xc3, // ret
+            0x5b, // fail: pop rbx
+            0xb8, 0x10, 0, 0, 0, // mov eax,16
+            0xc3,
+        ];
+        let placed = place_bytes(&code).unwrap();
+        let site = &placed.sites[0];
+        assert_eq!(site.address, 0x1008);
+        assert_eq!((site.depth, site.arg), (8, Loc::Reg(Register::RBX)));
+    }
+}
