@@ -35,7 +35,7 @@ use tokio::sync::oneshot;
 use crate::probes::{self, Program};
 
 /// The compiled eBPF programs (built by build.rs).
-static PROBE_OBJECT: &[u8] =
+pub(crate) static PROBE_OBJECT: &[u8] =
     aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/ordo-probes.o"));
 
 /// Default ring buffer size.

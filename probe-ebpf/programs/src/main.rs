@@ -401,6 +401,13 @@ mod programs {
         0
     }
 
+    /// A uprobe that does nothing: the baseline the cost of a probe site is measured
+    /// against (`cargo run -p ordo-recorder --example empty_probes`).
+    #[uprobe]
+    pub fn ordo_empty(_ctx: ProbeContext) -> u32 {
+        0
+    }
+
     /// Whether an x86 conditional jump with condition `cc` (0 = O … 15 = G) is taken.
     #[inline(always)]
     fn condition_holds(cc: u8, flags: u64) -> bool {
