@@ -1,16 +1,15 @@
 //! `ordo record`: launch a program (or attach to one) and record its
-//! synchronization events into a trace.
+//! synchronization events into a trace. The work is done by
+//! `ordo_recorder::session`; this is the command line.
 
 use std::ffi::OsString;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicI32, AtomicU32, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use clap::Args;
 use ordo_recorder::{
-    check_privileges, launch, parse_buffer_size, probes, spawn_stopped_with, watching,
-    RecordOptions, Recording,
+    check_privileges, parse_buffer_size, probes, record_attached, record_launched, SessionOptions,
 };
 
 /// Arguments of `ordo record`.
@@ -26,8 +25,8 @@ pub struct RecordArgs {
     #[arg(long, conflicts_with = "command")]
     pub pid: Option<u32>,
     /// With --pid: stop recording after this many seconds (default: until Ctrl-C or exit).
-    #[arg(long, requires = "pid")]
-    pub duration: Option<f64>,
+    #[arg(long, requires = "pid", value_parser = parse_duration)]
+    pub duration: Option<Duration>,
     /// Record every read and write of a variable: SYMBOL, SYMBOL+OFFSET:SIZE or 0xADDR:SIZE
     /// (instruction-site uprobes; repeatable).
     #[arg(long, value_name = "SPEC")]
@@ -37,8 +36,8 @@ pub struct RecordArgs {
     #[arg(long = "watch-hw", value_name = "SPEC")]
     pub watch_hw: Vec<String>,
     /// Extra environment variable for the launched program (KEY=VALUE, repeatable).
-    #[arg(long = "env", value_name = "KEY=VALUE")]
-    pub env: Vec<String>,
+    #[arg(long = "env", value_name = "KEY=VALUE", value_parser = parse_env)]
+    pub env: Vec<(OsString, OsString)>,
     /// Print where each libc probe sits (one line per site: function, offset,
     /// instruction, emulated or single-stepped, events) before recording.
     #[arg(short, long)]
@@ -96,30 +95,17 @@ fn print_probes(json: bool, out: &mut dyn std::io::Write) -> Result<()> {
     Ok(())
 }
 
-static SIGNALS: AtomicU32 = AtomicU32::new(0);
-static CHILD: AtomicI32 = AtomicI32::new(0);
-
-extern "C" fn on_signal(_: libc::c_int) {
-    // The launched program got the same Ctrl-C (same process group) and normally
-    // exits on it; a second one kills it so the recording can always be finished.
-    if SIGNALS.fetch_add(1, Ordering::SeqCst) >= 1 {
-        let child = CHILD.load(Ordering::SeqCst);
-        if child > 0 {
-            // SAFETY: kill is async-signal-safe.
-            unsafe { libc::kill(child, libc::SIGKILL) };
-        }
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    match text.parse::<f64>() {
+        Ok(d) if d > 0.0 && d.is_finite() => Ok(Duration::from_secs_f64(d)),
+        _ => Err(format!("`{text}`: expected a positive number of seconds")),
     }
 }
 
-fn install_signal_handlers() {
-    for sig in [libc::SIGINT, libc::SIGTERM] {
-        // SAFETY: installing a handler that only touches atomics and calls kill.
-        unsafe {
-            let mut action: libc::sigaction = std::mem::zeroed();
-            action.sa_sigaction = on_signal as *const () as usize;
-            libc::sigemptyset(&mut action.sa_mask);
-            libc::sigaction(sig, &action, std::ptr::null_mut());
-        }
+fn parse_env(text: &str) -> Result<(OsString, OsString), String> {
+    match text.split_once('=') {
+        Some((k, v)) => Ok((OsString::from(k), OsString::from(v))),
+        None => Err(format!("`{text}`: expected KEY=VALUE")),
     }
 }
 
@@ -131,137 +117,27 @@ pub fn run(args: RecordArgs) -> Result<u8> {
     if args.pid.is_none() && args.command.is_empty() {
         bail!("nothing to record: give a command after `--` (ordo record -- ./prog args) or --pid PID");
     }
-    let mut env = Vec::new();
-    for pair in &args.env {
-        let Some((k, v)) = pair.split_once('=') else {
-            bail!("--env {pair}: expected KEY=VALUE");
-        };
-        env.push((OsString::from(k), OsString::from(v)));
-    }
-    if let Some(d) = args.duration {
-        if !(d > 0.0 && d.is_finite()) {
-            bail!("--duration {d}: expected a positive number of seconds");
-        }
-    }
     check_privileges()?;
     if args.verbose {
         let mut text = Vec::new();
         print_probes(false, &mut text)?;
         say(&String::from_utf8_lossy(&text));
     }
-    match args.pid {
-        Some(pid) => attach(pid, &args),
-        None => launch_and_record(&args, &env),
-    }
-}
-
-fn launch_and_record(args: &RecordArgs, env: &[(OsString, OsString)]) -> Result<u8> {
-    let program = launch::find_program(&args.command[0])?;
-    if !launch::is_dynamic(&program) {
-        say(&format!("ordo: warning: {} is statically linked: its pthread calls cannot be probed; only futex and thread events are recorded\n", program.display()));
-    }
-    let output = args.output.clone().unwrap_or_else(|| {
-        let base = program
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_else(|| "trace".into());
-        PathBuf::from(format!("{base}.ordo"))
-    });
-    let mut options = RecordOptions::new(output, args.buffer_size, args.command.clone(), false);
-    // Hardware watchpoints need runtime addresses before the program starts: run a
-    // position-independent program without ASLR, so its load address is known.
-    let pie = watching::is_pie(&program);
-    let main_binary = std::fs::canonicalize(&program).unwrap_or(program.clone());
-    let bias = |module: &std::path::Path| -> Option<u64> {
-        (std::fs::canonicalize(module).ok()? == main_binary).then_some(if pie {
-            launch::NO_ASLR_PIE_BASE
-        } else {
-            0
-        })
+    let options = SessionOptions {
+        output: args.output,
+        buffer_size: args.buffer_size,
+        watch: args.watch,
+        watch_hw: args.watch_hw,
+        env: args.env,
+        duration: args.duration,
     };
-    let libs = launch::needed_libraries(&program);
-    let watches = watching::plan(&args.watch, &args.watch_hw, &program, &libs, &bias)?;
-    for note in &watches.notes {
-        say(&format!("ordo: {note}\n"));
-    }
-    options.watch_sites = watches.sites;
-    options.hw_watches = watches.hw;
-    let no_aslr = !options.hw_watches.is_empty();
-    let stopped = spawn_stopped_with(&args.command, env, no_aslr)?;
-    let recording = Recording::start(stopped.pid(), &options)?;
-    CHILD.store(stopped.pid() as i32, Ordering::SeqCst);
-    install_signal_handlers();
-    let mut child = match stopped.release() {
-        Ok(child) => child,
-        Err(e) => {
-            let _ = recording.finish(None);
-            return Err(e);
-        }
+    let mut note = |line: &str| say(&format!("{line}\n"));
+    let end = match args.pid {
+        Some(pid) => record_attached(pid, &options, &mut note)?,
+        None => record_launched(&args.command, &options, &mut note)?,
     };
-    let status = child.wait().context("wait for the program")?;
-    let summary = recording.finish(Some(status))?;
-    say(&summary.render());
-    use std::os::unix::process::ExitStatusExt;
-    Ok(match (status.code(), status.signal()) {
-        (Some(code), _) => code as u8,
-        (None, Some(sig)) => 128u8.wrapping_add(sig as u8),
-        _ => 1,
-    })
-}
-
-fn attach(pid: u32, args: &RecordArgs) -> Result<u8> {
-    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline"))
-        .with_context(|| format!("--pid {pid}: no such process"))?;
-    let command: Vec<String> = cmdline
-        .split(|&b| b == 0)
-        .filter(|s| !s.is_empty())
-        .map(|s| String::from_utf8_lossy(s).into_owned())
-        .collect();
-    let output = args
-        .output
-        .clone()
-        .unwrap_or_else(|| PathBuf::from(format!("pid-{pid}.ordo")));
-    let mut options = RecordOptions::new(output, args.buffer_size, command, true);
-    let exe = std::fs::read_link(format!("/proc/{pid}/exe"))
-        .with_context(|| format!("--pid {pid}: cannot read its executable"))?;
-    let libs: Vec<PathBuf> = ordo_trace::symbolize::modules_of_process(pid)
-        .into_iter()
-        .map(|m| PathBuf::from(m.path))
-        .filter(|p| *p != exe)
-        .collect();
-    let bias = |module: &std::path::Path| watching::load_bias_in(pid, module);
-    let watches = watching::plan(&args.watch, &args.watch_hw, &exe, &libs, &bias)?;
-    for note in &watches.notes {
-        say(&format!("ordo: {note}\n"));
-    }
-    options.watch_sites = watches.sites;
-    options.hw_watches = watches.hw;
-    let recording = Recording::start(pid, &options)?;
-    install_signal_handlers();
-    let deadline = args
-        .duration
-        .map(|d| Instant::now() + Duration::from_secs_f64(d));
-    say(&format!("ordo: recording pid {pid}; Ctrl-C to stop\n"));
-    let alive = || std::path::Path::new(&format!("/proc/{pid}/task")).exists() && !is_zombie(pid);
-    while SIGNALS.load(Ordering::SeqCst) == 0
-        && deadline.is_none_or(|d| Instant::now() < d)
-        && alive()
-    {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let summary = recording.finish(None)?;
-    say(&summary.render());
-    Ok(0)
-}
-
-fn is_zombie(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|s| {
-            s.rsplit_once(')')
-                .map(|(_, rest)| rest.trim_start().starts_with('Z'))
-        })
-        .unwrap_or(true)
+    say(&end.summary.render());
+    Ok(end.exit_code)
 }
 
 /// Writes to stderr, ignoring errors: a closed stderr (`ordo record … 2>&1 | head`)

@@ -20,7 +20,7 @@ pub struct EmptyProbes {
 pub fn attach_empty(pid: u32, library: &Path, offsets: &[u64]) -> Result<EmptyProbes> {
     let pid = NonZeroU32::new(pid).ok_or_else(|| anyhow!("pid 0 is not a process"))?;
     let mut ebpf = EbpfLoader::new()
-        .load(crate::recording::PROBE_OBJECT)
+        .load(crate::recording::attach::PROBE_OBJECT)
         .context("load the probe object")?;
     let prog: &mut UProbe = ebpf
         .program_mut("ordo_empty")
