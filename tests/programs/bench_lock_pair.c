@@ -1,6 +1,10 @@
 // Micro-benchmark of one probe site: N uncontended lock/unlock pairs (or trylock/unlock,
 // rdlock/unlock, sem_wait/post) on one thread; prints nanoseconds per pair (thread
-// CPU time and wall time).
+// CPU time and wall time). Compare, on one quiet machine:
+//   ./bench lock 100000                                   (native)
+//   target/debug/examples/empty_probes 8c3c7,8dd55 -- ./bench lock 100000
+//                                    (empty probes at the sites --list-probes prints)
+//   ordo record -- ./bench lock 100000                    (recorded)
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <semaphore.h>
