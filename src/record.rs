@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use ordo_recorder::{
-    check_privileges, launch, parse_buffer_size, spawn_stopped_with, watching, RecordOptions,
-    Recording,
+    check_privileges, launch, parse_buffer_size, spawn_stopped_inheriting, watching,
+    RecordOptions, Recording,
 };
 
 /// Arguments of `ordo record`.
@@ -39,9 +39,29 @@ pub struct RecordArgs {
     /// Extra environment variable for the launched program (KEY=VALUE, repeatable).
     #[arg(long = "env", value_name = "KEY=VALUE")]
     pub env: Vec<String>,
+    /// Where the pthread API is recorded: `inproc` (a preloaded agent writes events
+    /// into memory the recorder drains: tens of nanoseconds a call), `ebpf` (uprobes:
+    /// microseconds a call), or `auto` (inproc for dynamically linked programs
+    /// launched here, ebpf for static or setuid ones and when attaching).
+    #[arg(long, value_enum, default_value = "auto")]
+    pub probes: Probes,
+    /// Say which path records what, and what it cannot see.
+    #[arg(short, long)]
+    pub verbose: bool,
     /// The command to launch, after `--`.
     #[arg(last = true)]
     pub command: Vec<String>,
+}
+
+/// Where the pthread API is recorded (`--probes`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Probes {
+    /// In process for dynamically linked launched programs, eBPF otherwise.
+    Auto,
+    /// In process, through the preloaded agent.
+    Inproc,
+    /// eBPF uprobes on libc.
+    Ebpf,
 }
 
 static SIGNALS: AtomicU32 = AtomicU32::new(0);
@@ -87,6 +107,9 @@ pub fn run(args: RecordArgs) -> Result<u8> {
             bail!("--duration {d}: expected a positive number of seconds");
         }
     }
+    if args.pid.is_some() && args.probes == Probes::Inproc {
+        bail!("--probes inproc: attaching to a running process records with eBPF only (the agent must be loaded at start-up)");
+    }
     check_privileges()?;
     match args.pid {
         Some(pid) => attach(pid, &args),
@@ -96,8 +119,28 @@ pub fn run(args: RecordArgs) -> Result<u8> {
 
 fn launch_and_record(args: &RecordArgs, env: &[(OsString, OsString)]) -> Result<u8> {
     let program = launch::find_program(&args.command[0])?;
-    if !launch::is_dynamic(&program) {
+    let dynamic = launch::is_dynamic(&program);
+    if !dynamic {
         say(&format!("ordo: warning: {} is statically linked: its pthread calls cannot be probed; only futex and thread events are recorded\n", program.display()));
+    }
+    let inproc = match args.probes {
+        Probes::Ebpf => false,
+        Probes::Auto | Probes::Inproc => {
+            if !dynamic {
+                if args.probes == Probes::Inproc {
+                    say("ordo: --probes inproc: the program is statically linked, the agent cannot be preloaded: recording with eBPF\n");
+                }
+                false
+            } else if launch::is_setuid(&program) {
+                say(&format!("ordo: {} is setuid/setgid: the loader ignores LD_PRELOAD for it: recording with eBPF\n", program.display()));
+                false
+            } else {
+                true
+            }
+        }
+    };
+    if args.verbose {
+        say(&verbose_note(inproc));
     }
     let output = args.output.clone().unwrap_or_else(|| {
         let base = program
@@ -126,7 +169,26 @@ fn launch_and_record(args: &RecordArgs, env: &[(OsString, OsString)]) -> Result<
     options.watch_sites = watches.sites;
     options.hw_watches = watches.hw;
     let no_aslr = !options.hw_watches.is_empty();
-    let stopped = spawn_stopped_with(&args.command, env, no_aslr)?;
+    // In process: the agent, preloaded ahead of the user's own LD_PRELOAD, records
+    // into a mapping this process owns; the program inherits its descriptor.
+    let mut env = env.to_vec();
+    let mut agent = None;
+    let mut inherit = Vec::new();
+    if inproc {
+        let mapping = std::sync::Arc::new(ordo_recorder::inproc::InprocMapping::create()?);
+        let file = ordo_agent::AgentFile::write()?;
+        let user_preload = env
+            .iter()
+            .position(|(k, _)| k == "LD_PRELOAD")
+            .map(|i| env.remove(i).1)
+            .or_else(|| std::env::var_os("LD_PRELOAD"));
+        env.extend(file.preload_env_over(user_preload));
+        env.push(mapping.env());
+        inherit.push(mapping.raw_fd());
+        options.inproc = Some(mapping);
+        agent = Some(file);
+    }
+    let stopped = spawn_stopped_inheriting(&args.command, &env, no_aslr, &inherit)?;
     let recording = Recording::start(stopped.pid(), &options)?;
     CHILD.store(stopped.pid() as i32, Ordering::SeqCst);
     install_signal_handlers();
@@ -139,6 +201,7 @@ fn launch_and_record(args: &RecordArgs, env: &[(OsString, OsString)]) -> Result<
     };
     let status = child.wait().context("wait for the program")?;
     let summary = recording.finish(Some(status))?;
+    drop(agent);
     say(&summary.render());
     use std::os::unix::process::ExitStatusExt;
     Ok(match (status.code(), status.signal()) {
@@ -208,4 +271,14 @@ fn is_zombie(pid: u32) -> bool {
 fn say(text: &str) {
     use std::io::Write;
     let _ = std::io::stderr().write_all(text.as_bytes());
+}
+
+/// What `-v` says about the recording path.
+fn verbose_note(inproc: bool) -> String {
+    if inproc {
+        "ordo: recording in process: a preloaded agent records the pthread, semaphore, condvar, rwlock, barrier, create/join calls and futex calls through libc's syscall(); eBPF records thread start/exit, clone and watches.\n\
+         ordo: not seen in process: glibc-internal locks (e.g. the dynamic loader's lock inside pthread_create and dlopen), pthread calls from statically linked code or through pointers resolved before the agent loaded, futex calls made with a raw syscall instruction, child processes, and anything after an exec (use --probes ebpf).\n".to_string()
+    } else {
+        "ordo: recording with eBPF: uprobes on libc's pthread API (each call traps into the kernel), raw tracepoints for futex, clone and exit.\n".to_string()
+    }
 }

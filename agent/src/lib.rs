@@ -56,7 +56,11 @@ impl AgentFile {
     /// The environment that preloads the agent ahead of the user's own `LD_PRELOAD`
     /// (kept after ours, and restored by the agent at start-up).
     pub fn preload_env(&self) -> Vec<(OsString, OsString)> {
-        let original = std::env::var_os("LD_PRELOAD");
+        self.preload_env_over(std::env::var_os("LD_PRELOAD"))
+    }
+
+    /// Like [`AgentFile::preload_env`], with `original` as the user's `LD_PRELOAD`.
+    pub fn preload_env_over(&self, original: Option<OsString>) -> Vec<(OsString, OsString)> {
         let mut preload = self.path.as_os_str().to_owned();
         if let Some(orig) = &original {
             preload.push(":");

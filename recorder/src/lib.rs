@@ -2,18 +2,20 @@
 //! drains the ring buffer and writes the trace.
 //!
 //! - [`probes`]: the data-driven table of probed libc functions.
+//! - [`inproc`]: the in-process source (the agent's rings) and its merge with eBPF.
 //! - [`launch`]: starting a program held before `exec` until probes are attached.
 //! - [`recording`]: a recording session ([`Recording`]).
 //! - [`watch`]: choosing the instructions and addresses of watched variables;
 //!   [`watching`] turns `--watch` options into what a recording attaches.
 
+pub mod inproc;
 pub mod launch;
 pub mod probes;
 pub mod recording;
 pub mod watch;
 pub mod watching;
 
-pub use launch::{spawn_stopped, spawn_stopped_with, StoppedChild};
+pub use launch::{spawn_stopped, spawn_stopped_inheriting, spawn_stopped_with, StoppedChild};
 pub use recording::{
     check_privileges, parse_buffer_size, RecordOptions, RecordSummary, Recording,
     DEFAULT_BUFFER_SIZE, MAX_HW_WATCHES,

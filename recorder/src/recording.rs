@@ -41,9 +41,9 @@ static PROBE_OBJECT: &[u8] =
 /// Default ring buffer size.
 pub const DEFAULT_BUFFER_SIZE: usize = 16 << 20;
 /// Events per chunk before it is written.
-const CHUNK_EVENTS: usize = 65536;
+pub(crate) const CHUNK_EVENTS: usize = 65536;
 /// Longest time events wait in memory before being written.
-const FLUSH_INTERVAL: Duration = Duration::from_millis(100);
+pub(crate) const FLUSH_INTERVAL: Duration = Duration::from_millis(100);
 
 /// What to record and where.
 #[derive(Clone, Debug)]
@@ -61,6 +61,10 @@ pub struct RecordOptions {
     pub watch_sites: Vec<(PathBuf, u64, WatchSite)>,
     /// Hardware-watched runtime addresses and their sizes (1, 2, 4 or 8).
     pub hw_watches: Vec<(u64, u8)>,
+    /// Record the pthread API in process, through the preloaded agent writing into
+    /// this mapping (the launched program must have it and `ORDO_RECORD_FD`); the
+    /// pthread uprobes are then not attached. `None`: everything by eBPF.
+    pub inproc: Option<std::sync::Arc<crate::inproc::InprocMapping>>,
 }
 
 impl RecordOptions {
@@ -78,6 +82,7 @@ impl RecordOptions {
             attached,
             watch_sites: Vec::new(),
             hw_watches: Vec::new(),
+            inproc: None,
         }
     }
 }
@@ -102,6 +107,8 @@ pub struct RecordSummary {
     pub bytes: u64,
     /// Wall time recorded.
     pub duration: Duration,
+    /// Lines worth saying after the totals (e.g. what the in-process path did not follow).
+    pub notes: Vec<String>,
 }
 
 impl RecordSummary {
@@ -131,6 +138,11 @@ impl RecordSummary {
         }
         if line.len() > 7 {
             s.push_str(&line);
+            s.push('\n');
+        }
+        for note in &self.notes {
+            s.push_str("ordo: ");
+            s.push_str(note);
             s.push('\n');
         }
         s
@@ -211,7 +223,13 @@ impl Recording {
         let libc = probes::system_libc()?;
         let table = probes::resolve(&libc)?;
         let mut links: Vec<(&'static str, UProbeLinkId)> = Vec::new();
-        for (program, ret) in [("ordo_entry", false), ("ordo_return", true)] {
+        // In process, the agent records the pthread API: no uprobes on it.
+        let uprobes: &[(&str, bool)] = if options.inproc.is_some() {
+            &[]
+        } else {
+            &[("ordo_entry", false), ("ordo_return", true)]
+        };
+        for &(program, ret) in uprobes {
             let prog: &mut UProbe = ebpf.program_mut(program).context(program)?.try_into()?;
             prog.load().map_err(|e| load_error(e.into()))?;
             for probe in table.iter().filter(|p| !ret || p.row.on_return) {
@@ -273,9 +291,13 @@ impl Recording {
             state.adopt_existing_threads();
         }
         let (stop_tx, stop_rx) = oneshot::channel();
+        let inproc = options.inproc.clone();
         let drain = std::thread::Builder::new()
             .name("ordo-drain".into())
             .spawn(move || -> Result<RecordSummary> {
+                if let Some(mapping) = inproc {
+                    return crate::inproc::drain(ebpf, links, ring, state, stop_rx, mapping);
+                }
                 let runtime = tokio::runtime::Builder::new_current_thread()
                     .enable_all()
                     .build()?;
@@ -414,7 +436,7 @@ fn attach_watches(
 /// cheap reference drops, and the grandchild's exit does the slow final close in the
 /// background. It closes every other descriptor first, so it holds no pipe or file
 /// anyone waits on.
-fn detach_in_background() {
+pub(crate) fn detach_in_background() {
     // Perf events, BPF links, programs and maps: everything else is closed.
     let keep = |target: &str| target.starts_with("anon_inode:");
     let to_close: Vec<i32> = std::fs::read_dir("/proc/self/fd")
@@ -477,11 +499,11 @@ fn comm(name: &[u8; 16]) -> String {
 }
 
 /// Everything the drain keeps between chunks.
-struct DrainState {
-    pid: u32,
+pub(crate) struct DrainState {
+    pub(crate) pid: u32,
     writer: TraceWriter,
     output: PathBuf,
-    pending: Vec<Event>,
+    pub(crate) pending: Vec<Event>,
     ids: LogicalIdAssigner,
     names: HashMap<u32, String>,
     seen: HashSet<u32>,
@@ -537,7 +559,7 @@ impl DrainState {
         }
     }
 
-    fn take(&mut self, raw: &RawEvent) {
+    pub(crate) fn take(&mut self, raw: &RawEvent) {
         let Some(event) = Event::from_raw(raw) else {
             self.unknown_kinds += 1;
             return;
@@ -623,7 +645,7 @@ impl DrainState {
         out
     }
 
-    fn flush(&mut self, dropped: u64, finishing: bool) -> Result<()> {
+    pub(crate) fn flush(&mut self, dropped: u64, finishing: bool) -> Result<()> {
         self.dropped = dropped;
         let threads = self.thread_records(finishing);
         // Modules change rarely: a module record is written whole when first seen,
@@ -640,7 +662,7 @@ impl DrainState {
         Ok(())
     }
 
-    fn finish(mut self, dropped: u64, exit: Option<ExitStatus>) -> Result<RecordSummary> {
+    pub(crate) fn finish(mut self, dropped: u64, exit: Option<ExitStatus>) -> Result<RecordSummary> {
         use std::os::unix::process::ExitStatusExt;
         self.scan_modules_final();
         self.flush(dropped, true)?;
@@ -666,6 +688,7 @@ impl DrainState {
             threads,
             bytes,
             duration: self.started.elapsed(),
+            notes: Vec::new(),
         })
     }
 
@@ -677,7 +700,7 @@ impl DrainState {
     }
 }
 
-fn read_drops(ebpf: &Ebpf) -> u64 {
+pub(crate) fn read_drops(ebpf: &Ebpf) -> u64 {
     let Some(map) = ebpf.map(DROPS_MAP) else {
         return 0;
     };
