@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use ordo_recorder::{
-    check_privileges, launch, parse_buffer_size, spawn_stopped_inheriting, watching,
-    RecordOptions, Recording,
+    check_privileges, launch, parse_buffer_size, spawn_stopped_inheriting, watching, RecordOptions,
+    Recording,
 };
 
 /// Arguments of `ordo record`.

@@ -662,7 +662,11 @@ impl DrainState {
         Ok(())
     }
 
-    pub(crate) fn finish(mut self, dropped: u64, exit: Option<ExitStatus>) -> Result<RecordSummary> {
+    pub(crate) fn finish(
+        mut self,
+        dropped: u64,
+        exit: Option<ExitStatus>,
+    ) -> Result<RecordSummary> {
         use std::os::unix::process::ExitStatusExt;
         self.scan_modules_final();
         self.flush(dropped, true)?;
