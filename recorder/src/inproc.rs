@@ -61,6 +61,8 @@ use ordo_probe_common::{kind, RawEvent};
 pub struct InprocMapping {
     fd: OwnedFd,
     base: *mut u8,
+    /// Rings whose pages are allocated already.
+    prefaulted: std::sync::atomic::AtomicUsize,
 }
 
 // SAFETY: the mapping is shared memory accessed through atomics (headers) and plain
@@ -114,8 +116,36 @@ impl InprocMapping {
             let header = p as *mut Header;
             (*header).magic = MAGIC;
             (*header).version = VERSION;
-            Ok(InprocMapping { fd, base: p.cast() })
+            let mapping = InprocMapping {
+                fd,
+                base: p.cast(),
+                prefaulted: 0.into(),
+            };
+            mapping.prefault(RINGS_AHEAD);
+            Ok(mapping)
         }
+    }
+
+    /// Allocates the pages of the rings below `upto`, so a thread claiming one
+    /// (the agent then populates its page tables at once) does not wait for the
+    /// kernel to allocate and clear 6 MiB.
+    fn prefault(&self, upto: usize) {
+        let upto = upto.min(MAX_RINGS);
+        let from = self.prefaulted.load(Ordering::Relaxed);
+        if from >= upto {
+            return;
+        }
+        let start = ring_records_offset(from);
+        let len = ring_records_offset(upto) - start;
+        // SAFETY: a range inside our mapping; MADV_POPULATE_WRITE only allocates.
+        unsafe {
+            libc::madvise(
+                self.base.add(start).cast(),
+                len,
+                23, /* MADV_POPULATE_WRITE */
+            )
+        };
+        self.prefaulted.store(upto, Ordering::Relaxed);
     }
 
     /// The descriptor the program inherits.
@@ -163,9 +193,15 @@ impl InprocMapping {
         self.header().seq_full.load(Ordering::Relaxed)
     }
 
-    /// Takes every published record, in each ring's order, as raw events; frees the
-    /// rings of threads in `exited` once they are empty.
-    fn read_rings(&self, out: &mut Vec<RawEvent>, exited: &HashSet<u32>) {
+    /// Takes every published record, in each ring's order, as raw events (one batch
+    /// per ring, handed to `batch`); frees the rings of threads in `exited` once they
+    /// are empty.
+    fn read_rings(
+        &self,
+        out: &mut Vec<RawEvent>,
+        exited: &HashSet<u32>,
+        mut batch: impl FnMut(u32, &mut Vec<RawEvent>),
+    ) {
         let used = (self.header().rings_used.load(Ordering::Acquire) as usize).min(MAX_RINGS);
         for i in 0..used {
             let ring = self.ring(i);
@@ -185,6 +221,7 @@ impl InprocMapping {
                     out.push(expand(&r, tid));
                 }
                 ring.tail.0.store(head, Ordering::Release);
+                batch(tid, out);
                 if ring.waiting.swap(0, Ordering::AcqRel) != 0 {
                     // SAFETY: a futex word in the shared mapping.
                     unsafe { futex_wake(ring.waiting.as_ptr()) };
@@ -259,6 +296,9 @@ fn expand(r: &Record, tid: u32) -> RawEvent {
 // but the layout check below covers them.
 const _: () = assert!(seq_table_offset() > ring_header_offset(MAX_RINGS - 1));
 
+/// Rings kept allocated ahead of the ones in use.
+const RINGS_AHEAD: usize = 2;
+
 /// Passes a clone's THREAD_CREATE waits for the agent's before it is released alone.
 const CREATE_PATIENCE: u64 = 50;
 
@@ -295,13 +335,10 @@ impl Merger {
         }
     }
 
-    fn push_agent(&mut self, e: RawEvent) {
+    fn push_agent(&mut self, tid: u32, events: &mut Vec<RawEvent>) {
         let pass = self.pass;
-        self.threads
-            .entry(e.tid)
-            .or_default()
-            .agent
-            .push_back((pass, e));
+        let queue = &mut self.threads.entry(tid).or_default().agent;
+        queue.extend(events.drain(..).map(|e| (pass, e)));
     }
 
     /// Adds an event from the eBPF ring buffer.
@@ -387,11 +424,14 @@ pub(crate) fn pass(
 ) -> Result<()> {
     merger.begin_pass();
     let mut scratch = std::mem::take(&mut merger.scratch);
-    mapping.read_rings(&mut scratch, &merger.exited);
-    for e in scratch.drain(..) {
-        merger.push_agent(e);
-    }
+    let exited = std::mem::take(&mut merger.exited);
+    mapping.read_rings(&mut scratch, &exited, |tid, events| {
+        merger.push_agent(tid, events)
+    });
+    merger.exited = exited;
     merger.scratch = scratch;
+    mapping.header().passes.fetch_add(1, Ordering::Release);
+    mapping.prefault(mapping.header().rings_used.load(Ordering::Relaxed) as usize + RINGS_AHEAD);
     read_kernel(merger)?;
     merger.release(all, out);
     Ok(())
@@ -410,6 +450,14 @@ pub(crate) fn drain(
     mut stop: oneshot::Receiver<Option<ExitStatus>>,
     mapping: Arc<InprocMapping>,
 ) -> Result<RecordSummary> {
+    // The drain yields the CPU to the program: it runs at idle priority, and the
+    // rings absorb bursts; a thread whose ring fills up wakes it and waits (its
+    // waiting frees the CPU the drain needs).
+    // SAFETY: changes this thread's scheduling policy only.
+    unsafe {
+        let param = libc::sched_param { sched_priority: 0 };
+        libc::sched_setscheduler(0, libc::SCHED_IDLE, &param);
+    }
     let mut merger = Merger::default();
     let mut released = Vec::new();
     let mut last_flush = Instant::now();

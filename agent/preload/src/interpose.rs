@@ -75,8 +75,8 @@ macro_rules! site {
 type P = *mut c_void;
 
 /// Runs `call`, an event of `kind` on `addr` that takes effect inside it and lets
-/// others proceed (a release, signal, post): gated and stamped, and recorded with its
-/// sequence number, before the call.
+/// others proceed (a release, signal, post): gated, stamped and numbered before the
+/// call, recorded after it.
 #[inline(always)]
 fn release(kind: u16, via: u8, addr: P, site: u64, call: impl FnOnce() -> c_int) -> c_int {
     let addr = addr as u64;
@@ -86,10 +86,17 @@ fn release(kind: u16, via: u8, addr: P, site: u64, call: impl FnOnce() -> c_int)
         c.gate(kind, addr, GateObject::Addr);
         stamp = c.stamp_before(kind);
     }
-    if record::on() {
-        record::emit(kind, via, addr, site, record::next_seq(addr), 0, 0);
-    }
+    // The number is taken while the effect has not happened; the record is written
+    // after the call, which keeps it out of the program's critical section.
+    let seq = if record::on() {
+        Some(record::next_seq(addr))
+    } else {
+        None
+    };
     let r = call();
+    if let Some(seq) = seq {
+        record::emit(kind, via, addr, site, seq, 0, 0);
+    }
     if let Some(c) = gate {
         let saved = errno();
         c.happened(kind, addr, stamp);

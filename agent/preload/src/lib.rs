@@ -47,6 +47,7 @@ extern "C" {
         off: i64,
     ) -> *mut c_void;
     fn close(fd: c_int) -> c_int;
+    fn madvise(addr: *mut c_void, len: usize, advice: c_int) -> c_int;
     fn dup2(old: c_int, new: c_int) -> c_int;
     fn getpid() -> c_int;
     fn gettid() -> c_int;

@@ -13,8 +13,9 @@
 //! - **Time**: CLOCK_MONOTONIC through the vDSO, the clock `bpf_ktime_get_ns`
 //!   reads, so a thread's agent and eBPF events interleave by time.
 //! - **Nothing silently lost**: a full ring rings the drain's doorbell (a futex in
-//!   the mapping) and waits up to [`FULL_WAIT_NS`] for room, then counts the event in
-//!   the ring's `dropped`.
+//!   the mapping) and waits for room as long as the drain keeps making passes; only
+//!   when it made none for [`FULL_WAIT_NS`] (the recorder is gone) is the event
+//!   counted in the ring's `dropped`.
 //! - **fork/exec**: a forked child stops recording (the atfork handler) and is
 //!   counted in `Header::forks`; the mapping's descriptor was closed at start-up
 //!   and the environment restored, so an exec'd image has no agent.
@@ -152,6 +153,17 @@ fn claim_ring() -> u32 {
             // after each record) before `tid`.
             r.tid.store(tid(), Relaxed);
             h.rings_used.fetch_max(i + 1, AcqRel);
+            // Fault the ring in now, once, rather than a page every 85 events on
+            // the program's path (the recorder pre-allocates the pages of the rings
+            // next in line, so this mostly fills page tables).
+            // SAFETY: the ring lies inside our mapping.
+            unsafe {
+                crate::madvise(
+                    ring_records(i).cast(),
+                    RING_RECORDS * std::mem::size_of::<Record>(),
+                    23, /* MADV_POPULATE_WRITE */
+                )
+            };
             return i;
         }
     }
@@ -169,13 +181,16 @@ fn ring_doorbell() {
     }
 }
 
-/// The ring is full: wake the drain and wait for room, at most [`FULL_WAIT_NS`].
+/// The ring is full: wake the drain and wait for room for as long as the drain keeps
+/// making passes (it may be starved of CPU: it runs at idle priority).
 #[cold]
 fn wait_for_room(r: &RingHeader, head: u64) -> bool {
     if GAVE_UP.with(|g| g.get()) {
         return false;
     }
-    let deadline = now_ns() + FULL_WAIT_NS;
+    let h = header();
+    let mut passes = h.passes.load(Acquire);
+    let mut deadline = now_ns() + FULL_WAIT_NS;
     loop {
         r.waiting.store(1, SeqCst);
         ring_doorbell();
@@ -187,7 +202,12 @@ fn wait_for_room(r: &RingHeader, head: u64) -> bool {
         if head - r.tail.0.load(Acquire) < RING_RECORDS as u64 {
             return true;
         }
-        if now_ns() > deadline {
+        let now = now_ns();
+        let seen = h.passes.load(Acquire);
+        if seen != passes {
+            passes = seen;
+            deadline = now + FULL_WAIT_NS;
+        } else if now > deadline {
             GAVE_UP.with(|g| g.set(true));
             return false;
         }

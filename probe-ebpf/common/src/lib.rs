@@ -361,13 +361,15 @@ pub mod inproc {
     /// Rings in the mapping: threads recording at the same time (a ring is reused
     /// once its thread has exited and the ring is drained).
     pub const MAX_RINGS: usize = 1024;
-    /// Records per ring (a power of two).
-    pub const RING_RECORDS: usize = 1 << 15;
+    /// Records per ring (a power of two): 12 MiB, enough for a burst of 262 144
+    /// events while the drain, which runs at idle priority, waits for a free CPU.
+    pub const RING_RECORDS: usize = 1 << 18;
     /// Entries of the sequence counter table (a power of two).
     pub const SEQ_SLOTS: usize = 1 << 20;
-    /// How long a thread whose ring is full waits for the drain before it counts
-    /// the event as dropped, in nanoseconds.
-    pub const FULL_WAIT_NS: u64 = 100_000_000;
+    /// A thread whose ring is full waits for the drain as long as the drain makes
+    /// passes; when none happened for this long (nanoseconds: the recorder is gone
+    /// or stopped) it counts the event as dropped instead.
+    pub const FULL_WAIT_NS: u64 = 1_000_000_000;
 
     /// One event in a ring: what the recorder expands into a [`super::RawEvent`]
     /// (the thread comes from the ring's owner).
@@ -456,6 +458,8 @@ pub mod inproc {
         pub rings_used: AtomicU32,
         /// Nonzero once the agent has started recording in the target.
         pub attached: AtomicU32,
+        /// Drain passes so far: a waiting thread gives up only when this stops moving.
+        pub passes: AtomicU64,
         /// Events lost because every ring was taken.
         pub no_ring: AtomicU64,
         /// Events whose object found no free sequence counter (table full): their
