@@ -465,7 +465,8 @@ fn tiny_buffer_counts_drops_instead_of_losing_them_silently() {
     let program = build_program("record_sync");
     let trace = dir.join("t.ordo");
     let mut cmd = Command::new(ordo());
-    cmd.args(["record", "--buffer-size", "4K", "-o"])
+    // The eBPF ring buffer is what overflows: the pthread calls must go through it.
+    cmd.args(["record", "--probes", "ebpf", "--buffer-size", "4K", "-o"])
         .arg(&trace)
         .arg("--")
         .arg(&program)

@@ -229,3 +229,27 @@ fn the_users_ld_preload_is_kept_after_the_agent() {
         [("0".to_string(), 3)].into_iter().collect()
     );
 }
+
+#[test]
+fn a_full_ring_waits_for_the_drain_and_loses_nothing() {
+    if !have_root("a_full_ring_waits_for_the_drain_and_loses_nothing") {
+        return;
+    }
+    let dir = scratch("inproc-full");
+    let program = build_program("record_sync");
+    let trace = dir.join("t.ordo");
+    // 2 threads × 300 000 lock/unlock: 600 000 events a thread, more than a ring holds
+    // (ordo_probe_common::inproc::RING_RECORDS), so threads wait for the drain.
+    let out = record_probes("inproc", &trace, &program, &["contention", "2", "300000"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(600_000 > ordo_probe_common::inproc::RING_RECORDS);
+    let out = run_ordo(&["dump", "--stats", "--json", trace.to_str().unwrap()]);
+    let s: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(s["lost"], 0, "{s}");
+    assert_eq!(s["by_kind"]["mutex_lock"], 600_000, "{s}");
+    assert_eq!(s["by_kind"]["mutex_unlock"], 600_000, "{s}");
+}
