@@ -257,6 +257,14 @@ impl InprocMapping {
         h.drain_sleeping.store(0, Ordering::SeqCst);
     }
 
+    /// Tells the agent its modules were read (it waits for that at start-up).
+    fn modules_read(&self) {
+        let h = self.header();
+        h.modules_read.store(1, Ordering::Release);
+        // SAFETY: a futex word in the shared mapping.
+        unsafe { futex_wake(h.modules_read.as_ptr()) };
+    }
+
     fn doorbell(&self) -> u32 {
         self.header().doorbell.load(Ordering::Acquire)
     }
@@ -322,6 +330,8 @@ pub(crate) struct Merger {
     /// Exits seen in the current pass (effective from the next one).
     exited_now: Vec<u32>,
     scratch: Vec<RawEvent>,
+    /// Events read so far (a change means new events arrived).
+    held: u64,
 }
 
 impl Merger {
@@ -337,6 +347,7 @@ impl Merger {
 
     fn push_agent(&mut self, tid: u32, events: &mut Vec<RawEvent>) {
         let pass = self.pass;
+        self.held += events.len() as u64;
         let queue = &mut self.threads.entry(tid).or_default().agent;
         queue.extend(events.drain(..).map(|e| (pass, e)));
     }
@@ -346,6 +357,7 @@ impl Merger {
         if e.kind == kind::THREAD_EXIT {
             self.exited_now.push(e.tid);
         }
+        self.held += 1;
         let pass = self.pass;
         self.threads
             .entry(e.tid)
@@ -474,9 +486,13 @@ pub(crate) fn drain(
             }
             Ok(())
         };
+        let held = merger.held;
         pass(&mapping, merger, &mut read_kernel, all, &mut |e| {
             released.push(*e)
         })?;
+        if merger.held != held || !released.is_empty() {
+            state.ensure_modules();
+        }
         for e in released.drain(..) {
             state.take(&e);
             if state.pending.len() >= CHUNK_EVENTS {
@@ -485,7 +501,17 @@ pub(crate) fn drain(
         }
         Ok(())
     };
+    let mut modules_read = false;
     let exit = loop {
+        // The program's modules are read as soon as the agent started in it (all its
+        // start-up libraries are mapped then; the agent waits for this), as the eBPF
+        // path reads them at the first event: by the time held-back events are taken
+        // a short program may be gone, or its binary replaced on disk.
+        if !modules_read && mapping.attached() {
+            state.ensure_modules();
+            modules_read = true;
+            mapping.modules_read();
+        }
         match stop.try_recv() {
             Ok(exit) => break exit,
             Err(oneshot::error::TryRecvError::Closed) => break None,

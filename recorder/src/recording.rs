@@ -587,6 +587,15 @@ impl DrainState {
         self.pending.push(event);
     }
 
+    /// Reads the target's modules now if none are known yet (the in-process drain
+    /// holds events back, and a short program may be gone by the time they reach
+    /// [`DrainState::take`]).
+    pub(crate) fn ensure_modules(&mut self) {
+        if self.modules.is_empty() {
+            self.scan_modules();
+        }
+    }
+
     fn site_known(&self, site: u64) -> bool {
         self.modules.iter().any(|m| {
             m.mappings

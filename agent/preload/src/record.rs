@@ -68,6 +68,15 @@ pub(crate) unsafe fn start(fd: c_int) {
     pthread_atfork(None, None, Some(after_fork_in_child));
     RECORDING.store(true, Release);
     header.attached.store(1, Release);
+    // Let the recorder read our modules while they are all mapped: wake it and wait
+    // (at most 200 ms: a recorder that does not answer only costs symbols).
+    ring_doorbell();
+    for _ in 0..20 {
+        if header.modules_read.load(Acquire) != 0 {
+            break;
+        }
+        futex_wait_ns(&header.modules_read, 0, 10_000_000);
+    }
 }
 
 unsafe extern "C" fn after_fork_in_child() {

@@ -460,6 +460,10 @@ pub mod inproc {
         pub attached: AtomicU32,
         /// Drain passes so far: a waiting thread gives up only when this stops moving.
         pub passes: AtomicU64,
+        /// Set (and woken) by the recorder once it has read the program's modules;
+        /// the agent's start-up waits for it (briefly), so even a program that exits
+        /// at once has its code symbolized.
+        pub modules_read: AtomicU32,
         /// Events lost because every ring was taken.
         pub no_ring: AtomicU64,
         /// Events whose object found no free sequence counter (table full): their
