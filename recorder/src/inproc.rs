@@ -316,14 +316,23 @@ struct ThreadQueue {
     kernel: VecDeque<(u64, RawEvent)>,
     /// Events with a timestamp up to this are safe to release (see the module doc).
     safe_ts: u64,
-    /// Since which pass a clone's THREAD_CREATE has been waiting at the front.
+    /// Since which pass a clone's THREAD_CREATE has been waiting at the front for the
+    /// agent's, or the agent's for the clone's.
     create_waiting_since: Option<u64>,
+    /// Since which pass this thread's own THREAD_CREATE has been waiting for the
+    /// thread's creation to be released.
+    parent_waiting_since: Option<u64>,
 }
 
 /// Interleaves each thread's agent and eBPF events by time (see the module doc).
+/// Logical ids are assigned as creations are taken, so a thread's own creations
+/// must be taken after its creation: a thread's THREAD_CREATE waits (at most
+/// [`CREATE_PATIENCE`] passes) until the creation of the thread itself was released.
 #[derive(Default)]
 pub(crate) struct Merger {
     threads: HashMap<u32, ThreadQueue>,
+    /// Threads whose creation was released (and the main thread).
+    created: HashSet<u32>,
     pass: u64,
     /// Threads whose exit was seen: their rings are freed once drained.
     exited: HashSet<u32>,
@@ -369,55 +378,106 @@ impl Merger {
     /// Releases, per thread in time order, every event that is safe (all of them when
     /// `all`), folding each clone's THREAD_CREATE into the agent's.
     fn release(&mut self, all: bool, out: &mut impl FnMut(&RawEvent)) {
+        self.release_once(all, false, out);
+        if all
+            && self
+                .threads
+                .values()
+                .any(|q| !q.agent.is_empty() || !q.kernel.is_empty())
+        {
+            // Threads whose creation never came (lost): release them anyway.
+            self.release_once(all, true, out);
+        }
+    }
+
+    /// One round of [`Merger::release`]; `force` ignores the wait for a thread's
+    /// creation.
+    fn release_once(&mut self, all: bool, force: bool, out: &mut impl FnMut(&RawEvent)) {
         let pass = self.pass;
-        for q in self.threads.values_mut() {
-            let limit = if all { u64::MAX } else { q.safe_ts };
-            loop {
-                let a = q.agent.front().map(|e| e.1.ts_ns);
-                let k = q.kernel.front().map(|e| e.1.ts_ns);
-                let take_kernel = match (a, k) {
-                    (None, None) => break,
-                    (Some(_), None) => false,
-                    (None, Some(_)) => true,
-                    (Some(a), Some(k)) => k <= a,
+        let created = &mut self.created;
+        // Releasing a creation can let the new thread's own creations go: repeat
+        // while anything was released.
+        let mut progress = true;
+        while progress {
+            progress = false;
+            for (&tid, q) in self.threads.iter_mut() {
+                let limit = if all { u64::MAX } else { q.safe_ts };
+                let mut out = |e: &RawEvent, created: &mut HashSet<u32>| {
+                    progress = true;
+                    if e.kind == kind::THREAD_CREATE && e.value != 0 {
+                        created.insert(e.value as u32);
+                    }
+                    out(e)
                 };
-                let ts = if take_kernel { k } else { a }.unwrap();
-                if ts > limit {
-                    break;
-                }
-                if !take_kernel {
-                    let (_, e) = q.agent.pop_front().unwrap();
-                    out(&e);
-                    continue;
-                }
-                let front = q.kernel.front().unwrap().1;
-                if front.kind == kind::THREAD_CREATE && front.site == 0 {
-                    // The clone of a pthread_create? The agent's event comes next.
-                    match q.agent.front() {
-                        Some((_, next)) if next.kind == kind::THREAD_CREATE => {
-                            if next.ts_ns > limit {
-                                break;
-                            }
-                            let (_, mut next) = q.agent.pop_front().unwrap();
-                            q.kernel.pop_front();
-                            next.value = front.value;
-                            q.create_waiting_since = None;
-                            out(&next);
-                            continue;
+                loop {
+                    let a = q.agent.front().map(|e| e.1.ts_ns);
+                    let k = q.kernel.front().map(|e| e.1.ts_ns);
+                    let take_kernel = match (a, k) {
+                        (None, None) => break,
+                        (Some(_), None) => false,
+                        (None, Some(_)) => true,
+                        (Some(a), Some(k)) => k <= a,
+                    };
+                    let ts = if take_kernel { k } else { a }.unwrap();
+                    if ts > limit {
+                        break;
+                    }
+                    let next_kind = if take_kernel {
+                        q.kernel.front().unwrap().1.kind
+                    } else {
+                        q.agent.front().unwrap().1.kind
+                    };
+                    if next_kind == kind::THREAD_CREATE && !force && !created.contains(&tid) {
+                        let since = *q.parent_waiting_since.get_or_insert(pass);
+                        if all || pass - since < CREATE_PATIENCE {
+                            break;
                         }
-                        Some(_) => {}
-                        None if !all => {
+                    }
+                    q.parent_waiting_since = None;
+                    if !take_kernel {
+                        let front = &q.agent.front().unwrap().1;
+                        if front.kind == kind::THREAD_CREATE && front.result == 0 && !all {
+                            // A pthread_create whose clone (an earlier kernel event) has not
+                            // been read yet: it cannot be far behind.
                             let since = *q.create_waiting_since.get_or_insert(pass);
                             if pass - since < CREATE_PATIENCE {
                                 break;
                             }
                         }
-                        None => {}
+                        q.create_waiting_since = None;
+                        let (_, e) = q.agent.pop_front().unwrap();
+                        out(&e, created);
+                        continue;
                     }
-                    q.create_waiting_since = None;
+                    let front = q.kernel.front().unwrap().1;
+                    if front.kind == kind::THREAD_CREATE && front.site == 0 {
+                        // The clone of a pthread_create? The agent's event comes next.
+                        match q.agent.front() {
+                            Some((_, next)) if next.kind == kind::THREAD_CREATE => {
+                                if next.ts_ns > limit {
+                                    break;
+                                }
+                                let (_, mut next) = q.agent.pop_front().unwrap();
+                                q.kernel.pop_front();
+                                next.value = front.value;
+                                q.create_waiting_since = None;
+                                out(&next, created);
+                                continue;
+                            }
+                            Some(_) => {}
+                            None if !all => {
+                                let since = *q.create_waiting_since.get_or_insert(pass);
+                                if pass - since < CREATE_PATIENCE {
+                                    break;
+                                }
+                            }
+                            None => {}
+                        }
+                        q.create_waiting_since = None;
+                    }
+                    let (_, e) = q.kernel.pop_front().unwrap();
+                    out(&e, created);
                 }
-                let (_, e) = q.kernel.pop_front().unwrap();
-                out(&e);
             }
         }
         self.threads
@@ -433,11 +493,13 @@ pub(crate) fn pass(
     read_kernel: &mut dyn FnMut(&mut Merger) -> Result<()>,
     all: bool,
     out: &mut impl FnMut(&RawEvent),
-) -> Result<()> {
+) -> Result<usize> {
     merger.begin_pass();
     let mut scratch = std::mem::take(&mut merger.scratch);
     let exited = std::mem::take(&mut merger.exited);
+    let mut largest = 0;
     mapping.read_rings(&mut scratch, &exited, |tid, events| {
+        largest = largest.max(events.len());
         merger.push_agent(tid, events)
     });
     merger.exited = exited;
@@ -446,7 +508,39 @@ pub(crate) fn pass(
     mapping.prefault(mapping.header().rings_used.load(Ordering::Relaxed) as usize + RINGS_AHEAD);
     read_kernel(merger)?;
     merger.release(all, out);
-    Ok(())
+    Ok(largest)
+}
+
+/// The drain thread's scheduling: idle priority while the rings are nearly empty,
+/// normal once a pass found a ring a quarter full (see [`drain`]).
+#[derive(Default)]
+struct DrainPriority {
+    normal: bool,
+    started: bool,
+}
+
+impl DrainPriority {
+    /// Adjusts after a pass that took at most `largest` records from one ring.
+    fn after_pass(&mut self, largest: usize) {
+        let want_normal = if self.normal {
+            largest > RING_RECORDS / 32
+        } else {
+            largest >= RING_RECORDS / 4
+        };
+        if self.started && want_normal == self.normal {
+            return;
+        }
+        self.started = true;
+        self.normal = want_normal;
+        let policy = if want_normal {
+            libc::SCHED_OTHER
+        } else {
+            libc::SCHED_IDLE
+        };
+        let param = libc::sched_param { sched_priority: 0 };
+        // SAFETY: changes this thread's scheduling policy only.
+        unsafe { libc::sched_setscheduler(0, policy, &param) };
+    }
 }
 
 /// How long the drain sleeps between passes when no ring fills up.
@@ -462,10 +556,15 @@ pub(crate) fn drain(
     mut stop: oneshot::Receiver<Option<ExitStatus>>,
     mapping: Arc<InprocMapping>,
 ) -> Result<RecordSummary> {
-    // The drain runs at normal priority: at idle priority it starves under a
-    // saturating load (a server and its load generator on every CPU), the rings fill
-    // and the program waits far longer than the drain's share of the CPU costs it.
+    // The drain yields the CPU to the program while the rings absorb the load: it
+    // runs at idle priority until a pass finds a ring a quarter full, then at normal
+    // priority until the rings stay nearly empty. Always at idle priority it starves
+    // under a saturating load (a server and its load generator on every CPU), the
+    // rings fill and the program waits; always at normal priority it takes its share
+    // of the CPU from a program in the middle of a burst the rings could have held.
+    let mut priority = DrainPriority::default();
     let mut merger = Merger::default();
+    merger.created.insert(state.pid);
     let mut released = Vec::new();
     let mut last_flush = Instant::now();
     let mut doorbell = mapping.doorbell();
@@ -487,9 +586,10 @@ pub(crate) fn drain(
             Ok(())
         };
         let held = merger.held;
-        pass(&mapping, merger, &mut read_kernel, all, &mut |e| {
+        let largest = pass(&mapping, merger, &mut read_kernel, all, &mut |e| {
             released.push(*e)
         })?;
+        priority.after_pass(largest);
         if merger.held != held || !released.is_empty() {
             state.ensure_modules();
         }

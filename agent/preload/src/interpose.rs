@@ -219,45 +219,27 @@ unsafe fn cond_wait(
         me.set_state(blocking, kind::COND_WAIT as u32);
     }
     if record::on() {
-        record::emit(
+        record_cond_pair(
             kind::COND_WAIT_BEGIN,
+            kind::MUTEX_UNLOCK,
             via_,
             cond,
-            site,
-            record::next_seq(cond),
-            mutex,
-            0,
-        );
-        record::emit(
-            kind::MUTEX_UNLOCK,
-            via::COND_WAIT,
             mutex,
             site,
-            record::next_seq(mutex),
-            cond,
             0,
         );
     }
     let r = call();
     let saved = errno();
     if record::on() {
-        record::emit(
+        record_cond_pair(
             kind::COND_WAIT,
+            kind::MUTEX_LOCK,
             via_,
             cond,
-            site,
-            record::next_seq(cond),
             mutex,
+            site,
             r,
-        );
-        record::emit(
-            kind::MUTEX_LOCK,
-            via::COND_WAIT,
-            mutex,
-            site,
-            record::next_seq(mutex),
-            cond,
-            0,
         );
     }
     if let Some(me) = gate {
@@ -270,6 +252,24 @@ unsafe fn cond_wait(
     }
     set_errno(saved);
     r
+}
+
+/// A condvar wait's two records on entry (the wait begins, the mutex is released)
+/// or on return (the wait returned, the mutex is reacquired): each object's event,
+/// numbered in that order, naming the other object.
+fn record_cond_pair(
+    cond_kind: u16,
+    mutex_kind: u16,
+    via_: u8,
+    cond: u64,
+    mutex: u64,
+    site: u64,
+    result: c_int,
+) {
+    let seq = record::next_seq(cond);
+    record::emit(cond_kind, via_, cond, site, seq, mutex, result);
+    let seq = record::next_seq(mutex);
+    record::emit(mutex_kind, via::COND_WAIT, mutex, site, seq, cond, 0);
 }
 
 #[no_mangle]
