@@ -339,6 +339,8 @@ pub(crate) struct Merger {
     /// Exits seen in the current pass (effective from the next one).
     exited_now: Vec<u32>,
     scratch: Vec<RawEvent>,
+    /// Events released in one pass, before they are sorted by time.
+    batch: Vec<RawEvent>,
     /// Events read so far (a change means new events arrived).
     held: u64,
 }
@@ -378,7 +380,9 @@ impl Merger {
     /// Releases, per thread in time order, every event that is safe (all of them when
     /// `all`), folding each clone's THREAD_CREATE into the agent's.
     fn release(&mut self, all: bool, out: &mut impl FnMut(&RawEvent)) {
-        self.release_once(all, false, out);
+        let mut batch = std::mem::take(&mut self.batch);
+        let mut push = |e: &RawEvent| batch.push(*e);
+        self.release_once(all, false, &mut push);
         if all
             && self
                 .threads
@@ -386,8 +390,16 @@ impl Merger {
                 .any(|q| !q.agent.is_empty() || !q.kernel.is_empty())
         {
             // Threads whose creation never came (lost): release them anyway.
-            self.release_once(all, true, out);
+            self.release_once(all, true, &mut push);
         }
+        // Across threads, in time order, as the eBPF ring delivers them: joins are
+        // matched to creations of a reused pthread_t in arrival order. Stable, so
+        // each thread keeps its order (its timestamps only grow).
+        batch.sort_by_key(|e| e.ts_ns);
+        for e in batch.drain(..) {
+            out(&e);
+        }
+        self.batch = batch;
     }
 
     /// One round of [`Merger::release`]; `force` ignores the wait for a thread's
@@ -460,6 +472,9 @@ impl Merger {
                                 let (_, mut next) = q.agent.pop_front().unwrap();
                                 q.kernel.pop_front();
                                 next.value = front.value;
+                                // At the clone's time: the child exists from then on,
+                                // and every event of its own comes later.
+                                next.ts_ns = front.ts_ns;
                                 q.create_waiting_since = None;
                                 out(&next, created);
                                 continue;
