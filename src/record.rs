@@ -1,16 +1,16 @@
 //! `ordo record`: launch a program (or attach to one) and record its
-//! synchronization events into a trace.
+//! synchronization events into a trace. The work is done by
+//! `ordo_recorder::session`; this is the command line.
 
 use std::ffi::OsString;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicI32, AtomicU32, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use clap::Args;
 use ordo_recorder::{
-    check_privileges, launch, parse_buffer_size, spawn_stopped_inheriting, watching, RecordOptions,
-    Recording,
+    check_privileges, parse_buffer_size, record_attached, record_launched, ProbeChoice,
+    SessionOptions,
 };
 
 /// Arguments of `ordo record`.
@@ -26,8 +26,8 @@ pub struct RecordArgs {
     #[arg(long, conflicts_with = "command")]
     pub pid: Option<u32>,
     /// With --pid: stop recording after this many seconds (default: until Ctrl-C or exit).
-    #[arg(long, requires = "pid")]
-    pub duration: Option<f64>,
+    #[arg(long, requires = "pid", value_parser = parse_duration)]
+    pub duration: Option<Duration>,
     /// Record every read and write of a variable: SYMBOL, SYMBOL+OFFSET:SIZE or 0xADDR:SIZE
     /// (instruction-site uprobes; repeatable).
     #[arg(long, value_name = "SPEC")]
@@ -37,8 +37,8 @@ pub struct RecordArgs {
     #[arg(long = "watch-hw", value_name = "SPEC")]
     pub watch_hw: Vec<String>,
     /// Extra environment variable for the launched program (KEY=VALUE, repeatable).
-    #[arg(long = "env", value_name = "KEY=VALUE")]
-    pub env: Vec<String>,
+    #[arg(long = "env", value_name = "KEY=VALUE", value_parser = parse_env)]
+    pub env: Vec<(OsString, OsString)>,
     /// Where the pthread API is recorded: `inproc` (a preloaded agent writes events
     /// into memory the recorder drains: tens of nanoseconds a call), `ebpf` (uprobes:
     /// microseconds a call), or `auto` (inproc for dynamically linked programs
@@ -64,30 +64,17 @@ pub enum Probes {
     Ebpf,
 }
 
-static SIGNALS: AtomicU32 = AtomicU32::new(0);
-static CHILD: AtomicI32 = AtomicI32::new(0);
-
-extern "C" fn on_signal(_: libc::c_int) {
-    // The launched program got the same Ctrl-C (same process group) and normally
-    // exits on it; a second one kills it so the recording can always be finished.
-    if SIGNALS.fetch_add(1, Ordering::SeqCst) >= 1 {
-        let child = CHILD.load(Ordering::SeqCst);
-        if child > 0 {
-            // SAFETY: kill is async-signal-safe.
-            unsafe { libc::kill(child, libc::SIGKILL) };
-        }
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    match text.parse::<f64>() {
+        Ok(d) if d > 0.0 && d.is_finite() => Ok(Duration::from_secs_f64(d)),
+        _ => Err(format!("`{text}`: expected a positive number of seconds")),
     }
 }
 
-fn install_signal_handlers() {
-    for sig in [libc::SIGINT, libc::SIGTERM] {
-        // SAFETY: installing a handler that only touches atomics and calls kill.
-        unsafe {
-            let mut action: libc::sigaction = std::mem::zeroed();
-            action.sa_sigaction = on_signal as *const () as usize;
-            libc::sigemptyset(&mut action.sa_mask);
-            libc::sigaction(sig, &action, std::ptr::null_mut());
-        }
+fn parse_env(text: &str) -> Result<(OsString, OsString), String> {
+    match text.split_once('=') {
+        Some((k, v)) => Ok((OsString::from(k), OsString::from(v))),
+        None => Err(format!("`{text}`: expected KEY=VALUE")),
     }
 }
 
@@ -95,175 +82,31 @@ pub fn run(args: RecordArgs) -> Result<u8> {
     if args.pid.is_none() && args.command.is_empty() {
         bail!("nothing to record: give a command after `--` (ordo record -- ./prog args) or --pid PID");
     }
-    let mut env = Vec::new();
-    for pair in &args.env {
-        let Some((k, v)) = pair.split_once('=') else {
-            bail!("--env {pair}: expected KEY=VALUE");
-        };
-        env.push((OsString::from(k), OsString::from(v)));
-    }
-    if let Some(d) = args.duration {
-        if !(d > 0.0 && d.is_finite()) {
-            bail!("--duration {d}: expected a positive number of seconds");
-        }
-    }
     if args.pid.is_some() && args.probes == Probes::Inproc {
         bail!("--probes inproc: attaching to a running process records with eBPF only (the agent must be loaded at start-up)");
     }
     check_privileges()?;
-    match args.pid {
-        Some(pid) => attach(pid, &args),
-        None => launch_and_record(&args, &env),
-    }
-}
-
-fn launch_and_record(args: &RecordArgs, env: &[(OsString, OsString)]) -> Result<u8> {
-    let program = launch::find_program(&args.command[0])?;
-    let dynamic = launch::is_dynamic(&program);
-    if !dynamic {
-        say(&format!("ordo: warning: {} is statically linked: its pthread calls cannot be probed; only futex and thread events are recorded\n", program.display()));
-    }
-    let inproc = match args.probes {
-        Probes::Ebpf => false,
-        Probes::Auto | Probes::Inproc => {
-            if !dynamic {
-                if args.probes == Probes::Inproc {
-                    say("ordo: --probes inproc: the program is statically linked, the agent cannot be preloaded: recording with eBPF\n");
-                }
-                false
-            } else if launch::is_setuid(&program) {
-                say(&format!("ordo: {} is setuid/setgid: the loader ignores LD_PRELOAD for it: recording with eBPF\n", program.display()));
-                false
-            } else {
-                true
-            }
-        }
+    let options = SessionOptions {
+        output: args.output,
+        buffer_size: args.buffer_size,
+        watch: args.watch,
+        watch_hw: args.watch_hw,
+        env: args.env,
+        duration: args.duration,
+        probes: match args.probes {
+            Probes::Auto => ProbeChoice::Auto,
+            Probes::Inproc => ProbeChoice::Inproc,
+            Probes::Ebpf => ProbeChoice::Ebpf,
+        },
+        verbose: args.verbose,
     };
-    if args.verbose {
-        say(&verbose_note(inproc));
-    }
-    let output = args.output.clone().unwrap_or_else(|| {
-        let base = program
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_else(|| "trace".into());
-        PathBuf::from(format!("{base}.ordo"))
-    });
-    let mut options = RecordOptions::new(output, args.buffer_size, args.command.clone(), false);
-    // Hardware watchpoints need runtime addresses before the program starts: run a
-    // position-independent program without ASLR, so its load address is known.
-    let pie = watching::is_pie(&program);
-    let main_binary = std::fs::canonicalize(&program).unwrap_or(program.clone());
-    let bias = |module: &std::path::Path| -> Option<u64> {
-        (std::fs::canonicalize(module).ok()? == main_binary).then_some(if pie {
-            launch::NO_ASLR_PIE_BASE
-        } else {
-            0
-        })
+    let mut note = |line: &str| say(&format!("{line}\n"));
+    let end = match args.pid {
+        Some(pid) => record_attached(pid, &options, &mut note)?,
+        None => record_launched(&args.command, &options, &mut note)?,
     };
-    let libs = launch::needed_libraries(&program);
-    let watches = watching::plan(&args.watch, &args.watch_hw, &program, &libs, &bias)?;
-    for note in &watches.notes {
-        say(&format!("ordo: {note}\n"));
-    }
-    options.watch_sites = watches.sites;
-    options.hw_watches = watches.hw;
-    let no_aslr = !options.hw_watches.is_empty();
-    // In process: the agent, preloaded ahead of the user's own LD_PRELOAD, records
-    // into a mapping this process owns; the program inherits its descriptor.
-    let mut env = env.to_vec();
-    let mut agent = None;
-    let mut inherit = Vec::new();
-    if inproc {
-        let mapping = std::sync::Arc::new(ordo_recorder::inproc::InprocMapping::create()?);
-        let file = ordo_agent::AgentFile::write()?;
-        let user_preload = env
-            .iter()
-            .position(|(k, _)| k == "LD_PRELOAD")
-            .map(|i| env.remove(i).1)
-            .or_else(|| std::env::var_os("LD_PRELOAD"));
-        env.extend(file.preload_env_over(user_preload));
-        env.push(mapping.env());
-        inherit.push(mapping.raw_fd());
-        options.inproc = Some(mapping);
-        agent = Some(file);
-    }
-    let stopped = spawn_stopped_inheriting(&args.command, &env, no_aslr, &inherit)?;
-    let recording = Recording::start(stopped.pid(), &options)?;
-    CHILD.store(stopped.pid() as i32, Ordering::SeqCst);
-    install_signal_handlers();
-    let mut child = match stopped.release() {
-        Ok(child) => child,
-        Err(e) => {
-            let _ = recording.finish(None);
-            return Err(e);
-        }
-    };
-    let status = child.wait().context("wait for the program")?;
-    let summary = recording.finish(Some(status))?;
-    drop(agent);
-    say(&summary.render());
-    use std::os::unix::process::ExitStatusExt;
-    Ok(match (status.code(), status.signal()) {
-        (Some(code), _) => code as u8,
-        (None, Some(sig)) => 128u8.wrapping_add(sig as u8),
-        _ => 1,
-    })
-}
-
-fn attach(pid: u32, args: &RecordArgs) -> Result<u8> {
-    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline"))
-        .with_context(|| format!("--pid {pid}: no such process"))?;
-    let command: Vec<String> = cmdline
-        .split(|&b| b == 0)
-        .filter(|s| !s.is_empty())
-        .map(|s| String::from_utf8_lossy(s).into_owned())
-        .collect();
-    let output = args
-        .output
-        .clone()
-        .unwrap_or_else(|| PathBuf::from(format!("pid-{pid}.ordo")));
-    let mut options = RecordOptions::new(output, args.buffer_size, command, true);
-    let exe = std::fs::read_link(format!("/proc/{pid}/exe"))
-        .with_context(|| format!("--pid {pid}: cannot read its executable"))?;
-    let libs: Vec<PathBuf> = ordo_trace::symbolize::modules_of_process(pid)
-        .into_iter()
-        .map(|m| PathBuf::from(m.path))
-        .filter(|p| *p != exe)
-        .collect();
-    let bias = |module: &std::path::Path| watching::load_bias_in(pid, module);
-    let watches = watching::plan(&args.watch, &args.watch_hw, &exe, &libs, &bias)?;
-    for note in &watches.notes {
-        say(&format!("ordo: {note}\n"));
-    }
-    options.watch_sites = watches.sites;
-    options.hw_watches = watches.hw;
-    let recording = Recording::start(pid, &options)?;
-    install_signal_handlers();
-    let deadline = args
-        .duration
-        .map(|d| Instant::now() + Duration::from_secs_f64(d));
-    say(&format!("ordo: recording pid {pid}; Ctrl-C to stop\n"));
-    let alive = || std::path::Path::new(&format!("/proc/{pid}/task")).exists() && !is_zombie(pid);
-    while SIGNALS.load(Ordering::SeqCst) == 0
-        && deadline.is_none_or(|d| Instant::now() < d)
-        && alive()
-    {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let summary = recording.finish(None)?;
-    say(&summary.render());
-    Ok(0)
-}
-
-fn is_zombie(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|s| {
-            s.rsplit_once(')')
-                .map(|(_, rest)| rest.trim_start().starts_with('Z'))
-        })
-        .unwrap_or(true)
+    say(&end.summary.render());
+    Ok(end.exit_code)
 }
 
 /// Writes to stderr, ignoring errors: a closed stderr (`ordo record … 2>&1 | head`)
@@ -271,14 +114,4 @@ fn is_zombie(pid: u32) -> bool {
 fn say(text: &str) {
     use std::io::Write;
     let _ = std::io::stderr().write_all(text.as_bytes());
-}
-
-/// What `-v` says about the recording path.
-fn verbose_note(inproc: bool) -> String {
-    if inproc {
-        "ordo: recording in process: a preloaded agent records the pthread, semaphore, condvar, rwlock, barrier, create/join calls and futex calls through libc's syscall(); eBPF records thread start/exit, clone and watches.\n\
-         ordo: not seen in process: glibc-internal locks (e.g. the dynamic loader's lock inside pthread_create and dlopen), pthread calls from statically linked code or through pointers resolved before the agent loaded, futex calls made with a raw syscall instruction, child processes, and anything after an exec (use --probes ebpf).\n".to_string()
-    } else {
-        "ordo: recording with eBPF: uprobes on libc's pthread API (each call traps into the kernel), raw tracepoints for futex, clone and exit.\n".to_string()
-    }
 }

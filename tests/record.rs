@@ -731,3 +731,220 @@ fn start_long_recording(trace: &std::path::Path, program: &std::path::Path) -> s
     wait_for_events(trace);
     rec
 }
+
+/// Waits until `parent` has a child process running `comm` (the launched program
+/// has exec'd, so its probes are attached and it was released).
+fn wait_for_child(parent: u32, comm: &str) -> u32 {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+            let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+                continue;
+            };
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+                continue;
+            };
+            let Some((name, rest)) = stat.split_once(" (").and_then(|(_, r)| r.rsplit_once(") "))
+            else {
+                continue;
+            };
+            let ppid: u32 = rest
+                .split(' ')
+                .nth(1)
+                .and_then(|p| p.parse().ok())
+                .unwrap_or(0);
+            if ppid == parent && name == comm {
+                return pid;
+            }
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{parent} started no {comm} in 60 s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn attaching_is_atomic_no_release_before_the_first_acquire() {
+    if !have_root("attaching_is_atomic_no_release_before_the_first_acquire") {
+        return;
+    }
+    let dir = scratch("atomic_attach");
+    let program = build_program("record_sync");
+    // Four threads lock and unlock one mutex as fast as they can.
+    let mut target = Command::new(&program)
+        .args(["timed", "4", "60000"])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    let trace = dir.join("t.ordo");
+    let out = run_ordo(&[
+        "record",
+        "--pid",
+        &target.id().to_string(),
+        "--duration",
+        "1",
+        "-o",
+        trace.to_str().unwrap(),
+    ]);
+    let _ = target.kill();
+    let _ = target.wait();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let dump = run_ordo(&["dump", "--json", trace.to_str().unwrap()]);
+    assert!(dump.status.success());
+    // Per thread and mutex: a thread may be inside its critical section when
+    // recording starts (one unlock before its first lock), never more. With unlock
+    // probes live before lock probes, every thread showed thousands.
+    let mut unlocks_before_lock: BTreeMap<(String, String), usize> = BTreeMap::new();
+    let mut locked: std::collections::HashSet<(String, String)> = Default::default();
+    let mut locks = 0;
+    for line in String::from_utf8_lossy(&dump.stdout).lines() {
+        let e: Value = serde_json::from_str(line).unwrap();
+        let key = (
+            e["thread"].as_str().unwrap().to_string(),
+            e["addr"].as_str().unwrap_or("").to_string(),
+        );
+        match e["kind"].as_str().unwrap() {
+            "mutex_lock" => {
+                locks += 1;
+                locked.insert(key);
+            }
+            "mutex_unlock" if !locked.contains(&key) => {
+                *unlocks_before_lock.entry(key).or_default() += 1
+            }
+            _ => {}
+        }
+    }
+    assert!(locks > 100, "only {locks} locks recorded");
+    for (key, n) in &unlocks_before_lock {
+        assert!(
+            *n <= 1,
+            "{key:?}: {n} unlocks before the thread's first lock"
+        );
+    }
+}
+
+#[test]
+fn signals_to_a_launched_recording_reach_the_program_and_finish_the_trace() {
+    if !have_root("signals_to_a_launched_recording_reach_the_program_and_finish_the_trace") {
+        return;
+    }
+    let dir = scratch("signals_launch");
+    for (sig, name) in [
+        (libc::SIGTERM, "SIGTERM"),
+        (libc::SIGINT, "SIGINT"),
+        (libc::SIGHUP, "SIGHUP"),
+    ] {
+        let trace = dir.join(format!("{name}.ordo"));
+        let rec = Command::new(ordo())
+            .args(["record", "-o"])
+            .arg(&trace)
+            .args(["--", "sleep", "30"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        wait_for_child(rec.id(), "sleep");
+        // SAFETY: signalling the recorder we started.
+        unsafe { libc::kill(rec.id() as i32, sig) };
+        let out = rec.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(128 + sig), "{name}: {stderr}");
+        assert!(
+            stderr.contains(&format!("killed by signal {sig} ({name})")),
+            "{name}: {stderr}"
+        );
+        let s = stats(&trace);
+        assert!(s["events"].as_u64().unwrap() > 0, "{name}: {s}");
+    }
+}
+
+#[test]
+fn a_second_signal_ends_the_recording_at_once() {
+    if !have_root("a_second_signal_ends_the_recording_at_once") {
+        return;
+    }
+    let dir = scratch("signals_twice");
+    let trace = dir.join("t.ordo");
+    // A program that ignores SIGTERM: the forwarded signal does not end it.
+    let rec = Command::new(ordo())
+        .args(["record", "-o"])
+        .arg(&trace)
+        .args([
+            "--",
+            "sh",
+            "-c",
+            "trap '' TERM; while :; do sleep 0.1; done",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let sh = wait_for_child(rec.id(), "sh");
+    // SAFETY: signalling the recorder we started.
+    unsafe { libc::kill(rec.id() as i32, libc::SIGTERM) };
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert!(
+        std::path::Path::new(&format!("/proc/{sh}")).exists(),
+        "the program ignores SIGTERM and is still recorded"
+    );
+    // SAFETY: as above.
+    unsafe { libc::kill(rec.id() as i32, libc::SIGTERM) };
+    let out = rec.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(128 + libc::SIGKILL), "{stderr}");
+    assert!(stderr.contains("killed by signal 9 (SIGKILL)"), "{stderr}");
+    let s = stats(&trace);
+    assert!(s["events"].as_u64().unwrap() > 0, "{s}");
+}
+
+#[test]
+fn a_signal_to_an_attached_recording_detaches_and_leaves_the_target_running() {
+    if !have_root("a_signal_to_an_attached_recording_detaches_and_leaves_the_target_running") {
+        return;
+    }
+    let dir = scratch("signals_attach");
+    let program = build_program("record_sync");
+    for (sig, name) in [
+        (libc::SIGTERM, "SIGTERM"),
+        (libc::SIGINT, "SIGINT"),
+        (libc::SIGHUP, "SIGHUP"),
+    ] {
+        let mut target = Command::new(&program)
+            .args(["timed", "2", "60000"])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let trace = dir.join(format!("{name}.ordo"));
+        let rec = Command::new(ordo())
+            .args(["record", "--pid", &target.id().to_string(), "-o"])
+            .arg(&trace)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        wait_for_events(&trace);
+        // SAFETY: signalling the recorder we started.
+        unsafe { libc::kill(rec.id() as i32, sig) };
+        let out = rec.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{name}: {stderr}");
+        assert!(
+            target.try_wait().unwrap().is_none(),
+            "{name}: the target keeps running"
+        );
+        let _ = target.kill();
+        let _ = target.wait();
+        let s = stats(&trace);
+        assert!(
+            s["by_kind"]["mutex_lock"].as_u64().unwrap_or(0) > 0,
+            "{name}: {s}"
+        );
+    }
+}

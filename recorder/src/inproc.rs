@@ -37,20 +37,9 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::ffi::OsString;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
-
-use std::process::ExitStatus;
-use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::{bail, Result};
-use aya::maps::{MapData, RingBuf};
-use aya::programs::uprobe::UProbeLinkId;
-use aya::Ebpf;
-use tokio::sync::oneshot;
-
-use crate::recording::{
-    detach_in_background, read_drops, DrainState, RecordSummary, CHUNK_EVENTS, FLUSH_INTERVAL,
-};
 use ordo_probe_common::inproc::{
     mapping_size, ring_header_offset, ring_records_offset, seq_table_offset, Header, Record,
     RingHeader, ENV_FD, MAGIC, MAX_RINGS, RING_FREE, RING_RECORDS, VERSION,
@@ -235,7 +224,7 @@ impl InprocMapping {
     }
 
     /// Sleeps until an agent rings the doorbell or `timeout` passes.
-    fn wait_doorbell(&self, seen: u32, timeout: Duration) {
+    pub(crate) fn wait_doorbell(&self, seen: u32, timeout: Duration) {
         let h = self.header();
         h.drain_sleeping.store(1, Ordering::SeqCst);
         if h.doorbell.load(Ordering::SeqCst) == seen {
@@ -258,14 +247,14 @@ impl InprocMapping {
     }
 
     /// Tells the agent its modules were read (it waits for that at start-up).
-    fn modules_read(&self) {
+    pub(crate) fn modules_read(&self) {
         let h = self.header();
         h.modules_read.store(1, Ordering::Release);
         // SAFETY: a futex word in the shared mapping.
         unsafe { futex_wake(h.modules_read.as_ptr()) };
     }
 
-    fn doorbell(&self) -> u32 {
+    pub(crate) fn doorbell(&self) -> u32 {
         self.header().doorbell.load(Ordering::Acquire)
     }
 }
@@ -332,7 +321,7 @@ struct ThreadQueue {
 pub(crate) struct Merger {
     threads: HashMap<u32, ThreadQueue>,
     /// Threads whose creation was released (and the main thread).
-    created: HashSet<u32>,
+    pub(crate) created: HashSet<u32>,
     pass: u64,
     /// Threads whose exit was seen: their rings are freed once drained.
     exited: HashSet<u32>,
@@ -342,7 +331,7 @@ pub(crate) struct Merger {
     /// Events released in one pass, before they are sorted by time.
     batch: Vec<RawEvent>,
     /// Events read so far (a change means new events arrived).
-    held: u64,
+    pub(crate) held: u64,
 }
 
 impl Merger {
@@ -524,160 +513,4 @@ pub(crate) fn pass(
     read_kernel(merger)?;
     merger.release(all, out);
     Ok(largest)
-}
-
-/// The drain thread's scheduling: idle priority while the rings are nearly empty,
-/// normal once a pass found a ring a quarter full (see [`drain`]).
-#[derive(Default)]
-struct DrainPriority {
-    normal: bool,
-    started: bool,
-}
-
-impl DrainPriority {
-    /// Adjusts after a pass that took at most `largest` records from one ring.
-    fn after_pass(&mut self, largest: usize) {
-        let want_normal = if self.normal {
-            largest > RING_RECORDS / 32
-        } else {
-            largest >= RING_RECORDS / 4
-        };
-        if self.started && want_normal == self.normal {
-            return;
-        }
-        self.started = true;
-        self.normal = want_normal;
-        let policy = if want_normal {
-            libc::SCHED_OTHER
-        } else {
-            libc::SCHED_IDLE
-        };
-        let param = libc::sched_param { sched_priority: 0 };
-        // SAFETY: changes this thread's scheduling policy only.
-        unsafe { libc::sched_setscheduler(0, policy, &param) };
-    }
-}
-
-/// How long the drain sleeps between passes when no ring fills up.
-const PASS_INTERVAL: Duration = Duration::from_millis(5);
-
-/// The drain of a recording with the in-process source: passes over the agent
-/// rings and the eBPF ring until told to stop, then the rest, then the footer.
-pub(crate) fn drain(
-    ebpf: Ebpf,
-    links: Vec<(&'static str, UProbeLinkId)>,
-    mut ring: RingBuf<MapData>,
-    mut state: DrainState,
-    mut stop: oneshot::Receiver<Option<ExitStatus>>,
-    mapping: Arc<InprocMapping>,
-) -> Result<RecordSummary> {
-    // The drain yields the CPU to the program while the rings absorb the load: it
-    // runs at idle priority until a pass finds a ring a quarter full, then at normal
-    // priority until the rings stay nearly empty. Always at idle priority it starves
-    // under a saturating load (a server and its load generator on every CPU), the
-    // rings fill and the program waits; always at normal priority it takes its share
-    // of the CPU from a program in the middle of a burst the rings could have held.
-    let mut priority = DrainPriority::default();
-    let mut merger = Merger::default();
-    merger.created.insert(state.pid);
-    let mut released = Vec::new();
-    let mut last_flush = Instant::now();
-    let mut doorbell = mapping.doorbell();
-    let mut run_pass = |merger: &mut Merger,
-                        state: &mut DrainState,
-                        all: bool,
-                        ring: &mut RingBuf<MapData>|
-     -> Result<()> {
-        let mut read_kernel = |m: &mut Merger| -> Result<()> {
-            while let Some(item) = ring.next() {
-                if item.len() < std::mem::size_of::<RawEvent>() {
-                    continue;
-                }
-                // SAFETY: the probes write whole RawEvent records; read_unaligned copes
-                // with the ring buffer's 8-byte record alignment.
-                let raw: RawEvent = unsafe { std::ptr::read_unaligned(item.as_ptr().cast()) };
-                m.push_kernel(raw);
-            }
-            Ok(())
-        };
-        let held = merger.held;
-        let largest = pass(&mapping, merger, &mut read_kernel, all, &mut |e| {
-            released.push(*e)
-        })?;
-        priority.after_pass(largest);
-        if merger.held != held || !released.is_empty() {
-            state.ensure_modules();
-        }
-        for e in released.drain(..) {
-            state.take(&e);
-            if state.pending.len() >= CHUNK_EVENTS {
-                state.flush(read_drops(&ebpf) + mapping.dropped(), false)?;
-            }
-        }
-        Ok(())
-    };
-    let mut modules_read = false;
-    let exit = loop {
-        // The program's modules are read as soon as the agent started in it (all its
-        // start-up libraries are mapped then; the agent waits for this), as the eBPF
-        // path reads them at the first event: by the time held-back events are taken
-        // a short program may be gone, or its binary replaced on disk.
-        if !modules_read && mapping.attached() {
-            state.ensure_modules();
-            modules_read = true;
-            mapping.modules_read();
-        }
-        match stop.try_recv() {
-            Ok(exit) => break exit,
-            Err(oneshot::error::TryRecvError::Closed) => break None,
-            Err(oneshot::error::TryRecvError::Empty) => {}
-        }
-        if mapping.doorbell() == doorbell {
-            mapping.wait_doorbell(doorbell, PASS_INTERVAL);
-        }
-        doorbell = mapping.doorbell();
-        run_pass(&mut merger, &mut state, false, &mut ring)?;
-        if last_flush.elapsed() >= FLUSH_INTERVAL {
-            state.flush(read_drops(&ebpf) + mapping.dropped(), false)?;
-            last_flush = Instant::now();
-        }
-    };
-    // Everything published or committed belongs to the run: one more ordinary pass
-    // (so the last eBPF events meet the agent events before them), then the rest.
-    run_pass(&mut merger, &mut state, false, &mut ring)?;
-    run_pass(&mut merger, &mut state, true, &mut ring)?;
-    let dropped = read_drops(&ebpf) + mapping.dropped();
-    drop(ring);
-    let target_gone =
-        exit.is_some() || !std::path::Path::new(&format!("/proc/{}/task", state.pid)).exists();
-    let mut summary = state.finish(dropped, exit);
-    if let Ok(summary) = &mut summary {
-        summary.notes.extend(notes(&mapping));
-    }
-    if target_gone {
-        detach_in_background();
-    }
-    drop(links);
-    drop(ebpf);
-    summary
-}
-
-/// What the in-process path did not see, in words.
-fn notes(mapping: &InprocMapping) -> Vec<String> {
-    let mut notes = Vec::new();
-    if !mapping.attached() {
-        notes.push("the in-process agent never started in the program: its pthread calls were not recorded (run with --probes ebpf)".to_string());
-    }
-    let forks = mapping.forks();
-    if forks > 0 {
-        notes.push(format!(
-            "{forks} forked child process{} not followed",
-            if forks == 1 { "" } else { "es" }
-        ));
-    }
-    let unsequenced = mapping.unsequenced();
-    if unsequenced > 0 {
-        notes.push(format!("{unsequenced} events found the sequence table full: their order on their object is only as exact as their timestamps"));
-    }
-    notes
 }

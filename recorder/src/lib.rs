@@ -5,6 +5,7 @@
 //! - [`inproc`]: the in-process source (the agent's rings) and its merge with eBPF.
 //! - [`launch`]: starting a program held before `exec` until probes are attached.
 //! - [`recording`]: a recording session ([`Recording`]).
+//! - [`session`]: `ordo record` end to end (launch or attach, signals, stopping).
 //! - [`watch`]: choosing the instructions and addresses of watched variables;
 //!   [`watching`] turns `--watch` options into what a recording attaches.
 
@@ -12,6 +13,7 @@ pub mod inproc;
 pub mod launch;
 pub mod probes;
 pub mod recording;
+pub mod session;
 pub mod watch;
 pub mod watching;
 
@@ -20,3 +22,4 @@ pub use recording::{
     check_privileges, parse_buffer_size, RecordOptions, RecordSummary, Recording,
     DEFAULT_BUFFER_SIZE, MAX_HW_WATCHES,
 };
+pub use session::{record_attached, record_launched, ProbeChoice, SessionEnd, SessionOptions};

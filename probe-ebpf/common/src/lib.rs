@@ -240,8 +240,17 @@ pub const fn stash_key(tid: u32, op: u8) -> u64 {
 pub mod config {
     /// The traced process id (tgid); raw tracepoints keep only its threads.
     pub const TARGET_TGID: u32 = 0;
+    /// Nonzero while events are recorded. User space sets it last, once every probe
+    /// is attached (so no event reaches the trace from a half-attached set), and
+    /// clears it first when stopping (so a live target stops paying for the
+    /// programs' work before the slow detach). Every program checks it first.
+    pub const ENABLED: u32 = 1;
+    /// Nonzero while every record should wake the drain at once. User space sets it
+    /// until the drain has read the target's modules: a short program can otherwise
+    /// exit (taking its mappings with it) before a lazily woken drain looks.
+    pub const WAKE_EACH: u32 = 2;
     /// Number of entries.
-    pub const LEN: u32 = 1;
+    pub const LEN: u32 = 3;
 }
 
 /// Syscall numbers the tracepoint programs care about (x86_64).

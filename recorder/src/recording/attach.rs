@@ -1,0 +1,347 @@
+//! Loading the probes and attaching them to one process, switched off until every
+//! probe is in place.
+//!
+//! Every program first checks `config::ENABLED`; [`Probes::enable`] sets it once
+//! all uprobes, tracepoints and watchpoints are attached, so the trace never starts
+//! with a half-attached probe set (e.g. unlocks recorded before the lock probe went
+//! live). Uprobes are attached with one multi-uprobe link per file and program
+//! (see `multi_uprobe`); kernels without them get one perf-event uprobe per site.
+
+use std::num::NonZeroU32;
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::PathBuf;
+
+use anyhow::{anyhow, bail, Context, Result};
+use aya::maps::{Array, MapData, PerCpuArray, RingBuf};
+use aya::programs::perf_event::{
+    BreakpointConfig, PerfBreakpointLength, PerfBreakpointType, PerfEventConfig, PerfEventScope,
+    SamplePolicy,
+};
+use aya::programs::uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeScope};
+use aya::programs::{PerfEvent, RawTracePoint, UProbe};
+use aya::{Ebpf, EbpfLoader};
+use ordo_probe_common::{
+    config, WatchSite, CONFIG_MAP, DROPS_MAP, EVENTS_MAP, MAX_WATCH_SITES, WATCH_SITES_MAP,
+};
+
+use super::multi_uprobe::{self, MultiUprobePrograms};
+use super::{RecordOptions, MAX_HW_WATCHES};
+use crate::probes;
+
+/// The compiled eBPF programs (built by build.rs).
+static PROBE_OBJECT: &[u8] =
+    aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/ordo-probes.o"));
+
+/// Uprobe sites of one program in one file: file offsets and their cookies.
+struct Sites {
+    program: &'static str,
+    file: PathBuf,
+    on_return: bool,
+    offsets: Vec<u64>,
+    cookies: Vec<u64>,
+}
+
+/// The loaded and attached probes of one recording.
+pub(super) struct Probes {
+    ebpf: Ebpf,
+    /// Multi-uprobe links and the programs they run, in that order: dropping a link
+    /// detaches all of its sites at once.
+    multi: Vec<OwnedFd>,
+    /// Why uprobes were attached one at a time, if they were.
+    pub(super) fallback_note: Option<String>,
+}
+
+impl Probes {
+    /// Loads the programs and attaches every probe to `pid`, with recording still
+    /// switched off.
+    pub(super) fn attach(pid: u32, options: &RecordOptions) -> Result<Probes> {
+        let pid_nz = NonZeroU32::new(pid).ok_or_else(|| anyhow!("pid 0 is not a process"))?;
+        let mut ebpf = EbpfLoader::new()
+            .map_max_entries(EVENTS_MAP, options.buffer_size as u32)
+            .load(PROBE_OBJECT)
+            .map_err(|e| load_error(e.into()))?;
+        set_config(&mut ebpf, config::TARGET_TGID, pid as u64)?;
+        let sites = uprobe_sites(options)?;
+        if let Some(sites) = &sites.1 {
+            write_watch_sites(&mut ebpf, sites)?;
+        }
+        let mut probes = Probes {
+            ebpf,
+            multi: Vec::new(),
+            fallback_note: None,
+        };
+        let all: Vec<Sites> = sites.0;
+        if let Err(e) = probes.attach_multi(pid, &all) {
+            // Kernels before 6.6 have no multi-uprobe links.
+            probes.multi.clear();
+            probes.fallback_note = Some(format!(
+                "multi-uprobe links unavailable ({e:#}); attaching one uprobe per site (detaching takes ~90 ms per site)"
+            ));
+            probes.attach_one_by_one(pid_nz, &all)?;
+        }
+        for (program, tracepoint) in [
+            ("ordo_sys_enter", "sys_enter"),
+            ("ordo_sys_exit", "sys_exit"),
+            ("ordo_thread_exit", "sched_process_exit"),
+        ] {
+            let prog: &mut RawTracePoint = probes
+                .ebpf
+                .program_mut(program)
+                .context(program)?
+                .try_into()?;
+            prog.load().map_err(|e| load_error(e.into()))?;
+            prog.attach(tracepoint)
+                .with_context(|| format!("attach raw tracepoint {tracepoint}"))?;
+        }
+        attach_hw_watches(&mut probes.ebpf, options)?;
+        Ok(probes)
+    }
+
+    fn attach_multi(&mut self, pid: u32, all: &[Sites]) -> Result<()> {
+        if all.is_empty() {
+            return Ok(());
+        }
+        let programs = MultiUprobePrograms::relocate(PROBE_OBJECT, &self.ebpf)?;
+        let mut loaded: Vec<(&'static str, OwnedFd)> = Vec::new();
+        for sites in all {
+            let index = match loaded.iter().position(|(name, _)| *name == sites.program) {
+                Some(index) => index,
+                None => {
+                    loaded.push((sites.program, programs.load(sites.program)?));
+                    loaded.len() - 1
+                }
+            };
+            let link = multi_uprobe::attach(
+                loaded[index].1.as_fd(),
+                &sites.file,
+                &sites.offsets,
+                &sites.cookies,
+                pid,
+                sites.on_return,
+            )?;
+            self.multi.push(link);
+        }
+        self.multi.extend(loaded.into_iter().map(|(_, fd)| fd));
+        Ok(())
+    }
+
+    fn attach_one_by_one(&mut self, pid: NonZeroU32, all: &[Sites]) -> Result<()> {
+        for sites in all {
+            let prog: &mut UProbe = self
+                .ebpf
+                .program_mut(sites.program)
+                .context(sites.program)?
+                .try_into()?;
+            if prog.fd().is_err() {
+                prog.load().map_err(|e| load_error(e.into()))?;
+            }
+            for (&offset, &cookie) in sites.offsets.iter().zip(&sites.cookies) {
+                let point = UProbeAttachPoint {
+                    location: UProbeAttachLocation::AbsoluteOffset(offset),
+                    cookie: Some(cookie),
+                };
+                prog.attach(point, &sites.file, UProbeScope::OneProcess(pid))
+                    .with_context(|| {
+                        format!(
+                            "attach {} at {}+{offset:#x}",
+                            sites.program,
+                            sites.file.display()
+                        )
+                    })?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Switches recording on: the last step of attaching.
+    pub(super) fn enable(&mut self) -> Result<()> {
+        set_config(&mut self.ebpf, config::WAKE_EACH, 1)?;
+        set_config(&mut self.ebpf, config::ENABLED, 1)
+    }
+
+    /// Lets the programs wake the drain lazily again (once it knows the modules).
+    pub(super) fn stop_waking_each(&mut self) {
+        let _ = set_config(&mut self.ebpf, config::WAKE_EACH, 0);
+    }
+
+    /// Switches recording off: the programs return at once from then on.
+    pub(super) fn disable(&mut self) {
+        let _ = set_config(&mut self.ebpf, config::ENABLED, 0);
+    }
+
+    /// The ring buffer the programs write into (taken once).
+    pub(super) fn take_ring(&mut self) -> Result<RingBuf<MapData>> {
+        Ok(RingBuf::try_from(
+            self.ebpf.take_map(EVENTS_MAP).context("EVENTS map")?,
+        )?)
+    }
+
+    /// Events lost so far because the ring buffer was full.
+    pub(super) fn drops(&self) -> u64 {
+        let Some(map) = self.ebpf.map(DROPS_MAP) else {
+            return 0;
+        };
+        let Ok(drops) = PerCpuArray::<_, u64>::try_from(map) else {
+            return 0;
+        };
+        drops
+            .get(&0, 0)
+            .map(|values| values.iter().sum())
+            .unwrap_or(0)
+    }
+}
+
+impl Drop for Probes {
+    fn drop(&mut self) {
+        // Links before the programs they run (the order of `multi`); aya's links and
+        // programs go with `ebpf` afterwards.
+        self.multi.clear();
+    }
+}
+
+fn set_config(ebpf: &mut Ebpf, index: u32, value: u64) -> Result<()> {
+    let mut config: Array<_, u64> =
+        Array::try_from(ebpf.map_mut(CONFIG_MAP).context("CONFIG map")?)?;
+    config.set(index, value, 0).context("write probe config")
+}
+
+/// The uprobe sites to attach, grouped by program and file: libc's entry and return
+/// probes, then the watch probes; and the watch site table, if any.
+#[allow(clippy::type_complexity)]
+fn uprobe_sites(options: &RecordOptions) -> Result<(Vec<Sites>, Option<Vec<WatchSite>>)> {
+    let libc = probes::system_libc()?;
+    // In process, the agent records the pthread API: no uprobes on it.
+    let table = if options.inproc.is_some() {
+        Vec::new()
+    } else {
+        probes::resolve(&libc)?
+    };
+    let mut all = Vec::new();
+    for on_return in [false, true] {
+        let mut sites = Sites {
+            program: if on_return {
+                "ordo_return"
+            } else {
+                "ordo_entry"
+            },
+            file: libc.clone(),
+            on_return,
+            offsets: Vec::new(),
+            cookies: Vec::new(),
+        };
+        for probe in table.iter().filter(|p| !on_return || p.row.on_return) {
+            sites.offsets.push(if on_return {
+                probe.function_offset
+            } else {
+                probe.entry_offset
+            });
+            sites.cookies.push(probe.cookie);
+        }
+        if !sites.offsets.is_empty() {
+            all.push(sites);
+        }
+    }
+    if options.watch_sites.is_empty() {
+        return Ok((all, None));
+    }
+    if options.watch_sites.len() > MAX_WATCH_SITES as usize {
+        bail!(
+            "{} watched instruction sites; at most {MAX_WATCH_SITES} are supported",
+            options.watch_sites.len()
+        );
+    }
+    for (i, (module, offset, _)) in options.watch_sites.iter().enumerate() {
+        let index = match all
+            .iter()
+            .position(|s| s.program == "ordo_watch" && s.file == *module)
+        {
+            Some(index) => index,
+            None => {
+                all.push(Sites {
+                    program: "ordo_watch",
+                    file: module.clone(),
+                    on_return: false,
+                    offsets: Vec::new(),
+                    cookies: Vec::new(),
+                });
+                all.len() - 1
+            }
+        };
+        all[index].offsets.push(*offset);
+        all[index].cookies.push(i as u64);
+    }
+    let table = options.watch_sites.iter().map(|(_, _, s)| *s).collect();
+    Ok((all, Some(table)))
+}
+
+fn write_watch_sites(ebpf: &mut Ebpf, table: &[WatchSite]) -> Result<()> {
+    let mut sites: Array<_, WatchSite> =
+        Array::try_from(ebpf.map_mut(WATCH_SITES_MAP).context("WATCH_SITES map")?)?;
+    for (i, site) in table.iter().enumerate() {
+        sites.set(i as u32, *site, 0).context("write watch sites")?;
+    }
+    Ok(())
+}
+
+/// Loads and attaches the hardware-watchpoint program, if any was asked for.
+fn attach_hw_watches(ebpf: &mut Ebpf, options: &RecordOptions) -> Result<()> {
+    if options.hw_watches.is_empty() {
+        return Ok(());
+    }
+    if options.hw_watches.len() > MAX_HW_WATCHES {
+        bail!(
+            "{} hardware watches asked for; x86 has {MAX_HW_WATCHES} debug registers",
+            options.hw_watches.len()
+        );
+    }
+    {
+        let mut watches: aya::maps::HashMap<_, u64, u64> =
+            aya::maps::HashMap::try_from(ebpf.map_mut("HW_WATCHES").context("HW_WATCHES map")?)?;
+        for (addr, size) in &options.hw_watches {
+            watches
+                .insert(addr, *size as u64, 0)
+                .context("write hardware watches")?;
+        }
+    }
+    let cpus = aya::util::online_cpus().map_err(|(what, e)| anyhow!("{what}: {e}"))?;
+    let prog: &mut PerfEvent = ebpf
+        .program_mut("ordo_hw_watch")
+        .context("ordo_hw_watch")?
+        .try_into()?;
+    prog.load().map_err(|e| load_error(e.into()))?;
+    for (addr, size) in &options.hw_watches {
+        let length = match size {
+            1 => PerfBreakpointLength::Len1,
+            2 => PerfBreakpointLength::Len2,
+            4 => PerfBreakpointLength::Len4,
+            8 => PerfBreakpointLength::Len8,
+            other => {
+                bail!("hardware watch of {other} bytes at {addr:#x}: the size must be 1, 2, 4 or 8")
+            }
+        };
+        if addr % *size as u64 != 0 {
+            bail!("hardware watch at {addr:#x}: the address must be aligned to its size ({size})");
+        }
+        // One breakpoint per CPU, for every process: it covers threads created
+        // later from their first instruction; the program keeps the target's hits.
+        for &cpu in &cpus {
+            let config = PerfEventConfig::Breakpoint(BreakpointConfig::Data {
+                r#type: PerfBreakpointType::Write,
+                address: *addr,
+                length,
+            });
+            prog.attach(config, PerfEventScope::AllProcessesOneCpu { cpu }, SamplePolicy::Period(1), false)
+                .with_context(|| format!("set a hardware watchpoint at {addr:#x} on CPU {cpu} (all four debug registers may be in use)"))?;
+        }
+    }
+    Ok(())
+}
+
+fn load_error(e: anyhow::Error) -> anyhow::Error {
+    let text = format!("{e:#}");
+    if text.contains("Operation not permitted") || text.contains("EPERM") {
+        anyhow!("loading the eBPF programs was refused: recording needs root, or CAP_BPF and CAP_PERFMON ({text})")
+    } else {
+        e.context("load the eBPF programs")
+    }
+}

@@ -1,0 +1,556 @@
+//! Turning ring buffer records into trace chunks, fast enough that the ring buffer
+//! never fills.
+//!
+//! The drain thread only copies records out of the ring buffer and does the cheap
+//! per-event bookkeeping ([`DrainState::take`]: thread ids, names, whether an event's
+//! site lies in a module already described). Full chunks go to a writer thread,
+//! which encodes and compresses them, so zstd never stalls the draining. The probes
+//! wake the drain only when the ring buffer is a quarter full (the eBPF
+//! `wakeup_flags`); otherwise it polls every [`POLL_INTERVAL`], so a busy target
+//! costs one wakeup per batch of hundreds or thousands of events, not one every few
+//! events (the kernel's default wakes an idle consumer for every record; at real-time
+//! priority that meant a context switch per handful of events). The drain
+//! thread runs at real-time priority (SCHED_FIFO 1) where permitted, else at nice
+//! -20, so a target that keeps every CPU busy cannot starve it.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::hash::{BuildHasherDefault, Hasher};
+use std::path::PathBuf;
+use std::process::ExitStatus;
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, Context, Result};
+use aya::maps::{MapData, RingBuf};
+use ordo_probe_common::{kind, RawEvent};
+use ordo_trace::schema::{Footer, ModuleRecord, ThreadRecord};
+use ordo_trace::symbolize::modules_of_process;
+use ordo_trace::{Event, Kind, LogicalIdAssigner, TraceWriter};
+use tokio::io::unix::AsyncFd;
+use tokio::sync::{mpsc, oneshot};
+
+use super::attach::Probes;
+use super::{monotonic_ns, RecordSummary};
+
+/// Events per chunk before it is handed to the writer.
+const CHUNK_EVENTS: usize = 65536;
+/// Chunks waiting for the writer before the drain waits for it.
+const CHUNKS_IN_FLIGHT: usize = 8;
+/// How often the drain empties the ring buffer while events keep coming.
+const POLL_INTERVAL: Duration = Duration::from_millis(10);
+/// Longest time events wait in memory before being written.
+pub(super) const FLUSH_INTERVAL: Duration = Duration::from_millis(100);
+
+/// Thread ids hash to themselves: they are already well spread, and the set is
+/// consulted for every event.
+#[derive(Default)]
+struct TidHasher(u64);
+
+impl Hasher for TidHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 << 8) | b as u64;
+        }
+    }
+    fn write_u32(&mut self, n: u32) {
+        self.0 = (n as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
+
+type TidSet = HashSet<u32, BuildHasherDefault<TidHasher>>;
+
+/// Address ranges of the modules already described in the trace, for the one
+/// question asked per event: is this site in a known module?
+#[derive(Default)]
+struct KnownRanges {
+    /// Sorted, non-overlapping `[start, end)` ranges.
+    ranges: Vec<(u64, u64)>,
+    /// The range the last lookup hit: consecutive events mostly share a module.
+    last: (u64, u64),
+}
+
+impl KnownRanges {
+    fn rebuild(&mut self, modules: &[ModuleRecord]) {
+        self.ranges = modules
+            .iter()
+            .flat_map(|m| m.mappings.iter().map(|map| (map.start, map.end)))
+            .collect();
+        self.ranges.sort_unstable();
+    }
+
+    fn contains(&mut self, site: u64) -> bool {
+        if (self.last.0..self.last.1).contains(&site) {
+            return true;
+        }
+        let i = self.ranges.partition_point(|r| r.0 <= site);
+        match i.checked_sub(1).map(|i| self.ranges[i]) {
+            Some(range) if site < range.1 => {
+                self.last = range;
+                true
+            }
+            _ => false,
+        }
+    }
+}
+
+/// One chunk on its way to the writer thread.
+struct Chunk {
+    events: Vec<Event>,
+    threads: Vec<ThreadRecord>,
+    modules: Vec<ModuleRecord>,
+    dropped: u64,
+}
+
+/// The writer thread: encodes and compresses chunks into the trace file.
+struct ChunkWriter {
+    chunks: SyncSender<Chunk>,
+    /// Emptied event buffers coming back for reuse.
+    spare: Receiver<Vec<Event>>,
+    thread: JoinHandle<Result<TraceWriter>>,
+}
+
+impl ChunkWriter {
+    fn start(mut writer: TraceWriter, output: PathBuf) -> Result<ChunkWriter> {
+        let (chunks, incoming) = sync_channel::<Chunk>(CHUNKS_IN_FLIGHT);
+        let (give_back, spare) = sync_channel(CHUNKS_IN_FLIGHT + 1);
+        let thread = std::thread::Builder::new()
+            .name("ordo-writer".into())
+            .spawn(move || -> Result<TraceWriter> {
+                for mut chunk in incoming {
+                    writer
+                        .write_chunk(&chunk.events, &chunk.threads, &chunk.modules, chunk.dropped)
+                        .with_context(|| format!("write {}", output.display()))?;
+                    chunk.events.clear();
+                    let _ = give_back.try_send(chunk.events);
+                }
+                Ok(writer)
+            })?;
+        Ok(ChunkWriter {
+            chunks,
+            spare,
+            thread,
+        })
+    }
+
+    /// Queues a chunk; an error means the writer failed (its error comes at finish).
+    fn send(&self, chunk: Chunk) -> bool {
+        self.chunks.send(chunk).is_ok()
+    }
+
+    fn empty_buffer(&self) -> Vec<Event> {
+        self.spare
+            .try_recv()
+            .unwrap_or_else(|_| Vec::with_capacity(CHUNK_EVENTS))
+    }
+
+    fn finish(self) -> Result<TraceWriter> {
+        drop(self.chunks);
+        self.thread
+            .join()
+            .map_err(|_| anyhow!("the trace writer thread panicked"))?
+    }
+}
+
+/// Everything the drain keeps between chunks: turns raw records into trace events
+/// and tracks the threads and modules the trace must describe.
+pub(crate) struct DrainState {
+    pub(crate) pid: u32,
+    writer: Option<ChunkWriter>,
+    output: PathBuf,
+    pending: Vec<Event>,
+    ids: LogicalIdAssigner,
+    names: HashMap<u32, String>,
+    seen: TidSet,
+    last_tid: u32,
+    written_threads: HashMap<u32, ThreadRecord>,
+    modules: Vec<ModuleRecord>,
+    modules_written: usize,
+    known: KnownRanges,
+    last_module_scan: Option<Instant>,
+    by_kind: [u64; kind::COUNT as usize],
+    unknown_kinds: u64,
+    started: Instant,
+    /// How long attaching took (reported in the summary).
+    pub(crate) attach_time: Duration,
+}
+
+impl DrainState {
+    /// A drain of process `pid`'s events into `writer` (the file `output`).
+    pub(crate) fn new(pid: u32, writer: TraceWriter, output: PathBuf) -> Result<DrainState> {
+        let writer = ChunkWriter::start(writer, output.clone())?;
+        let mut seen = TidSet::default();
+        seen.insert(pid);
+        Ok(DrainState {
+            pid,
+            pending: writer.empty_buffer(),
+            writer: Some(writer),
+            output,
+            ids: LogicalIdAssigner::new(pid),
+            names: HashMap::new(),
+            seen,
+            last_tid: pid,
+            written_threads: HashMap::new(),
+            modules: Vec::new(),
+            modules_written: 0,
+            known: KnownRanges::default(),
+            last_module_scan: None,
+            by_kind: [0; kind::COUNT as usize],
+            unknown_kinds: 0,
+            started: Instant::now(),
+            attach_time: Duration::ZERO,
+        })
+    }
+
+    /// Threads that existed before attaching get ids in tid order.
+    pub(crate) fn adopt_existing_threads(&mut self) {
+        let mut tids: Vec<u32> = std::fs::read_dir(format!("/proc/{}/task", self.pid))
+            .map(|d| {
+                d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+                    .collect()
+            })
+            .unwrap_or_default();
+        tids.sort_unstable();
+        for tid in tids {
+            if tid != self.pid {
+                self.ids.adopt(tid);
+            }
+            self.seen.insert(tid);
+            if let Ok(name) = std::fs::read_to_string(format!("/proc/{}/task/{tid}/comm", self.pid))
+            {
+                self.names.insert(tid, name.trim().to_string());
+            }
+        }
+    }
+
+    /// Takes one probe record into the current chunk.
+    pub(crate) fn take(&mut self, raw: &RawEvent) {
+        let Some(event) = Event::from_raw(raw) else {
+            self.unknown_kinds += 1;
+            return;
+        };
+        if let Some(n) = self.by_kind.get_mut(raw.kind as usize) {
+            *n += 1;
+        }
+        if event.tid != self.last_tid {
+            self.last_tid = event.tid;
+            self.seen.insert(event.tid);
+        }
+        match raw.kind {
+            kind::THREAD_CREATE => {
+                if let Some(child) = event.child_tid() {
+                    self.ids.created(event.tid, child);
+                    self.seen.insert(child);
+                }
+            }
+            kind::THREAD_START | kind::THREAD_EXIT => {
+                let name = comm(&raw.name);
+                if !name.is_empty() {
+                    self.names.insert(event.tid, name);
+                }
+            }
+            _ => {}
+        }
+        if self.modules.is_empty() || (event.site != 0 && !self.known.contains(event.site)) {
+            self.scan_modules();
+        }
+        self.pending.push(event);
+    }
+
+    /// Whether the current chunk is full.
+    pub(crate) fn chunk_full(&self) -> bool {
+        self.pending.len() >= CHUNK_EVENTS
+    }
+
+    /// Re-reads the target's mappings (rate-limited: a site in a module unloaded
+    /// since would otherwise trigger a scan per event).
+    fn scan_modules(&mut self) {
+        if self
+            .last_module_scan
+            .is_some_and(|t| t.elapsed() < Duration::from_millis(200))
+        {
+            return;
+        }
+        self.last_module_scan = Some(Instant::now());
+        self.add_modules(modules_of_process(self.pid));
+    }
+
+    /// Reads the target's modules now if none are known yet (the in-process drain
+    /// holds events back, and a short program may be gone by the time they reach
+    /// [`DrainState::take`]).
+    pub(crate) fn ensure_modules(&mut self) {
+        if self.modules.is_empty() {
+            self.scan_modules();
+        }
+    }
+
+    /// Whether the target's modules have been read at least once.
+    pub(crate) fn has_modules(&self) -> bool {
+        !self.modules.is_empty()
+    }
+
+    /// Merges a snapshot of the target's modules (from a scan here or one taken by
+    /// the session right after `exec`, before a short program can exit and take its
+    /// mappings with it).
+    pub(crate) fn add_modules(&mut self, snapshot: Vec<ModuleRecord>) {
+        for module in snapshot {
+            match self.modules.iter_mut().find(|m| m.path == module.path) {
+                Some(known) => {
+                    for map in module.mappings {
+                        if !known.mappings.contains(&map) {
+                            known.mappings.push(map);
+                        }
+                    }
+                }
+                None => self.modules.push(module),
+            }
+        }
+        self.known.rebuild(&self.modules);
+    }
+
+    fn thread_records(&mut self, finishing: bool) -> Vec<ThreadRecord> {
+        let mut out = Vec::new();
+        let mut tids: Vec<u32> = self.seen.iter().copied().collect();
+        tids.sort_unstable();
+        for tid in tids {
+            let logical = match self.ids.get(tid) {
+                Some(id) => id.clone(),
+                // A thread whose creation was not seen (yet): only at the end is it
+                // adopted, so a late thread_create still gives it its real id.
+                None if finishing => self.ids.adopt(tid),
+                None => continue,
+            };
+            let record = ThreadRecord {
+                tid,
+                logical: logical.0,
+                name: self.names.get(&tid).cloned().unwrap_or_default(),
+                parent_tid: self.ids.parent(tid).unwrap_or(0),
+            };
+            if self.written_threads.get(&tid) != Some(&record) {
+                self.written_threads.insert(tid, record.clone());
+                out.push(record);
+            }
+        }
+        out
+    }
+
+    /// Hands the current chunk (with new thread and module records) to the writer.
+    pub(crate) fn flush(&mut self, dropped: u64, finishing: bool) -> Result<()> {
+        let threads = self.thread_records(finishing);
+        // Modules change rarely: a module record is written whole when first seen,
+        // and again if it gained mappings (dlopen of more segments).
+        let modules: Vec<ModuleRecord> = self.modules[self.modules_written..].to_vec();
+        if self.pending.is_empty() && threads.is_empty() && modules.is_empty() {
+            return Ok(());
+        }
+        let writer = self.writer.as_ref().expect("not finished");
+        let events = std::mem::replace(&mut self.pending, writer.empty_buffer());
+        let sent = writer.send(Chunk {
+            events,
+            threads,
+            modules,
+            dropped,
+        });
+        if !sent {
+            // The writer stopped on an error: finishing it returns that error.
+            self.writer.take().expect("not finished").finish()?;
+            return Err(anyhow!("the trace writer stopped"));
+        }
+        self.modules_written = self.modules.len();
+        Ok(())
+    }
+
+    /// Writes the last chunk and the footer (with the target's exit status if it
+    /// exited) and returns the totals.
+    pub(crate) fn finish(
+        mut self,
+        dropped: u64,
+        exit: Option<ExitStatus>,
+    ) -> Result<RecordSummary> {
+        use std::os::unix::process::ExitStatusExt;
+        self.last_module_scan = None;
+        if self.modules.is_empty() {
+            self.scan_modules();
+        }
+        self.flush(dropped, true)?;
+        let writer = self.writer.take().expect("finished once").finish()?;
+        let footer = Footer {
+            dropped,
+            end_monotonic_ns: monotonic_ns(),
+            exit_code: exit.and_then(|s| s.code()),
+            exit_signal: exit.and_then(|s| s.signal()),
+            unknown_kinds: self.unknown_kinds,
+            ..Default::default()
+        };
+        let events = writer.events_written();
+        let bytes = writer
+            .finish(footer)
+            .with_context(|| format!("finish {}", self.output.display()))?;
+        let by_kind: BTreeMap<&'static str, u64> = self
+            .by_kind
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| **n > 0)
+            .filter_map(|(code, n)| Some((Kind::from_code(code as u16)?.name(), *n)))
+            .collect();
+        Ok(RecordSummary {
+            output: self.output,
+            events,
+            dropped,
+            by_kind,
+            threads: self.written_threads.len(),
+            bytes,
+            duration: self.started.elapsed(),
+            exit,
+            attach_time: self.attach_time,
+            notes: Vec::new(),
+        })
+    }
+}
+
+fn comm(name: &[u8; 16]) -> String {
+    let end = name.iter().position(|&b| b == 0).unwrap_or(16);
+    String::from_utf8_lossy(&name[..end]).into_owned()
+}
+
+/// Raises the calling thread's scheduling priority so the target cannot starve it;
+/// says what it got.
+fn raise_priority() -> &'static str {
+    // SAFETY: plain syscalls on the calling thread with a valid sched_param.
+    unsafe {
+        let param = libc::sched_param { sched_priority: 1 };
+        if libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) == 0 {
+            return "SCHED_FIFO 1";
+        }
+        let tid = libc::gettid();
+        if libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, -20) == 0 {
+            return "nice -20";
+        }
+    }
+    "normal"
+}
+
+/// The drain thread's body: drains `ring` until `stop` says the recording ends,
+/// then switches the probes off, takes what is left, finishes the trace and hands
+/// the detach off.
+pub(super) async fn drain(
+    mut probes: Probes,
+    ring: RingBuf<MapData>,
+    mut state: DrainState,
+    mut stop: oneshot::Receiver<Option<ExitStatus>>,
+    mut snapshots: mpsc::UnboundedReceiver<Vec<ModuleRecord>>,
+) -> Result<RecordSummary> {
+    raise_priority();
+    // SAFETY: the ring buffer owns its fd and outlives the registration (both are
+    // dropped together at the end of this function).
+    let mut ring =
+        unsafe { AsyncFd::register(ring) }.map_err(|e| anyhow!("poll the ring buffer: {e}"))?;
+    let mut ticker = tokio::time::interval(POLL_INTERVAL);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut last_flush = Instant::now();
+    let mut waking_each = true;
+    let exit = loop {
+        if waking_each && state.has_modules() {
+            probes.stop_waking_each();
+            waking_each = false;
+        }
+        tokio::select! {
+            guard = ring.readable_mut() => {
+                let mut guard = guard.context("poll the ring buffer")?;
+                drain_ready(guard.get_inner_mut(), &mut state, &probes)?;
+                guard.clear_ready();
+            }
+            _ = ticker.tick() => {
+                drain_ready(ring.get_mut(), &mut state, &probes)?;
+                if last_flush.elapsed() >= FLUSH_INTERVAL {
+                    state.flush(probes.drops(), false)?;
+                    last_flush = Instant::now();
+                }
+            }
+            Some(snapshot) = snapshots.recv() => state.add_modules(snapshot),
+            exit = &mut stop => break exit.unwrap_or(None),
+        }
+    };
+    while let Ok(snapshot) = snapshots.try_recv() {
+        state.add_modules(snapshot);
+    }
+    // A live target stops paying for the programs' work now, before the detach.
+    probes.disable();
+    // Events already in the ring buffer belong to the run: take them all.
+    drain_ready(ring.get_mut(), &mut state, &probes)?;
+    let dropped = probes.drops();
+    drop(ring);
+    let summary = state.finish(dropped, exit);
+    let handoff = super::detach::hand_off();
+    drop(probes);
+    drop(handoff);
+    summary
+}
+
+/// Takes every record the ring buffer holds, handing a chunk to the writer whenever
+/// one fills up.
+fn drain_ready(ring: &mut RingBuf<MapData>, state: &mut DrainState, probes: &Probes) -> Result<()> {
+    loop {
+        while let Some(item) = ring.next() {
+            if item.len() < std::mem::size_of::<RawEvent>() {
+                continue;
+            }
+            // SAFETY: the probes write whole RawEvent records; read_unaligned copes
+            // with the ring buffer's 8-byte record alignment.
+            let raw: RawEvent = unsafe { std::ptr::read_unaligned(item.as_ptr().cast()) };
+            drop(item);
+            state.take(&raw);
+            if state.chunk_full() {
+                break;
+            }
+        }
+        if !state.chunk_full() {
+            return Ok(());
+        }
+        state.flush(probes.drops(), false)?;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn known_ranges_find_sites_in_any_mapping() {
+        use ordo_trace::schema::Mapping;
+        let module = |path: &str, ranges: &[(u64, u64)]| ModuleRecord {
+            path: path.into(),
+            build_id: String::new(),
+            mappings: ranges
+                .iter()
+                .map(|&(start, end)| Mapping {
+                    start,
+                    end,
+                    file_offset: 0,
+                })
+                .collect(),
+        };
+        let mut known = KnownRanges::default();
+        known.rebuild(&[
+            module("/b", &[(0x5000, 0x6000)]),
+            module("/a", &[(0x1000, 0x2000), (0x3000, 0x4000)]),
+        ]);
+        for (site, inside) in [
+            (0x0fff, false),
+            (0x1000, true),
+            (0x1fff, true),
+            (0x2000, false),
+            (0x3800, true),
+            (0x3800, true),
+            (0x5000, true),
+            (0x6000, false),
+            (0, false),
+            (u64::MAX, false),
+        ] {
+            assert_eq!(known.contains(site), inside, "{site:#x}");
+        }
+    }
+}

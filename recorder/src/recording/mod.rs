@@ -1,0 +1,344 @@
+//! A recording session: load the probes, attach them to one process, drain the ring
+//! buffer into a trace file until told to stop, detach.
+//!
+//! - `attach`: loading the programs and attaching every probe, switched off until
+//!   all are in place (atomic attach); `multi_uprobe` attaches all uprobe sites of a
+//!   file with one link, so detaching costs one RCU grace period per link.
+//! - `drain`: the drain thread (ring buffer → [`DrainState`] → writer thread).
+//! - `detach`: handing the slow final close of the probes to a grandchild.
+//!
+//! The drain runs on its own thread with a single-threaded tokio runtime: the ring
+//! buffer's fd is registered with `AsyncFd`, and a timer flushes a chunk at least
+//! every 100 ms so a crash loses little.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::ExitStatus;
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Context, Result};
+use ordo_probe_common::WatchSite;
+use ordo_trace::schema::Header;
+use ordo_trace::schema::ModuleRecord;
+use ordo_trace::symbolize::modules_of_process;
+use ordo_trace::TraceWriter;
+use tokio::sync::{mpsc, oneshot};
+
+mod attach;
+mod detach;
+mod drain;
+mod inproc_drain;
+mod multi_uprobe;
+
+pub(crate) use drain::DrainState;
+
+/// Default ring buffer size.
+pub const DEFAULT_BUFFER_SIZE: usize = 16 << 20;
+/// What to record and where.
+#[derive(Clone, Debug)]
+pub struct RecordOptions {
+    /// The trace file to write.
+    pub output: PathBuf,
+    /// Ring buffer size in bytes (a power of two, at least one page).
+    pub buffer_size: usize,
+    /// The command line, for the trace header.
+    pub command: Vec<String>,
+    /// True when attaching to a process that was already running.
+    pub attached: bool,
+    /// Instruction sites of watched variables: the module file, the instruction's
+    /// file offset, and the site description with link-time addresses.
+    pub watch_sites: Vec<(PathBuf, u64, WatchSite)>,
+    /// Hardware-watched runtime addresses and their sizes (1, 2, 4 or 8).
+    pub hw_watches: Vec<(u64, u8)>,
+    /// Record the pthread API in process, through the preloaded agent writing into
+    /// this mapping (the launched program must have it and `ORDO_RECORD_FD`); the
+    /// pthread uprobes are then not attached. `None`: everything by eBPF.
+    pub inproc: Option<std::sync::Arc<crate::inproc::InprocMapping>>,
+}
+
+impl RecordOptions {
+    /// Options with no watches.
+    pub fn new(
+        output: PathBuf,
+        buffer_size: usize,
+        command: Vec<String>,
+        attached: bool,
+    ) -> RecordOptions {
+        RecordOptions {
+            output,
+            buffer_size,
+            command,
+            attached,
+            watch_sites: Vec::new(),
+            hw_watches: Vec::new(),
+            inproc: None,
+        }
+    }
+}
+
+/// x86 has four debug registers.
+pub const MAX_HW_WATCHES: usize = 4;
+
+/// Totals of a finished recording.
+#[derive(Clone, Debug, Default)]
+pub struct RecordSummary {
+    /// The trace file.
+    pub output: PathBuf,
+    /// Events written.
+    pub events: u64,
+    /// Events lost because the ring buffer was full.
+    pub dropped: u64,
+    /// Events by kind name.
+    pub by_kind: BTreeMap<&'static str, u64>,
+    /// Threads seen.
+    pub threads: usize,
+    /// Trace size in bytes.
+    pub bytes: u64,
+    /// Wall time recorded.
+    pub duration: Duration,
+    /// How the launched program ended (None when attached, or not waited for).
+    pub exit: Option<ExitStatus>,
+    /// Time from starting to load the probes until recording was switched on.
+    pub attach_time: Duration,
+    /// Lines worth saying after the totals (e.g. what the in-process path did not follow).
+    pub notes: Vec<String>,
+}
+
+impl RecordSummary {
+    /// The human summary printed after `ordo record`.
+    pub fn render(&self) -> String {
+        let mut s = format!(
+            "ordo: recorded {} events from {} threads in {:.2} s into {} ({}), {} dropped\n",
+            self.events,
+            self.threads,
+            self.duration.as_secs_f64(),
+            self.output.display(),
+            human_bytes(self.bytes),
+            self.dropped,
+        );
+        s.push_str(&format!(
+            "ordo: probes attached in {:.0} ms\n",
+            self.attach_time.as_secs_f64() * 1e3
+        ));
+        if self.dropped > 0 {
+            s.push_str("ordo: WARNING: the ring buffer overflowed; raise --buffer-size. Lost events are marked in the trace.\n");
+        }
+        let mut line = String::from("ordo:  ");
+        for (kind, n) in &self.by_kind {
+            let item = format!(" {kind} {n}");
+            if line.len() + item.len() > 100 {
+                s.push_str(&line);
+                s.push('\n');
+                line = String::from("ordo:  ");
+            }
+            line.push_str(&item);
+        }
+        if line.len() > 7 {
+            s.push_str(&line);
+            s.push('\n');
+        }
+        for note in &self.notes {
+            s.push_str("ordo: ");
+            s.push_str(note);
+            s.push('\n');
+        }
+        if let Some(sig) = self.exit.and_then(|e| {
+            use std::os::unix::process::ExitStatusExt;
+            e.signal()
+        }) {
+            s.push_str(&format!(
+                "ordo: the program was killed by signal {sig} ({})\n",
+                signal_name(sig)
+            ));
+        }
+        s
+    }
+}
+
+fn human_bytes(n: u64) -> String {
+    match n {
+        n if n >= 1 << 20 => format!("{:.1} MiB", n as f64 / (1u64 << 20) as f64),
+        n if n >= 1 << 10 => format!("{:.1} KiB", n as f64 / 1024.0),
+        n => format!("{n} B"),
+    }
+}
+
+/// Checks that this process may load eBPF programs, with a one-line reason if not.
+pub fn check_privileges() -> Result<()> {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let cap_eff = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        .unwrap_or(0);
+    const CAP_SYS_ADMIN: u64 = 1 << 21;
+    const CAP_PERFMON: u64 = 1 << 38;
+    const CAP_BPF: u64 = 1 << 39;
+    if cap_eff & CAP_SYS_ADMIN != 0 || (cap_eff & CAP_BPF != 0 && cap_eff & CAP_PERFMON != 0) {
+        return Ok(());
+    }
+    bail!("recording needs root, or the CAP_BPF and CAP_PERFMON capabilities, to load eBPF programs and attach uprobes")
+}
+
+/// Parses a buffer size like `16M`, `512K` or `1048576`.
+pub fn parse_buffer_size(text: &str) -> Result<usize, String> {
+    let t = text.trim();
+    let (digits, mult) = match t.char_indices().last() {
+        Some((i, 'K' | 'k')) => (&t[..i], 1usize << 10),
+        Some((i, 'M' | 'm')) => (&t[..i], 1 << 20),
+        Some((i, 'G' | 'g')) => (&t[..i], 1 << 30),
+        _ => (t, 1),
+    };
+    let n: usize = digits
+        .parse()
+        .map_err(|_| format!("`{text}` is not a size (e.g. 16M, 512K, 1048576)"))?;
+    let size = n
+        .checked_mul(mult)
+        .ok_or_else(|| format!("`{text}` is too large"))?;
+    if size < 4096 || !size.is_power_of_two() || size > 1 << 30 {
+        return Err(format!(
+            "`{text}`: the ring buffer size must be a power of two between 4K and 1G"
+        ));
+    }
+    Ok(size)
+}
+
+/// A recording in progress.
+pub struct Recording {
+    stop: Option<oneshot::Sender<Option<ExitStatus>>>,
+    drain: Option<std::thread::JoinHandle<Result<RecordSummary>>>,
+    notes: Vec<String>,
+    pid: u32,
+    snapshots: mpsc::UnboundedSender<Vec<ModuleRecord>>,
+}
+
+impl Recording {
+    /// Loads the probes, attaches them to `pid`'s threads (current and future),
+    /// switches them on once all are attached, and starts draining events into
+    /// `options.output`.
+    pub fn start(pid: u32, options: &RecordOptions) -> Result<Recording> {
+        check_privileges()?;
+        let attaching = std::time::Instant::now();
+        let mut probes = attach::Probes::attach(pid, options)?;
+        let header = Header {
+            command: options.command.clone(),
+            pid,
+            start_unix_ns: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos() as u64)
+                .unwrap_or(0),
+            start_monotonic_ns: monotonic_ns(),
+            kernel_release: kernel_release(),
+            ordo_version: env!("CARGO_PKG_VERSION").to_string(),
+            attached: options.attached,
+            buffer_size: options.buffer_size as u64,
+            ..Default::default()
+        };
+        let writer = TraceWriter::create(&options.output, &header)
+            .with_context(|| format!("create {}", options.output.display()))?;
+        let ring = probes.take_ring()?;
+        let mut state = DrainState::new(pid, writer, options.output.clone())?;
+        if options.attached {
+            state.adopt_existing_threads();
+        }
+        let notes = probes.fallback_note.take().into_iter().collect();
+        // Last: no event is recorded before every probe is attached.
+        probes.enable()?;
+        state.attach_time = attaching.elapsed();
+        let (stop_tx, stop_rx) = oneshot::channel();
+        let (snapshots, snapshots_rx) = mpsc::unbounded_channel();
+        let inproc = options.inproc.clone();
+        let drain = std::thread::Builder::new()
+            .name("ordo-drain".into())
+            .spawn(move || -> Result<RecordSummary> {
+                if let Some(mapping) = inproc {
+                    return inproc_drain::drain(probes, ring, state, stop_rx, snapshots_rx, mapping);
+                }
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()?;
+                runtime.block_on(drain::drain(probes, ring, state, stop_rx, snapshots_rx))
+            })?;
+        Ok(Recording {
+            stop: Some(stop_tx),
+            drain: Some(drain),
+            notes,
+            pid,
+            snapshots,
+        })
+    }
+
+    /// Reads the target's loaded modules now and hands them to the trace. A launched
+    /// program's modules are otherwise read when the drain meets their first event,
+    /// which can be after a short program has exited and its mappings are gone.
+    pub fn snapshot_modules(&self) {
+        let modules = modules_of_process(self.pid);
+        if !modules.is_empty() {
+            let _ = self.snapshots.send(modules);
+        }
+    }
+
+    /// Things the user should know about how the probes were attached.
+    pub fn notes(&self) -> &[String] {
+        &self.notes
+    }
+
+    /// Stops recording: switches the probes off, drains what is left, writes the
+    /// footer (with the target's exit status if it exited), hands the detach off.
+    pub fn finish(mut self, exit: Option<ExitStatus>) -> Result<RecordSummary> {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(exit);
+        }
+        self.drain
+            .take()
+            .expect("finished once")
+            .join()
+            .map_err(|_| anyhow!("the drain thread panicked"))?
+    }
+}
+
+impl Drop for Recording {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(None);
+        }
+        if let Some(drain) = self.drain.take() {
+            let _ = drain.join();
+        }
+    }
+}
+
+/// The name of a signal number, for messages.
+pub fn signal_name(sig: i32) -> &'static str {
+    match sig {
+        libc::SIGHUP => "SIGHUP",
+        libc::SIGINT => "SIGINT",
+        libc::SIGQUIT => "SIGQUIT",
+        libc::SIGILL => "SIGILL",
+        libc::SIGABRT => "SIGABRT",
+        libc::SIGBUS => "SIGBUS",
+        libc::SIGFPE => "SIGFPE",
+        libc::SIGKILL => "SIGKILL",
+        libc::SIGSEGV => "SIGSEGV",
+        libc::SIGPIPE => "SIGPIPE",
+        libc::SIGALRM => "SIGALRM",
+        libc::SIGTERM => "SIGTERM",
+        _ => "signal",
+    }
+}
+
+pub(crate) fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: valid timespec pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+fn kernel_release() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+}

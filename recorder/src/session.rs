@@ -1,0 +1,332 @@
+//! `ordo record` end to end: launch a program (or attach to a running one), record
+//! it, stop on its exit, a signal or a deadline, and finish the trace.
+//!
+//! Signals: SIGINT, SIGTERM and SIGHUP to the recorder finish the trace instead of
+//! killing the recorder. When launching, the first one is forwarded to the program
+//! (unless it came from the terminal, which already sent it to the program's whole
+//! process group) and the recording ends when the program exits; a second one kills
+//! the program with SIGKILL and the recording ends at once: the program was started
+//! by, and is recorded for, this command, and leaving it running unrecorded behind a
+//! finished trace would surprise more than stopping it. When attached (`--pid`), a
+//! signal stops the recording and detaches; the target keeps running.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::ExitStatus;
+use std::sync::atomic::{AtomicI32, AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+
+use crate::{launch, watching, RecordOptions, RecordSummary, Recording};
+
+/// What `ordo record` was asked to do.
+#[derive(Clone, Debug, Default)]
+pub struct SessionOptions {
+    /// Trace file (default: PROGRAM.ordo, or pid-PID.ordo when attaching).
+    pub output: Option<PathBuf>,
+    /// Ring buffer size in bytes.
+    pub buffer_size: usize,
+    /// `--watch` specs.
+    pub watch: Vec<String>,
+    /// `--watch-hw` specs.
+    pub watch_hw: Vec<String>,
+    /// Extra environment for a launched program.
+    pub env: Vec<(OsString, OsString)>,
+    /// When attached: stop after this long.
+    pub duration: Option<Duration>,
+    /// Where a launched program's pthread API is recorded.
+    pub probes: ProbeChoice,
+    /// Say which path records what, and what it cannot see.
+    pub verbose: bool,
+}
+
+/// Where the pthread API is recorded (`ordo record --probes`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ProbeChoice {
+    /// In process for dynamically linked, not setuid launched programs; eBPF
+    /// otherwise (and always when attaching).
+    #[default]
+    Auto,
+    /// In process, through the preloaded agent (falls back to eBPF where it cannot).
+    Inproc,
+    /// eBPF uprobes on libc.
+    Ebpf,
+}
+
+/// Whether a launched `program` is recorded in process, saying why not when it was
+/// asked for and cannot be.
+fn use_inproc(choice: ProbeChoice, program: &Path, say: &mut dyn FnMut(&str)) -> bool {
+    if choice == ProbeChoice::Ebpf {
+        return false;
+    }
+    if !launch::is_dynamic(program) {
+        if choice == ProbeChoice::Inproc {
+            say("ordo: --probes inproc: the program is statically linked, the agent cannot be preloaded: recording with eBPF");
+        }
+        return false;
+    }
+    if launch::is_setuid(program) {
+        say(&format!("ordo: {} is setuid/setgid: the loader ignores LD_PRELOAD for it: recording with eBPF", program.display()));
+        return false;
+    }
+    true
+}
+
+/// What `-v` says about the recording path.
+fn verbose_note(inproc: bool) -> &'static str {
+    if inproc {
+        "ordo: recording in process: a preloaded agent records the pthread, semaphore, condvar, rwlock, barrier, create/join calls and futex calls through libc's syscall(); eBPF records thread start/exit, clone and watches.\n\
+         ordo: not seen in process: glibc-internal locks (e.g. the dynamic loader's lock inside pthread_create and dlopen), pthread calls from statically linked code or through pointers resolved before the agent loaded, futex calls made with a raw syscall instruction, child processes, and anything after an exec (use --probes ebpf)."
+    } else {
+        "ordo: recording with eBPF: uprobes on libc's pthread API (each call traps into the kernel), raw tracepoints for futex, clone and exit."
+    }
+}
+
+/// How a recording session ended.
+pub struct SessionEnd {
+    /// The recording's totals.
+    pub summary: RecordSummary,
+    /// The exit code `ordo record` should return: the program's own (128 + signal
+    /// when killed), 0 when attached.
+    pub exit_code: u8,
+}
+
+/// Signals received (SIGINT, SIGTERM, SIGHUP), the program to forward them to, and
+/// a signal that arrived before the program ran.
+static SIGNALS: AtomicU32 = AtomicU32::new(0);
+static CHILD: AtomicI32 = AtomicI32::new(0);
+static EARLY_SIGNAL: AtomicI32 = AtomicI32::new(0);
+
+/// `si_code` of signals raised by the kernel (a terminal's Ctrl-C or hangup).
+const SI_KERNEL: i32 = 0x80;
+
+extern "C" fn on_signal(sig: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
+    let first = SIGNALS.fetch_add(1, Ordering::SeqCst) == 0;
+    let child = CHILD.load(Ordering::SeqCst);
+    if child <= 0 {
+        if first {
+            EARLY_SIGNAL.store(sig, Ordering::SeqCst);
+        }
+        return;
+    }
+    // SAFETY: the kernel passes a valid siginfo to an SA_SIGINFO handler.
+    let from_terminal = !info.is_null() && unsafe { (*info).si_code } == SI_KERNEL;
+    // SAFETY: kill is async-signal-safe.
+    unsafe {
+        if !first {
+            libc::kill(child, libc::SIGKILL);
+        } else if !from_terminal {
+            libc::kill(child, sig);
+        }
+    }
+}
+
+/// Makes SIGINT, SIGTERM and SIGHUP finish the recording (see the module doc).
+fn install_signal_handlers() {
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        // SAFETY: the handler only touches atomics and calls kill.
+        unsafe {
+            let mut action: libc::sigaction = std::mem::zeroed();
+            action.sa_sigaction = on_signal as *const () as usize;
+            action.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+            libc::sigemptyset(&mut action.sa_mask);
+            libc::sigaction(sig, &action, std::ptr::null_mut());
+        }
+    }
+}
+
+/// Launches `command` under recording until it exits. `say` prints notes for the user.
+pub fn record_launched(
+    command: &[String],
+    options: &SessionOptions,
+    say: &mut dyn FnMut(&str),
+) -> Result<SessionEnd> {
+    let program = launch::find_program(&command[0])?;
+    if !launch::is_dynamic(&program) {
+        say(&format!("ordo: warning: {} is statically linked: its pthread calls cannot be probed; only futex and thread events are recorded", program.display()));
+    }
+    let output = options.output.clone().unwrap_or_else(|| {
+        let base = program
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "trace".into());
+        PathBuf::from(format!("{base}.ordo"))
+    });
+    let mut record = RecordOptions::new(output, options.buffer_size, command.to_vec(), false);
+    // Hardware watchpoints need runtime addresses before the program starts: run a
+    // position-independent program without ASLR, so its load address is known.
+    let pie = watching::is_pie(&program);
+    let main_binary = std::fs::canonicalize(&program).unwrap_or(program.clone());
+    let bias = |module: &Path| -> Option<u64> {
+        (std::fs::canonicalize(module).ok()? == main_binary).then_some(if pie {
+            launch::NO_ASLR_PIE_BASE
+        } else {
+            0
+        })
+    };
+    let libs = launch::needed_libraries(&program);
+    plan_watches(&mut record, options, &program, &libs, &bias, say)?;
+    let no_aslr = !record.hw_watches.is_empty();
+    let inproc = use_inproc(options.probes, &program, say);
+    if options.verbose {
+        say(verbose_note(inproc));
+    }
+    // In process: the agent, preloaded ahead of the user's own LD_PRELOAD, records
+    // into a mapping this process owns; the program inherits its descriptor.
+    let mut env = options.env.clone();
+    let mut agent = None;
+    let mut inherit = Vec::new();
+    if inproc {
+        let mapping = std::sync::Arc::new(crate::inproc::InprocMapping::create()?);
+        let file = ordo_agent::AgentFile::write()?;
+        let user_preload = env
+            .iter()
+            .position(|(k, _)| k == "LD_PRELOAD")
+            .map(|i| env.remove(i).1)
+            .or_else(|| std::env::var_os("LD_PRELOAD"));
+        env.extend(file.preload_env_over(user_preload));
+        env.push(mapping.env());
+        inherit.push(mapping.raw_fd());
+        record.inproc = Some(mapping);
+        agent = Some(file);
+    }
+    install_signal_handlers();
+    let stopped = launch::spawn_stopped_inheriting(command, &env, no_aslr, &inherit)?;
+    let recording = start(stopped.pid(), &record, say)?;
+    let mut child = match stopped.release() {
+        Ok(child) => child,
+        Err(e) => {
+            let _ = recording.finish(None);
+            return Err(e);
+        }
+    };
+    CHILD.store(child.id() as i32, Ordering::SeqCst);
+    snapshot_after_exec(&recording, child.id(), !launch::is_dynamic(&program));
+    let early = EARLY_SIGNAL.swap(0, Ordering::SeqCst);
+    if early != 0 {
+        // Asked to stop while the probes were being attached: pass it on now.
+        // SAFETY: kill on our own child.
+        unsafe { libc::kill(child.id() as i32, early) };
+    }
+    let status = child.wait().context("wait for the program")?;
+    CHILD.store(0, Ordering::SeqCst);
+    let summary = recording.finish(Some(status))?;
+    drop(agent);
+    Ok(SessionEnd {
+        summary,
+        exit_code: exit_code(status),
+    })
+}
+
+/// Hands the trace the launched program's modules as soon as the dynamic loader has
+/// mapped libc (at most [`SNAPSHOT_WAIT`] after `exec`), so even a program that
+/// exits within milliseconds leaves a symbolized trace.
+fn snapshot_after_exec(recording: &Recording, pid: u32, is_static: bool) {
+    let started = std::time::Instant::now();
+    loop {
+        let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
+        if maps.is_empty() {
+            return; // already gone
+        }
+        if is_static || maps.contains("/libc.so.6") || started.elapsed() >= SNAPSHOT_WAIT {
+            recording.snapshot_modules();
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_micros(100));
+    }
+}
+
+/// How long [`snapshot_after_exec`] waits for the loader to map libc.
+const SNAPSHOT_WAIT: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// Records the running process `pid` until it exits, `options.duration` passes or
+/// a signal arrives; the process keeps running.
+pub fn record_attached(
+    pid: u32,
+    options: &SessionOptions,
+    say: &mut dyn FnMut(&str),
+) -> Result<SessionEnd> {
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline"))
+        .with_context(|| format!("--pid {pid}: no such process"))?;
+    let command: Vec<String> = cmdline
+        .split(|&b| b == 0)
+        .filter(|s| !s.is_empty())
+        .map(|s| String::from_utf8_lossy(s).into_owned())
+        .collect();
+    let output = options
+        .output
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(format!("pid-{pid}.ordo")));
+    let mut record = RecordOptions::new(output, options.buffer_size, command, true);
+    let exe = std::fs::read_link(format!("/proc/{pid}/exe"))
+        .with_context(|| format!("--pid {pid}: cannot read its executable"))?;
+    let libs: Vec<PathBuf> = ordo_trace::symbolize::modules_of_process(pid)
+        .into_iter()
+        .map(|m| PathBuf::from(m.path))
+        .filter(|p| *p != exe)
+        .collect();
+    let bias = |module: &Path| watching::load_bias_in(pid, module);
+    plan_watches(&mut record, options, &exe, &libs, &bias, say)?;
+    install_signal_handlers();
+    let recording = start(pid, &record, say)?;
+    let deadline = options.duration.map(|d| Instant::now() + d);
+    say(&format!("ordo: recording pid {pid}; Ctrl-C to stop"));
+    let alive = || Path::new(&format!("/proc/{pid}/task")).exists() && !is_zombie(pid);
+    while SIGNALS.load(Ordering::SeqCst) == 0
+        && deadline.is_none_or(|d| Instant::now() < d)
+        && alive()
+    {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let summary = recording.finish(None)?;
+    Ok(SessionEnd {
+        summary,
+        exit_code: 0,
+    })
+}
+
+fn start(pid: u32, record: &RecordOptions, say: &mut dyn FnMut(&str)) -> Result<Recording> {
+    let recording = Recording::start(pid, record)?;
+    for note in recording.notes() {
+        say(&format!("ordo: note: {note}"));
+    }
+    Ok(recording)
+}
+
+/// Resolves the watches against the program and its libraries into `record`.
+fn plan_watches(
+    record: &mut RecordOptions,
+    options: &SessionOptions,
+    binary: &Path,
+    libs: &[PathBuf],
+    bias: &dyn Fn(&Path) -> Option<u64>,
+    say: &mut dyn FnMut(&str),
+) -> Result<()> {
+    let watches = watching::plan(&options.watch, &options.watch_hw, binary, libs, bias)?;
+    for note in &watches.notes {
+        say(&format!("ordo: {note}"));
+    }
+    record.watch_sites = watches.sites;
+    record.hw_watches = watches.hw;
+    Ok(())
+}
+
+fn exit_code(status: ExitStatus) -> u8 {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => code as u8,
+        (None, Some(sig)) => 128u8.wrapping_add(sig as u8),
+        _ => 1,
+    }
+}
+
+fn is_zombie(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            s.rsplit_once(')')
+                .map(|(_, rest)| rest.trim_start().starts_with('Z'))
+        })
+        .unwrap_or(true)
+}
