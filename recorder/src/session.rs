@@ -67,7 +67,10 @@ fn use_inproc(choice: ProbeChoice, program: &Path, say: &mut dyn FnMut(&str)) ->
         return false;
     }
     if launch::is_setuid(program) {
-        say(&format!("ordo: {} is setuid/setgid: the loader ignores LD_PRELOAD for it: recording with eBPF", program.display()));
+        say(&format!(
+            "ordo: {} is setuid/setgid: the loader ignores LD_PRELOAD for it: recording with eBPF",
+            program.display()
+        ));
         return false;
     }
     true

@@ -252,7 +252,14 @@ impl Recording {
             .name("ordo-drain".into())
             .spawn(move || -> Result<RecordSummary> {
                 if let Some(mapping) = inproc {
-                    return inproc_drain::drain(probes, ring, state, stop_rx, snapshots_rx, mapping);
+                    return inproc_drain::drain(
+                        probes,
+                        ring,
+                        state,
+                        stop_rx,
+                        snapshots_rx,
+                        mapping,
+                    );
                 }
                 let runtime = tokio::runtime::Builder::new_current_thread()
                     .enable_all()
