@@ -887,6 +887,22 @@ fn a_second_signal_ends_the_recording_at_once() {
         .spawn()
         .unwrap();
     let sh = wait_for_child(rec.id(), "sh");
+    // Only once the shell has run its `trap` (the process may still be starting:
+    // loading, the in-process agent's start-up) does it ignore SIGTERM.
+    let ignores_term = || {
+        std::fs::read_to_string(format!("/proc/{sh}/status"))
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find_map(|l| l.strip_prefix("SigIgn:"))
+                    .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+            })
+            .is_some_and(|mask| mask & (1 << (libc::SIGTERM - 1)) != 0)
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !ignores_term() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
     // SAFETY: signalling the recorder we started.
     unsafe { libc::kill(rec.id() as i32, libc::SIGTERM) };
     std::thread::sleep(std::time::Duration::from_millis(300));
