@@ -1326,7 +1326,14 @@ pub fn run_record(args: &[String]) -> Result<()> {
     std::fs::create_dir_all(&results_dir)?;
     let started = Instant::now();
     let mut true_ten = Value::Null;
+    let path = results_dir.join(format!("record-{started_at}.json"));
     for rep in 0..options.reps {
+        if rep > 0 {
+            // The session can end abruptly: keep what is measured so far.
+            let partial = json!({"benchmark": "record", "partial": true, "completed_reps": rep,
+                "samples": samples.iter().map(report::sample_json).collect::<Vec<_>>()});
+            std::fs::write(&path, serde_json::to_string_pretty(&partial)?)?;
+        }
         for workload in &workloads {
             if *workload == "pigz" && bench.pigz_input.is_none() {
                 continue;
@@ -1430,7 +1437,6 @@ pub fn run_record(args: &[String]) -> Result<()> {
         "samples": samples.iter().map(report::sample_json).collect::<Vec<_>>(),
     });
     let text = serde_json::to_string_pretty(&doc)?;
-    let path = results_dir.join(format!("record-{started_at}.json"));
     std::fs::write(&path, &text)?;
     std::fs::write(results_dir.join("record-latest.json"), &text)?;
     println!("results: {}", path.display());
