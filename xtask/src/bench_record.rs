@@ -120,7 +120,7 @@ impl Recorder {
         let micro = matches!(workload, "lock" | "pair" | "pingpong" | "rwlock");
         match self {
             Recorder::Tsan | Recorder::Helgrind => micro,
-            Recorder::Lttng | Recorder::Native => workload != "memcached-attach",
+            Recorder::Lttng => workload != "memcached-attach",
             Recorder::Ordo(Some(p)) if workload == "memcached-attach" => p != "inproc",
             _ => true,
         }
@@ -1139,6 +1139,13 @@ impl Bench {
         match workload {
             "pigz" => self.pigz(recorder, last_rep),
             "memcached" => self.memcached_launch(recorder, last_rep),
+            // Attach mode's baseline is a native launch (used only when the
+            // `memcached` workload, whose native run it shares, is not selected).
+            "memcached-attach" if *recorder == Recorder::Native => {
+                let mut sample = self.memcached_launch(recorder, last_rep)?;
+                sample.workload = workload.into();
+                Ok(sample)
+            }
             "memcached-attach" => self.memcached_attach(recorder),
             _ => self.micro(workload, recorder, last_rep),
         }
@@ -1338,7 +1345,12 @@ pub fn run_record(args: &[String]) -> Result<()> {
             if *workload == "pigz" && bench.pigz_input.is_none() {
                 continue;
             }
+            let shared_baseline =
+                *workload == "memcached-attach" && workloads.contains(&"memcached");
             for recorder in runnable.iter().filter(|r| r.applies(workload)) {
+                if shared_baseline && *recorder == Recorder::Native {
+                    continue;
+                }
                 eprint!(
                     "bench: rep {}/{} {workload:<16} {:<20}",
                     rep + 1,
