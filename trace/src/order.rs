@@ -147,6 +147,14 @@ impl OrderMerger {
         let mut start = 0;
         let mut seeds: Option<FxHashMap<u64, u64>> = None;
         if self.buffered == 0 {
+            // A thread's start can reach the ring buffer before its creator's
+            // create event: the batch's creations are known before anything of it
+            // passes, so such a start waits for its create, as when queued whole.
+            for e in batch {
+                if let Some(child) = e.child_tid() {
+                    self.creates_pending.insert(child);
+                }
+            }
             let in_order = in_order_prefix(batch);
             while start < in_order && self.buffered == 0 {
                 let e = &batch[start];
@@ -515,6 +523,29 @@ mod tests {
                 Kind::ThreadJoin
             ]
         );
+    }
+
+    #[test]
+    fn a_batch_whose_start_precedes_its_create_still_starts_after_it() {
+        let mut create = ev(1, 50, Kind::ThreadCreate, 0x77, 0);
+        create.value = 2;
+        let batch = vec![
+            ev(2, 10, Kind::ThreadStart, 0, 0),
+            ev(1, 20, Kind::MutexLock, 0xa, 0),
+            create,
+            ev(2, 70, Kind::ThreadExit, 0, 0),
+        ];
+        let mut m = OrderMerger::new();
+        let mut kinds = Vec::new();
+        m.push_batch(&batch, |e| kinds.push(e.kind));
+        m.finish();
+        kinds.extend(std::iter::from_fn(|| m.pop()).map(|e| e.kind));
+        let position = |k: Kind| kinds.iter().position(|&x| x == k).unwrap();
+        assert!(
+            position(Kind::ThreadCreate) < position(Kind::ThreadStart),
+            "{kinds:?}"
+        );
+        assert_eq!(kinds.len(), 4);
     }
 
     #[test]
