@@ -3,12 +3,14 @@
 //!
 //! - [`probes`]: the data-driven table of probed libc functions.
 //! - [`inproc`]: the in-process source (the agent's rings) and its merge with eBPF.
+//! - [`empty`]: empty probes, the baseline for measuring a probe site's cost.
 //! - [`launch`]: starting a program held before `exec` until probes are attached.
 //! - [`recording`]: a recording session ([`Recording`]).
 //! - [`session`]: `ordo record` end to end (launch or attach, signals, stopping).
 //! - [`watch`]: choosing the instructions and addresses of watched variables;
 //!   [`watching`] turns `--watch` options into what a recording attaches.
 
+pub mod empty;
 pub mod inproc;
 pub mod launch;
 pub mod probes;

@@ -120,7 +120,7 @@ impl Recorder {
         let micro = matches!(workload, "lock" | "pair" | "pingpong" | "rwlock");
         match self {
             Recorder::Tsan | Recorder::Helgrind => micro,
-            Recorder::Lttng | Recorder::Native => workload != "memcached-attach",
+            Recorder::Lttng => workload != "memcached-attach",
             Recorder::Ordo(Some(p)) if workload == "memcached-attach" => p != "inproc",
             _ => true,
         }
@@ -1139,6 +1139,13 @@ impl Bench {
         match workload {
             "pigz" => self.pigz(recorder, last_rep),
             "memcached" => self.memcached_launch(recorder, last_rep),
+            // Attach mode's baseline is a native launch (used only when the
+            // `memcached` workload, whose native run it shares, is not selected).
+            "memcached-attach" if *recorder == Recorder::Native => {
+                let mut sample = self.memcached_launch(recorder, last_rep)?;
+                sample.workload = workload.into();
+                Ok(sample)
+            }
             "memcached-attach" => self.memcached_attach(recorder),
             _ => self.micro(workload, recorder, last_rep),
         }
@@ -1326,12 +1333,24 @@ pub fn run_record(args: &[String]) -> Result<()> {
     std::fs::create_dir_all(&results_dir)?;
     let started = Instant::now();
     let mut true_ten = Value::Null;
+    let path = results_dir.join(format!("record-{started_at}.json"));
     for rep in 0..options.reps {
+        if rep > 0 {
+            // The session can end abruptly: keep what is measured so far.
+            let partial = json!({"benchmark": "record", "partial": true, "completed_reps": rep,
+                "samples": samples.iter().map(report::sample_json).collect::<Vec<_>>()});
+            std::fs::write(&path, serde_json::to_string_pretty(&partial)?)?;
+        }
         for workload in &workloads {
             if *workload == "pigz" && bench.pigz_input.is_none() {
                 continue;
             }
+            let shared_baseline =
+                *workload == "memcached-attach" && workloads.contains(&"memcached");
             for recorder in runnable.iter().filter(|r| r.applies(workload)) {
+                if shared_baseline && *recorder == Recorder::Native {
+                    continue;
+                }
                 eprint!(
                     "bench: rep {}/{} {workload:<16} {:<20}",
                     rep + 1,
@@ -1430,7 +1449,6 @@ pub fn run_record(args: &[String]) -> Result<()> {
         "samples": samples.iter().map(report::sample_json).collect::<Vec<_>>(),
     });
     let text = serde_json::to_string_pretty(&doc)?;
-    let path = results_dir.join(format!("record-{started_at}.json"));
     std::fs::write(&path, &text)?;
     std::fs::write(results_dir.join("record-latest.json"), &text)?;
     println!("results: {}", path.display());

@@ -138,7 +138,11 @@ pub fn rows(samples: &[Sample], metric_of: impl Fn(&str) -> Metric) -> Vec<Row> 
         .collect();
     for row in &mut out {
         let base = baseline_workload(&row.workload);
-        let Some(native) = natives.iter().find(|(w, _)| w == base).map(|(_, v)| *v) else {
+        let own = natives.iter().find(|(w, _)| *w == row.workload);
+        let Some(native) = own
+            .or_else(|| natives.iter().find(|(w, _)| w == base))
+            .map(|(_, v)| *v)
+        else {
             continue;
         };
         match row.metric {

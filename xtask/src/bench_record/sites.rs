@@ -3,7 +3,7 @@
 //! *empty* probes at ordo's exact sites (the physical limit of trap-based tracing).
 //!
 //! The sites come from `ordo record --list-probes --json` when the binary has it;
-//! otherwise from the probe table's source (`recorder/src/probes.rs`) at function
+//! otherwise from the probe table's source (`recorder/src/probes/`) at function
 //! entry, plus a return probe where the table has one.
 
 use std::collections::BTreeMap;
@@ -157,21 +157,43 @@ pub fn parse_list_probes(text: &str, default_library: &Path) -> Result<Vec<Site>
     Ok(sites)
 }
 
-/// `(function, on_return)` of every row of the probe table's source.
+/// `(function, on_return)` of every row of the probe table's source: `row("f", op,
+/// via, on_return)` rows, and `placed("f", op, via)` rows (acquisitions placed inside
+/// the function, which report a result).
 pub fn parse_probe_table(source: &str) -> Vec<(String, bool)> {
     let mut rows = Vec::new();
     let table = source.split("pub const PROBES").nth(1).unwrap_or("");
-    for call in table.split("row(").skip(1) {
-        let Some(args) = call.split(')').next() else {
-            continue;
-        };
+    let table = table.split("];").next().unwrap_or("");
+    let mut rest = table;
+    while let Some(pos) = rest.find('(') {
+        let word_start = rest[..pos]
+            .rfind(|c: char| !(c.is_alphanumeric() || c == '_'))
+            .map_or(0, |i| i + 1);
+        let maker = &rest[word_start..pos];
+        let args = rest[pos + 1..].split(')').next().unwrap_or("");
         let fields: Vec<&str> = args.split(',').map(str::trim).collect();
-        if fields.len() >= 4 {
-            let name = fields[0].trim_matches('"');
-            rows.push((name.to_string(), fields[3] == "true"));
+        match maker {
+            "row" if fields.len() >= 4 => {
+                rows.push((fields[0].trim_matches('"').to_string(), fields[3] == "true"))
+            }
+            "placed" if fields.len() >= 3 => {
+                rows.push((fields[0].trim_matches('"').to_string(), true))
+            }
+            _ => {}
         }
+        rest = &rest[pos + 1..];
     }
     rows
+}
+
+/// The probe table's source file (it moved into a module directory).
+fn probe_table_path() -> PathBuf {
+    let dir = crate::root().join("recorder/src/probes/mod.rs");
+    if dir.exists() {
+        dir
+    } else {
+        crate::root().join("recorder/src/probes.rs")
+    }
 }
 
 /// The sites of the `ordo` binary at hand.
@@ -196,7 +218,7 @@ pub fn discover(ordo: &Path, list_probes: bool) -> Result<Sites> {
             String::from_utf8_lossy(&out.stderr).trim()
         );
     }
-    let table_path = crate::root().join("recorder/src/probes.rs");
+    let table_path = probe_table_path();
     let table = std::fs::read_to_string(&table_path)
         .with_context(|| format!("read {}", table_path.display()))?;
     let offsets = function_offsets(&libc)?;
@@ -229,7 +251,8 @@ pub fn discover(ordo: &Path, list_probes: bool) -> Result<Sites> {
     }
     Ok(Sites {
         sites,
-        source: "recorder/src/probes.rs at function entry (this ordo has no --list-probes)".into(),
+        source: "the probe table's functions at function entry (this ordo has no --list-probes)"
+            .into(),
         exact: false,
     })
 }
@@ -410,9 +433,7 @@ mod tests {
 
     #[test]
     fn probe_table_rows_are_read_from_the_source() {
-        let rows = parse_probe_table(
-            &std::fs::read_to_string(crate::root().join("recorder/src/probes.rs")).unwrap(),
-        );
+        let rows = parse_probe_table(&std::fs::read_to_string(probe_table_path()).unwrap());
         assert!(
             rows.contains(&("pthread_mutex_lock".to_string(), true)),
             "{rows:?}"
