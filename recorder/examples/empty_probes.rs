@@ -4,7 +4,8 @@
 //! `empty_probes 0x8c3c7,0x8dd55 -- ./bench lock 100000` launches the command under
 //! the probes and exits with its status;
 //! `empty_probes 0x8c3c7,0x8dd55 --pid PID [--duration S]` attaches to a running
-//! process and detaches on SIGINT/SIGTERM, after S seconds, or when the process ends.
+//! process, prints `attached N probes to PID` once they are in place, and detaches
+//! on SIGINT/SIGTERM, after S seconds, or when the process ends.
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -67,6 +68,9 @@ fn attach(libc: &std::path::Path, offsets: &[u64], rest: &[String]) -> Result<()
         set
     };
     let probes = ordo_recorder::empty::attach_empty(pid, libc, offsets)?;
+    // Attaching takes ~0.1 s a probe: whoever waits for the probes reads this line.
+    println!("attached {} probes to {pid}", offsets.len());
+    std::io::Write::flush(&mut std::io::stdout())?;
     let started = Instant::now();
     loop {
         if duration.is_some_and(|d| started.elapsed() >= d)

@@ -21,7 +21,7 @@ use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};
 
 use report::{Metric, Sample};
-use sites::{EmptyProbes, EmptyProgram, Sites};
+use sites::{EmptyProgram, Sites};
 
 /// `cargo xtask bench record [--quick] [--only W,...] [--reps N] [--recorders R,...]`.
 struct Options {
@@ -231,10 +231,8 @@ struct Bench {
     program: PathBuf,
     tsan_program: Option<PathBuf>,
     sites: Option<Sites>,
-    /// tracefs uprobe events counted by perf: the empty probe of attach mode only.
-    empty: Option<EmptyProbes>,
     /// `ordo_empty` at ordo's instruction sites, and the `empty_probes` binary that
-    /// launches a program under it: the empty probe of launch mode.
+    /// launches a program under it or attaches it to a process.
     empty_program: Option<(EmptyProgram, PathBuf)>,
     bpftrace_script: Option<PathBuf>,
     sessiond: Option<Child>,
@@ -276,7 +274,7 @@ fn empty_note(e: &EmptyProgram, rows: &[report::Row], kernel_ordo: &str) -> Stri
         note.push_str("; ordo has no return probes here.");
     } else {
         note.push_str(&format!(
-            "; ordo's return probes ({}) are not covered (empty_probes places no return probe). memcached-attach's empty probe is tracefs uprobe events under `perf stat -p` instead (perf's bookkeeping: dearer per hit).",
+            "; ordo's return probes ({}) are not covered (empty_probes places no return probe).",
             e.uncovered_returns.join(", ")
         ));
     }
@@ -384,7 +382,6 @@ impl Bench {
             program,
             tsan_program: None,
             sites: None,
-            empty: None,
             empty_program: None,
             bpftrace_script: None,
             sessiond: None,
@@ -467,26 +464,6 @@ impl Bench {
                     Err(e) => bench
                         .unavailable
                         .push(("empty probe".into(), format!("{e:#}"))),
-                }
-                // `empty_probes` can only launch: attach mode keeps perf's counted
-                // tracefs events (dearer per hit; the table note says so).
-                if wanted.iter().any(|w| w == "memcached-attach") {
-                    if !have("perf") {
-                        bench.failures.push((
-                            "memcached-attach".into(),
-                            "empty probe".into(),
-                            "perf is not installed (attach mode's empty probe)".into(),
-                        ));
-                    } else {
-                        match EmptyProbes::define(&s.sites) {
-                            Ok(e) => bench.empty = Some(e),
-                            Err(e) => bench.failures.push((
-                                "memcached-attach".into(),
-                                "empty probe".into(),
-                                format!("{e:#}"),
-                            )),
-                        }
-                    }
                 }
             }
         }
@@ -1081,27 +1058,30 @@ impl Bench {
                     c
                 }
                 Recorder::EmptyProbe => {
-                    let mut c = Command::new("perf");
-                    c.args(
-                        self.empty
-                            .as_ref()
-                            .context("no empty probes")?
-                            .perf_args(&self.dir.join(format!("perf-{tag}.out"))),
-                    )
-                    .args(["-p", &pid]);
-                    c
+                    let (e, binary) = self
+                        .empty_program
+                        .as_ref()
+                        .context("no empty_probes program")?;
+                    e.attach_command(binary, &pid)
                 }
                 other => bail!("{} cannot attach", other.label()),
+            };
+            // empty_probes says on stdout when its probes are in place.
+            let attached = self.dir.join(format!("{tag}.attached"));
+            let stdout = match recorder {
+                Recorder::EmptyProbe => Stdio::from(std::fs::File::create(&attached)?),
+                _ => Stdio::null(),
             };
             let spawned = mono();
             let mut rec = cmd
                 .stdin(Stdio::null())
-                .stdout(Stdio::null())
+                .stdout(stdout)
                 .stderr(Stdio::piped())
                 .spawn()
                 .with_context(|| format!("run {cmd:?}"))?;
-            // Wait until the recorder sees events (ordo: the trace has some; others:
-            // a fixed 2 s), poking memcached with connections so there are events to see.
+            // Wait until the recorder sees events (ordo: the trace has some; empty
+            // probes: attached; others: a fixed 2 s), poking memcached with connections
+            // so there are events to see.
             let ready = Instant::now();
             loop {
                 poke(port);
@@ -1123,9 +1103,18 @@ impl Bench {
                         .ok()
                         .and_then(|o| serde_json::from_slice::<Value>(&o.stdout).ok())
                         .is_some_and(|v| v["events"].as_u64().unwrap_or(0) > 0),
+                    Recorder::EmptyProbe => {
+                        std::fs::read_to_string(&attached).is_ok_and(|t| t.starts_with("attached"))
+                    }
                     _ => ready.elapsed() > Duration::from_secs(2),
                 };
-                if seen || ready.elapsed() > Duration::from_secs(20) {
+                // empty_probes attaches its ~80 probes at ~0.1 s each.
+                let limit = if *recorder == Recorder::EmptyProbe {
+                    60
+                } else {
+                    20
+                };
+                if seen || ready.elapsed() > Duration::from_secs(limit) {
                     break;
                 }
                 std::thread::sleep(Duration::from_millis(50));

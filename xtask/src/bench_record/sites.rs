@@ -340,106 +340,20 @@ impl EmptyProgram {
         })
     }
 
+    /// The `empty_probes` command line attaching the probes to a running process
+    /// until SIGINT.
+    pub fn attach_command(&self, empty_probes: &Path, pid: &str) -> Command {
+        let mut c = Command::new(empty_probes);
+        c.arg(&self.offsets).args(["--pid", pid]);
+        c
+    }
+
     /// The `empty_probes` command line launching `program args` under the probes.
     pub fn command(&self, empty_probes: &Path, program: &Path, args: &[String]) -> Command {
         let mut c = Command::new(empty_probes);
         c.arg(&self.offsets).arg("--").arg(program).args(args);
         c
     }
-}
-
-const TRACEFS: &str = "/sys/kernel/tracing";
-const GROUP: &str = "ordobench";
-
-/// Empty probes at ordo's sites for attach mode (`empty_probes` can only launch):
-/// kernel uprobe events (tracefs `uprobe_events`) with no BPF program, counted by
-/// `perf stat -p` — a trap at each site plus perf's counting, so dearer than
-/// [`EmptyProgram`].
-/// bpftrace would be the obvious tool, but Debian's bpftrace 0.17 refuses probes at
-/// an offset inside a function ("compiled without (k|u)probe offset support").
-pub struct EmptyProbes {
-    names: Vec<String>,
-    mounted_tracefs: bool,
-}
-
-impl EmptyProbes {
-    /// Defines one uprobe event per site (group `ordobench`), mounting tracefs if needed.
-    pub fn define(sites: &[Site]) -> Result<EmptyProbes> {
-        let events = Path::new(TRACEFS).join("uprobe_events");
-        let mut mounted_tracefs = false;
-        if !events.exists() {
-            crate::run(Command::new("mount").args(["-t", "tracefs", "tracefs", TRACEFS]))
-                .context("mount tracefs for the empty probes")?;
-            mounted_tracefs = true;
-        }
-        let mut probes = EmptyProbes {
-            names: Vec::new(),
-            mounted_tracefs,
-        };
-        probes.remove_all();
-        let mut text = String::new();
-        for (i, s) in sites.iter().enumerate() {
-            let name = format!("s{i}_{}", s.function.chars().take(40).collect::<String>());
-            let kind = if s.on_return { 'r' } else { 'p' };
-            text.push_str(&format!(
-                "{kind}:{GROUP}/{name} {}:0x{:x}\n",
-                s.library.display(),
-                s.file_offset
-            ));
-            probes.names.push(name);
-        }
-        for line in text.lines() {
-            append(&events, line).with_context(|| format!("define uprobe event `{line}`"))?;
-        }
-        Ok(probes)
-    }
-
-    /// `perf stat` arguments counting every empty probe (its output to `out`).
-    pub fn perf_args(&self, out: &Path) -> Vec<String> {
-        vec![
-            "stat".into(),
-            "-x,".into(),
-            "-e".into(),
-            format!("{GROUP}:*"),
-            "-o".into(),
-            out.display().to_string(),
-        ]
-    }
-
-    fn remove_all(&self) {
-        let events = Path::new(TRACEFS).join("uprobe_events");
-        let Ok(defined) = std::fs::read_to_string(&events) else {
-            return;
-        };
-        for line in defined.lines() {
-            // "p:ordobench/NAME /path:0x..." — remove only our own group's events.
-            if let Some(name) = line
-                .split_whitespace()
-                .next()
-                .and_then(|d| d.split_once(':'))
-                .map(|(_, n)| n)
-            {
-                if name.starts_with(&format!("{GROUP}/")) {
-                    let _ = append(&events, &format!("-:{name}"));
-                }
-            }
-        }
-    }
-}
-
-impl Drop for EmptyProbes {
-    fn drop(&mut self) {
-        self.remove_all();
-        if self.mounted_tracefs {
-            let _ = Command::new("umount").arg(TRACEFS).status();
-        }
-    }
-}
-
-fn append(path: &Path, line: &str) -> std::io::Result<()> {
-    use std::io::Write;
-    let mut f = std::fs::OpenOptions::new().append(true).open(path)?;
-    f.write_all(format!("{line}\n").as_bytes())
 }
 
 #[cfg(test)]
@@ -547,6 +461,12 @@ mod tests {
             .map(|a| a.to_string_lossy().into_owned())
             .collect();
         assert_eq!(args, ["0x8c3c7,0x8c428,0x8dd55", "--", "/bin/prog", "lock"]);
+        let c = e.attach_command(Path::new("/x/empty_probes"), "42");
+        let args: Vec<_> = c
+            .get_args()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(args, ["0x8c3c7,0x8c428,0x8dd55", "--pid", "42"]);
         assert!(EmptyProgram::from_sites(&[site("f", 1, true)]).is_err());
     }
 }
