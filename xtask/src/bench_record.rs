@@ -267,7 +267,7 @@ fn empty_program(sites: &[sites::Site]) -> Result<(EmptyProgram, PathBuf)> {
 /// program and so its events are the same in both runs).
 fn empty_note(e: &EmptyProgram, rows: &[report::Row], kernel_ordo: &str) -> String {
     let mut note = format!(
-        "empty probe: `ordo_empty` (a BPF program that returns at once) at ordo's {} instruction sites, launched by recorder/examples/empty_probes",
+        "empty probe: `ordo_empty` (a BPF program that returns at once) at ordo's {} instruction sites, by recorder/examples/empty_probes (launch: `-- prog`, attach: `--pid`)",
         e.offsets.split(',').count()
     );
     if e.uncovered_returns.is_empty() {
