@@ -300,107 +300,60 @@ pub fn bpftrace_script(sites: &[Site], target: &str) -> String {
     script
 }
 
-const TRACEFS: &str = "/sys/kernel/tracing";
-const GROUP: &str = "ordobench";
-
-/// Empty probes at ordo's sites: kernel uprobe events (tracefs `uprobe_events`) with
-/// no BPF program, counted by `perf stat` — a trap at each site and nothing else.
-/// bpftrace would be the obvious tool, but Debian's bpftrace 0.17 refuses probes at
-/// an offset inside a function ("compiled without (k|u)probe offset support").
-pub struct EmptyProbes {
-    names: Vec<String>,
-    mounted_tracefs: bool,
+/// The `ordo_empty` program (an eBPF program that returns at once) at ordo's
+/// instruction sites, through the recorder's `empty_probes` example: the physical
+/// limit of a probe at those places, without perf's per-hit bookkeeping (tracefs
+/// uprobe events counted by `perf stat` cost ~4–13 µs a hit here, against ~1.7 µs
+/// for a lock/unlock pair with a bare BPF program).
+pub struct EmptyProgram {
+    /// `OFFSET,OFFSET,...` as `empty_probes` takes them.
+    pub offsets: String,
+    /// Functions where ordo also has a return probe, which `empty_probes` cannot place.
+    pub uncovered_returns: Vec<String>,
 }
 
-impl EmptyProbes {
-    /// Defines one uprobe event per site (group `ordobench`), mounting tracefs if needed.
-    pub fn define(sites: &[Site]) -> Result<EmptyProbes> {
-        let events = Path::new(TRACEFS).join("uprobe_events");
-        let mut mounted_tracefs = false;
-        if !events.exists() {
-            crate::run(Command::new("mount").args(["-t", "tracefs", "tracefs", TRACEFS]))
-                .context("mount tracefs for the empty probes")?;
-            mounted_tracefs = true;
-        }
-        let mut probes = EmptyProbes {
-            names: Vec::new(),
-            mounted_tracefs,
-        };
-        probes.remove_all();
-        let mut text = String::new();
-        for (i, s) in sites.iter().enumerate() {
-            let name = format!("s{i}_{}", s.function.chars().take(40).collect::<String>());
-            let kind = if s.on_return { 'r' } else { 'p' };
-            text.push_str(&format!(
-                "{kind}:{GROUP}/{name} {}:0x{:x}\n",
-                s.library.display(),
-                s.file_offset
-            ));
-            probes.names.push(name);
-        }
-        for line in text.lines() {
-            append(&events, line).with_context(|| format!("define uprobe event `{line}`"))?;
-        }
-        Ok(probes)
-    }
-
-    /// `perf stat` arguments counting every empty probe (its output to `out`).
-    pub fn perf_args(&self, out: &Path) -> Vec<String> {
-        vec![
-            "stat".into(),
-            "-x,".into(),
-            "-e".into(),
-            format!("{GROUP}:*"),
-            "-o".into(),
-            out.display().to_string(),
-        ]
-    }
-
-    /// Total hits in a `perf stat -x,` output file.
-    pub fn hits(out: &Path) -> Option<u64> {
-        let text = std::fs::read_to_string(out).ok()?;
-        let mut total = None;
-        for line in text.lines().filter(|l| l.contains(GROUP)) {
-            let count: u64 = line.split(',').next()?.trim().parse().ok()?;
-            *total.get_or_insert(0) += count;
-        }
-        total
-    }
-
-    fn remove_all(&self) {
-        let events = Path::new(TRACEFS).join("uprobe_events");
-        let Ok(defined) = std::fs::read_to_string(&events) else {
-            return;
-        };
-        for line in defined.lines() {
-            // "p:ordobench/NAME /path:0x..." — remove only our own group's events.
-            if let Some(name) = line
-                .split_whitespace()
-                .next()
-                .and_then(|d| d.split_once(':'))
-                .map(|(_, n)| n)
-            {
-                if name.starts_with(&format!("{GROUP}/")) {
-                    let _ = append(&events, &format!("-:{name}"));
+impl EmptyProgram {
+    /// The instruction sites (deduplicated offsets, in order) and the functions whose
+    /// return probes are left out. Fails when no instruction site is left.
+    pub fn from_sites(sites: &[Site]) -> Result<EmptyProgram> {
+        let mut offsets: Vec<u64> = Vec::new();
+        let mut uncovered_returns: Vec<String> = Vec::new();
+        for s in sites {
+            if s.on_return {
+                if !uncovered_returns.contains(&s.function) {
+                    uncovered_returns.push(s.function.clone());
                 }
+            } else if !offsets.contains(&s.file_offset) {
+                offsets.push(s.file_offset);
             }
         }
-    }
-}
-
-impl Drop for EmptyProbes {
-    fn drop(&mut self) {
-        self.remove_all();
-        if self.mounted_tracefs {
-            let _ = Command::new("umount").arg(TRACEFS).status();
+        if offsets.is_empty() {
+            bail!("no instruction sites for the empty program (only return probes)");
         }
+        Ok(EmptyProgram {
+            offsets: offsets
+                .iter()
+                .map(|o| format!("{o:#x}"))
+                .collect::<Vec<_>>()
+                .join(","),
+            uncovered_returns,
+        })
     }
-}
 
-fn append(path: &Path, line: &str) -> std::io::Result<()> {
-    use std::io::Write;
-    let mut f = std::fs::OpenOptions::new().append(true).open(path)?;
-    f.write_all(format!("{line}\n").as_bytes())
+    /// The `empty_probes` command line attaching the probes to a running process
+    /// until SIGINT.
+    pub fn attach_command(&self, empty_probes: &Path, pid: &str) -> Command {
+        let mut c = Command::new(empty_probes);
+        c.arg(&self.offsets).args(["--pid", pid]);
+        c
+    }
+
+    /// The `empty_probes` command line launching `program args` under the probes.
+    pub fn command(&self, empty_probes: &Path, program: &Path, args: &[String]) -> Command {
+        let mut c = Command::new(empty_probes);
+        c.arg(&self.offsets).arg("--").arg(program).args(args);
+        c
+    }
 }
 
 #[cfg(test)]
@@ -477,5 +430,43 @@ mod tests {
             script.contains("uprobe:/lib/libc.so.6:pthread_mutex_unlock /pid == cpid/ { printf"),
             "{script}"
         );
+    }
+
+    #[test]
+    fn empty_program_takes_instruction_sites_once_and_names_return_probes() {
+        let site = |f: &str, off: u64, on_return: bool| Site {
+            function: f.into(),
+            library: PathBuf::from("/lib/libc.so.6"),
+            file_offset: off,
+            on_return,
+        };
+        let e = EmptyProgram::from_sites(&[
+            site("pthread_mutex_lock", 0x8c3c7, false),
+            site("pthread_mutex_lock", 0x8c428, false),
+            site("pthread_mutex_lock", 0x8c428, true),
+            site("pthread_mutex_unlock", 0x8dd55, false),
+            site("pthread_mutex_unlock", 0x8dd55, false),
+            site("sem_wait", 0x10, true),
+        ])
+        .unwrap();
+        assert_eq!(e.offsets, "0x8c3c7,0x8c428,0x8dd55");
+        assert_eq!(e.uncovered_returns, ["pthread_mutex_lock", "sem_wait"]);
+        let c = e.command(
+            Path::new("/x/empty_probes"),
+            Path::new("/bin/prog"),
+            &["lock".into()],
+        );
+        let args: Vec<_> = c
+            .get_args()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(args, ["0x8c3c7,0x8c428,0x8dd55", "--", "/bin/prog", "lock"]);
+        let c = e.attach_command(Path::new("/x/empty_probes"), "42");
+        let args: Vec<_> = c
+            .get_args()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(args, ["0x8c3c7,0x8c428,0x8dd55", "--pid", "42"]);
+        assert!(EmptyProgram::from_sites(&[site("f", 1, true)]).is_err());
     }
 }
