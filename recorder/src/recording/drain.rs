@@ -487,6 +487,41 @@ mod tests {
     use super::*;
 
     #[test]
+    fn take_counts_kinds_threads_and_unknown_records() {
+        let dir = tempfile::tempdir().unwrap();
+        let output = dir.path().join("t.ordo");
+        let writer = TraceWriter::create(&output, &Default::default()).unwrap();
+        // Process 0 is no process: no module scan finds anything, as for a target
+        // that is gone.
+        let mut state = DrainState::new(0, writer, output.clone()).unwrap();
+        let raw = |tid, kind, value| RawEvent {
+            tid,
+            kind,
+            value,
+            ts_ns: 1,
+            ..RawEvent::default()
+        };
+        state.take(&raw(0, kind::THREAD_CREATE, 7));
+        for _ in 0..3 {
+            state.take(&raw(7, kind::MUTEX_LOCK, 0));
+            state.take(&raw(7, kind::MUTEX_UNLOCK, 0));
+        }
+        state.take(&raw(7, kind::COUNT + 5, 0));
+        let summary = state.finish(4, None).unwrap();
+        assert_eq!(summary.events, 7);
+        assert_eq!(summary.dropped, 4);
+        assert_eq!(summary.threads, 2);
+        assert_eq!(
+            summary.by_kind,
+            BTreeMap::from([("mutex_lock", 3), ("mutex_unlock", 3), ("thread_create", 1)])
+        );
+        let (reader, events) =
+            ordo_trace::read_trace(&output, ordo_trace::ReadMode::Strict).unwrap();
+        assert_eq!(events.len(), 7);
+        assert_eq!(reader.footer.unwrap().unknown_kinds, 1);
+    }
+
+    #[test]
     fn known_ranges_find_sites_in_any_mapping() {
         use ordo_trace::schema::Mapping;
         let module = |path: &str, ranges: &[(u64, u64)]| ModuleRecord {
