@@ -245,8 +245,13 @@ pub mod config {
     /// clears it first when stopping (so a live target stops paying for the
     /// programs' work before the slow detach). Every program checks it first.
     pub const ENABLED: u32 = 1;
+    /// Nonzero while user space wants to hear of the first record promptly (it has
+    /// not yet read the target's module mappings, which a short-lived target takes
+    /// with it): records then wake an idle drain at once instead of only when the
+    /// ring buffer is a quarter full.
+    pub const EAGER_WAKEUP: u32 = 2;
     /// Number of entries.
-    pub const LEN: u32 = 2;
+    pub const LEN: u32 = 3;
 }
 
 /// Syscall numbers the tracepoint programs care about (x86_64).

@@ -6,7 +6,8 @@
 //! site lies in a module already described). Full chunks go to a writer thread,
 //! which encodes and compresses them, so zstd never stalls the draining. The probes
 //! wake the drain only when the ring buffer is a quarter full (the eBPF
-//! `wakeup_flags`); otherwise it polls every [`POLL_INTERVAL`], so a busy target
+//! `wakeup_flags`; at once while the target's mappings are still unknown);
+//! otherwise it polls every [`POLL_INTERVAL`], so a busy target
 //! costs one wakeup per batch of hundreds or thousands of events, not one every few
 //! events (the kernel's default wakes an idle consumer for every record; at real-time
 //! priority that meant a context switch per handful of events). The drain
@@ -260,6 +261,12 @@ impl DrainState {
         self.pending.push(event);
     }
 
+    /// Whether the target's module mappings are still unknown: the drain then wants
+    /// to hear of records at once (a short-lived target takes its mappings with it).
+    pub(crate) fn needs_modules(&self) -> bool {
+        self.modules.is_empty()
+    }
+
     /// Whether the current chunk is full.
     pub(crate) fn chunk_full(&self) -> bool {
         self.pending.len() >= CHUNK_EVENTS
@@ -428,7 +435,13 @@ pub(super) async fn drain(
     let mut ticker = tokio::time::interval(POLL_INTERVAL);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last_flush = Instant::now();
+    // Attaching set eager wakeups; they end once the mappings are known.
+    let mut eager = true;
     let exit = loop {
+        if eager != state.needs_modules() {
+            eager = state.needs_modules();
+            probes.set_eager_wakeup(eager);
+        }
         tokio::select! {
             guard = ring.readable_mut() => {
                 let mut guard = guard.context("poll the ring buffer")?;
