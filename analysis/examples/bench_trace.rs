@@ -1,21 +1,48 @@
-//! Writes the analysis benchmark's generated trace (used by `cargo xtask bench`):
-//! `bench_trace PATH EVENTS THREADS`.
+//! Writes the analysis benchmark's generated traces (used by `cargo xtask bench`):
+//! `bench_trace PATH EVENTS THREADS` (the mixed trace),
+//! `bench_trace --stripes PATH EVENTS STRIPES` (one thread holding many locks),
+//! `bench_trace --short-threads PATH THREADS` (many short-lived threads).
+
+use std::path::Path;
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let [path, events, threads] = args.as_slice() else {
-        eprintln!("usage: bench_trace PATH EVENTS THREADS");
-        std::process::exit(2);
+    let number = |s: &str| -> u64 {
+        s.parse().unwrap_or_else(|_| {
+            eprintln!("bench_trace: {s:?} is not a number");
+            std::process::exit(2)
+        })
     };
-    let (Ok(events), Ok(threads)) = (events.parse::<u64>(), threads.parse::<u32>()) else {
-        eprintln!("bench_trace: EVENTS and THREADS must be numbers");
-        std::process::exit(2);
+    let (path, written) = match args.iter().map(String::as_str).collect::<Vec<_>>()[..] {
+        ["--stripes", path, events, stripes] => (
+            path,
+            ordo_analysis::synthetic::write_striped_resize_trace(
+                Path::new(path),
+                number(events),
+                number(stripes) as u32,
+            ),
+        ),
+        ["--short-threads", path, threads] => (
+            path,
+            ordo_analysis::synthetic::write_short_threads_trace(
+                Path::new(path),
+                number(threads) as u32,
+            ),
+        ),
+        [path, events, threads] => (
+            path,
+            ordo_analysis::synthetic::write_benchmark_trace(
+                Path::new(path),
+                number(events),
+                number(threads) as u32,
+            ),
+        ),
+        _ => {
+            eprintln!("usage: bench_trace [--stripes PATH EVENTS STRIPES | --short-threads PATH THREADS | PATH EVENTS THREADS]");
+            std::process::exit(2);
+        }
     };
-    match ordo_analysis::synthetic::write_benchmark_trace(
-        std::path::Path::new(path),
-        events,
-        threads,
-    ) {
+    match written {
         Ok(written) => println!("{written}"),
         Err(e) => {
             eprintln!("bench_trace: {path}: {e}");

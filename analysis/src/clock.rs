@@ -1,10 +1,17 @@
 //! Vector clocks and epochs (Roşu–Sen multithreaded vector clocks, FastTrack epochs).
 //!
-//! Threads are numbered by their dense index in the trace's thread table. A thread's
-//! own component starts at 1 and grows by one after each operation other threads can
-//! synchronize with (a release), so an event's *epoch* — its thread and that
-//! thread's component when it happened — is enough to ask whether it happens before
-//! a later point of another thread: `epoch.clock <= clock_of_that_point[thread]`.
+//! Components are *clock slots*, not threads: a slot is given to a thread when it
+//! starts and freed when it exits, and a later thread reuses it only when the
+//! thread's exit happens before (by fork/join order) the new thread's creation —
+//! then the new thread continues the slot's counter from the old thread's last
+//! value, and every comparison stays exact (a clock that knows the new thread's
+//! start knows all of the old thread). Clocks are as wide as the live threads, not
+//! as the threads ever created (create-then-join loops reuse one slot).
+//!
+//! A thread's own component grows by one after each operation other threads can
+//! synchronize with (a release), so an event's *epoch* — its slot and that slot's
+//! component when it happened — is enough to ask whether it happens before a later
+//! point of another thread: `epoch.clock <= clock_of_that_point[slot]`.
 
 /// A vector clock: component `i` is how much of thread `i`'s history is known.
 /// Missing components are zero, so clocks grow lazily as threads appear.
@@ -12,10 +19,11 @@
 pub struct VectorClock(Vec<u32>);
 
 impl VectorClock {
-    /// The clock of a fresh thread `thread`: its own component is 1, others 0.
-    pub fn for_thread(thread: u32, threads: usize) -> VectorClock {
-        let mut v = vec![0; threads.max(thread as usize + 1)];
-        v[thread as usize] = 1;
+    /// The clock of a thread starting in slot `slot` at `own` (1 for a fresh slot,
+    /// the previous owner's last value + 1 for a reused one), others 0.
+    pub fn for_slot(slot: u32, own: u32) -> VectorClock {
+        let mut v = vec![0; slot as usize + 1];
+        v[slot as usize] = own;
         VectorClock(v)
     }
 
@@ -101,8 +109,8 @@ mod tests {
 
     #[test]
     fn join_tick_and_epochs() {
-        let mut a = VectorClock::for_thread(0, 2);
-        let mut b = VectorClock::for_thread(1, 2);
+        let mut a = VectorClock::for_slot(0, 1);
+        let mut b = VectorClock::for_slot(1, 1);
         let release = Epoch {
             thread: 0,
             clock: a.get(0),

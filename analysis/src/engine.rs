@@ -3,12 +3,15 @@
 //!
 //! Events must arrive in an order consistent with happens-before (each thread's
 //! program order, each object's `seq` order, create before start, exit before join),
-//! which is what [`ordo_trace::OrderMerger`] produces. Memory is bounded by threads ×
-//! objects: per thread a vector clock, a fork/join clock and the held locks; per
-//! object its synchronization clocks and a constant-size summary (the last two
-//! critical sections of a lock, a condvar's current waiters, a variable's last write
-//! and reads); plus the lock-order graph and the deduplicated candidates, which grow
-//! with the program's structure, not with the trace's length.
+//! which is what [`ordo_trace::OrderMerger`] produces. Memory is bounded by *live*
+//! threads × objects: per live thread a vector clock, a fork/join clock and the held
+//! locks; per object its synchronization clocks and a constant-size summary (the
+//! last two critical sections of a lock, a condvar's current waiters, a variable's
+//! last write and reads); plus the lock-order graph and the deduplicated candidates,
+//! which grow with the program's structure, not with the trace's length. Clocks are
+//! indexed by clock slots that exited threads hand on (see [`crate::clock`]), and a
+//! thread's clocks, held locks and naming state go when it exits; what stays per
+//! thread ever created is a few dozen bytes.
 //!
 //! Happens-before edges: program order; mutex release → next acquire; rwlock write
 //! release → later acquires, read releases → later write acquires; signal/broadcast →
@@ -24,7 +27,7 @@ use ordo_trace::{Event, Kind, ThreadTable, Via};
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::clock::{Epoch, VectorClock};
-use crate::deadlock::{HeldLock, LockGraph};
+use crate::deadlock::{HeldLock, LockGraph, NO_NODE};
 use crate::findings::{Candidate, DedupKey, FindingSet};
 use crate::model::{
     kind_slot, EventId, Family, FindingKind, Mode, ObjId, Rank, RawFinding, FAMILIES, NO_OBJECT,
@@ -38,12 +41,25 @@ const INTERN_CACHE: usize = 256;
 /// Entries of the call-site cache.
 const SITE_CACHE: usize = 1024;
 
-/// Per-thread naming state of one object, for the schedule language.
-#[derive(Clone, Copy, Debug, Default)]
+/// Per-thread naming state of one object, for the schedule language, stored by
+/// clock slot and tagged with the thread that owns it (a slot's next owner starts
+/// afresh).
+#[derive(Clone, Copy, Debug)]
 pub struct Naming {
+    owner: u32,
     /// The object is the thread's `nth` distinct object of its family (0: never used).
     pub nth: u32,
     counts: [u32; 4],
+}
+
+impl Default for Naming {
+    fn default() -> Naming {
+        Naming {
+            owner: u32::MAX,
+            nth: 0,
+            counts: [0; 4],
+        }
+    }
 }
 
 /// An object seen in the trace.
@@ -52,7 +68,7 @@ pub struct Object {
     pub addr: u64,
     /// Its family.
     pub family: Family,
-    /// Naming state per dense thread index.
+    /// Naming state per clock slot.
     pub naming: Vec<Naming>,
     state: State,
 }
@@ -84,6 +100,8 @@ struct LockState {
 #[derive(Clone, Copy, Debug)]
 struct CsRec {
     acq: EventId,
+    /// The acquiring thread's clock slot and own clock then.
+    slot: u32,
     epoch: u32,
     mode: Mode,
     /// Whether it could have taken the lock before the previous holder's critical
@@ -97,11 +115,12 @@ struct CsRec {
 struct CondState {
     waiters: Vec<Waiter>,
     /// The last signal or broadcast that found no waiter, with its epoch.
-    lonely: Option<(EventId, u32)>,
+    lonely: Option<(EventId, Epoch)>,
 }
 
 struct Waiter {
     thread: u32,
+    slot: u32,
     begin: EventId,
     epoch: u32,
     signals: VectorClock,
@@ -135,13 +154,20 @@ struct Access {
     atomic: bool,
 }
 
+/// Held locks beyond which membership is asked of a set rather than the stack.
+const HELD_SCAN: usize = 8;
+
 struct ThreadState {
-    tid: u32,
+    /// Clock slot.
+    slot: u32,
     vc: VectorClock,
     /// Fork/join clock: only thread creation, join and barrier edges. Its own
     /// component is not maintained; snapshots set it from `vc`.
     fj: Rc<VectorClock>,
     held: Vec<HeldLock>,
+    /// The held locks as a set, while more than [`HELD_SCAN`] are held (a thread
+    /// holding thousands must not scan them at every acquisition).
+    held_set: Option<FxHashSet<ObjId>>,
     distinct: [u32; FAMILIES],
     lifecycle: [u32; 2],
     /// Epoch of the mutex release inside a cond wait that has not met its
@@ -157,12 +183,13 @@ struct ThreadState {
 }
 
 impl ThreadState {
-    fn new(tid: u32, index: u32, threads: usize) -> ThreadState {
+    fn new() -> ThreadState {
         ThreadState {
-            tid,
-            vc: VectorClock::for_thread(index, threads),
+            slot: NO_SLOT,
+            vc: VectorClock::default(),
             fj: Rc::new(VectorClock::default()),
             held: Vec::new(),
+            held_set: None,
             distinct: [0; FAMILIES],
             lifecycle: [0; 2],
             condwait_release: None,
@@ -173,12 +200,63 @@ impl ThreadState {
     }
 
     /// The fork/join clock with the thread's own component filled in.
-    fn fj_snapshot(&self, index: u32) -> VectorClock {
+    fn fj_snapshot(&self) -> VectorClock {
         let mut fj = (*self.fj).clone();
-        fj.set(index, self.vc.get(index));
+        fj.set(self.slot, self.vc.get(self.slot));
         fj
     }
+
+    /// The thread's current epoch.
+    #[inline]
+    fn epoch(&self) -> Epoch {
+        Epoch {
+            thread: self.slot,
+            clock: self.vc.get(self.slot),
+        }
+    }
+
+    /// Where `obj` is in the held stack, if held.
+    #[inline]
+    fn held_position(&self, obj: ObjId) -> Option<usize> {
+        if let Some(set) = &self.held_set {
+            if !set.contains(&obj) {
+                return None;
+            }
+        }
+        self.held.iter().rposition(|h| h.obj == obj)
+    }
+
+    fn push_held(&mut self, h: HeldLock) {
+        let obj = h.obj;
+        self.held.push(h);
+        if let Some(set) = &mut self.held_set {
+            set.insert(obj);
+        } else if self.held.len() > HELD_SCAN {
+            self.held_set = Some(self.held.iter().map(|h| h.obj).collect());
+        }
+    }
+
+    fn remove_held(&mut self, i: usize) {
+        let obj = self.held[i].obj;
+        if i + 1 == self.held.len() {
+            self.held.truncate(i);
+        } else {
+            self.held.remove(i);
+            crate::deadlock::invalidate_instances(&mut self.held, i);
+        }
+        if let Some(set) = &mut self.held_set {
+            set.remove(&obj);
+            if self.held.len() <= HELD_SCAN {
+                self.held_set = None;
+            }
+        }
+    }
 }
+
+/// No clock slot yet.
+const NO_SLOT: u32 = u32::MAX;
+/// Freed slots examined for reuse when a thread starts.
+const SLOT_CANDIDATES: usize = 16;
 
 /// Counters describing a pass.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -191,8 +269,13 @@ pub struct PassStats {
     pub objects: [u64; FAMILIES],
     /// Critical sections (outermost lock acquisitions).
     pub critical_sections: u64,
-    /// Distinct lock-order edges.
-    pub lock_order_edges: u64,
+    /// The lock-order graph's counters (contexts, search work).
+    pub lock_order: crate::deadlock::GraphStats,
+    /// Vector clock slots ever used: the widest a clock can get. Follows the live
+    /// threads, not the threads ever created.
+    pub clock_slots: u32,
+    /// Threads that exited.
+    pub threads_exited: u32,
     /// Candidates offered before deduplication.
     pub candidates_offered: u64,
     /// Events of threads missing from the trace's thread table.
@@ -220,7 +303,12 @@ pub struct Engine<'a> {
     is_internal_site: Box<dyn FnMut(u64) -> bool + 'a>,
     internal_sites: FxHashMap<u64, bool>,
     table_len: usize,
-    threads: Vec<ThreadState>,
+    /// Live threads' state, by clock slot (a slot's next thread reuses it).
+    states: Vec<ThreadState>,
+    /// Per dense thread index: kernel tid, and clock slot while live ([`NO_SLOT`]
+    /// before the first event and after exit). All that is kept per thread ever.
+    tids: Vec<u32>,
+    slot_of: Vec<u32>,
     seen: Vec<bool>,
     extra: FxHashMap<u32, u32>,
     objects: Vec<Object>,
@@ -234,6 +322,8 @@ pub struct Engine<'a> {
     creates: FxHashMap<u32, (VectorClock, VectorClock)>,
     handles: FxHashMap<u64, u32>,
     exits: FxHashMap<u32, (VectorClock, VectorClock)>,
+    /// Slots of exited threads, with their last own-clock value.
+    free_slots: Vec<(u32, u32)>,
     graph: LockGraph,
     found: FindingSet,
     looped_wait_sites: FxHashSet<u64>,
@@ -254,16 +344,14 @@ impl<'a> Engine<'a> {
         is_internal_site: impl FnMut(u64) -> bool + 'a,
     ) -> Engine<'a> {
         let n = table.len();
-        let threads = table
-            .iter()
-            .enumerate()
-            .map(|(i, t)| ThreadState::new(t.tid, i as u32, n))
-            .collect();
+        let tids: Vec<u32> = table.iter().map(|t| t.tid).collect();
         Engine {
             is_internal_site: Box::new(is_internal_site),
             internal_sites: FxHashMap::default(),
             table_len: n,
-            threads,
+            states: Vec::new(),
+            slot_of: vec![NO_SLOT; n],
+            tids,
             seen: vec![false; n],
             extra: FxHashMap::default(),
             objects: Vec::new(),
@@ -274,6 +362,7 @@ impl<'a> Engine<'a> {
             creates: FxHashMap::default(),
             handles: FxHashMap::default(),
             exits: FxHashMap::default(),
+            free_slots: Vec::new(),
             graph: LockGraph::default(),
             found: FindingSet::default(),
             looped_wait_sites: FxHashSet::default(),
@@ -282,18 +371,16 @@ impl<'a> Engine<'a> {
     }
 
     fn thread_index(&mut self, e: &Event) -> u32 {
-        let t = if (e.thread as usize) < self.table_len
-            && self.threads[e.thread as usize].tid == e.tid
-        {
+        let t = if (e.thread as usize) < self.table_len && self.tids[e.thread as usize] == e.tid {
             e.thread
         } else {
             self.stats.unknown_thread_events += 1;
             match self.extra.get(&e.tid) {
                 Some(&t) => t,
                 None => {
-                    let t = self.threads.len() as u32;
-                    self.threads
-                        .push(ThreadState::new(e.tid, t, self.table_len));
+                    let t = self.tids.len() as u32;
+                    self.tids.push(e.tid);
+                    self.slot_of.push(NO_SLOT);
                     self.seen.push(false);
                     self.extra.insert(e.tid, t);
                     t
@@ -304,7 +391,46 @@ impl<'a> Engine<'a> {
             self.seen[t as usize] = true;
             self.stats.threads_seen += 1;
         }
+        if self.slot_of[t as usize] == NO_SLOT {
+            self.give_slot(t, e);
+        }
         t
+    }
+
+    /// Gives a thread at its first event (or its first after it exited) a clock
+    /// slot: a freed one whose last owner's exit the creation is fork/join-ordered
+    /// after, continuing its counter, else a fresh one.
+    fn give_slot(&mut self, t: u32, e: &Event) {
+        let created = if e.kind == Kind::ThreadStart {
+            self.creates.get(&e.tid).map(|(_, fj)| fj)
+        } else {
+            None
+        };
+        let reuse = created.and_then(|fj| {
+            let from = self.free_slots.len().saturating_sub(SLOT_CANDIDATES);
+            (from..self.free_slots.len())
+                .rev()
+                .find(|&i| fj.get(self.free_slots[i].0) >= self.free_slots[i].1)
+        });
+        let (slot, own) = match reuse {
+            Some(i) => {
+                let (slot, last) = self.free_slots.swap_remove(i);
+                (slot, last + 1)
+            }
+            None => {
+                self.stats.clock_slots += 1;
+                (self.stats.clock_slots - 1, 1)
+            }
+        };
+        let mut state = ThreadState::new();
+        state.slot = slot;
+        state.vc = VectorClock::for_slot(slot, own);
+        if slot as usize == self.states.len() {
+            self.states.push(state);
+        } else {
+            self.states[slot as usize] = state;
+        }
+        self.slot_of[t as usize] = slot;
     }
 
     #[inline(always)]
@@ -366,6 +492,7 @@ impl<'a> Engine<'a> {
     /// occurrence 0: no schedule can name them, and they do not count.
     fn name(&mut self, t: u32, e: &Event) -> EventId {
         let slot = kind_slot(e.kind);
+        let mut nth = 0;
         if t as usize >= self.table_len || self.internal(e) {
             let obj = Family::of(e.kind)
                 .map(|f| self.intern(f, e.addr))
@@ -375,6 +502,7 @@ impl<'a> Engine<'a> {
                 kind: e.kind,
                 obj,
                 occurrence: 0,
+                nth: 0,
                 site: e.site,
                 ts: e.ts_ns,
                 index: self.index,
@@ -382,23 +510,32 @@ impl<'a> Engine<'a> {
         }
         let (obj, occurrence) = match Family::of(e.kind) {
             None => {
-                let th = &mut self.threads[t as usize];
+                let th = &mut self.states[self.slot_of[t as usize] as usize];
                 th.lifecycle[slot] += 1;
                 (NO_OBJECT, th.lifecycle[slot])
             }
             Some(family) => {
                 let obj = self.intern(family, e.addr);
+                let th_slot = self.states[self.slot_of[t as usize] as usize].slot as usize;
                 let naming = &mut self.objects[obj as usize].naming;
-                if naming.len() <= t as usize {
-                    naming.resize(t as usize + 1, Naming::default());
+                if naming.len() <= th_slot {
+                    naming.resize(th_slot + 1, Naming::default());
                 }
-                let n = &mut naming[t as usize];
+                let n = &mut naming[th_slot];
+                if n.owner != t {
+                    *n = Naming {
+                        owner: t,
+                        ..Naming::default()
+                    };
+                }
                 if n.nth == 0 {
-                    let d = &mut self.threads[t as usize].distinct[family as usize];
+                    let d = &mut self.states[self.slot_of[t as usize] as usize].distinct
+                        [family as usize];
                     *d += 1;
                     n.nth = *d;
                 }
                 n.counts[slot] += 1;
+                nth = n.nth;
                 (obj, n.counts[slot])
             }
         };
@@ -407,6 +544,7 @@ impl<'a> Engine<'a> {
             kind: e.kind,
             obj,
             occurrence,
+            nth,
             site: e.site,
             ts: e.ts_ns,
             index: self.index,
@@ -437,23 +575,33 @@ impl<'a> Engine<'a> {
             Kind::BarrierWait => self.barrier_return(t, id.obj),
             Kind::ThreadCreate => {
                 if let Some(child) = e.child_tid() {
-                    let th = &mut self.threads[t as usize];
+                    let th = &mut self.states[self.slot_of[t as usize] as usize];
                     self.creates
-                        .insert(child, (th.vc.clone(), th.fj_snapshot(t)));
+                        .insert(child, (th.vc.clone(), th.fj_snapshot()));
                     self.handles.insert(e.addr, child);
-                    th.vc.tick(t);
+                    th.vc.tick(th.slot);
                 }
             }
             Kind::ThreadStart => {
                 if let Some((vc, fj)) = self.creates.remove(&e.tid) {
-                    let th = &mut self.threads[t as usize];
+                    let th = &mut self.states[self.slot_of[t as usize] as usize];
                     th.vc.join(&vc);
                     Rc::make_mut(&mut th.fj).join(&fj);
                 }
             }
             Kind::ThreadExit => {
-                let th = &self.threads[t as usize];
-                self.exits.insert(e.tid, (th.vc.clone(), th.fj_snapshot(t)));
+                let th = &mut self.states[self.slot_of[t as usize] as usize];
+                let fj = th.fj_snapshot();
+                let last = th.vc.get(th.slot);
+                self.exits.insert(e.tid, (std::mem::take(&mut th.vc), fj));
+                // Nothing of the thread is needed any more: its clocks went to the
+                // joiner, and its slot goes to a later thread.
+                self.free_slots.push((th.slot, last));
+                th.fj = Rc::new(VectorClock::default());
+                th.held = Vec::new();
+                th.held_set = None;
+                self.slot_of[t as usize] = NO_SLOT;
+                self.stats.threads_exited += 1;
             }
             Kind::ThreadJoin => {
                 if let Some((vc, fj)) = self
@@ -461,7 +609,7 @@ impl<'a> Engine<'a> {
                     .get(&e.addr)
                     .and_then(|child| self.exits.remove(child))
                 {
-                    let th = &mut self.threads[t as usize];
+                    let th = &mut self.states[self.slot_of[t as usize] as usize];
                     th.vc.join(&vc);
                     Rc::make_mut(&mut th.fj).join(&fj);
                 }
@@ -472,19 +620,26 @@ impl<'a> Engine<'a> {
     }
 
     fn acquire(&mut self, t: u32, id: EventId, mode: Mode, via: Via) {
-        let th = &mut self.threads[t as usize];
+        let th = &mut self.states[self.slot_of[t as usize] as usize];
         let State::Lock(lock) = &mut self.objects[id.obj as usize].state else {
             return;
         };
-        if let Some(h) = th.held.iter_mut().find(|h| h.obj == id.obj) {
+        if let Some(i) = th.held_position(id.obj) {
             // A recursive acquisition: same critical section.
-            h.count += 1;
+            th.held[i].count += 1;
             th.vc.join(&lock.release);
             return;
         }
-        let epoch = th.vc.get(t);
-        if via != Via::Try && !th.held.is_empty() {
-            self.graph.acquired(&th.held, id, mode, epoch);
+        let slot = th.slot;
+        let epoch = th.vc.get(slot);
+        let parent = th.held.last().map_or(NO_NODE, |h| h.node);
+        let node = if parent == NO_NODE && !th.held.is_empty() {
+            NO_NODE // the held stack's context was not kept
+        } else {
+            self.graph.context(parent, id.obj, mode)
+        };
+        if via != Via::Try {
+            self.graph.acquired(&mut th.held, node, slot, id, epoch);
         }
         let woken_by = match th.woken.take() {
             Some((mutex, Some(signal), site))
@@ -501,9 +656,7 @@ impl<'a> Engine<'a> {
         let prev1 = lock.recent[lock.older ^ 1];
         let prev1_woken = lock.woken[lock.older ^ 1];
         let swappable = match prev1 {
-            Some(p) if p.acq.thread != t && p.mode.conflicts(mode) => {
-                th.vc.get(p.acq.thread) < p.epoch
-            }
+            Some(p) if p.acq.thread != t && p.mode.conflicts(mode) => th.vc.get(p.slot) < p.epoch,
             _ => false,
         };
         th.vc.join(&lock.release);
@@ -512,6 +665,7 @@ impl<'a> Engine<'a> {
         }
         let cur = CsRec {
             acq: id,
+            slot,
             epoch,
             mode,
             swappable_with_prev: swappable,
@@ -522,13 +676,8 @@ impl<'a> Engine<'a> {
         lock.older ^= 1;
         // Filled in place: building the record on the stack and moving it in makes
         // the move's wide loads wait for the narrow stores that built it.
-        th.held.push(HeldLock::default());
-        let h = th.held.last_mut().unwrap();
-        h.obj = id.obj;
-        h.mode = mode;
-        h.acq = id;
-        h.count = 1;
-        h.fj = Some(th.fj.clone());
+        let fj = th.fj.clone();
+        th.push_held(HeldLock::new(id.obj, mode, id, fj, node));
         self.stats.critical_sections += 1;
         if let Some(p1) = prev1 {
             self.critical_section_candidates(prev2, (p1, prev1_woken), (cur, woken_by));
@@ -629,11 +778,11 @@ impl<'a> Engine<'a> {
     }
 
     fn release(&mut self, t: u32, e: &Event, id: EventId) {
-        let th = &mut self.threads[t as usize];
+        let th = &mut self.states[self.slot_of[t as usize] as usize];
         let State::Lock(lock) = &mut self.objects[id.obj as usize].state else {
             return;
         };
-        let mode = match th.held.iter().position(|h| h.obj == id.obj) {
+        let mode = match th.held_position(id.obj) {
             Some(i) => {
                 let h = &mut th.held[i];
                 h.count = if e.via == Via::CondWait {
@@ -645,10 +794,19 @@ impl<'a> Engine<'a> {
                     return;
                 }
                 let mode = h.mode;
-                if i + 1 == th.held.len() {
-                    th.held.truncate(i);
-                } else {
-                    th.held.remove(i);
+                let below = if i == 0 { NO_NODE } else { th.held[i - 1].node };
+                th.remove_held(i);
+                // The locks above it now sit on a shorter stack: their contexts
+                // change (without an example: they were not taken there).
+                let mut parent = below;
+                for j in i..th.held.len() {
+                    let h = &th.held[j];
+                    parent = if parent == NO_NODE && j > 0 {
+                        NO_NODE
+                    } else {
+                        self.graph.context(parent, h.obj, h.mode)
+                    };
+                    th.held[j].node = parent;
                 }
                 Some(mode)
             }
@@ -662,20 +820,20 @@ impl<'a> Engine<'a> {
             None => lock.release.join(&th.vc),
         }
         if e.via == Via::CondWait {
-            th.condwait_release = Some((e.addr2, th.vc.get(t)));
+            th.condwait_release = Some((e.addr2, th.vc.get(th.slot)));
         } else {
             th.after_wake = None;
         }
-        th.vc.tick(t);
+        th.vc.tick(th.slot);
     }
 
     fn wait_begin(&mut self, t: u32, e: &Event, id: EventId) {
-        let th = &mut self.threads[t as usize];
+        let th = &mut self.states[self.slot_of[t as usize] as usize];
         // The wait began when its mutex was released, whichever of the two events
         // the probes delivered first.
         let epoch = match th.condwait_release.take() {
             Some((cond, epoch)) if cond == e.addr => epoch,
-            _ => th.vc.get(t),
+            _ => th.vc.get(th.slot),
         };
         if th.after_wake.take() == Some((id.obj, e.site)) {
             self.looped_wait_sites.insert(e.site);
@@ -685,10 +843,11 @@ impl<'a> Engine<'a> {
         };
         let lonely = cond
             .lonely
-            .filter(|(s, epoch)| s.thread != t && th.vc.get(s.thread) < *epoch);
+            .filter(|(s, epoch)| s.thread != t && !epoch.happens_before(&th.vc));
         cond.waiters.retain(|w| w.thread != t);
         cond.waiters.push(Waiter {
             thread: t,
+            slot: th.slot,
             begin: id,
             epoch,
             signals: VectorClock::default(),
@@ -705,7 +864,7 @@ impl<'a> Engine<'a> {
     }
 
     fn wait_return(&mut self, t: u32, e: &Event, id: EventId) {
-        let th = &mut self.threads[t as usize];
+        let th = &mut self.states[self.slot_of[t as usize] as usize];
         let State::Cond(cond) = &mut self.objects[id.obj as usize].state else {
             return;
         };
@@ -726,8 +885,8 @@ impl<'a> Engine<'a> {
     }
 
     fn signal(&mut self, t: u32, id: EventId) {
-        let th = &self.threads[t as usize];
-        let epoch = th.vc.get(t);
+        let th = &self.states[self.slot_of[t as usize] as usize];
+        let epoch = th.epoch();
         let State::Cond(cond) = &mut self.objects[id.obj as usize].state else {
             return;
         };
@@ -740,33 +899,34 @@ impl<'a> Engine<'a> {
             if w.woken_by.is_none() {
                 w.woken_by = Some(id);
             }
-            if th.vc.get(w.thread) < w.epoch {
+            if th.vc.get(w.slot) < w.epoch {
                 // Nothing orders the signal after the wait began: it could come first.
                 lost.push(w.begin);
             }
         }
-        self.threads[t as usize].vc.tick(t);
+        let th = &mut self.states[self.slot_of[t as usize] as usize];
+        th.vc.tick(th.slot);
         for begin in lost {
             self.offer(FindingKind::LostWakeup, &[begin, id], &[(&[id], begin)], "");
         }
     }
 
     fn publish(&mut self, t: u32, obj: ObjId) {
-        let th = &mut self.threads[t as usize];
+        let th = &mut self.states[self.slot_of[t as usize] as usize];
         if let State::Acc(acc) = &mut self.objects[obj as usize].state {
             acc.join(&th.vc);
         }
-        th.vc.tick(t);
+        th.vc.tick(th.slot);
     }
 
     fn consume(&mut self, t: u32, obj: ObjId) {
         if let State::Acc(acc) = &self.objects[obj as usize].state {
-            self.threads[t as usize].vc.join(acc);
+            self.states[self.slot_of[t as usize] as usize].vc.join(acc);
         }
     }
 
     fn barrier_arrive(&mut self, t: u32, obj: ObjId) {
-        let th = &mut self.threads[t as usize];
+        let th = &mut self.states[self.slot_of[t as usize] as usize];
         let State::Barrier(b) = &mut self.objects[obj as usize].state else {
             return;
         };
@@ -785,13 +945,13 @@ impl<'a> Engine<'a> {
         let g = b.gens.last_mut().unwrap();
         g.vc.join(&th.vc);
         g.fj.join(&th.fj);
-        g.fj.set(t, g.fj.get(t).max(th.vc.get(t)));
+        g.fj.set(th.slot, g.fj.get(th.slot).max(th.vc.get(th.slot)));
         th.barrier = Some((obj, g.id));
-        th.vc.tick(t);
+        th.vc.tick(th.slot);
     }
 
     fn barrier_return(&mut self, t: u32, obj: ObjId) {
-        let th = &mut self.threads[t as usize];
+        let th = &mut self.states[self.slot_of[t as usize] as usize];
         let State::Barrier(b) = &mut self.objects[obj as usize].state else {
             return;
         };
@@ -809,35 +969,32 @@ impl<'a> Engine<'a> {
     }
 
     fn access(&mut self, t: u32, id: EventId, atomic: bool) {
-        let th = &self.threads[t as usize];
+        let th = &self.states[self.slot_of[t as usize] as usize];
         let State::Var(var) = &mut self.objects[id.obj as usize].state else {
             return;
         };
         let writes = id.kind != Kind::Read;
         let mut races: Vec<EventId> = Vec::new();
         if let Some(w) = var.write {
-            if w.epoch.thread != t && !(w.atomic && atomic) && !w.epoch.happens_before(&th.vc) {
+            if w.ev.thread != t && !(w.atomic && atomic) && !w.epoch.happens_before(&th.vc) {
                 races.push(w.ev);
             }
         }
         let me = Access {
-            epoch: Epoch {
-                thread: t,
-                clock: th.vc.get(t),
-            },
+            epoch: th.epoch(),
             ev: id,
             atomic,
         };
         if writes {
             for r in &var.reads {
-                if r.epoch.thread != t && !(r.atomic && atomic) && !r.epoch.happens_before(&th.vc) {
+                if r.ev.thread != t && !(r.atomic && atomic) && !r.epoch.happens_before(&th.vc) {
                     races.push(r.ev);
                 }
             }
             var.reads.clear();
             var.write = Some(me);
         } else {
-            match var.reads.iter_mut().find(|r| r.epoch.thread == t) {
+            match var.reads.iter_mut().find(|r| r.ev.thread == t) {
                 Some(r) => *r = me,
                 None => var.reads.push(me),
             }
@@ -895,11 +1052,12 @@ impl<'a> Engine<'a> {
     /// Ends the pass: closes the lock-order graph into deadlock findings and drops
     /// barging candidates whose wait is seen re-checking its predicate in a loop.
     pub fn finish(mut self) -> PassResult {
-        for f in self.graph.cycles() {
+        let cycles = self.graph.cycles();
+        for f in cycles {
             self.stats.candidates_offered += 1;
             self.found.offer_finding(f);
         }
-        self.stats.lock_order_edges = self.graph.edge_count() as u64;
+        self.stats.lock_order = self.graph.stats();
         let looped = &self.looped_wait_sites;
         let findings = self
             .found
@@ -910,7 +1068,7 @@ impl<'a> Engine<'a> {
         PassResult {
             findings,
             objects: self.objects,
-            tids: self.threads.iter().map(|t| t.tid).collect(),
+            tids: self.tids,
             stats: self.stats,
         }
     }

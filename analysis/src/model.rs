@@ -102,6 +102,10 @@ pub struct EventId {
     pub obj: ObjId,
     /// 1-based occurrence of `kind` on `obj` in `thread`.
     pub occurrence: u32,
+    /// `obj` is the thread's `nth` distinct object of its family (the schedule
+    /// language's `@K`; 0 when unnamed). Kept here so per-thread naming state can
+    /// go when the thread exits.
+    pub nth: u32,
     /// Call site.
     pub site: u64,
     /// Timestamp.

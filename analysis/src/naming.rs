@@ -85,15 +85,9 @@ impl<'a> Namer<'a> {
             ScheduleFamily::Thread => None,
             _ => self.symbol(e.obj),
         };
-        symbol.map(ObjectRef::Symbol).unwrap_or_else(|| {
-            ObjectRef::Nth(
-                self.objects[e.obj as usize]
-                    .naming
-                    .get(e.thread as usize)
-                    .map(|n| n.nth)
-                    .unwrap_or(0),
-            )
-        })
+        symbol
+            .map(ObjectRef::Symbol)
+            .unwrap_or_else(|| ObjectRef::Nth(e.nth))
     }
 
     /// The schedule-language name of `e`, or `None` when no schedule can name it

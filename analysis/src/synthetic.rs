@@ -288,3 +288,109 @@ pub fn write_benchmark_trace(path: &Path, events: u64, threads: u32) -> io::Resu
     w.finish(Footer::default())?;
     Ok(written)
 }
+
+/// Writes the "many locks held at once" scale shape: a striped hash table with
+/// `stripes` mutexes. Four worker threads do operations that each lock one stripe
+/// (a watched access under it); every 64 operations one of them resizes the table,
+/// which locks every stripe in order and releases them in reverse — a correct
+/// program whose lock-order graph has `stripes²/2` edges. Returns the events written.
+pub fn write_striped_resize_trace(path: &Path, events: u64, stripes: u32) -> io::Result<u64> {
+    const WORKERS: u32 = 4;
+    const STRIPE_BASE: u64 = 0x5000_0000;
+    const VAR_BASE: u64 = 0x6000_0000;
+    const CHUNK: usize = 65_536;
+    let stripes = stripes.max(1) as u64;
+    let mut w = TraceWriter::create(path, &bench_header())?;
+    let mut b = TraceBuilder::new();
+    let workers: Vec<u32> = (0..WORKERS).map(|_| b.spawn(MAIN_TID)).collect();
+    let records = b.threads.clone();
+    for (i, &t) in workers.iter().enumerate() {
+        b.create(MAIN_TID, t, 0x7000_0000 + 8 * i as u64, 0x401000);
+    }
+    let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+    let mut written = 0u64;
+    let mut first = true;
+    let mut ops = 0u64;
+    while written + (b.len() as u64) < events.saturating_sub(2 * WORKERS as u64) {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        let t = workers[(rng % WORKERS as u64) as usize];
+        ops += 1;
+        if ops % 64 == 0 {
+            for s in 0..stripes {
+                b.lock(t, STRIPE_BASE + s * 64, 0x404000);
+            }
+            for s in (0..stripes).rev() {
+                b.unlock(t, STRIPE_BASE + s * 64, 0x404010);
+            }
+        } else {
+            let s = (rng >> 8) % stripes;
+            b.lock(t, STRIPE_BASE + s * 64, 0x402000);
+            b.write(t, VAR_BASE + s * 8, 0x402008);
+            b.unlock(t, STRIPE_BASE + s * 64, 0x402010);
+        }
+        if b.len() >= CHUNK {
+            w.write_chunk(&b.events, if first { &records } else { &[] }, &[], 0)?;
+            first = false;
+            written += b.events.len() as u64;
+            b.events.clear();
+        }
+    }
+    for (i, &t) in workers.iter().enumerate() {
+        b.exit_join(MAIN_TID, t, 0x7000_0000 + 8 * i as u64, 0x401100);
+    }
+    w.write_chunk(&b.events, if first { &records } else { &[] }, &[], 0)?;
+    written += b.events.len() as u64;
+    w.finish(Footer::default())?;
+    Ok(written)
+}
+
+/// Writes the "many short-lived threads" scale shape: the main thread creates
+/// `threads` threads two at a time; each takes a shared mutex (a watched write under
+/// it), exits, and is joined before the next pair is created — at most two live
+/// at once. Thread records go with the chunk of their creation, as the recorder
+/// writes them. Returns the events written.
+pub fn write_short_threads_trace(path: &Path, threads: u32) -> io::Result<u64> {
+    const MUTEX: u64 = 0x5000_0000;
+    const VAR: u64 = 0x6000_0000;
+    const CHUNK: usize = 65_536;
+    let mut w = TraceWriter::create(path, &bench_header())?;
+    let mut b = TraceBuilder::new();
+    let mut written = 0u64;
+    let mut records_written = 0;
+    let mut created = 0u32;
+    while created < threads {
+        let pair: Vec<u32> = (0..2.min(threads - created))
+            .map(|_| b.spawn(MAIN_TID))
+            .collect();
+        created += pair.len() as u32;
+        for (i, &t) in pair.iter().enumerate() {
+            b.create(MAIN_TID, t, 0x7000_0000 + 8 * i as u64, 0x401000);
+        }
+        for &t in &pair {
+            b.lock(t, MUTEX, 0x402000);
+            b.write(t, VAR, 0x402008);
+            b.unlock(t, MUTEX, 0x402010);
+        }
+        for (i, &t) in pair.iter().enumerate() {
+            b.exit_join(MAIN_TID, t, 0x7000_0000 + 8 * i as u64, 0x401100);
+        }
+        if b.len() >= CHUNK || created == threads {
+            w.write_chunk(&b.events, &b.threads[records_written..], &[], 0)?;
+            records_written = b.threads.len();
+            written += b.events.len() as u64;
+            b.events.clear();
+        }
+    }
+    w.finish(Footer::default())?;
+    Ok(written)
+}
+
+fn bench_header() -> Header {
+    Header {
+        pid: MAIN_TID,
+        command: vec!["bench".into()],
+        ..Default::default()
+    }
+}

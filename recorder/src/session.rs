@@ -133,6 +133,7 @@ pub fn record_launched(
         }
     };
     CHILD.store(child.id() as i32, Ordering::SeqCst);
+    snapshot_after_exec(&recording, child.id(), !launch::is_dynamic(&program));
     let early = EARLY_SIGNAL.swap(0, Ordering::SeqCst);
     if early != 0 {
         // Asked to stop while the probes were being attached: pass it on now.
@@ -147,6 +148,27 @@ pub fn record_launched(
         exit_code: exit_code(status),
     })
 }
+
+/// Hands the trace the launched program's modules as soon as the dynamic loader has
+/// mapped libc (at most [`SNAPSHOT_WAIT`] after `exec`), so even a program that
+/// exits within milliseconds leaves a symbolized trace.
+fn snapshot_after_exec(recording: &Recording, pid: u32, is_static: bool) {
+    let started = std::time::Instant::now();
+    loop {
+        let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
+        if maps.is_empty() {
+            return; // already gone
+        }
+        if is_static || maps.contains("/libc.so.6") || started.elapsed() >= SNAPSHOT_WAIT {
+            recording.snapshot_modules();
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_micros(100));
+    }
+}
+
+/// How long [`snapshot_after_exec`] waits for the loader to map libc.
+const SNAPSHOT_WAIT: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// Records the running process `pid` until it exits, `options.duration` passes or
 /// a signal arrives; the process keeps running.

@@ -75,6 +75,14 @@ kinds! {
 }
 
 impl Kind {
+    /// Thread creation, start, exit and join.
+    pub fn is_lifecycle(self) -> bool {
+        matches!(
+            self,
+            Kind::ThreadCreate | Kind::ThreadStart | Kind::ThreadExit | Kind::ThreadJoin
+        )
+    }
+
     /// Kinds whose `seq` field orders them exactly among the events on the same object.
     pub fn is_sequenced(self) -> bool {
         !matches!(

@@ -57,11 +57,20 @@ pub struct OrderMerger {
     seqs: Vec<SeqState>,
     /// Direct-mapped cache in front of `seq_slot`: (address, slot).
     seq_cache: Vec<(u64, u32)>,
+    /// Per slot: the dense thread index it was last looked up by (to clear
+    /// `slot_of_thread` when the slot is freed).
+    thread_of_slot: Vec<u32>,
+    /// Per slot: its thread exited; the slot is freed once its queue drains.
+    closing: Vec<bool>,
+    /// Freed slots, reused before new ones: the merge's per-event work and memory
+    /// follow the live threads, not every thread ever created.
+    free_slots: Vec<usize>,
     created: FxHashSet<u32>,
     creates_pending: FxHashSet<u32>,
     exited: FxHashSet<u32>,
-    handles: FxHashMap<u64, Vec<u32>>,
-    joins: FxHashMap<u64, usize>,
+    /// Per `pthread_t` handle, the children created with it and not joined yet, in
+    /// creation order.
+    handles: FxHashMap<u64, VecDeque<u32>>,
     buffered: usize,
     finished: bool,
 }
@@ -76,7 +85,7 @@ impl OrderMerger {
     pub fn push(&mut self, event: Event) {
         if let Some(child) = event.child_tid() {
             self.creates_pending.insert(child);
-            self.handles.entry(event.addr).or_default().push(child);
+            self.handles.entry(event.addr).or_default().push_back(child);
         }
         let seq = if event.kind.is_sequenced() {
             let slot = match self.known_seq_slot(event.addr) {
@@ -136,10 +145,45 @@ impl OrderMerger {
     /// are only needed around the rare inversions, gaps and thread starts.
     pub fn push_batch(&mut self, batch: &[Event], mut emit: impl FnMut(&Event)) {
         let mut start = 0;
+        let mut seeds: Option<FxHashMap<u64, u64>> = None;
         if self.buffered == 0 {
+            // A thread's start can reach the ring buffer before its creator's
+            // create event: the batch's creations are known before anything of it
+            // passes, so such a start waits for its create, as when queued whole.
+            for e in batch {
+                if let Some(child) = e.child_tid() {
+                    self.creates_pending.insert(child);
+                }
+            }
             let in_order = in_order_prefix(batch);
-            while start < in_order && self.pass(&batch[start]) {
-                emit(&batch[start]);
+            while start < in_order && self.buffered == 0 {
+                let e = &batch[start];
+                if self.pass(e) {
+                    emit(e);
+                } else if e.kind.is_lifecycle() {
+                    // Earlier than everything else: queued alone, it comes out
+                    // first if ready (else it stays, and the rest of the batch is
+                    // queued behind it below). Queueing the whole rest of the batch
+                    // instead would keep every thread of the batch live at once.
+                    self.push(*e);
+                    while let Some(e) = self.pop() {
+                        emit(&e);
+                    }
+                } else if e.kind.is_sequenced() && self.known_seq_slot(e.addr).is_none() {
+                    // An object's first event: its sequence is seeded from the
+                    // smallest `seq` of the rest of the batch, as queueing the rest
+                    // would seed it; then it may pass like any other.
+                    let seeds = seeds.get_or_insert_with(|| smallest_seqs(&batch[start..]));
+                    let slot = self.seqs.len() as u32;
+                    self.seqs.push(SeqState {
+                        next: seeds.get(&e.addr).copied().unwrap_or(e.seq),
+                        emitted: false,
+                    });
+                    self.seq_slot.insert(e.addr, slot);
+                    continue;
+                } else {
+                    break;
+                }
                 start += 1;
             }
         }
@@ -163,10 +207,7 @@ impl OrderMerger {
     #[inline(always)]
     fn pass(&mut self, e: &Event) -> bool {
         if !e.kind.is_sequenced() {
-            if matches!(
-                e.kind,
-                Kind::ThreadCreate | Kind::ThreadStart | Kind::ThreadExit | Kind::ThreadJoin
-            ) {
+            if e.kind.is_lifecycle() {
                 return false;
             }
         } else {
@@ -196,15 +237,27 @@ impl OrderMerger {
         let s = match self.slot_of_tid.get(&event.tid) {
             Some(&s) => s,
             None => {
-                let s = self.queues.len();
-                self.queues.push(VecDeque::new());
-                self.head_ts.push(u64::MAX);
-                self.tids.push(event.tid);
+                let s = match self.free_slots.pop() {
+                    Some(s) => {
+                        self.tids[s] = event.tid;
+                        self.closing[s] = false;
+                        s
+                    }
+                    None => {
+                        self.queues.push(VecDeque::new());
+                        self.head_ts.push(u64::MAX);
+                        self.tids.push(event.tid);
+                        self.thread_of_slot.push(u32::MAX);
+                        self.closing.push(false);
+                        self.queues.len() - 1
+                    }
+                };
                 self.slot_of_tid.insert(event.tid, s);
                 s
             }
         };
         let i = event.thread as usize;
+        self.thread_of_slot[s] = event.thread;
         if i < 1 << 16 {
             if self.slot_of_thread.len() <= i {
                 self.slot_of_thread.resize(i + 1, (u32::MAX, 0));
@@ -246,10 +299,23 @@ impl OrderMerger {
     /// The thread a join waits for. glibc reuses a joined thread's descriptor (the
     /// pthread_t) for later threads, so a handle's joins match its creations in order.
     fn join_target(&self, e: &Event) -> Option<u32> {
-        let children = self.handles.get(&e.addr)?;
-        children
-            .get(self.joins.get(&e.addr).copied().unwrap_or(0))
-            .copied()
+        self.handles.get(&e.addr)?.front().copied()
+    }
+
+    /// Frees a drained slot whose thread exited.
+    fn free_slot(&mut self, s: usize) {
+        let tid = self.tids[s];
+        if self.slot_of_tid.get(&tid) == Some(&s) {
+            self.slot_of_tid.remove(&tid);
+        }
+        if let Some(entry) = self.slot_of_thread.get_mut(self.thread_of_slot[s] as usize) {
+            if entry.1 == s {
+                *entry = (u32::MAX, 0);
+            }
+        }
+        self.closing[s] = false;
+        self.head_ts[s] = u64::MAX;
+        self.free_slots.push(s);
     }
 
     #[inline(always)]
@@ -304,6 +370,12 @@ impl OrderMerger {
             unsafe { _mm_prefetch::<_MM_HINT_T0>((ahead as *const (Event, u32)).cast()) };
         }
         self.buffered -= 1;
+        if event.kind == Kind::ThreadExit {
+            self.closing[pick] = true;
+        }
+        if self.closing[pick] && self.queues[pick].is_empty() {
+            self.free_slot(pick);
+        }
         self.emitted(&event, seq);
         Some(event)
     }
@@ -322,15 +394,40 @@ impl OrderMerger {
                     self.created.insert(child);
                 }
             }
+            Kind::ThreadStart => {
+                // Started: neither set is asked about this tid again (until a
+                // creation reuses it).
+                if self.created.remove(&e.tid) {
+                    self.creates_pending.remove(&e.tid);
+                }
+            }
             Kind::ThreadExit => {
                 self.exited.insert(e.tid);
             }
             Kind::ThreadJoin if e.result == 0 => {
-                *self.joins.entry(e.addr).or_insert(0) += 1;
+                if let Some(children) = self.handles.get_mut(&e.addr) {
+                    if let Some(child) = children.pop_front() {
+                        self.exited.remove(&child);
+                    }
+                    if children.is_empty() {
+                        self.handles.remove(&e.addr);
+                    }
+                }
             }
             _ => {}
         }
     }
+}
+
+/// The smallest `seq` of each sequenced object in `events`.
+fn smallest_seqs(events: &[Event]) -> FxHashMap<u64, u64> {
+    let mut out: FxHashMap<u64, u64> = FxHashMap::default();
+    for e in events.iter().filter(|e| e.kind.is_sequenced()) {
+        out.entry(e.addr)
+            .and_modify(|s| *s = (*s).min(e.seq))
+            .or_insert(e.seq);
+    }
+    out
 }
 
 /// How many of the batch's leading events are each earlier than every later event of
@@ -426,6 +523,29 @@ mod tests {
                 Kind::ThreadJoin
             ]
         );
+    }
+
+    #[test]
+    fn a_batch_whose_start_precedes_its_create_still_starts_after_it() {
+        let mut create = ev(1, 50, Kind::ThreadCreate, 0x77, 0);
+        create.value = 2;
+        let batch = vec![
+            ev(2, 10, Kind::ThreadStart, 0, 0),
+            ev(1, 20, Kind::MutexLock, 0xa, 0),
+            create,
+            ev(2, 70, Kind::ThreadExit, 0, 0),
+        ];
+        let mut m = OrderMerger::new();
+        let mut kinds = Vec::new();
+        m.push_batch(&batch, |e| kinds.push(e.kind));
+        m.finish();
+        kinds.extend(std::iter::from_fn(|| m.pop()).map(|e| e.kind));
+        let position = |k: Kind| kinds.iter().position(|&x| x == k).unwrap();
+        assert!(
+            position(Kind::ThreadCreate) < position(Kind::ThreadStart),
+            "{kinds:?}"
+        );
+        assert_eq!(kinds.len(), 4);
     }
 
     #[test]

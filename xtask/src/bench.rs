@@ -2,28 +2,47 @@
 //! one run (these machines are noisy).
 //!
 //! - `analysis`: `ordo analyze` throughput and peak memory at two trace lengths.
-//! - `record`: the slowdown of recording a lock-heavy program, native vs recorded.
+//! - `record`: what recording costs, against native, bpftrace, empty probes, TSan,
+//!   helgrind and LTTng-UST, on micro-benchmarks, pigz and memcached
+//!   (`record [--quick] [--only W,...] [--reps N] [--recorders R,...]`; docs/BENCHMARKS.md).
 //! - `watch`: the per-access cost of each watch mechanism.
 //!
-//! `cargo xtask bench` runs them all; `cargo xtask bench NAME…` runs some.
+//! `cargo xtask bench` runs them all; `cargo xtask bench NAME [OPTIONS]…` runs some.
 
 use anyhow::{bail, Result};
 
+const ALL: [&str; 3] = ["record", "watch", "analysis"];
+
+/// Splits `NAME [--options…] NAME …` into (name, its options).
+fn groups(args: &[String]) -> Result<Vec<(String, Vec<String>)>> {
+    if args.is_empty() {
+        return Ok(ALL.iter().map(|n| (n.to_string(), Vec::new())).collect());
+    }
+    let mut out: Vec<(String, Vec<String>)> = Vec::new();
+    for a in args {
+        if ALL.contains(&a.as_str()) {
+            out.push((a.clone(), Vec::new()));
+        } else if let Some(last) = out.last_mut() {
+            last.1.push(a.clone());
+        } else {
+            bail!("unknown benchmark `{a}` (choose from {})", ALL.join(", "));
+        }
+    }
+    Ok(out)
+}
+
 pub fn run(args: &[String]) -> Result<()> {
-    let all = ["record", "watch", "analysis"];
-    let chosen: Vec<&str> = if args.is_empty() {
-        all.to_vec()
-    } else {
-        args.iter().map(String::as_str).collect()
-    };
-    for name in chosen {
-        match name {
+    for (name, options) in groups(args)? {
+        if name != "record" && !options.is_empty() {
+            bail!("bench {name} takes no options (got {})", options.join(" "));
+        }
+        match name.as_str() {
             "analysis" => crate::bench_analysis::run()?,
-            "record" => crate::bench_record::run_record()?,
-            "watch" => crate::bench_record::run_watch()?,
+            "record" => crate::bench_record::run_record(&options)?,
+            "watch" => crate::bench_watch::run_watch()?,
             other => bail!(
                 "unknown benchmark `{other}` (choose from {})",
-                all.join(", ")
+                ALL.join(", ")
             ),
         }
     }

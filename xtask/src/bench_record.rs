@@ -1,159 +1,1497 @@
-//! Recording benchmarks: what tracing costs a program, measured side by side in
-//! one run (median of several runs each, native and recorded interleaved).
+//! `cargo xtask bench record`: what recording costs a program, side by side in one
+//! run against the other ways of tracing the same synchronization.
+//!
+//! Every repetition runs every recorder on every workload in turn (round robin), so
+//! the machine's load drifts over all of them alike; the table shows medians, ratios
+//! to the native run, ordo's own figures (events, bytes per event, drops, attach and
+//! detach time) and the targets of issues 9 and 14 with met/missed and by how much.
+//! Results go to `bench/results/record-YYYYMMDD-HHMMSS.json` and `record-latest.json`.
+//! docs/BENCHMARKS.md says what each workload and recorder is.
 
+mod report;
+mod sites;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::time::Instant;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
+use serde_json::{json, Value};
 
-const RUNS: usize = 5;
+use report::{Metric, Sample};
+use sites::{EmptyProbes, Sites};
 
-fn build(name: &str) -> Result<PathBuf> {
-    let dir = crate::root().join("target/bench");
-    std::fs::create_dir_all(&dir)?;
-    let out = dir.join(name);
-    crate::compile_c(
-        &crate::root().join(format!("tests/programs/{name}.c")),
-        &out,
-        &[],
-    )?;
-    Ok(out)
+/// `cargo xtask bench record [--quick] [--only W,...] [--reps N] [--recorders R,...]`.
+struct Options {
+    quick: bool,
+    only: Option<Vec<String>>,
+    reps: usize,
+    recorders: Option<Vec<String>>,
 }
 
-fn time(cmd: &mut Command) -> Result<f64> {
-    let started = Instant::now();
-    let out = cmd.output().with_context(|| format!("run {cmd:?}"))?;
-    if !out.status.success() {
-        bail!("{cmd:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+fn parse_options(args: &[String]) -> Result<Options> {
+    let mut o = Options {
+        quick: false,
+        only: None,
+        reps: 0,
+        recorders: None,
+    };
+    let mut it = args.iter();
+    let list = |v: Option<&String>, flag: &str| -> Result<Vec<String>> {
+        let v = v.with_context(|| format!("{flag} needs a comma-separated list"))?;
+        Ok(v.split(',')
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty())
+            .collect())
+    };
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--quick" => o.quick = true,
+            "--only" => o.only = Some(list(it.next(), "--only")?),
+            "--recorders" => o.recorders = Some(list(it.next(), "--recorders")?),
+            "--reps" => {
+                let v = it.next().context("--reps needs a number")?;
+                o.reps = v.parse().ok().filter(|n| *n > 0).with_context(|| format!("--reps {v}: expected a positive number"))?;
+            }
+            other => bail!("bench record: unknown option `{other}` (use --quick, --only W,..., --reps N, --recorders R,...)"),
+        }
     }
-    Ok(started.elapsed().as_secs_f64())
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
-}
-
-fn trace_stats(ordo: &Path, trace: &Path) -> Result<serde_json::Value> {
-    let out = Command::new(ordo)
-        .arg("dump")
-        .arg("--stats")
-        .arg("--json")
-        .arg(trace)
-        .output()?;
-    Ok(serde_json::from_slice(&out.stdout)?)
-}
-
-/// Runs a recording; returns (wall time of `ordo record`, the recorded run's own span
-/// from its first to its last event). The span is the program's slowdown; the wall
-/// time adds probe attach/detach, which the kernel serializes across recordings.
-fn recorded_run(ordo: &Path, cmd: &mut Command, trace: &Path) -> Result<(f64, f64)> {
-    let wall = time(cmd)?;
-    let span = trace_stats(ordo, trace)?["span_ns"].as_u64().unwrap_or(0) as f64 / 1e9;
-    Ok((wall, span))
-}
-
-/// Native vs recorded run time of a lock-heavy program (4 threads × 100k
-/// lock/inc/unlock of one mutex, the FACTS anchor).
-pub fn run_record() -> Result<()> {
-    let ordo = crate::ordo_release()?;
-    let program = build("record_sync")?;
-    let trace = crate::root().join("target/bench/record.ordo");
-    let args = ["contention", "4", "100000"];
-    let (mut native, mut recorded, mut walls) = (Vec::new(), Vec::new(), Vec::new());
-    for _ in 0..RUNS {
-        native.push(time(Command::new(&program).args(args))?);
-        let (wall, span) = recorded_run(
-            &ordo,
-            Command::new(&ordo)
-                .arg("record")
-                .arg("-o")
-                .arg(&trace)
-                .arg("--")
-                .arg(&program)
-                .args(args),
-            &trace,
-        )?;
-        recorded.push(span);
-        walls.push(wall);
+    if o.reps == 0 {
+        // A quick run is a smoke test (about a minute for one workload): one
+        // repetition. A full run takes medians of three.
+        o.reps = if o.quick { 1 } else { 3 };
     }
-    let stats = trace_stats(&ordo, &trace)?;
-    let events = stats["events"].as_u64().unwrap_or(0);
-    let (n, r) = (median(native), median(recorded));
-    println!("bench record: 4 threads x 100000 lock/unlock of one mutex, median of {RUNS}");
-    println!("  native              {:>8.1} ms", n * 1e3);
-    println!(
-        "  recorded run        {:>8.1} ms   ({:.1}x native; `ordo record` wall time {:.1} ms)",
-        r * 1e3,
-        r / n,
-        median(walls) * 1e3
-    );
-    println!(
-        "  events recorded     {events} ({} lost), {:.2} us per event of added time",
-        stats["lost"],
-        (r - n) * 1e6 / events.max(1) as f64
-    );
-    Ok(())
-}
-
-/// Per-access cost of instruction-site uprobes and hardware watchpoints on a hot
-/// watched variable (1 thread, 200k read+write pairs under a lock).
-pub fn run_watch() -> Result<()> {
-    let ordo = crate::ordo_release()?;
-    let program = build("record_watch")?;
-    let dir = crate::root().join("target/bench");
-    let args = ["plain", "1", "200000"];
-    let mut results: Vec<(&str, Vec<f64>, PathBuf)> = vec![
-        ("native", Vec::new(), PathBuf::new()),
-        ("record, no watch", Vec::new(), dir.join("w0.ordo")),
-        ("record --watch hits", Vec::new(), dir.join("w1.ordo")),
-        ("record --watch-hw hits", Vec::new(), dir.join("w2.ordo")),
-    ];
-    for _ in 0..RUNS {
-        for (label, times, trace) in results.iter_mut() {
-            let mut cmd = if *label == "native" {
-                Command::new(&program)
-            } else {
-                let mut c = Command::new(&ordo);
-                c.arg("record").arg("-o").arg(&*trace);
-                if label.contains("--watch-hw") {
-                    c.args(["--watch-hw", "hits"]);
-                } else if label.contains("--watch") {
-                    c.args(["--watch", "hits"]);
-                }
-                c.arg("--").arg(&program);
-                c
-            };
-            if *label == "native" {
-                times.push(time(cmd.args(args))?);
-            } else {
-                times.push(recorded_run(&ordo, cmd.args(args), trace)?.1);
+    if let Some(only) = &o.only {
+        for w in only {
+            if !WORKLOADS.contains(&w.as_str()) {
+                bail!(
+                    "--only {w}: unknown workload (choose from {})",
+                    WORKLOADS.join(", ")
+                );
             }
         }
     }
-    println!(
-        "bench watch: 1 thread, 200000 x (lock; read hits; write hits; unlock), median of {RUNS}; recorded runs timed from their first to last event"
-    );
-    let base = median(results[1].1.clone());
-    let native = median(results[0].1.clone());
-    for (label, times, trace) in &results {
-        let t = median(times.clone());
-        let mut line = format!(
-            "  {label:<24} {:>8.1} ms   ({:.1}x native)",
-            t * 1e3,
-            t / native
-        );
-        if label.contains("watch") {
-            let stats = trace_stats(&ordo, trace)?;
-            let accesses = stats["by_kind"]["read"].as_u64().unwrap_or(0)
-                + stats["by_kind"]["write"].as_u64().unwrap_or(0);
-            line.push_str(&format!(
-                ", {accesses} accesses recorded, {:.2} us per access over recording without watches",
-                (t - base) * 1e6 / accesses.max(1) as f64
-            ));
+    Ok(o)
+}
+
+const WORKLOADS: &[&str] = &[
+    "lock",
+    "pair",
+    "pingpong",
+    "rwlock",
+    "pigz",
+    "memcached",
+    "memcached-attach",
+    "true",
+];
+
+/// A way of running a workload.
+#[derive(Clone, Debug, PartialEq)]
+enum Recorder {
+    Native,
+    /// `ordo record`, with `--probes VALUE` when given.
+    Ordo(Option<String>),
+    Bpftrace,
+    EmptyProbe,
+    Tsan,
+    Helgrind,
+    Lttng,
+}
+
+impl Recorder {
+    fn label(&self) -> String {
+        match self {
+            Recorder::Native => "native".into(),
+            Recorder::Ordo(None) => "ordo".into(),
+            Recorder::Ordo(Some(p)) => format!("ordo --probes {p}"),
+            Recorder::Bpftrace => "bpftrace".into(),
+            Recorder::EmptyProbe => "empty probe".into(),
+            Recorder::Tsan => "tsan".into(),
+            Recorder::Helgrind => "helgrind".into(),
+            Recorder::Lttng => "lttng-ust".into(),
         }
-        println!("{line}");
+    }
+
+    /// Whether the recorder applies to a workload (TSan and helgrind only to our own
+    /// micro-benchmarks; attach mode only to tracers that can attach).
+    fn applies(&self, workload: &str) -> bool {
+        let micro = matches!(workload, "lock" | "pair" | "pingpong" | "rwlock");
+        match self {
+            Recorder::Tsan | Recorder::Helgrind => micro,
+            Recorder::Lttng | Recorder::Native => workload != "memcached-attach",
+            Recorder::Ordo(Some(p)) if workload == "memcached-attach" => p != "inproc",
+            _ => true,
+        }
+    }
+}
+
+/// The amount of work of each workload.
+struct Sizes {
+    lock_iters: u64,
+    pair_iters: u64,
+    pingpong_rounds: u64,
+    rwlock_iters: u64,
+    pigz_mb: u64,
+    memcached_s: u64,
+}
+
+impl Sizes {
+    fn new(quick: bool) -> Sizes {
+        if quick {
+            Sizes {
+                lock_iters: 25_000,
+                pair_iters: 50_000,
+                pingpong_rounds: 5_000,
+                rwlock_iters: 25_000,
+                pigz_mb: 20,
+                memcached_s: 3,
+            }
+        } else {
+            Sizes {
+                lock_iters: 100_000,
+                pair_iters: 200_000,
+                pingpong_rounds: 20_000,
+                rwlock_iters: 100_000,
+                pigz_mb: 200,
+                memcached_s: 10,
+            }
+        }
+    }
+
+    /// The micro-benchmark's arguments for a fraction of the work.
+    fn micro_args(&self, workload: &str, scale: f64) -> Vec<String> {
+        let n = |x: u64| ((x as f64 * scale).round() as u64).max(1).to_string();
+        match workload {
+            "lock" => vec!["lock".into(), "4".into(), n(self.lock_iters)],
+            "pair" => vec!["pair".into(), n(self.pair_iters)],
+            "pingpong" => vec!["pingpong".into(), n(self.pingpong_rounds)],
+            _ => vec![
+                "rwlock".into(),
+                "4".into(),
+                n(self.rwlock_iters),
+                "10".into(),
+            ],
+        }
+    }
+}
+
+/// Helgrind runs a fraction of each micro-benchmark (its time is scaled up to the
+/// full work; the table marks such rows): it serializes threads and is slow.
+fn helgrind_scale(workload: &str) -> f64 {
+    match workload {
+        "pingpong" => 0.1,
+        "rwlock" => 0.25,
+        _ => 1.0,
+    }
+}
+
+fn mono() -> f64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes the timespec we pass.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
+}
+
+fn signal(pid: u32, sig: i32) {
+    // SAFETY: kill has no memory effects; pid is a process this bench started.
+    unsafe { libc::kill(pid as i32, sig) };
+}
+
+/// Waits for a child at most `limit`, then kills it (and says so).
+fn wait_bounded(
+    child: &mut Child,
+    limit: Duration,
+    what: &str,
+) -> Result<std::process::ExitStatus> {
+    let started = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait()? {
+            return Ok(status);
+        }
+        if started.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            bail!("{what} did not finish within {} s: killed", limit.as_secs());
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Everything the runs share: the binaries, what the ordo binary supports, the
+/// comparators that can run (or why not).
+struct Bench {
+    ordo: PathBuf,
+    dir: PathBuf,
+    sizes: Sizes,
+    program: PathBuf,
+    tsan_program: Option<PathBuf>,
+    sites: Option<Sites>,
+    empty: Option<EmptyProbes>,
+    bpftrace_script: Option<PathBuf>,
+    sessiond: Option<Child>,
+    pigz_input: Option<PathBuf>,
+    /// (recorder label, reason) for comparators that cannot run at all.
+    unavailable: Vec<(String, String)>,
+    /// (workload, recorder, reason) for runs that failed.
+    failures: Vec<(String, String, String)>,
+    lttng_runs: u64,
+}
+
+fn have(tool: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {tool}")])
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+fn first_line(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes)
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("")
+        .trim()
+        .to_string()
+}
+
+/// What `ordo record -h` offers: the `--probes` values and `--list-probes`.
+fn ordo_features(ordo: &Path) -> (Vec<String>, bool) {
+    let help = |flag: &str| {
+        Command::new(ordo)
+            .args(["record", flag])
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default()
+    };
+    let short = help("-h");
+    let mut values = probe_values(&short);
+    if values.is_empty() {
+        values = probe_values(&help("--help"));
+    }
+    (values, short.contains("--list-probes"))
+}
+
+/// The values of `--probes` in clap's help: `[possible values: a, b]` (short help)
+/// or a "Possible values:" list of `- a: …` lines (long help).
+fn probe_values(help: &str) -> Vec<String> {
+    let Some(pos) = help.find("--probes") else {
+        return Vec::new();
+    };
+    let after: Vec<&str> = help[pos..].lines().take(20).collect();
+    let first_option =
+        |l: &str| l.trim_start().starts_with('-') && !l.trim_start().starts_with("- ");
+    let mut values = Vec::new();
+    for (i, line) in after.iter().enumerate() {
+        if i > 0 && first_option(line) {
+            break;
+        }
+        let lower = line.to_lowercase();
+        if let Some(p) = lower.find("[possible values:") {
+            let list = &line[p + "[possible values:".len()..];
+            return list
+                .split(']')
+                .next()
+                .unwrap_or("")
+                .split(',')
+                .map(|v| v.trim().to_string())
+                .filter(|v| !v.is_empty())
+                .collect();
+        }
+        if let Some(item) = line.trim().strip_prefix("- ") {
+            if let Some((name, _)) = item.split_once(':') {
+                values.push(name.trim().to_string());
+            }
+        }
+    }
+    values
+}
+
+impl Bench {
+    fn setup(quick: bool, wanted: &[String], recorders: &[Recorder]) -> Result<Bench> {
+        crate::setup::bench_tools()?;
+        let ordo = crate::ordo_release()?;
+        let dir = crate::root().join("target/bench");
+        std::fs::create_dir_all(&dir)?;
+        let src = crate::root().join("bench/programs/sync_bench.c");
+        let program = dir.join("sync_bench");
+        crate::compile_c(&src, &program, &[])?;
+        let mut bench = Bench {
+            ordo,
+            dir: dir.clone(),
+            sizes: Sizes::new(quick),
+            program,
+            tsan_program: None,
+            sites: None,
+            empty: None,
+            bpftrace_script: None,
+            sessiond: None,
+            pigz_input: None,
+            unavailable: Vec::new(),
+            failures: Vec::new(),
+            lttng_runs: 0,
+        };
+        let wants = |r: &Recorder| recorders.contains(r);
+        if wants(&Recorder::Tsan) {
+            // clang as the task names it; gcc's libtsan when clang's runtime is missing.
+            let out = dir.join("sync_bench_tsan");
+            let mut errors = Vec::new();
+            for cc in ["clang", "gcc"] {
+                let r = Command::new(cc)
+                    .args(["-O1", "-g", "-pthread", "-fsanitize=thread", "-o"])
+                    .arg(&out)
+                    .arg(&src)
+                    .output();
+                match r {
+                    Ok(o) if o.status.success() => {
+                        bench.tsan_program = Some(out.clone());
+                        if cc != "clang" {
+                            eprintln!(
+                                "bench: TSan build with gcc (clang failed: {})",
+                                errors.join("; ")
+                            );
+                        }
+                        break;
+                    }
+                    Ok(o) => errors.push(format!("{cc}: {}", first_line(&o.stderr))),
+                    Err(e) => errors.push(format!("{cc}: {e}")),
+                }
+            }
+            if bench.tsan_program.is_none() {
+                bench.unavailable.push((
+                    "tsan".into(),
+                    format!(
+                        "no compiler builds with -fsanitize=thread ({})",
+                        errors.join("; ")
+                    ),
+                ));
+            }
+        }
+        let (_, list_probes) = ordo_features(&bench.ordo);
+        if wants(&Recorder::Bpftrace) || wants(&Recorder::EmptyProbe) {
+            match sites::discover(&bench.ordo, list_probes) {
+                Ok(s) => bench.sites = Some(s),
+                Err(e) => {
+                    bench
+                        .unavailable
+                        .push(("bpftrace".into(), format!("no probe sites: {e:#}")));
+                    bench
+                        .unavailable
+                        .push(("empty probe".into(), format!("no probe sites: {e:#}")));
+                }
+            }
+        }
+        if let Some(s) = &bench.sites {
+            if wants(&Recorder::Bpftrace) {
+                if have("bpftrace") {
+                    std::fs::write(
+                        dir.join("same-functions.bt"),
+                        sites::bpftrace_script(&s.sites, "cpid"),
+                    )?;
+                    std::fs::write(
+                        dir.join("same-functions-pid.bt"),
+                        sites::bpftrace_script(&s.sites, "$1"),
+                    )?;
+                    bench.bpftrace_script = Some(dir.join("same-functions.bt"));
+                } else {
+                    bench
+                        .unavailable
+                        .push(("bpftrace".into(), "bpftrace is not installed".into()));
+                }
+            }
+            if wants(&Recorder::EmptyProbe) {
+                if !have("perf") {
+                    bench
+                        .unavailable
+                        .push(("empty probe".into(), "perf is not installed".into()));
+                } else {
+                    match EmptyProbes::define(&s.sites) {
+                        Ok(e) => bench.empty = Some(e),
+                        Err(e) => bench
+                            .unavailable
+                            .push(("empty probe".into(), format!("{e:#}"))),
+                    }
+                }
+            }
+        }
+        if wants(&Recorder::Helgrind) && !have("valgrind") {
+            bench
+                .unavailable
+                .push(("helgrind".into(), "valgrind is not installed".into()));
+        }
+        if wants(&Recorder::Lttng) {
+            if let Err(e) = bench.start_lttng() {
+                bench
+                    .unavailable
+                    .push(("lttng-ust".into(), format!("{e:#}")));
+            }
+        }
+        if wanted.iter().any(|w| w == "pigz") {
+            if !have("pigz") {
+                bench
+                    .failures
+                    .push(("pigz".into(), "all".into(), "pigz is not installed".into()));
+            } else {
+                bench.pigz_input = Some(bench.pigz_input()?);
+            }
+        }
+        Ok(bench)
+    }
+
+    fn start_lttng(&mut self) -> Result<()> {
+        if !have("lttng") || !have("lttng-sessiond") {
+            bail!("lttng-tools is not installed");
+        }
+        let wrapper_present = [
+            "/usr/lib/x86_64-linux-gnu/liblttng-ust-pthread-wrapper.so.1",
+            "/lib/x86_64-linux-gnu/liblttng-ust-pthread-wrapper.so.1",
+        ]
+        .iter()
+        .any(|p| Path::new(p).exists());
+        if !wrapper_present {
+            bail!("liblttng-ust-pthread-wrapper.so.1 not found (package liblttng-ust1)");
+        }
+        let alive = || {
+            Command::new("lttng")
+                .arg("list")
+                .output()
+                .is_ok_and(|o| o.status.success())
+        };
+        if !alive() {
+            let child = Command::new("lttng-sessiond")
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .context("start lttng-sessiond")?;
+            self.sessiond = Some(child);
+            let started = Instant::now();
+            while !alive() {
+                if started.elapsed() > Duration::from_secs(10) {
+                    bail!("lttng-sessiond did not come up in 10 s");
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+        Ok(())
+    }
+
+    /// A compressible but not trivial input for pigz: words drawn by a seeded
+    /// xorshift generator from a fixed vocabulary, in lines. Made once.
+    fn pigz_input(&self) -> Result<PathBuf> {
+        let mb = self.sizes.pigz_mb;
+        let path = self.dir.join(format!("pigz-input-{mb}M.txt"));
+        if std::fs::metadata(&path).is_ok_and(|m| m.len() == mb << 20) {
+            return Ok(path);
+        }
+        eprintln!(
+            "bench: generating {} ({mb} MiB of seeded pseudo-random words)",
+            path.display()
+        );
+        let syllables = [
+            "ka", "lo", "mir", "ten", "du", "sa", "vel", "or", "pi", "que", "an", "ros", "bel",
+            "ti", "um", "gra",
+        ];
+        let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let vocabulary: Vec<String> = (0..4096)
+            .map(|_| {
+                let n = 1 + next() % 4;
+                (0..n).map(|_| syllables[(next() % 16) as usize]).collect()
+            })
+            .collect();
+        let mut out = Vec::with_capacity((mb << 20) as usize + 64);
+        while out.len() < (mb << 20) as usize {
+            let r = next();
+            out.extend_from_slice(vocabulary[(r % 4096) as usize].as_bytes());
+            out.push(if (r >> 20) % 12 == 0 { b'\n' } else { b' ' });
+        }
+        out.truncate((mb << 20) as usize);
+        std::fs::write(&path, &out)?;
+        Ok(path)
+    }
+
+    /// The command that runs `program args` under a recorder, in launch mode.
+    fn wrap(
+        &mut self,
+        recorder: &Recorder,
+        program: &Path,
+        args: &[String],
+        trace: &Path,
+        tag: &str,
+    ) -> Result<(Command, Option<String>)> {
+        let mut lttng_session = None;
+        let cmd = match recorder {
+            Recorder::Native => {
+                let mut c = Command::new(program);
+                c.args(args);
+                c
+            }
+            Recorder::Ordo(probes) => {
+                let _ = std::fs::remove_file(trace);
+                let mut c = Command::new(&self.ordo);
+                c.arg("record").arg("-o").arg(trace);
+                if let Some(p) = probes {
+                    c.args(["--probes", p]);
+                }
+                c.arg("--").arg(program).args(args);
+                c
+            }
+            Recorder::Bpftrace => {
+                let script = self.bpftrace_script.clone().context("no bpftrace script")?;
+                let mut c = Command::new("bpftrace");
+                c.arg("-o")
+                    .arg(self.dir.join(format!("bpftrace-{tag}.out")));
+                let line: Vec<String> = std::iter::once(program.display().to_string())
+                    .chain(args.iter().cloned())
+                    .collect();
+                c.arg("-c").arg(line.join(" ")).arg(script);
+                c
+            }
+            Recorder::EmptyProbe => {
+                let e = self.empty.as_ref().context("no empty probes")?;
+                let mut c = Command::new("perf");
+                c.args(e.perf_args(&self.dir.join(format!("perf-{tag}.out"))))
+                    .arg("--")
+                    .arg(program)
+                    .args(args);
+                c
+            }
+            Recorder::Tsan => {
+                let mut c = Command::new(self.tsan_program.as_ref().context("no TSan build")?);
+                c.args(args);
+                c
+            }
+            Recorder::Helgrind => {
+                let mut c = Command::new("valgrind");
+                c.args(["--tool=helgrind", "-q"]).arg(program).args(args);
+                c
+            }
+            Recorder::Lttng => {
+                self.lttng_runs += 1;
+                let name = format!("ordobench-{}-{}", std::process::id(), self.lttng_runs);
+                let out = self.dir.join("lttng").join(&name);
+                let _ = std::fs::remove_dir_all(&out);
+                let s = ["-s", name.as_str()];
+                crate::run(
+                    Command::new("lttng")
+                        .args(["create", &name])
+                        .arg(format!("--output={}", out.display()))
+                        .stdout(Stdio::null()),
+                )?;
+                // Sub-buffers as large as ordo's default ring buffer (8 × 2 MiB per
+                // CPU): LTTng's default channel discards events on this workload.
+                crate::run(
+                    Command::new("lttng")
+                        .args([
+                            "enable-channel",
+                            "-u",
+                            "bench",
+                            "--subbuf-size=2M",
+                            "--num-subbuf=8",
+                        ])
+                        .args(s)
+                        .stdout(Stdio::null()),
+                )?;
+                crate::run(
+                    Command::new("lttng")
+                        .args(["enable-event", "-u", "lttng_ust_pthread:*", "-c", "bench"])
+                        .args(s)
+                        .stdout(Stdio::null()),
+                )?;
+                crate::run(
+                    Command::new("lttng")
+                        .args(["add-context", "-u", "-t", "vtid", "-c", "bench"])
+                        .args(s)
+                        .stdout(Stdio::null()),
+                )?;
+                crate::run(
+                    Command::new("lttng")
+                        .args(["start", &name])
+                        .stdout(Stdio::null()),
+                )?;
+                lttng_session = Some(name);
+                let mut c = Command::new(program);
+                c.args(args)
+                    .env("LD_PRELOAD", "liblttng-ust-pthread-wrapper.so.1");
+                c
+            }
+        };
+        Ok((cmd, lttng_session))
+    }
+
+    /// Stops an LTTng session; returns (events, discarded). Counting reads the whole
+    /// trace with babeltrace2 (seconds), so only when `count`.
+    fn end_lttng(&self, name: &str, count: bool) -> (Option<u64>, Option<u64>) {
+        let stop = Command::new("lttng").args(["stop", name]).output();
+        let text = stop
+            .map(|o| {
+                format!(
+                    "{}{}",
+                    String::from_utf8_lossy(&o.stdout),
+                    String::from_utf8_lossy(&o.stderr)
+                )
+            })
+            .unwrap_or_default();
+        // "Warning: 30921 events were discarded, ..."
+        let discarded = text
+            .lines()
+            .filter(|l| l.contains("discarded"))
+            .filter_map(|l| l.split_whitespace().find_map(|w| w.parse::<u64>().ok()))
+            .sum::<u64>();
+        let out = self.dir.join("lttng").join(name);
+        let events = if count {
+            Command::new("babeltrace2")
+                .arg(&out)
+                .stderr(Stdio::null())
+                .output()
+                .ok()
+                .map(|o| o.stdout.iter().filter(|b| **b == b'\n').count() as u64)
+        } else {
+            None
+        };
+        let _ = Command::new("lttng")
+            .args(["destroy", name])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+        let _ = std::fs::remove_dir_all(&out);
+        (events, Some(discarded))
+    }
+
+    /// An ordo trace's figures: (events, lost, span s, bytes, first event's CLOCK_MONOTONIC s).
+    fn ordo_trace(&self, trace: &Path) -> Result<(u64, u64, f64, u64, Option<f64>)> {
+        let out = Command::new(&self.ordo)
+            .arg("dump")
+            .arg("--stats")
+            .arg("--json")
+            .arg(trace)
+            .output()?;
+        if !out.status.success() {
+            bail!(
+                "ordo dump --stats {}: {}",
+                trace.display(),
+                first_line(&out.stderr)
+            );
+        }
+        let stats: Value =
+            serde_json::from_slice(&out.stdout).context("ordo dump --stats --json output")?;
+        let mut dump = Command::new(&self.ordo)
+            .arg("dump")
+            .arg("--json")
+            .arg(trace)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()?;
+        let mut line = String::new();
+        BufReader::new(dump.stdout.take().unwrap()).read_line(&mut line)?;
+        let _ = dump.kill();
+        let _ = dump.wait();
+        let first = serde_json::from_str::<Value>(&line)
+            .ok()
+            .and_then(|v| v["ts_ns"].as_u64())
+            .map(|t| t as f64 * 1e-9);
+        Ok((
+            stats["events"].as_u64().unwrap_or(0),
+            stats["lost"].as_u64().unwrap_or(0),
+            stats["span_ns"].as_u64().unwrap_or(0) as f64 * 1e-9,
+            std::fs::metadata(trace).map(|m| m.len()).unwrap_or(0),
+            first,
+        ))
+    }
+
+    /// Fills a sample's recorder figures after a launch-mode run. `end` is when the
+    /// program ended (CLOCK_MONOTONIC s) if known, `returned` when the recorder did.
+    fn collect(
+        &self,
+        recorder: &Recorder,
+        sample: &mut Sample,
+        trace: &Path,
+        tag: &str,
+        spawned: f64,
+        end: Option<f64>,
+        returned: f64,
+    ) -> Result<()> {
+        match recorder {
+            Recorder::Ordo(_) => {
+                let (events, lost, span, bytes, first) = self.ordo_trace(trace)?;
+                sample.events = Some(events);
+                sample.lost = Some(lost);
+                sample.bytes = Some(bytes);
+                sample.attach_s = first.map(|f| f - spawned);
+                let end = end.or(first.map(|f| f + span));
+                sample.detach_s = end.map(|e| returned - e);
+            }
+            Recorder::EmptyProbe => {
+                sample.events = EmptyProbes::hits(&self.dir.join(format!("perf-{tag}.out")))
+            }
+            Recorder::Bpftrace => {
+                let out = self.dir.join(format!("bpftrace-{tag}.out"));
+                let text = std::fs::read_to_string(&out).unwrap_or_default();
+                sample.events = Some(
+                    text.lines()
+                        .filter(|l| l.split_whitespace().count() >= 4)
+                        .count() as u64,
+                );
+                sample.lost = Some(
+                    text.lines()
+                        .filter(|l| l.contains("Lost"))
+                        .filter_map(|l| l.split_whitespace().find_map(|w| w.parse::<u64>().ok()))
+                        .sum(),
+                );
+                sample.bytes = std::fs::metadata(&out).ok().map(|m| m.len());
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn micro(&mut self, workload: &str, recorder: &Recorder, last_rep: bool) -> Result<Sample> {
+        let scale = if *recorder == Recorder::Helgrind {
+            helgrind_scale(workload)
+        } else {
+            1.0
+        };
+        let args = self.sizes.micro_args(workload, scale);
+        let tag = format!("{workload}-{}", recorder.label().replace(' ', "_"));
+        let trace = self.dir.join(format!("{tag}.ordo"));
+        let program = self.program.clone();
+        let (mut cmd, session) = self.wrap(recorder, &program, &args, &trace, &tag)?;
+        let spawned = mono();
+        let out = cmd
+            .stdin(Stdio::null())
+            .output()
+            .with_context(|| format!("run {cmd:?}"))?;
+        let returned = mono();
+        let lttng = session.map(|s| self.end_lttng(&s, last_rep));
+        if !out.status.success() {
+            bail!(
+                "{} failed ({}): {}",
+                recorder.label(),
+                out.status,
+                first_line(&out.stderr)
+            );
+        }
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let field = |name: &str| -> Option<f64> {
+            stdout
+                .lines()
+                .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+        };
+        let span = field("span_ns").with_context(|| {
+            format!(
+                "{}: the program printed no span_ns: {}",
+                recorder.label(),
+                first_line(&out.stderr)
+            )
+        })? * 1e-9;
+        let mut sample = Sample {
+            workload: workload.into(),
+            recorder: recorder.label(),
+            value: span / scale,
+            wall_s: returned - spawned,
+            ops: field("ops").map(|o| o / scale),
+            scale,
+            active_s: Some(span),
+            ..Sample::default()
+        };
+        self.collect(
+            recorder,
+            &mut sample,
+            &trace,
+            &tag,
+            spawned,
+            field("end_ns").map(|e| e * 1e-9),
+            returned,
+        )?;
+        if let Some((events, lost)) = lttng {
+            sample.events = events;
+            sample.lost = lost;
+        }
+        Ok(sample)
+    }
+
+    /// pigz -p 2 compressing the input from a pipe: the span runs from the moment
+    /// pigz has taken the first MiB to the moment it has taken the last byte, so the
+    /// recorder's start and exit do not count (the few blocks still compressing after
+    /// the last read are left out alike for every recorder).
+    fn pigz(&mut self, recorder: &Recorder, last_rep: bool) -> Result<Sample> {
+        let input = self.pigz_input.clone().context("no pigz input")?;
+        let tag = format!("pigz-{}", recorder.label().replace(' ', "_"));
+        let trace = self.dir.join(format!("{tag}.ordo"));
+        let args: Vec<String> = ["-p", "2", "-c"].map(String::from).to_vec();
+        let (mut cmd, session) =
+            self.wrap(recorder, Path::new("/usr/bin/pigz"), &args, &trace, &tag)?;
+        let data = std::fs::read(&input)?;
+        let spawned = mono();
+        let mut child = cmd
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .with_context(|| format!("run {cmd:?}"))?;
+        let mut stdin = child.stdin.take().unwrap();
+        let mut stderr = child.stderr.take().unwrap();
+        let errors = std::thread::spawn(move || {
+            let mut s = Vec::new();
+            let _ = stderr.read_to_end(&mut s);
+            s
+        });
+        let (head, rest) = data.split_at(1 << 20);
+        stdin.write_all(head)?;
+        let begin = mono();
+        stdin.write_all(rest)?;
+        let fed = mono();
+        drop(stdin);
+        let status = wait_bounded(&mut child, Duration::from_secs(600), "pigz")?;
+        let returned = mono();
+        let lttng = session.map(|s| self.end_lttng(&s, last_rep));
+        if !status.success() {
+            bail!(
+                "{} failed ({status}): {}",
+                recorder.label(),
+                first_line(&errors.join().unwrap_or_default())
+            );
+        }
+        let mut sample = Sample {
+            workload: "pigz".into(),
+            recorder: recorder.label(),
+            value: fed - begin,
+            wall_s: returned - spawned,
+            scale: 1.0,
+            active_s: Some(fed - begin),
+            ..Sample::default()
+        };
+        self.collect(recorder, &mut sample, &trace, &tag, spawned, None, returned)?;
+        if let Some((events, lost)) = lttng {
+            sample.events = events;
+            sample.lost = lost;
+        }
+        Ok(sample)
+    }
+
+    fn memcached_line(port: u16) -> Vec<String> {
+        format!("-t 2 -U 0 -l 127.0.0.1 -p {port} -u root")
+            .split(' ')
+            .map(String::from)
+            .collect()
+    }
+
+    fn memcaslap(&self, port: u16) -> Result<(f64, Option<f64>, Option<f64>)> {
+        let t = format!("{}s", self.sizes.memcached_s);
+        let out = Command::new("memcaslap")
+            .args([
+                "-s",
+                &format!("127.0.0.1:{port}"),
+                "-T",
+                "2",
+                "-c",
+                "32",
+                "-t",
+                &t,
+                "-S",
+                &t,
+            ])
+            .stdin(Stdio::null())
+            .output()
+            .context("run memcaslap")?;
+        parse_memcaslap(&String::from_utf8_lossy(&out.stdout)).with_context(|| {
+            format!(
+                "memcaslap printed no throughput ({}): {}",
+                out.status,
+                first_line(&out.stderr)
+            )
+        })
+    }
+
+    /// memcached started under the recorder, loaded for the configured time, then
+    /// stopped with SIGTERM; detach is measured from the SIGTERM.
+    fn memcached_launch(&mut self, recorder: &Recorder, last_rep: bool) -> Result<Sample> {
+        let port = free_port()?;
+        let tag = format!("memcached-{}", recorder.label().replace(' ', "_"));
+        let trace = self.dir.join(format!("{tag}.ordo"));
+        let (mut cmd, session) = self.wrap(
+            recorder,
+            Path::new("/usr/bin/memcached"),
+            &Self::memcached_line(port),
+            &trace,
+            &tag,
+        )?;
+        let spawned = mono();
+        let mut child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .with_context(|| format!("run {cmd:?}"))?;
+        let result = (|| -> Result<(f64, Option<f64>, Option<f64>)> {
+            wait_listening(port, Duration::from_secs(30))?;
+            self.memcaslap(port)
+        })();
+        let server = find_memcached(port);
+        let stopped = mono();
+        match server {
+            Some(pid) => signal(pid, libc::SIGTERM),
+            None => {
+                let _ = child.kill();
+            }
+        }
+        let status = wait_bounded(&mut child, Duration::from_secs(120), &recorder.label());
+        let returned = mono();
+        let lttng = session.map(|s| self.end_lttng(&s, last_rep));
+        let (tps, avg, p99) = result?;
+        status?;
+        let mut sample = Sample {
+            workload: "memcached".into(),
+            recorder: recorder.label(),
+            value: tps,
+            wall_s: returned - spawned,
+            scale: 1.0,
+            avg_us: avg,
+            p99_us: p99,
+            active_s: Some(self.sizes.memcached_s as f64),
+            ..Sample::default()
+        };
+        self.collect(
+            recorder,
+            &mut sample,
+            &trace,
+            &tag,
+            spawned,
+            Some(stopped),
+            returned,
+        )?;
+        if let Some((events, lost)) = lttng {
+            sample.events = events;
+            sample.lost = lost;
+        }
+        Ok(sample)
+    }
+
+    /// A running memcached; the recorder attaches (`--pid`), the load runs, the
+    /// recorder is asked to stop (SIGINT): detach is measured from that request while
+    /// memcached keeps running.
+    fn memcached_attach(&mut self, recorder: &Recorder) -> Result<Sample> {
+        let port = free_port()?;
+        let tag = format!("memcached-attach-{}", recorder.label().replace(' ', "_"));
+        let trace = self.dir.join(format!("{tag}.ordo"));
+        let mut server = Command::new("/usr/bin/memcached")
+            .args(Self::memcached_line(port))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()?;
+        let result = (|| -> Result<Sample> {
+            wait_listening(port, Duration::from_secs(10))?;
+            let pid = server.id().to_string();
+            let mut cmd = match recorder {
+                Recorder::Ordo(probes) => {
+                    let _ = std::fs::remove_file(&trace);
+                    let mut c = Command::new(&self.ordo);
+                    c.args(["record", "--pid", &pid, "-o"]).arg(&trace);
+                    if let Some(p) = probes {
+                        c.args(["--probes", p]);
+                    }
+                    c
+                }
+                Recorder::Bpftrace => {
+                    let mut c = Command::new("bpftrace");
+                    self.bpftrace_script
+                        .as_ref()
+                        .context("no bpftrace script")?;
+                    c.arg("-o")
+                        .arg(self.dir.join(format!("bpftrace-{tag}.out")))
+                        .args(["-p", &pid])
+                        .arg(self.dir.join("same-functions-pid.bt"))
+                        .arg(&pid);
+                    c
+                }
+                Recorder::EmptyProbe => {
+                    let mut c = Command::new("perf");
+                    c.args(
+                        self.empty
+                            .as_ref()
+                            .context("no empty probes")?
+                            .perf_args(&self.dir.join(format!("perf-{tag}.out"))),
+                    )
+                    .args(["-p", &pid]);
+                    c
+                }
+                other => bail!("{} cannot attach", other.label()),
+            };
+            let spawned = mono();
+            let mut rec = cmd
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .with_context(|| format!("run {cmd:?}"))?;
+            // Wait until the recorder sees events (ordo: the trace has some; others:
+            // a fixed 2 s), poking memcached with connections so there are events to see.
+            let ready = Instant::now();
+            loop {
+                poke(port);
+                if let Some(status) = rec.try_wait()? {
+                    let mut err = Vec::new();
+                    rec.stderr.take().unwrap().read_to_end(&mut err)?;
+                    bail!(
+                        "{} exited before the load ({status}): {}",
+                        recorder.label(),
+                        first_line(&err)
+                    );
+                }
+                let seen = match recorder {
+                    Recorder::Ordo(_) => Command::new(&self.ordo)
+                        .args(["dump", "--stats", "--json", "--salvage"])
+                        .arg(&trace)
+                        .stderr(Stdio::null())
+                        .output()
+                        .ok()
+                        .and_then(|o| serde_json::from_slice::<Value>(&o.stdout).ok())
+                        .is_some_and(|v| v["events"].as_u64().unwrap_or(0) > 0),
+                    _ => ready.elapsed() > Duration::from_secs(2),
+                };
+                if seen || ready.elapsed() > Duration::from_secs(20) {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let load = self.memcaslap(port);
+            let stopped = mono();
+            signal(rec.id(), libc::SIGINT);
+            let status = wait_bounded(&mut rec, Duration::from_secs(120), &recorder.label());
+            let returned = mono();
+            let (tps, avg, p99) = load?;
+            let status = status?;
+            if !status.success()
+                && *recorder != Recorder::EmptyProbe
+                && *recorder != Recorder::Bpftrace
+            {
+                let mut err = Vec::new();
+                rec.stderr.take().unwrap().read_to_end(&mut err)?;
+                bail!(
+                    "{} failed ({status}): {}",
+                    recorder.label(),
+                    first_line(&err)
+                );
+            }
+            let mut sample = Sample {
+                workload: "memcached-attach".into(),
+                recorder: recorder.label(),
+                value: tps,
+                wall_s: returned - spawned,
+                scale: 1.0,
+                avg_us: avg,
+                p99_us: p99,
+                active_s: Some(self.sizes.memcached_s as f64),
+                ..Sample::default()
+            };
+            self.collect(
+                recorder,
+                &mut sample,
+                &trace,
+                &tag,
+                spawned,
+                Some(stopped),
+                returned,
+            )?;
+            if matches!(recorder, Recorder::Ordo(_)) {
+                sample.detach_s = Some(returned - stopped);
+            }
+            Ok(sample)
+        })();
+        signal(server.id(), libc::SIGTERM);
+        let _ = wait_bounded(&mut server, Duration::from_secs(10), "memcached");
+        result
+    }
+
+    /// Ten `ordo record -- true` in a row: mean and max wall time.
+    fn true_ten(&self) -> Result<Value> {
+        let trace = self.dir.join("true.ordo");
+        let mut walls = Vec::new();
+        for _ in 0..10 {
+            let started = Instant::now();
+            let out = Command::new(&self.ordo)
+                .arg("record")
+                .arg("-o")
+                .arg(&trace)
+                .args(["--", "true"])
+                .output()?;
+            if !out.status.success() {
+                bail!("ordo record -- true failed: {}", first_line(&out.stderr));
+            }
+            walls.push(started.elapsed().as_secs_f64());
+        }
+        let mean = walls.iter().sum::<f64>() / walls.len() as f64;
+        let max = walls.iter().cloned().fold(0.0, f64::max);
+        Ok(json!({"runs": walls, "mean_s": mean, "max_s": max}))
+    }
+
+    fn run_one(&mut self, workload: &str, recorder: &Recorder, last_rep: bool) -> Result<Sample> {
+        match workload {
+            "pigz" => self.pigz(recorder, last_rep),
+            "memcached" => self.memcached_launch(recorder, last_rep),
+            "memcached-attach" => self.memcached_attach(recorder),
+            _ => self.micro(workload, recorder, last_rep),
+        }
+    }
+}
+
+impl Drop for Bench {
+    fn drop(&mut self) {
+        if let Some(mut d) = self.sessiond.take() {
+            signal(d.id(), libc::SIGTERM);
+            let _ = wait_bounded(&mut d, Duration::from_secs(10), "lttng-sessiond");
+        }
+    }
+}
+
+/// memcaslap's summary: (ops/s, average µs, p99 µs). memcaslap prints no
+/// percentiles, only a log2 histogram of latencies ("Log2 Dist:" rows of four
+/// buckets, row label = the first bucket's exponent k; bucket k holds latencies in
+/// (2^(k-1), 2^k] µs — its minimum of 14 µs lands in bucket 4): the p99 reported is
+/// the upper edge 2^k of the bucket holding the 99th percentile.
+fn parse_memcaslap(text: &str) -> Option<(f64, Option<f64>, Option<f64>)> {
+    let tps = text
+        .lines()
+        .filter(|l| l.contains("TPS:"))
+        .last()?
+        .split("TPS:")
+        .nth(1)?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()?;
+    let total = text.rfind("Total Statistics").map(|i| &text[i..]);
+    let (mut avg, mut p99) = (None, None);
+    if let Some(total) = total {
+        avg = total
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("Avg:")?.trim().parse().ok());
+        let mut buckets: Vec<(u32, u64)> = Vec::new();
+        let mut in_dist = false;
+        for l in total.lines() {
+            let l = l.trim();
+            if l.starts_with("Log2 Dist") {
+                in_dist = true;
+                continue;
+            }
+            if !in_dist {
+                continue;
+            }
+            let Some((label, counts)) = l.split_once(':') else {
+                break;
+            };
+            let Ok(first) = label.trim().parse::<u32>() else {
+                break;
+            };
+            for (i, c) in counts.split_whitespace().enumerate() {
+                buckets.push((first + i as u32, c.parse().ok()?));
+            }
+        }
+        let all: u64 = buckets.iter().map(|b| b.1).sum();
+        let mut seen = 0;
+        for (exp, count) in &buckets {
+            seen += count;
+            if all > 0 && seen as f64 >= 0.99 * all as f64 {
+                p99 = Some(2f64.powi(*exp as i32));
+                break;
+            }
+        }
+    }
+    Some((tps, avg, p99))
+}
+
+fn free_port() -> Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+fn wait_listening(port: u16, limit: Duration) -> Result<()> {
+    let started = Instant::now();
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        if started.elapsed() > limit {
+            bail!(
+                "memcached did not listen on port {port} within {} s",
+                limit.as_secs()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
     }
     Ok(())
+}
+
+/// One short request on a new connection (memcached takes locks for it).
+fn poke(port: u16) {
+    if let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) {
+        let _ = s.set_read_timeout(Some(Duration::from_millis(200)));
+        let _ = s.write_all(b"version\r\n");
+        let mut buf = [0u8; 64];
+        let _ = s.read(&mut buf);
+    }
+}
+
+/// The pid of the memcached listening on `port` (started by this bench, possibly
+/// under a recorder that is its parent).
+fn find_memcached(port: u16) -> Option<u32> {
+    let want = format!("{port}");
+    std::fs::read_dir("/proc")
+        .ok()?
+        .filter_map(|e| e.ok())
+        .find_map(|e| {
+            let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+            let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
+            let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+            let is_memcached = args.first().is_some_and(|a| a.ends_with(b"memcached"));
+            let on_port = args
+                .windows(2)
+                .any(|w| w[0] == b"-p" && w[1] == want.as_bytes());
+            (is_memcached && on_port).then_some(pid)
+        })
+}
+
+fn metric_of(workload: &str) -> Metric {
+    if workload.starts_with("memcached") {
+        Metric::Throughput
+    } else {
+        Metric::Time
+    }
+}
+
+fn timestamp() -> String {
+    let out = Command::new("date").args(["-u", "+%Y%m%d-%H%M%S"]).output();
+    out.map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_else(|_| "unknown".into())
+}
+
+pub fn run_record(args: &[String]) -> Result<()> {
+    let options = parse_options(args)?;
+    let started_at = timestamp();
+    let wanted: Vec<String> = match &options.only {
+        Some(only) => only.clone(),
+        None => WORKLOADS.iter().map(|w| w.to_string()).collect(),
+    };
+    let ordo_path = crate::root().join("target/release/ordo");
+    let _ = crate::ordo_release()?;
+    let (probe_values, list_probes) = ordo_features(&ordo_path);
+    let mut recorders = vec![Recorder::Native, Recorder::Ordo(None)];
+    // `auto` is what plain `ordo record` does: it is the `ordo` row.
+    for v in probe_values.iter().filter(|v| *v != "auto") {
+        recorders.push(Recorder::Ordo(Some(v.clone())));
+    }
+    recorders.extend([
+        Recorder::Bpftrace,
+        Recorder::EmptyProbe,
+        Recorder::Tsan,
+        Recorder::Helgrind,
+        Recorder::Lttng,
+    ]);
+    if let Some(chosen) = &options.recorders {
+        recorders.retain(|r| {
+            r.label() == "native"
+                || chosen
+                    .iter()
+                    .any(|c| *c == r.label() || r.label().starts_with(&format!("{c} ")))
+        });
+    }
+    let kernel_ordo = if probe_values.iter().any(|v| v == "ebpf") {
+        "ordo --probes ebpf".to_string()
+    } else {
+        "ordo".to_string()
+    };
+    let mut bench = Bench::setup(options.quick, &wanted, &recorders)?;
+    let unavailable = bench.unavailable.clone();
+    for (r, why) in &unavailable {
+        eprintln!("bench: {r} cannot run: {why}");
+    }
+    let runnable: Vec<Recorder> = recorders
+        .iter()
+        .filter(|r| !unavailable.iter().any(|(l, _)| *l == r.label()))
+        .cloned()
+        .collect();
+    let workloads: Vec<&str> = WORKLOADS
+        .iter()
+        .copied()
+        .filter(|w| wanted.iter().any(|x| x == w) && *w != "true")
+        .collect();
+    let mut samples: Vec<Sample> = Vec::new();
+    let results_dir = crate::root().join("bench/results");
+    std::fs::create_dir_all(&results_dir)?;
+    let started = Instant::now();
+    let mut true_ten = Value::Null;
+    for rep in 0..options.reps {
+        for workload in &workloads {
+            if *workload == "pigz" && bench.pigz_input.is_none() {
+                continue;
+            }
+            for recorder in runnable.iter().filter(|r| r.applies(workload)) {
+                eprint!(
+                    "bench: rep {}/{} {workload:<16} {:<20}",
+                    rep + 1,
+                    options.reps,
+                    recorder.label()
+                );
+                match bench.run_one(workload, recorder, rep + 1 == options.reps) {
+                    Ok(s) => {
+                        eprintln!(
+                            " {}",
+                            match metric_of(workload) {
+                                Metric::Time => format!("{:.1} ms", s.value * 1e3),
+                                Metric::Throughput => format!("{:.0} op/s", s.value),
+                            }
+                        );
+                        samples.push(s);
+                    }
+                    Err(e) => {
+                        eprintln!(" FAILED: {e:#}");
+                        bench.failures.push((
+                            workload.to_string(),
+                            recorder.label(),
+                            format!("{e:#}"),
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    if wanted.iter().any(|w| w == "true") {
+        match bench.true_ten() {
+            Ok(v) => true_ten = v,
+            Err(e) => bench
+                .failures
+                .push(("true".into(), "ordo".into(), format!("{e:#}"))),
+        }
+    }
+    let rows = report::rows(&samples, metric_of);
+    let exact_sites = bench.sites.as_ref().is_some_and(|s| s.exact);
+    let targets = report::targets(&rows, &kernel_ordo, "ordo", exact_sites);
+    let s = &bench.sizes;
+    println!(
+        "\nbench record{}: median of {} interleaved repetitions, {:.0} s. lock = 4 threads × {} lock/inc/unlock; pair = 1 thread × {} uncontended pairs; \
+         pingpong = {} condvar round trips; rwlock = 4 threads × {} ops, 10 % writes; pigz -p 2 on {} MiB; memcached -t 2 under memcaslap -T 2 -c 32 for {} s.",
+        if options.quick { " --quick" } else { "" },
+        options.reps,
+        started.elapsed().as_secs_f64(),
+        s.lock_iters, s.pair_iters, s.pingpong_rounds, s.rwlock_iters, s.pigz_mb, s.memcached_s
+    );
+    println!("Times are the program's own span (pigz: from its first to its last MiB read); memcached is ops/s. Probe sites: {}.", bench.sites.as_ref().map(|s| s.source.as_str()).unwrap_or("not needed"));
+    println!("{}", report::table(&rows));
+    if let Some(t) = true_ten.as_object() {
+        println!(
+            "ten `ordo record -- true` in a row: mean {:.3} s, max {:.3} s",
+            t["mean_s"].as_f64().unwrap_or(0.0),
+            t["max_s"].as_f64().unwrap_or(0.0)
+        );
+    }
+    println!("targets:\n{}", report::target_lines(&targets));
+    for (r, why) in &unavailable {
+        println!("could not run {r}: {why}");
+    }
+    for (w, r, why) in &bench.failures {
+        println!("failed: {w} / {r}: {why}");
+    }
+    let doc = json!({
+        "benchmark": "record",
+        "started_utc": started_at,
+        "seconds": started.elapsed().as_secs_f64(),
+        "quick": options.quick,
+        "reps": options.reps,
+        "machine": {
+            "kernel": Command::new("uname").arg("-r").output().map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string()).unwrap_or_default(),
+            "cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+            "loadavg_at_end": std::fs::read_to_string("/proc/loadavg").unwrap_or_default().trim(),
+        },
+        "ordo": {
+            "probes_values": probe_values,
+            "list_probes": list_probes,
+            "kernel_path_label": kernel_ordo,
+        },
+        "sizes": {
+            "lock_iters_per_thread": s.lock_iters, "lock_threads": 4, "pair_iters": s.pair_iters,
+            "pingpong_rounds": s.pingpong_rounds, "rwlock_iters_per_thread": s.rwlock_iters, "rwlock_threads": 4,
+            "rwlock_write_percent": 10, "pigz_mib": s.pigz_mb, "memcached_load_s": s.memcached_s,
+        },
+        "probe_sites": bench.sites.as_ref().map(|s| json!({
+            "source": s.source,
+            "sites": s.sites.iter().map(|x| json!({"function": x.function, "library": x.library, "file_offset": x.file_offset, "return": x.on_return})).collect::<Vec<_>>(),
+        })),
+        "rows": rows.iter().map(report::row_json).collect::<Vec<_>>(),
+        "targets": targets.iter().map(|t| t.to_json()).collect::<Vec<_>>(),
+        "true_ten": true_ten,
+        "unavailable": unavailable.iter().map(|(r, w)| json!({"recorder": r, "why": w})).collect::<Vec<_>>(),
+        "failures": bench.failures.iter().map(|(w, r, why)| json!({"workload": w, "recorder": r, "why": why})).collect::<Vec<_>>(),
+        "samples": samples.iter().map(report::sample_json).collect::<Vec<_>>(),
+    });
+    let text = serde_json::to_string_pretty(&doc)?;
+    let path = results_dir.join(format!("record-{started_at}.json"));
+    std::fs::write(&path, &text)?;
+    std::fs::write(results_dir.join("record-latest.json"), &text)?;
+    println!("results: {}", path.display());
+    if samples.is_empty() {
+        bail!("no run succeeded");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MEMCASLAP: &str = "cmd_get: 311235\nRun time: 3.0s Ops: 345836 TPS: 115269 Net_rate: 129.0M/s\n\
+Total Statistics (345804 events)\n   Min:        14\n   Max:     17313\n   Avg:       277\n   Geo:     98.62\n   Std:    718.11\n   Log2 Dist:\n\
+       4:      600   113947    61469    20424\n       8:    39527    85496     5220     8887\n      12:     7170     2881      171       12\n\ncmd_get: 311235\n\
+Run time: 3.0s Ops: 345836 TPS: 115269 Net_rate: 129.0M/s\n";
+
+    #[test]
+    fn memcaslap_throughput_average_and_p99_bucket() {
+        let (tps, avg, p99) = parse_memcaslap(MEMCASLAP).unwrap();
+        assert_eq!(tps, 115269.0);
+        assert_eq!(avg, Some(277.0));
+        // 99 % of 345 804 is 342 346: reached in bucket 12, (2048, 4096] µs.
+        assert_eq!(p99, Some(4096.0));
+        assert!(parse_memcaslap("no numbers here").is_none());
+    }
+
+    #[test]
+    fn options_are_checked() {
+        let o = parse_options(&[
+            "--quick".into(),
+            "--only".into(),
+            "lock,pair".into(),
+            "--reps".into(),
+            "2".into(),
+        ])
+        .unwrap();
+        assert!(o.quick);
+        assert_eq!(o.only.unwrap(), ["lock", "pair"]);
+        assert_eq!(o.reps, 2);
+        assert!(parse_options(&["--only".into(), "nope".into()]).is_err());
+        assert!(parse_options(&["--reps".into(), "0".into()]).is_err());
+        assert!(parse_options(&["--fast".into()]).is_err());
+    }
+
+    #[test]
+    fn probes_values_from_short_and_long_help() {
+        let short = "      --probes <PROBES>            Where: `inproc` (…), or `auto` [default: auto] [possible values: auto, inproc, ebpf]\n  -v, --verbose   Say\n";
+        assert_eq!(probe_values(short), ["auto", "inproc", "ebpf"]);
+        let long = "      --probes <PROBES>\n          Where the pthread API is recorded\n\n          Possible values:\n          - auto:   In process\n          - inproc: In process, through the agent\n          - ebpf:   eBPF uprobes on libc\n\n          [default: auto]\n\n  -v, --verbose\n";
+        assert_eq!(probe_values(long), ["auto", "inproc", "ebpf"]);
+        assert!(probe_values("  -o, --output <OUTPUT>  Trace file\n").is_empty());
+    }
+
+    #[test]
+    fn recorders_apply_where_they_can() {
+        assert!(Recorder::Tsan.applies("lock"));
+        assert!(!Recorder::Tsan.applies("pigz"));
+        assert!(!Recorder::Lttng.applies("memcached-attach"));
+        assert!(!Recorder::Ordo(Some("inproc".into())).applies("memcached-attach"));
+        assert!(Recorder::Ordo(Some("ebpf".into())).applies("memcached-attach"));
+    }
 }

@@ -13,6 +13,7 @@ use anyhow::{bail, Context, Result};
 mod bench;
 mod bench_analysis;
 mod bench_record;
+mod bench_watch;
 mod setup;
 
 fn root() -> PathBuf {

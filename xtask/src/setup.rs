@@ -30,25 +30,26 @@ fn installed(package: &str) -> bool {
         .unwrap_or(false)
 }
 
+/// What `cargo xtask bench record` compares ordo with, and its workloads: bpftrace,
+/// helgrind, a ThreadSanitizer-capable clang, memcached with its load generator, pigz,
+/// LTTng with its pthread wrapper (and babeltrace2 to count LTTng's events), perf (to
+/// count hits of empty probes). Not part of `setup` proper: tests do not need them.
+const BENCH_APT_PACKAGES: &[&str] = &[
+    "bpftrace",
+    "valgrind",
+    "clang",
+    "libclang-rt-14-dev",
+    "memcached",
+    "libmemcached-tools",
+    "pigz",
+    "lttng-tools",
+    "liblttng-ust1",
+    "babeltrace2",
+    "linux-perf",
+];
+
 pub fn run() -> Result<()> {
-    let missing: Vec<&str> = APT_PACKAGES
-        .iter()
-        .copied()
-        .filter(|p| !installed(p))
-        .collect();
-    if !missing.is_empty() {
-        eprintln!("xtask: installing {}", missing.join(" "));
-        if unsafe { libc_geteuid() } != 0 {
-            bail!("installing {} needs root (apt-get)", missing.join(" "));
-        }
-        crate::run(Command::new("apt-get").args(["update", "-q"]))?;
-        crate::run(
-            Command::new("apt-get")
-                .args(["install", "-y", "-q", "--no-install-recommends"])
-                .args(&missing)
-                .env("DEBIAN_FRONTEND", "noninteractive"),
-        )?;
-    }
+    apt_install(APT_PACKAGES)?;
     let toolchains = Command::new("rustup")
         .args(["toolchain", "list"])
         .output()
@@ -68,6 +69,43 @@ pub fn run() -> Result<()> {
         install_bpf_linker()?;
     }
     Ok(())
+}
+
+/// Installs the benchmark's comparators and workloads when missing (seconds when
+/// present). A package that cannot be installed is reported and skipped: the
+/// benchmark says which comparator could not run and why.
+pub fn bench_tools() -> Result<()> {
+    if let Err(e) = apt_install(BENCH_APT_PACKAGES) {
+        eprintln!("xtask: bench tools: {e:#}; comparators that need them will be skipped");
+    }
+    Ok(())
+}
+
+/// `apt-get install`s the packages of `wanted` that are not installed. Waits for the
+/// dpkg lock (other sessions on the machine may be installing too).
+fn apt_install(wanted: &[&str]) -> Result<()> {
+    let missing: Vec<&str> = wanted.iter().copied().filter(|p| !installed(p)).collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    eprintln!("xtask: installing {}", missing.join(" "));
+    if unsafe { libc_geteuid() } != 0 {
+        bail!("installing {} needs root (apt-get)", missing.join(" "));
+    }
+    let install = |update: bool| -> Result<()> {
+        if update {
+            crate::run(Command::new("apt-get").args(["update", "-q"]))?;
+        }
+        crate::run(
+            Command::new("apt-get")
+                .args(["install", "-y", "-q", "--no-install-recommends"])
+                .args(["-o", "DPkg::Lock::Timeout=300"])
+                .args(&missing)
+                .env("DEBIAN_FRONTEND", "noninteractive"),
+        )
+    };
+    // Without a fresh package list only when the list is already there.
+    install(false).or_else(|_| install(true))
 }
 
 fn install_bpf_linker() -> Result<()> {

@@ -245,11 +245,10 @@ pub mod config {
     /// clears it first when stopping (so a live target stops paying for the
     /// programs' work before the slow detach). Every program checks it first.
     pub const ENABLED: u32 = 1;
-    /// Nonzero while user space wants to hear of the first record promptly (it has
-    /// not yet read the target's module mappings, which a short-lived target takes
-    /// with it): records then wake an idle drain at once instead of only when the
-    /// ring buffer is a quarter full.
-    pub const EAGER_WAKEUP: u32 = 2;
+    /// Nonzero while every record should wake the drain at once. User space sets it
+    /// until the drain has read the target's modules: a short program can otherwise
+    /// exit (taking its mappings with it) before a lazily woken drain looks.
+    pub const WAKE_EACH: u32 = 2;
     /// Number of entries.
     pub const LEN: u32 = 3;
 }

@@ -120,15 +120,13 @@ mod programs {
     }
 
     /// How to submit a record: wake the drain only once the ring buffer is a quarter
-    /// full. The drain polls every 10 ms anyway; waking it for every record that finds
-    /// it idle (the kernel's default, flags 0) cost a context switch per handful of
-    /// events and made the recorder's CPU per event several microseconds. Until user
-    /// space has the target's module mappings (`config::EAGER_WAKEUP`) the default
-    /// applies, so it hears of the first records at once.
+    /// full (or at once while user space asks for it, see `config::WAKE_EACH`). The drain polls every 10 ms anyway; waking it for every record that finds
+    /// it idle (the kernel's default) cost a context switch per handful of events and
+    /// made the recorder's CPU per event several microseconds.
     #[inline(always)]
     fn wakeup_flags() -> u64 {
-        if CONFIG.get(config::EAGER_WAKEUP).is_some_and(|v| *v != 0) {
-            return 0;
+        if CONFIG.get(config::WAKE_EACH).copied().unwrap_or(0) != 0 {
+            return BPF_RB_FORCE_WAKEUP as u64;
         }
         let pending = EVENTS.query(BPF_RB_AVAIL_DATA as u64);
         let size = EVENTS.query(BPF_RB_RING_SIZE as u64);

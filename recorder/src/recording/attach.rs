@@ -61,7 +61,6 @@ impl Probes {
             .load(PROBE_OBJECT)
             .map_err(|e| load_error(e.into()))?;
         set_config(&mut ebpf, config::TARGET_TGID, pid as u64)?;
-        set_config(&mut ebpf, config::EAGER_WAKEUP, 1)?;
         let sites = uprobe_sites(options)?;
         if let Some(sites) = &sites.1 {
             write_watch_sites(&mut ebpf, sites)?;
@@ -156,12 +155,13 @@ impl Probes {
 
     /// Switches recording on: the last step of attaching.
     pub(super) fn enable(&mut self) -> Result<()> {
+        set_config(&mut self.ebpf, config::WAKE_EACH, 1)?;
         set_config(&mut self.ebpf, config::ENABLED, 1)
     }
 
-    /// Whether records wake an idle drain at once (see `config::EAGER_WAKEUP`).
-    pub(super) fn set_eager_wakeup(&mut self, eager: bool) {
-        let _ = set_config(&mut self.ebpf, config::EAGER_WAKEUP, eager as u64);
+    /// Lets the programs wake the drain lazily again (once it knows the modules).
+    pub(super) fn stop_waking_each(&mut self) {
+        let _ = set_config(&mut self.ebpf, config::WAKE_EACH, 0);
     }
 
     /// Switches recording off: the programs return at once from then on.

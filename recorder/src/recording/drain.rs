@@ -6,7 +6,7 @@
 //! site lies in a module already described). Full chunks go to a writer thread,
 //! which encodes and compresses them, so zstd never stalls the draining. The probes
 //! wake the drain only when the ring buffer is a quarter full (the eBPF
-//! `wakeup_flags`; at once while the target's mappings are still unknown);
+//! `wakeup_flags`; every record while the target's modules are still unknown);
 //! otherwise it polls every [`POLL_INTERVAL`], so a busy target
 //! costs one wakeup per batch of hundreds or thousands of events, not one every few
 //! events (the kernel's default wakes an idle consumer for every record; at real-time
@@ -29,7 +29,7 @@ use ordo_trace::schema::{Footer, ModuleRecord, ThreadRecord};
 use ordo_trace::symbolize::modules_of_process;
 use ordo_trace::{Event, Kind, LogicalIdAssigner, TraceWriter};
 use tokio::io::unix::AsyncFd;
-use tokio::sync::oneshot;
+use tokio::sync::{mpsc, oneshot};
 
 use super::attach::Probes;
 use super::{monotonic_ns, RecordSummary};
@@ -261,12 +261,6 @@ impl DrainState {
         self.pending.push(event);
     }
 
-    /// Whether the target's module mappings are still unknown: the drain then wants
-    /// to hear of records at once (a short-lived target takes its mappings with it).
-    pub(crate) fn needs_modules(&self) -> bool {
-        self.modules.is_empty()
-    }
-
     /// Whether the current chunk is full.
     pub(crate) fn chunk_full(&self) -> bool {
         self.pending.len() >= CHUNK_EVENTS
@@ -282,7 +276,19 @@ impl DrainState {
             return;
         }
         self.last_module_scan = Some(Instant::now());
-        for module in modules_of_process(self.pid) {
+        self.add_modules(modules_of_process(self.pid));
+    }
+
+    /// Whether the target's modules have been read at least once.
+    pub(crate) fn has_modules(&self) -> bool {
+        !self.modules.is_empty()
+    }
+
+    /// Merges a snapshot of the target's modules (from a scan here or one taken by
+    /// the session right after `exec`, before a short program can exit and take its
+    /// mappings with it).
+    pub(crate) fn add_modules(&mut self, snapshot: Vec<ModuleRecord>) {
+        for module in snapshot {
             match self.modules.iter_mut().find(|m| m.path == module.path) {
                 Some(known) => {
                     for map in module.mappings {
@@ -426,6 +432,7 @@ pub(super) async fn drain(
     ring: RingBuf<MapData>,
     mut state: DrainState,
     mut stop: oneshot::Receiver<Option<ExitStatus>>,
+    mut snapshots: mpsc::UnboundedReceiver<Vec<ModuleRecord>>,
 ) -> Result<RecordSummary> {
     raise_priority();
     // SAFETY: the ring buffer owns its fd and outlives the registration (both are
@@ -435,12 +442,11 @@ pub(super) async fn drain(
     let mut ticker = tokio::time::interval(POLL_INTERVAL);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last_flush = Instant::now();
-    // Attaching set eager wakeups; they end once the mappings are known.
-    let mut eager = true;
+    let mut waking_each = true;
     let exit = loop {
-        if eager != state.needs_modules() {
-            eager = state.needs_modules();
-            probes.set_eager_wakeup(eager);
+        if waking_each && state.has_modules() {
+            probes.stop_waking_each();
+            waking_each = false;
         }
         tokio::select! {
             guard = ring.readable_mut() => {
@@ -455,9 +461,13 @@ pub(super) async fn drain(
                     last_flush = Instant::now();
                 }
             }
+            Some(snapshot) = snapshots.recv() => state.add_modules(snapshot),
             exit = &mut stop => break exit.unwrap_or(None),
         }
     };
+    while let Ok(snapshot) = snapshots.try_recv() {
+        state.add_modules(snapshot);
+    }
     // A live target stops paying for the programs' work now, before the detach.
     probes.disable();
     // Events already in the ring buffer belong to the run: take them all.

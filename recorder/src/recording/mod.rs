@@ -19,8 +19,10 @@ use std::time::Duration;
 use anyhow::{anyhow, bail, Context, Result};
 use ordo_probe_common::WatchSite;
 use ordo_trace::schema::Header;
+use ordo_trace::schema::ModuleRecord;
+use ordo_trace::symbolize::modules_of_process;
 use ordo_trace::TraceWriter;
-use tokio::sync::oneshot;
+use tokio::sync::{mpsc, oneshot};
 
 mod attach;
 mod detach;
@@ -193,6 +195,8 @@ pub struct Recording {
     stop: Option<oneshot::Sender<Option<ExitStatus>>>,
     drain: Option<std::thread::JoinHandle<Result<RecordSummary>>>,
     notes: Vec<String>,
+    pid: u32,
+    snapshots: mpsc::UnboundedSender<Vec<ModuleRecord>>,
 }
 
 impl Recording {
@@ -229,19 +233,32 @@ impl Recording {
         probes.enable()?;
         state.attach_time = attaching.elapsed();
         let (stop_tx, stop_rx) = oneshot::channel();
+        let (snapshots, snapshots_rx) = mpsc::unbounded_channel();
         let drain = std::thread::Builder::new()
             .name("ordo-drain".into())
             .spawn(move || -> Result<RecordSummary> {
                 let runtime = tokio::runtime::Builder::new_current_thread()
                     .enable_all()
                     .build()?;
-                runtime.block_on(drain::drain(probes, ring, state, stop_rx))
+                runtime.block_on(drain::drain(probes, ring, state, stop_rx, snapshots_rx))
             })?;
         Ok(Recording {
             stop: Some(stop_tx),
             drain: Some(drain),
             notes,
+            pid,
+            snapshots,
         })
+    }
+
+    /// Reads the target's loaded modules now and hands them to the trace. A launched
+    /// program's modules are otherwise read when the drain meets their first event,
+    /// which can be after a short program has exited and its mappings are gone.
+    pub fn snapshot_modules(&self) {
+        let modules = modules_of_process(self.pid);
+        if !modules.is_empty() {
+            let _ = self.snapshots.send(modules);
+        }
     }
 
     /// Things the user should know about how the probes were attached.

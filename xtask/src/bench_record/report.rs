@@ -1,0 +1,623 @@
+//! The recording benchmark's numbers: per-run samples, their medians per
+//! (workload, recorder), ratios to native, the table, the JSON document and the
+//! issue-9 and issue-14 targets. Pure functions of the samples, so the logic is
+//! unit-tested on constructed numbers.
+
+use serde_json::{json, Value};
+
+/// What a workload's headline number is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Metric {
+    /// The program's own span in seconds (lower is better).
+    Time,
+    /// Operations per second under a load generator (higher is better).
+    Throughput,
+}
+
+/// One measured run of one workload under one recorder.
+#[derive(Clone, Debug, Default)]
+pub struct Sample {
+    pub workload: String,
+    pub recorder: String,
+    /// Seconds of the program's own span (normalized to the full amount of work when
+    /// the run did less, see `scale`), or ops/s.
+    pub value: f64,
+    /// Wall time of the whole command (recorder start to return), seconds.
+    pub wall_s: f64,
+    /// Operations done in the span (lock/unlock pairs, round trips, ...).
+    pub ops: Option<f64>,
+    /// Fraction of the full work this run did (helgrind runs fewer iterations).
+    pub scale: f64,
+    /// memcaslap's average latency and 99th percentile (log2-bucketed), µs.
+    pub avg_us: Option<f64>,
+    pub p99_us: Option<f64>,
+    /// Events the recorder wrote (ordo: trace events; empty probe: probe hits;
+    /// LTTng: events in its trace; bpftrace: lines printed).
+    pub events: Option<u64>,
+    /// Events the recorder reported lost.
+    pub lost: Option<u64>,
+    /// Trace size on disk, bytes.
+    pub bytes: Option<u64>,
+    /// Seconds from starting the recorder to the program's first recorded event.
+    pub attach_s: Option<f64>,
+    /// Seconds from the program's exit (or the stop request, attach mode) to the
+    /// recorder returning.
+    pub detach_s: Option<f64>,
+    /// Seconds the events/s rate is taken over (the span, or the load's duration).
+    pub active_s: Option<f64>,
+}
+
+/// The median of each number of the samples of one (workload, recorder).
+#[derive(Clone, Debug)]
+pub struct Row {
+    pub workload: String,
+    pub recorder: String,
+    pub metric: Metric,
+    pub runs: usize,
+    pub value: f64,
+    /// value / native value (Time) — or the throughput loss 1 − value/native (Throughput).
+    pub vs_native: Option<f64>,
+    /// Seconds added over native (Time only).
+    pub added_s: Option<f64>,
+    pub wall_s: f64,
+    pub ops: Option<f64>,
+    pub scale: f64,
+    pub avg_us: Option<f64>,
+    pub p99_us: Option<f64>,
+    pub events: Option<f64>,
+    pub events_per_s: Option<f64>,
+    pub bytes_per_event: Option<f64>,
+    /// The largest loss over the runs (one lossy run is not hidden by a median).
+    pub lost_max: Option<u64>,
+    pub attach_s: Option<f64>,
+    pub detach_s: Option<f64>,
+}
+
+/// The median of a list (the upper one for an even count); None when empty.
+pub fn median(values: impl IntoIterator<Item = f64>) -> Option<f64> {
+    let mut v: Vec<f64> = values.into_iter().filter(|x| x.is_finite()).collect();
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(|a, b| a.total_cmp(b));
+    Some(v[v.len() / 2])
+}
+
+/// The workload whose native run is the baseline of `workload`: attach mode shares
+/// launch mode's native memcached.
+pub fn baseline_workload(workload: &str) -> &str {
+    workload.strip_suffix("-attach").unwrap_or(workload)
+}
+
+/// Medians per (workload, recorder), in first-seen order, with ratios to native.
+pub fn rows(samples: &[Sample], metric_of: impl Fn(&str) -> Metric) -> Vec<Row> {
+    let mut keys: Vec<(String, String)> = Vec::new();
+    for s in samples {
+        let key = (s.workload.clone(), s.recorder.clone());
+        if !keys.contains(&key) {
+            keys.push(key);
+        }
+    }
+    let mut out: Vec<Row> = keys
+        .iter()
+        .map(|(w, r)| {
+            let group: Vec<&Sample> = samples
+                .iter()
+                .filter(|s| &s.workload == w && &s.recorder == r)
+                .collect();
+            let med =
+                |f: &dyn Fn(&Sample) -> Option<f64>| median(group.iter().filter_map(|s| f(s)));
+            let events = med(&|s| s.events.map(|e| e as f64));
+            let bytes = med(&|s| s.bytes.map(|b| b as f64));
+            Row {
+                workload: w.clone(),
+                recorder: r.clone(),
+                metric: metric_of(w),
+                runs: group.len(),
+                value: med(&|s| Some(s.value)).unwrap_or(f64::NAN),
+                vs_native: None,
+                added_s: None,
+                wall_s: med(&|s| Some(s.wall_s)).unwrap_or(f64::NAN),
+                ops: med(&|s| s.ops),
+                scale: med(&|s| Some(s.scale)).unwrap_or(1.0),
+                avg_us: med(&|s| s.avg_us),
+                p99_us: med(&|s| s.p99_us),
+                events,
+                events_per_s: med(&|s| Some(s.events? as f64 / s.active_s?)),
+                bytes_per_event: bytes.zip(events).map(|(b, e)| b / e.max(1.0)),
+                lost_max: group.iter().filter_map(|s| s.lost).max(),
+                attach_s: med(&|s| s.attach_s),
+                detach_s: med(&|s| s.detach_s),
+            }
+        })
+        .collect();
+    let natives: Vec<(String, f64)> = out
+        .iter()
+        .filter(|r| r.recorder == "native")
+        .map(|r| (r.workload.clone(), r.value))
+        .collect();
+    for row in &mut out {
+        let base = baseline_workload(&row.workload);
+        let Some(native) = natives.iter().find(|(w, _)| w == base).map(|(_, v)| *v) else {
+            continue;
+        };
+        match row.metric {
+            Metric::Time => {
+                row.vs_native = Some(row.value / native);
+                row.added_s = Some(row.value - native);
+            }
+            Metric::Throughput => row.vs_native = Some(1.0 - row.value / native),
+        }
+    }
+    out
+}
+
+/// The units a target is expressed in, for printing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unit {
+    /// A fraction printed as a percentage.
+    Percent,
+    Seconds,
+    Nanos,
+    /// A plain ratio printed as `N.NN×`.
+    Ratio,
+    Count,
+}
+
+fn show(v: f64, unit: Unit) -> String {
+    match unit {
+        Unit::Percent => format!("{:.1} %", v * 100.0),
+        Unit::Seconds => format!("{v:.3} s"),
+        Unit::Nanos => format!("{v:.0} ns"),
+        Unit::Ratio => format!("{v:.2}×"),
+        Unit::Count => format!("{v:.0}"),
+    }
+}
+
+/// One target of issue 9 or 14: `measured ≤ limit`.
+#[derive(Clone, Debug)]
+pub struct Target {
+    pub issue: u32,
+    pub what: String,
+    pub limit: f64,
+    pub unit: Unit,
+    /// None when it could not be measured (`why` says why).
+    pub measured: Option<f64>,
+    pub why: String,
+}
+
+impl Target {
+    pub fn met(&self) -> Option<bool> {
+        self.measured.map(|m| m <= self.limit)
+    }
+
+    /// "met, 0.12 s under" / "MISSED by 3.2 s (26.7× the limit)" / "not measured: …".
+    pub fn verdict(&self) -> String {
+        let Some(m) = self.measured else {
+            return format!("not measured: {}", self.why);
+        };
+        let gap = (m - self.limit).abs();
+        let gap = if self.unit == Unit::Percent {
+            format!("{:.1} points", gap * 100.0)
+        } else {
+            show(gap, self.unit)
+        };
+        if m <= self.limit {
+            format!("met, {gap} under")
+        } else if self.limit > 0.0 {
+            format!("MISSED by {gap} ({:.1}× the limit)", m / self.limit)
+        } else {
+            format!("MISSED by {gap}")
+        }
+    }
+
+    pub fn to_json(&self) -> Value {
+        json!({
+            "issue": self.issue,
+            "target": self.what,
+            "limit": self.limit,
+            "measured": self.measured,
+            "met": self.met(),
+            "verdict": self.verdict(),
+            "shown": format!("{} (limit {})", self.measured.map(|m| show(m, self.unit)).unwrap_or_else(|| "—".into()), show(self.limit, self.unit)),
+        })
+    }
+}
+
+fn find<'a>(rows: &'a [Row], workload: &str, recorder: &str) -> Option<&'a Row> {
+    rows.iter()
+        .find(|r| r.workload == workload && r.recorder == recorder)
+}
+
+/// The two issues' targets, from the rows. `kernel_ordo` is the recorder label of
+/// ordo's eBPF path (issue 9), `default_ordo` the label of plain `ordo record`
+/// (issue 14 is about what `ordo record -- prog` does by default). `exact_sites`:
+/// whether the empty probes sat at ordo's own sites; the comparison with them means
+/// nothing otherwise.
+pub fn targets(
+    rows: &[Row],
+    kernel_ordo: &str,
+    default_ordo: &str,
+    exact_sites: bool,
+) -> Vec<Target> {
+    let missing = |w: &str, r: &str| format!("no {r} run of {w}");
+    let mut out = Vec::new();
+    let mut push = |issue: u32, what: &str, limit: f64, unit: Unit, m: Result<f64, String>| {
+        let (measured, why) = match m {
+            Ok(v) => (Some(v), String::new()),
+            Err(e) => (None, e),
+        };
+        out.push(Target {
+            issue,
+            what: what.into(),
+            limit,
+            unit,
+            measured,
+            why,
+        })
+    };
+    let loss = |w: &str, r: &str| {
+        find(rows, w, r)
+            .and_then(|row| row.vs_native)
+            .ok_or_else(|| missing(w, r))
+    };
+    let lost = |w: &str, r: &str| {
+        find(rows, w, r)
+            .and_then(|row| row.lost_max)
+            .map(|l| l as f64)
+            .ok_or_else(|| missing(w, r))
+    };
+    let added = |w: &str, r: &str| {
+        find(rows, w, r)
+            .and_then(|row| row.added_s)
+            .ok_or_else(|| missing(w, r))
+    };
+    let added_ratio = |w: &str, r: &str, other: &str| -> Result<f64, String> {
+        let (a, b) = (added(w, r)?, added(w, other)?);
+        if b <= 0.0 {
+            return Err(format!("{other} added no measurable time to {w}"));
+        }
+        Ok(a / b)
+    };
+    let overhead = |w: &str, r: &str| {
+        find(rows, w, r)
+            .and_then(|row| row.vs_native)
+            .map(|x| x - 1.0)
+            .ok_or_else(|| missing(w, r))
+    };
+    let worst = |pick: fn(&Row) -> Option<f64>| -> Result<f64, String> {
+        rows.iter()
+            .filter(|r| r.recorder == kernel_ordo)
+            .filter_map(pick)
+            .max_by(|a, b| a.total_cmp(b))
+            .ok_or_else(|| format!("no {kernel_ordo} run"))
+    };
+    let k = kernel_ordo;
+    push(
+        9,
+        &format!("memcached --pid ({k}): throughput loss ≤ 25 %"),
+        0.25,
+        Unit::Percent,
+        loss("memcached-attach", k),
+    );
+    push(
+        9,
+        &format!("memcached --pid ({k}): events lost at the default buffer = 0"),
+        0.0,
+        Unit::Count,
+        lost("memcached-attach", k),
+    );
+    push(
+        9,
+        &format!("memcached launched ({k}): events lost = 0"),
+        0.0,
+        Unit::Count,
+        lost("memcached", k),
+    );
+    push(
+        9,
+        &format!("lock ({k}): added time ≤ 1/5 of bpftrace's"),
+        0.2,
+        Unit::Ratio,
+        added_ratio("lock", k, "bpftrace"),
+    );
+    push(
+        9,
+        &format!("pigz ({k}): slowdown ≤ 5 %"),
+        0.05,
+        Unit::Percent,
+        overhead("pigz", k),
+    );
+    let empty = if exact_sites {
+        added_ratio("lock", k, "empty probe")
+    } else {
+        Err("the empty probes sat at function entries, not at ordo's sites (this ordo has no --list-probes)".into())
+    };
+    push(
+        9,
+        &format!("lock ({k}): added time ≤ 1.3× an empty probe's at the same sites"),
+        1.3,
+        Unit::Ratio,
+        empty,
+    );
+    push(
+        9,
+        &format!("attach ({k}, worst workload median) ≤ 0.3 s"),
+        0.3,
+        Unit::Seconds,
+        worst(|r| r.attach_s),
+    );
+    push(
+        9,
+        &format!("detach ({k}, worst workload median) ≤ 0.5 s"),
+        0.5,
+        Unit::Seconds,
+        worst(|r| r.detach_s),
+    );
+    let d = default_ordo;
+    push(
+        14,
+        &format!("lock ({d}): added time < 1/2 of LTTng-UST's"),
+        0.5,
+        Unit::Ratio,
+        added_ratio("lock", d, "lttng-ust"),
+    );
+    push(
+        14,
+        &format!("lock ({d}): added time < the TSan build's"),
+        1.0,
+        Unit::Ratio,
+        added_ratio("lock", d, "tsan"),
+    );
+    let pair = find(rows, "pair", d)
+        .and_then(|r| Some(r.value / r.ops?))
+        .map(|s| s * 1e9)
+        .ok_or_else(|| missing("pair", d));
+    push(
+        14,
+        &format!("pair ({d}): one uncontended lock/unlock pair ≤ 100 ns recorded"),
+        100.0,
+        Unit::Nanos,
+        pair,
+    );
+    push(
+        14,
+        &format!("memcached launched ({d}): throughput loss ≤ 5 %"),
+        0.05,
+        Unit::Percent,
+        loss("memcached", d),
+    );
+    push(
+        14,
+        &format!("memcached launched ({d}): events lost = 0"),
+        0.0,
+        Unit::Count,
+        lost("memcached", d),
+    );
+    push(
+        14,
+        &format!("pigz ({d}): slowdown ≤ 2 %"),
+        0.02,
+        Unit::Percent,
+        overhead("pigz", d),
+    );
+    out
+}
+
+fn opt(v: Option<f64>, f: impl Fn(f64) -> String) -> String {
+    v.map(f).unwrap_or_else(|| "-".into())
+}
+
+/// The side-by-side table, one line per (workload, recorder).
+pub fn table(rows: &[Row]) -> String {
+    let mut s = format!(
+        "{:<17} {:<19} {:>5} {:>12} {:>12} {:>8} {:>10} {:>10} {:>7} {:>8} {:>7} {:>7} {:>9}\n",
+        "workload",
+        "recorder",
+        "runs",
+        "median",
+        "vs native",
+        "wall s",
+        "events",
+        "events/s",
+        "B/ev",
+        "lost",
+        "attach",
+        "detach",
+        "p99 µs"
+    );
+    let mut last = String::new();
+    for r in rows {
+        if r.workload != last && !last.is_empty() {
+            s.push('\n');
+        }
+        last = r.workload.clone();
+        let value = match r.metric {
+            Metric::Time => format!("{:.1} ms", r.value * 1e3),
+            Metric::Throughput => format!("{:.0} op/s", r.value),
+        };
+        let vs = match r.metric {
+            Metric::Time => opt(r.vs_native, |x| format!("{x:.2}×")),
+            Metric::Throughput => opt(r.vs_native, |x| format!("{:.1} % loss", x * 100.0)),
+        };
+        let scaled = if r.scale < 1.0 {
+            format!(" (1/{:.0} run)", 1.0 / r.scale)
+        } else {
+            String::new()
+        };
+        s.push_str(&format!(
+            "{:<17} {:<19} {:>5} {:>12} {:>12} {:>8.2} {:>10} {:>10} {:>7} {:>8} {:>7} {:>7} {:>9}{}\n",
+            r.workload,
+            r.recorder,
+            r.runs,
+            value,
+            vs,
+            r.wall_s,
+            opt(r.events, |e| format!("{e:.0}")),
+            opt(r.events_per_s, |e| format!("{e:.0}")),
+            opt(r.bytes_per_event, |b| format!("{b:.1}")),
+            r.lost_max.map(|l| l.to_string()).unwrap_or_else(|| "-".into()),
+            opt(r.attach_s, |a| format!("{a:.3}")),
+            opt(r.detach_s, |a| format!("{a:.3}")),
+            opt(r.p99_us, |p| format!("≤{p:.0}")),
+            scaled,
+        ));
+    }
+    s
+}
+
+/// The targets, one line each with met/missed and by how much.
+pub fn target_lines(targets: &[Target]) -> String {
+    targets
+        .iter()
+        .map(|t| {
+            format!(
+                "  issue {:>2}  {:<70} {:>12}  {}\n",
+                t.issue,
+                t.what,
+                t.measured
+                    .map(|m| show(m, t.unit))
+                    .unwrap_or_else(|| "—".into()),
+                t.verdict()
+            )
+        })
+        .collect()
+}
+
+pub fn sample_json(s: &Sample) -> Value {
+    json!({
+        "workload": s.workload, "recorder": s.recorder, "value": s.value, "wall_s": s.wall_s,
+        "ops": s.ops, "scale": s.scale, "avg_us": s.avg_us, "p99_us": s.p99_us,
+        "events": s.events, "lost": s.lost, "bytes": s.bytes,
+        "attach_s": s.attach_s, "detach_s": s.detach_s, "active_s": s.active_s,
+    })
+}
+
+pub fn row_json(r: &Row) -> Value {
+    json!({
+        "workload": r.workload, "recorder": r.recorder,
+        "metric": match r.metric { Metric::Time => "seconds", Metric::Throughput => "ops_per_s" },
+        "runs": r.runs, "median": r.value,
+        "ratio_to_native": if r.metric == Metric::Time { r.vs_native } else { None },
+        "throughput_loss": if r.metric == Metric::Throughput { r.vs_native } else { None },
+        "added_s": r.added_s, "wall_s": r.wall_s, "ops": r.ops, "scale": r.scale,
+        "avg_us": r.avg_us, "p99_us_log2_bucket_upper": r.p99_us,
+        "events": r.events, "events_per_s": r.events_per_s, "bytes_per_event": r.bytes_per_event,
+        "lost_max": r.lost_max, "attach_s": r.attach_s, "detach_s": r.detach_s,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(w: &str, r: &str, value: f64) -> Sample {
+        Sample {
+            workload: w.into(),
+            recorder: r.into(),
+            value,
+            wall_s: value + 0.5,
+            scale: 1.0,
+            ..Sample::default()
+        }
+    }
+
+    fn metric(w: &str) -> Metric {
+        if w.starts_with("memcached") {
+            Metric::Throughput
+        } else {
+            Metric::Time
+        }
+    }
+
+    #[test]
+    fn medians_ratios_and_losses_come_from_the_samples() {
+        let mut samples = vec![
+            sample("lock", "native", 0.010),
+            sample("lock", "native", 0.030),
+            sample("lock", "native", 0.020),
+            sample("lock", "ordo", 4.020),
+            sample("lock", "ordo", 3.020),
+            sample("lock", "ordo", 9.0),
+            sample("memcached", "native", 80_000.0),
+            sample("memcached", "ordo", 60_000.0),
+            sample("memcached-attach", "ordo", 20_000.0),
+        ];
+        samples[3].events = Some(800_000);
+        samples[3].lost = Some(0);
+        samples[4].lost = Some(7);
+        samples[3].bytes = Some(1_600_000);
+        samples[3].active_s = Some(4.0);
+        let rows = rows(&samples, metric);
+        assert_eq!(rows.len(), 5);
+        let ordo = &rows[1];
+        assert_eq!(ordo.value, 4.020);
+        assert!((ordo.vs_native.unwrap() - 201.0).abs() < 1e-9);
+        assert!((ordo.added_s.unwrap() - 4.0).abs() < 1e-9);
+        assert_eq!(
+            ordo.lost_max,
+            Some(7),
+            "the worst run's loss, not the median's"
+        );
+        assert_eq!(ordo.bytes_per_event, Some(2.0));
+        assert_eq!(ordo.events_per_s, Some(200_000.0));
+        assert!((rows[3].vs_native.unwrap() - 0.25).abs() < 1e-9);
+        // Attach mode is compared with launch mode's native memcached.
+        assert!((rows[4].vs_native.unwrap() - 0.75).abs() < 1e-9);
+        let table = table(&rows);
+        assert!(table.contains("201.00×"), "{table}");
+        assert!(table.contains("75.0 % loss"), "{table}");
+    }
+
+    #[test]
+    fn targets_say_met_or_missed_and_by_how_much() {
+        let samples = vec![
+            sample("lock", "native", 0.020),
+            sample("lock", "ordo", 1.020),
+            sample("lock", "bpftrace", 4.020),
+            sample("lock", "empty probe", 0.520),
+            sample("lock", "tsan", 0.220),
+            sample("lock", "lttng-ust", 0.180),
+            sample("pigz", "native", 6.0),
+            sample("pigz", "ordo", 6.12),
+        ];
+        let rows = rows(&samples, metric);
+        let t = targets(&rows, "ordo", "ordo", true);
+        let inexact = targets(&rows, "ordo", "ordo", false);
+        assert!(inexact
+            .iter()
+            .any(|t| t.what.contains("empty probe") && t.measured.is_none()));
+        let get = |what: &str| t.iter().find(|t| t.what.contains(what)).unwrap();
+        let bpf = get("1/5 of bpftrace");
+        assert!((bpf.measured.unwrap() - 0.25).abs() < 1e-9);
+        assert_eq!(bpf.met(), Some(false));
+        assert!(
+            bpf.verdict().starts_with("MISSED by 0.05×"),
+            "{}",
+            bpf.verdict()
+        );
+        let empty = get("empty probe");
+        assert!((empty.measured.unwrap() - 2.0).abs() < 1e-9);
+        assert_eq!(empty.met(), Some(false));
+        let pigz5 = get("pigz (ordo): slowdown ≤ 5");
+        assert_eq!(pigz5.met(), Some(true));
+        assert_eq!(pigz5.verdict(), "met, 3.0 points under");
+        assert_eq!(get("pigz (ordo): slowdown ≤ 2").met(), Some(false));
+        let tsan = get("TSan");
+        assert!((tsan.measured.unwrap() - 5.0).abs() < 1e-9);
+        let mc = get("memcached --pid");
+        assert_eq!(mc.met(), None);
+        assert!(
+            mc.verdict().contains("no ordo run of memcached-attach"),
+            "{}",
+            mc.verdict()
+        );
+        assert!(target_lines(&t).contains("MISSED"));
+    }
+
+    #[test]
+    fn median_ignores_non_finite_and_handles_empty() {
+        assert_eq!(median([3.0, f64::NAN, 1.0, 2.0]), Some(2.0));
+        assert_eq!(median(Vec::<f64>::new()), None);
+    }
+}
