@@ -9,7 +9,7 @@ use std::time::Duration;
 use anyhow::{bail, Result};
 use clap::Args;
 use ordo_recorder::{
-    check_privileges, parse_buffer_size, record_attached, record_launched, SessionOptions,
+    check_privileges, parse_buffer_size, probes, record_attached, record_launched, SessionOptions,
 };
 
 /// Arguments of `ordo record`.
@@ -38,9 +38,61 @@ pub struct RecordArgs {
     /// Extra environment variable for the launched program (KEY=VALUE, repeatable).
     #[arg(long = "env", value_name = "KEY=VALUE", value_parser = parse_env)]
     pub env: Vec<(OsString, OsString)>,
+    /// Print where each libc probe sits (one line per site: function, offset,
+    /// instruction, emulated or single-stepped, events) before recording.
+    #[arg(short, long)]
+    pub verbose: bool,
+    /// Print the probe placement and exit without recording (no root needed).
+    #[arg(long)]
+    pub list_probes: bool,
+    /// With --list-probes: one JSON object per site.
+    #[arg(long, requires = "list_probes")]
+    pub json: bool,
     /// The command to launch, after `--`.
     #[arg(last = true)]
     pub command: Vec<String>,
+}
+
+/// Prints the probe placement for the system libc: a table, or JSON lines.
+fn print_probes(json: bool, out: &mut dyn std::io::Write) -> Result<()> {
+    let libc = probes::system_libc()?;
+    let plan = probes::plan(&libc)?;
+    for site in &plan.report {
+        let line = if json {
+            serde_json::json!({
+                "function": site.function,
+                "library": libc.display().to_string(),
+                "offset": format!("{:#x}", site.offset),
+                "function_offset": site.function_offset,
+                "instruction": site.instruction,
+                "emulated": site.emulated,
+                "program": site.program,
+                "events": site.events,
+                "fallback": site.fallback,
+            })
+            .to_string()
+        } else {
+            format!(
+                "{:26} {:#9x} +{:<#6x} {:36} {:14} {}{}",
+                site.function,
+                site.offset,
+                site.function_offset,
+                site.instruction,
+                if site.emulated {
+                    "emulated"
+                } else {
+                    "single-stepped"
+                },
+                site.events,
+                site.fallback
+                    .as_deref()
+                    .map(|f| format!(" [fallback: {f}]"))
+                    .unwrap_or_default()
+            )
+        };
+        writeln!(out, "{line}")?;
+    }
+    Ok(())
 }
 
 fn parse_duration(text: &str) -> Result<Duration, String> {
@@ -58,10 +110,19 @@ fn parse_env(text: &str) -> Result<(OsString, OsString), String> {
 }
 
 pub fn run(args: RecordArgs) -> Result<u8> {
+    if args.list_probes {
+        print_probes(args.json, &mut std::io::stdout().lock())?;
+        return Ok(0);
+    }
     if args.pid.is_none() && args.command.is_empty() {
         bail!("nothing to record: give a command after `--` (ordo record -- ./prog args) or --pid PID");
     }
     check_privileges()?;
+    if args.verbose {
+        let mut text = Vec::new();
+        print_probes(false, &mut text)?;
+        say(&String::from_utf8_lossy(&text));
+    }
     let options = SessionOptions {
         output: args.output,
         buffer_size: args.buffer_size,

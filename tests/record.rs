@@ -60,12 +60,23 @@ fn contention_order_matches_the_programs_own_log() {
         traced, logged,
         "acquisition order differs from the program's log"
     );
-    // Sequence numbers on the lock are exact: 0, 1, 2, … in dump order, no gaps or repeats.
-    let seqs: Vec<u64> = events
+    // Threads that found the lock taken blocked in the lock-wait routine: recorded,
+    // at the caller's line, without a sequence number (they order nothing).
+    let blocks: Vec<&Value> = events
         .iter()
-        .filter(|e| e["addr"] == lock.as_str())
-        .map(|e| e["seq"].as_u64().unwrap())
+        .filter(|e| e["kind"] == "mutex_block" && e["addr"] == lock.as_str())
         .collect();
+    assert!(!blocks.is_empty(), "4 threads on 2 CPUs never blocked");
+    assert!(blocks
+        .iter()
+        .all(|e| e.get("seq").is_none() && e["site"].as_str().unwrap().contains("record_sync.c")));
+    let on_lock = || {
+        events
+            .iter()
+            .filter(|e| e["addr"] == lock.as_str() && e["kind"] != "mutex_block")
+    };
+    // Sequence numbers on the lock are exact: 0, 1, 2, … in dump order, no gaps or repeats.
+    let seqs: Vec<u64> = on_lock().map(|e| e["seq"].as_u64().unwrap()).collect();
     let first = seqs[0];
     assert!(
         seqs.iter().enumerate().all(|(i, &s)| s == first + i as u64),
@@ -73,7 +84,7 @@ fn contention_order_matches_the_programs_own_log() {
     );
     // And lock/unlock strictly alternate on the lock, by the same thread.
     let mut holder: Option<String> = None;
-    for e in events.iter().filter(|e| e["addr"] == lock.as_str()) {
+    for e in on_lock() {
         let t = e["thread"].as_str().unwrap().to_string();
         match e["kind"].as_str().unwrap() {
             "mutex_lock" => assert!(holder.replace(t).is_none(), "two holders at once"),
@@ -934,5 +945,178 @@ fn a_signal_to_an_attached_recording_detaches_and_leaves_the_target_running() {
             s["by_kind"]["mutex_lock"].as_u64().unwrap_or(0) > 0,
             "{name}: {s}"
         );
+    }
+}
+
+/// The acquisition paths the probe placement records from inside glibc (last
+/// conditional jump before each return, tail-call fallbacks for robust and PI
+/// mutexes): every call recorded exactly once, with its result and its call site.
+#[test]
+fn every_mutex_type_and_try_variant_is_recorded_once_at_its_call_site() {
+    if !have_root("every_mutex_type_and_try_variant_is_recorded_once_at_its_call_site") {
+        return;
+    }
+    let dir = scratch("placement-types");
+    let program = build_program("record_placement");
+    let trace = dir.join("t.ordo");
+    let out = record(&trace, &program, &["types"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        printed(&out.stdout, "results"),
+        "0 35 16 0 0 0 0 0 0 16 35 0 0 -1 0"
+    );
+    let objects: Vec<String> = [
+        "errorcheck",
+        "recursive",
+        "adaptive",
+        "robust",
+        "pi",
+        "rwlock",
+        "sem",
+    ]
+    .iter()
+    .map(|k| printed(&out.stdout, k))
+    .collect();
+    let events: Vec<Value> = dump_json(&trace)
+        .into_iter()
+        .filter(|e| objects.iter().any(|o| e["addr"] == o.as_str()))
+        .collect();
+    let seen: Vec<String> = events
+        .iter()
+        .map(|e| {
+            let object = objects
+                .iter()
+                .position(|o| e["addr"] == o.as_str())
+                .unwrap();
+            let mut s = format!(
+                "{} {}",
+                [
+                    "errorcheck",
+                    "recursive",
+                    "adaptive",
+                    "robust",
+                    "pi",
+                    "rwlock",
+                    "sem"
+                ][object],
+                e["kind"].as_str().unwrap()
+            );
+            if let Some(via) = e.get("via") {
+                s += &format!(" {}", via.as_str().unwrap());
+            }
+            if let Some(r) = e.get("result") {
+                s += &format!(" {r}");
+            }
+            s
+        })
+        .collect();
+    let expected = [
+        "errorcheck mutex_lock lock",
+        "errorcheck mutex_lock_failed lock 35",
+        "errorcheck mutex_lock_failed trylock 16",
+        "errorcheck mutex_unlock lock",
+        "recursive mutex_lock lock",
+        "recursive mutex_lock trylock",
+        "recursive mutex_unlock lock",
+        "recursive mutex_unlock lock",
+        "adaptive mutex_lock lock",
+        "adaptive mutex_unlock lock",
+        "robust mutex_lock lock",
+        "robust mutex_unlock lock",
+        "pi mutex_lock lock",
+        "pi mutex_unlock lock",
+        "rwlock rwlock_wrlock lock",
+        "rwlock rwlock_lock_failed trylock 16",
+        "rwlock rwlock_lock_failed lock 35",
+        "rwlock rwlock_unlock",
+        "rwlock rwlock_wrlock trylock",
+        "rwlock rwlock_unlock",
+        "sem sem_wait",
+        "sem sem_wait_failed -1",
+        "sem sem_post",
+        "sem sem_wait",
+    ];
+    assert_eq!(seen, expected);
+    // Each call is attributed to its own line of mode_types, in program order.
+    let sites: Vec<&str> = events.iter().map(|e| e["site"].as_str().unwrap()).collect();
+    let offsets: Vec<u64> = sites
+        .iter()
+        .map(|s| {
+            // "mode_types (record_placement.c:LINE)"
+            let line = s
+                .strip_prefix("mode_types (record_placement.c:")
+                .and_then(|r| r.strip_suffix(')'))
+                .unwrap_or_else(|| panic!("site {s} is not a line of mode_types"));
+            line.parse::<u64>().unwrap()
+        })
+        .collect();
+    assert!(
+        offsets.windows(2).all(|w| w[0] < w[1]),
+        "call sites out of program order: {sites:?}"
+    );
+}
+
+/// A real deadlock: both threads hold one lock and block on the other's. The blocked
+/// acquisitions never return, yet `mutex_block` events show who waits for what.
+#[test]
+fn a_real_deadlock_shows_who_blocks_on_what() {
+    if !have_root("a_real_deadlock_shows_who_blocks_on_what") {
+        return;
+    }
+    let dir = scratch("placement-deadlock");
+    let program = build_program("record_placement");
+    let trace = dir.join("t.ordo");
+    let rec = Command::new(ordo())
+        .args(["record", "-o"])
+        .arg(&trace)
+        .arg("--")
+        .arg(&program)
+        .arg("deadlock")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let blocks = |trace: &std::path::Path| -> Vec<Value> {
+        let out = run_ordo(&["dump", "--json", "--salvage", trace.to_str().unwrap()]);
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|e| e["kind"] == "mutex_block")
+            .collect()
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while blocks(&trace).len() < 2 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no two mutex_block events in 60 s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    // Ctrl-C twice: the recorder kills the deadlocked program and finishes the trace.
+    unsafe { libc::kill(rec.id() as i32, libc::SIGINT) };
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    unsafe { libc::kill(rec.id() as i32, libc::SIGINT) };
+    let out = rec.wait_with_output().unwrap();
+    let (a, b) = (printed(&out.stdout, "a"), printed(&out.stdout, "b"));
+    let events = dump_json(&trace);
+    let of = |kind: &str, addr: &str| -> Vec<String> {
+        events
+            .iter()
+            .filter(|e| e["kind"] == kind && e["addr"] == addr)
+            .map(|e| e["thread"].as_str().unwrap().to_string())
+            .collect()
+    };
+    // Thread 1 holds a and blocks on b; thread 2 holds b and blocks on a.
+    assert_eq!(of("mutex_lock", &a), ["1"]);
+    assert_eq!(of("mutex_lock", &b), ["2"]);
+    assert_eq!(of("mutex_block", &b), ["1"]);
+    assert_eq!(of("mutex_block", &a), ["2"]);
+    for e in events.iter().filter(|e| e["kind"] == "mutex_block") {
+        // The `pthread_mutex_lock` that never returns (record_placement.c:74).
+        assert_eq!(e["site"], "take (record_placement.c:74)", "{e}");
+        assert!(e.get("seq").is_none());
     }
 }

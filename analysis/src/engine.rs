@@ -563,6 +563,8 @@ impl<'a> Engine<'a> {
             Kind::RwlockWrlock => self.acquire(t, id, Mode::Write, e.via),
             Kind::MutexUnlock | Kind::RwlockUnlock => self.release(t, e, id),
             Kind::MutexLockFailed | Kind::RwlockLockFailed | Kind::SemWaitFailed => {}
+            // Filtered out before the pass (lib.rs): blocking orders nothing.
+            Kind::MutexBlock => {}
             Kind::CondWaitBegin => self.wait_begin(t, e, id),
             Kind::CondWait => self.wait_return(t, e, id),
             Kind::CondSignal | Kind::CondBroadcast => self.signal(t, id),

@@ -26,7 +26,7 @@ use std::sync::mpsc;
 use std::time::Instant;
 
 use ordo_trace::symbolize::Symbolizer;
-use ordo_trace::{Event, ReadMode, TraceError, TraceReader};
+use ordo_trace::{Event, Kind, ReadMode, TraceError, TraceReader};
 
 pub use model::{FindingKind, Rank};
 /// The schedule language the candidates are written in (re-exported for users of
@@ -134,7 +134,9 @@ pub fn analyze_trace_with(path: &Path, decoding: Decoding) -> Result<Analysis, T
             events.first().map(|e| e.ts_ns).unwrap_or(0),
         );
         merger.push_batch(events, |e| {
-            engine.process(e);
+            if e.kind != Kind::MutexBlock {
+                engine.process(e);
+            }
         });
     };
     if decoding == Decoding::OwnThread {
@@ -179,7 +181,10 @@ pub fn analyze_trace_with(path: &Path, decoding: Decoding) -> Result<Analysis, T
     }
     merger.finish();
     while let Some(e) = merger.pop() {
-        engine.process(&e);
+        // A thread blocking on a mutex is no synchronization: the lock it then takes is.
+        if e.kind != Kind::MutexBlock {
+            engine.process(&e);
+        }
     }
     losses.finish(total_dropped);
     let pass = engine.finish();

@@ -80,7 +80,7 @@ pub fn kind_slot(kind: Kind) -> usize {
         | Kind::RwlockLockFailed
         | Kind::SemPost
         | Kind::Rmw => 2,
-        Kind::CondBroadcast | Kind::RwlockUnlock => 3,
+        Kind::CondBroadcast | Kind::RwlockUnlock | Kind::MutexBlock => 3,
     }
 }
 

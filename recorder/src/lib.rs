@@ -2,12 +2,14 @@
 //! drains the ring buffer and writes the trace.
 //!
 //! - [`probes`]: the data-driven table of probed libc functions.
+//! - [`empty`]: empty probes, the baseline for measuring a probe site's cost.
 //! - [`launch`]: starting a program held before `exec` until probes are attached.
 //! - [`recording`]: a recording session ([`Recording`]).
 //! - [`session`]: `ordo record` end to end (launch or attach, signals, stopping).
 //! - [`watch`]: choosing the instructions and addresses of watched variables;
 //!   [`watching`] turns `--watch` options into what a recording attaches.
 
+pub mod empty;
 pub mod launch;
 pub mod probes;
 pub mod recording;

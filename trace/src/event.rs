@@ -72,6 +72,7 @@ kinds! {
     Read = k::READ, "read";
     Write = k::WRITE, "write";
     Rmw = k::RMW, "rmw";
+    MutexBlock = k::MUTEX_BLOCK, "mutex_block";
 }
 
 impl Kind {
@@ -88,6 +89,7 @@ impl Kind {
         !matches!(
             self,
             Kind::MutexLockFailed
+                | Kind::MutexBlock
                 | Kind::RwlockLockFailed
                 | Kind::SemWaitFailed
                 | Kind::ThreadCreate

@@ -62,8 +62,12 @@ pub mod kind {
     pub const WRITE: u16 = 24;
     /// A watched variable was atomically read-modify-written.
     pub const RMW: u16 = 25;
+    /// A thread did not get a mutex at once and calls the lock-wait routine (it
+    /// blocks until the mutex is free). Not sequenced: the `MUTEX_LOCK` that follows
+    /// carries the order. Shows who waits for what, e.g. in a real deadlock.
+    pub const MUTEX_BLOCK: u16 = 26;
     /// One past the largest kind.
-    pub const COUNT: u16 = 26;
+    pub const COUNT: u16 = 27;
 }
 
 /// Object families: the kinds of object events act on. Schedules number objects
@@ -93,7 +97,7 @@ pub mod family {
     /// The family of a kind code.
     pub const fn of(kind: u16) -> u8 {
         match kind {
-            k::MUTEX_LOCK | k::MUTEX_LOCK_FAILED | k::MUTEX_UNLOCK => MUTEX,
+            k::MUTEX_LOCK | k::MUTEX_LOCK_FAILED | k::MUTEX_UNLOCK | k::MUTEX_BLOCK => MUTEX,
             k::COND_WAIT_BEGIN | k::COND_WAIT | k::COND_SIGNAL | k::COND_BROADCAST => COND,
             k::RWLOCK_RDLOCK | k::RWLOCK_WRLOCK | k::RWLOCK_LOCK_FAILED | k::RWLOCK_UNLOCK => {
                 RWLOCK
@@ -209,6 +213,82 @@ pub const fn cookie_op(cookie: u64) -> u8 {
 pub const fn cookie_via(cookie: u64) -> u8 {
     (cookie >> 8) as u8
 }
+
+/// What a placed probe site does (see [`ProbeSite`]).
+pub mod site_action {
+    /// Emit the function's outcome (acquired or failed, with its result).
+    pub const OUTCOME: u8 = 0;
+    /// A blocking call into the lock-wait routine: emit `MUTEX_BLOCK`.
+    pub const BLOCK: u8 = 1;
+    /// A tail call: handled by the entry/return programs, never in `PROBE_SITES`.
+    pub const TAIL_CALL: u8 = 2;
+}
+
+/// How a site computes the function's result, in [`Outcome::kind`].
+pub mod outcome {
+    /// This direction records nothing.
+    pub const NONE: u8 = 0;
+    /// The result is [`super::Outcome::value`].
+    pub const CONST: u8 = 1;
+    /// The result is the low 32 bits of register `reg` at the probe.
+    pub const REG: u8 = 2;
+    /// The result is `(reg != 0) << shift`.
+    pub const NONZERO_SHL: u8 = 3;
+}
+
+/// The result a probe site reports for one direction of its instruction.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Outcome {
+    /// One of [`outcome`].
+    pub kind: u8,
+    /// Register ([`reg`]) for REG and NONZERO_SHL.
+    pub reg: u8,
+    /// Shift for NONZERO_SHL.
+    pub shift: u8,
+    /// Explicit padding.
+    pub _pad: u8,
+    /// The constant for CONST.
+    pub value: i32,
+}
+
+/// A probe placed inside a function (not at its entry), as `ordo_site` needs it: the
+/// recorder decodes libc and fills the `PROBE_SITES` array; the uprobe's cookie is
+/// the index into it.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ProbeSite {
+    /// Bytes pushed since the function's entry: the return address is at `rsp + depth`.
+    pub depth: u32,
+    /// Displacement from rsp of the stack slot holding the object, when `arg_reg` is RSP.
+    pub arg_disp: i32,
+    /// Outcome when the conditional jump is taken (or always, when `cond` is NONE).
+    pub taken: Outcome,
+    /// Outcome when it falls through.
+    pub fallthrough: Outcome,
+    /// One of [`op`].
+    pub op: u8,
+    /// One of [`via`].
+    pub via: u8,
+    /// One of [`site_action`].
+    pub action: u8,
+    /// x86 condition code of the probed conditional jump (0 = O … 15 = G), or
+    /// [`reg::NONE`] for another instruction.
+    pub cond: u8,
+    /// Register ([`reg`]) holding the object, or RSP for the slot at `arg_disp`.
+    pub arg_reg: u8,
+    /// Explicit padding to 8 bytes.
+    pub _reserved: [u8; 3],
+}
+
+#[cfg(feature = "user")]
+// SAFETY: repr(C), Copy, all bit patterns valid.
+unsafe impl aya::Pod for ProbeSite {}
+
+/// Name of the probe site array map.
+pub const PROBE_SITES_MAP: &str = "PROBE_SITES";
+/// Capacity of the probe site array.
+pub const MAX_PROBE_SITES: u32 = 256;
 
 /// Arguments saved at a function's entry for its return probe, keyed by
 /// `(tid << 8) | op` so nested probed calls (glibc takes its own locks inside

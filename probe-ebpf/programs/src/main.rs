@@ -38,8 +38,9 @@ mod programs {
         EbpfContext,
     };
     use ordo_probe_common::{
-        config, cookie_op, cookie_via, kind, op, reg, stash_key, sysno, via, RawEvent, Stash,
-        WatchSite, CLONE_THREAD, MAX_WATCH_SITES,
+        config, cookie_op, cookie_via, kind, op, outcome, reg, site_action, stash_key, sysno, via,
+        Outcome, ProbeSite, RawEvent, Stash, WatchSite, CLONE_THREAD, MAX_PROBE_SITES,
+        MAX_WATCH_SITES,
     };
 
     /// The event stream. User space sets the real size before loading.
@@ -66,6 +67,10 @@ mod programs {
     /// link-time addresses: the probe relocates them by its own load bias.
     #[map(name = "WATCH_SITES")]
     static WATCH_SITES: Array<WatchSite> = Array::with_max_entries(MAX_WATCH_SITES, 0);
+
+    /// Probes placed inside acquisition functions (index = uprobe cookie of `ordo_site`).
+    #[map(name = "PROBE_SITES")]
+    static PROBE_SITES: Array<ProbeSite> = Array::with_max_entries(MAX_PROBE_SITES, 0);
 
     /// Hardware-watched runtime addresses → access size.
     #[map(name = "HW_WATCHES")]
@@ -303,6 +308,12 @@ mod programs {
         // Every probed function returns a C int: sign-extend eax
         // (PTHREAD_BARRIER_SERIAL_THREAD is -1).
         let ret = ctx.ret::<i64>() as i32 as i64;
+        report_result(op, via_, &saved, ret);
+    }
+
+    /// Emits what a finished call did, given its saved arguments and its result.
+    #[inline(always)]
+    fn report_result(op: u8, via_: u8, saved: &Stash, ret: i64) {
         let ok = ret == 0;
         let (a, site) = (saved.addr, saved.site);
         match op {
@@ -372,6 +383,100 @@ mod programs {
             }
             op::THREAD_JOIN => emit(kind::THREAD_JOIN, via_, a, 0, site, 0, ret, 0),
             _ => {}
+        }
+    }
+
+    /// A probe placed inside an acquisition function (see the recorder's
+    /// `probes::placement`): at the last conditional jump before a return it reports
+    /// the outcome of the direction the jump will take; at a lock-wait call it reports
+    /// that the thread blocks. One trap on an emulated instruction, no return probe.
+    #[uprobe]
+    pub fn ordo_site(ctx: ProbeContext) -> u32 {
+        if !recording_on() {
+            return 0;
+        }
+        // SAFETY: the context pointer is the program's own.
+        let index = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) } as u32;
+        let Some(site) = PROBE_SITES.get(index) else {
+            return 0;
+        };
+        let regs = ctx.regs as *const pt_regs;
+        let rsp = gp_register(regs, reg::RSP);
+        let addr = if site.arg_reg == reg::RSP {
+            unsafe { bpf_probe_read_user((rsp as i64 + site.arg_disp as i64) as *const u64) }
+                .unwrap_or(0)
+        } else {
+            gp_register(regs, site.arg_reg)
+        };
+        let call_site =
+            unsafe { bpf_probe_read_user((rsp + site.depth as u64) as *const u64) }.unwrap_or(0);
+        if site.action == site_action::BLOCK {
+            emit(kind::MUTEX_BLOCK, site.via, addr, 0, call_site, 0, 0, 0);
+            return 0;
+        }
+        let chosen = if site.cond == reg::NONE {
+            &site.taken
+        } else {
+            // SAFETY: `regs` is the probe's register frame.
+            let flags = unsafe { (*regs).eflags };
+            if condition_holds(site.cond, flags) {
+                &site.taken
+            } else {
+                &site.fallthrough
+            }
+        };
+        let Some(ret) = outcome_value(chosen, regs) else {
+            return 0;
+        };
+        let saved = Stash {
+            addr,
+            addr2: 0,
+            site: call_site,
+            value: 0,
+        };
+        report_result(site.op, site.via, &saved, ret);
+        0
+    }
+
+    /// A uprobe that does nothing: the baseline the cost of a probe site is measured
+    /// against (`cargo run -p ordo-recorder --example empty_probes`).
+    #[uprobe]
+    pub fn ordo_empty(_ctx: ProbeContext) -> u32 {
+        0
+    }
+
+    /// Whether an x86 conditional jump with condition `cc` (0 = O … 15 = G) is taken.
+    #[inline(always)]
+    fn condition_holds(cc: u8, flags: u64) -> bool {
+        let cf = flags & 1 != 0;
+        let pf = flags & (1 << 2) != 0;
+        let zf = flags & (1 << 6) != 0;
+        let sf = flags & (1 << 7) != 0;
+        let of = flags & (1 << 11) != 0;
+        let base = match cc >> 1 {
+            0 => of,
+            1 => cf,
+            2 => zf,
+            3 => cf || zf,
+            4 => sf,
+            5 => pf,
+            6 => sf != of,
+            _ => zf || sf != of,
+        };
+        base != (cc & 1 != 0)
+    }
+
+    /// The function's result for a direction, or None when it records nothing.
+    #[inline(always)]
+    fn outcome_value(o: &Outcome, regs: *const pt_regs) -> Option<i64> {
+        match o.kind {
+            outcome::CONST => Some(o.value as i64),
+            outcome::REG => Some(gp_register(regs, o.reg) as i32 as i64),
+            outcome::NONZERO_SHL => {
+                let nonzero = (gp_register(regs, o.reg) as u32 != 0) as i64;
+                Some(nonzero << (o.shift & 31))
+            }
+            _ => None,
         }
     }
 

@@ -21,15 +21,16 @@ use aya::programs::uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeScope
 use aya::programs::{PerfEvent, RawTracePoint, UProbe};
 use aya::{Ebpf, EbpfLoader};
 use ordo_probe_common::{
-    config, WatchSite, CONFIG_MAP, DROPS_MAP, EVENTS_MAP, MAX_WATCH_SITES, WATCH_SITES_MAP,
+    config, ProbeSite, WatchSite, CONFIG_MAP, DROPS_MAP, EVENTS_MAP, MAX_WATCH_SITES,
+    PROBE_SITES_MAP, WATCH_SITES_MAP,
 };
 
 use super::multi_uprobe::{self, MultiUprobePrograms};
 use super::{RecordOptions, MAX_HW_WATCHES};
-use crate::probes;
+use crate::probes::{self, Program};
 
 /// The compiled eBPF programs (built by build.rs).
-static PROBE_OBJECT: &[u8] =
+pub(crate) static PROBE_OBJECT: &[u8] =
     aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/ordo-probes.o"));
 
 /// Uprobe sites of one program in one file: file offsets and their cookies.
@@ -65,6 +66,7 @@ impl Probes {
         if let Some(sites) = &sites.1 {
             write_watch_sites(&mut ebpf, sites)?;
         }
+        write_probe_sites(&mut ebpf, &sites.2)?;
         let mut probes = Probes {
             ebpf,
             multi: Vec::new(),
@@ -206,38 +208,33 @@ fn set_config(ebpf: &mut Ebpf, index: u32, value: u64) -> Result<()> {
 }
 
 /// The uprobe sites to attach, grouped by program and file: libc's entry and return
-/// probes, then the watch probes; and the watch site table, if any.
+/// probes and placed sites, then the watch probes; the watch site table, if any;
+/// and the placed-site table.
 #[allow(clippy::type_complexity)]
-fn uprobe_sites(options: &RecordOptions) -> Result<(Vec<Sites>, Option<Vec<WatchSite>>)> {
+fn uprobe_sites(
+    options: &RecordOptions,
+) -> Result<(Vec<Sites>, Option<Vec<WatchSite>>, Vec<ProbeSite>)> {
     let libc = probes::system_libc()?;
-    let table = probes::resolve(&libc)?;
+    let plan = probes::plan(&libc)?;
     let mut all = Vec::new();
-    for on_return in [false, true] {
+    for program in [Program::Entry, Program::Return, Program::Site] {
         let mut sites = Sites {
-            program: if on_return {
-                "ordo_return"
-            } else {
-                "ordo_entry"
-            },
+            program: program.name(),
             file: libc.clone(),
-            on_return,
+            on_return: program == Program::Return,
             offsets: Vec::new(),
             cookies: Vec::new(),
         };
-        for probe in table.iter().filter(|p| !on_return || p.row.on_return) {
-            sites.offsets.push(if on_return {
-                probe.function_offset
-            } else {
-                probe.entry_offset
-            });
-            sites.cookies.push(probe.cookie);
+        for at in plan.attachments.iter().filter(|a| a.program == program) {
+            sites.offsets.push(at.offset);
+            sites.cookies.push(at.cookie);
         }
         if !sites.offsets.is_empty() {
             all.push(sites);
         }
     }
     if options.watch_sites.is_empty() {
-        return Ok((all, None));
+        return Ok((all, None, plan.sites));
     }
     if options.watch_sites.len() > MAX_WATCH_SITES as usize {
         bail!(
@@ -266,7 +263,17 @@ fn uprobe_sites(options: &RecordOptions) -> Result<(Vec<Sites>, Option<Vec<Watch
         all[index].cookies.push(i as u64);
     }
     let table = options.watch_sites.iter().map(|(_, _, s)| *s).collect();
-    Ok((all, Some(table)))
+    Ok((all, Some(table), plan.sites))
+}
+
+/// Fills `PROBE_SITES`, which `ordo_site`'s cookies index.
+fn write_probe_sites(ebpf: &mut Ebpf, table: &[ProbeSite]) -> Result<()> {
+    let mut sites: Array<_, ProbeSite> =
+        Array::try_from(ebpf.map_mut(PROBE_SITES_MAP).context("PROBE_SITES map")?)?;
+    for (i, site) in table.iter().enumerate() {
+        sites.set(i as u32, *site, 0).context("write probe sites")?;
+    }
+    Ok(())
 }
 
 fn write_watch_sites(ebpf: &mut Ebpf, table: &[WatchSite]) -> Result<()> {

@@ -24,7 +24,7 @@ use ordo_trace::symbolize::modules_of_process;
 use ordo_trace::TraceWriter;
 use tokio::sync::{mpsc, oneshot};
 
-mod attach;
+pub(crate) mod attach;
 mod detach;
 mod drain;
 mod multi_uprobe;
