@@ -479,14 +479,26 @@ fn tiny_buffer_counts_drops_instead_of_losing_them_silently() {
     let dir = scratch("drops");
     let program = build_program("record_sync");
     let trace = dir.join("t.ordo");
-    let mut cmd = Command::new(ordo());
     // The eBPF ring buffer is what overflows: the pthread calls must go through it.
-    cmd.args(["record", "--probes", "ebpf", "--buffer-size", "4K", "-o"])
+    let rec = Command::new(ordo())
+        .args(["record", "--probes", "ebpf", "--buffer-size", "4K", "-o"])
         .arg(&trace)
         .arg("--")
         .arg(&program)
-        .args(["contention", "4", "20000"]);
-    let out = cmd.output().unwrap();
+        .args(["contention", "4", "20000"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The drain keeps up even with 4 KiB most of the time; stopping the recorder
+    // (not the program) for a while guarantees the buffer overflows.
+    wait_for_child(rec.id(), "record_sync");
+    // SAFETY: signalling the recorder we started.
+    unsafe { libc::kill(rec.id() as i32, libc::SIGSTOP) };
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    // SAFETY: as above.
+    unsafe { libc::kill(rec.id() as i32, libc::SIGCONT) };
+    let out = rec.wait_with_output().unwrap();
     assert!(out.status.success());
     let s = stats(&trace);
     let lost = s["lost"].as_u64().unwrap();
