@@ -87,3 +87,29 @@ fn main() -> ExitCode {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_definition_is_consistent() {
+        super::Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn record_rejects_bad_durations_and_env_pairs_while_parsing() {
+        use clap::Parser;
+        for args in [
+            &["ordo", "record", "--pid", "1", "--duration", "0"][..],
+            &["ordo", "record", "--pid", "1", "--duration", "soon"],
+            &["ordo", "record", "--env", "NOEQUALS", "--", "true"],
+        ] {
+            assert!(super::Cli::try_parse_from(args).is_err(), "{args:?}");
+        }
+        assert!(
+            super::Cli::try_parse_from(["ordo", "record", "--pid", "1", "--duration", "0.5"])
+                .is_ok()
+        );
+    }
+}

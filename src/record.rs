@@ -9,7 +9,8 @@ use std::time::Duration;
 use anyhow::{bail, Result};
 use clap::Args;
 use ordo_recorder::{
-    check_privileges, parse_buffer_size, probes, record_attached, record_launched, SessionOptions,
+    check_privileges, parse_buffer_size, probes, record_attached, record_launched, ProbeChoice,
+    SessionOptions,
 };
 
 /// Arguments of `ordo record`.
@@ -38,8 +39,15 @@ pub struct RecordArgs {
     /// Extra environment variable for the launched program (KEY=VALUE, repeatable).
     #[arg(long = "env", value_name = "KEY=VALUE", value_parser = parse_env)]
     pub env: Vec<(OsString, OsString)>,
-    /// Print where each libc probe sits (one line per site: function, offset,
-    /// instruction, emulated or single-stepped, events) before recording.
+    /// Where the pthread API is recorded: `inproc` (a preloaded agent writes events
+    /// into memory the recorder drains: tens of nanoseconds a call), `ebpf` (uprobes:
+    /// microseconds a call), or `auto` (inproc for dynamically linked programs
+    /// launched here, ebpf for static or setuid ones and when attaching).
+    #[arg(long, value_enum, default_value = "auto")]
+    pub probes: Probes,
+    /// Say which path records what and what it cannot see, and with eBPF where each
+    /// libc probe sits (one line per site: function, offset, instruction, emulated
+    /// or single-stepped, events) before recording.
     #[arg(short, long)]
     pub verbose: bool,
     /// Print the probe placement and exit without recording (no root needed).
@@ -51,6 +59,17 @@ pub struct RecordArgs {
     /// The command to launch, after `--`.
     #[arg(last = true)]
     pub command: Vec<String>,
+}
+
+/// Where the pthread API is recorded (`--probes`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Probes {
+    /// In process for dynamically linked launched programs, eBPF otherwise.
+    Auto,
+    /// In process, through the preloaded agent.
+    Inproc,
+    /// eBPF uprobes on libc.
+    Ebpf,
 }
 
 /// Prints the probe placement for the system libc: a table, or JSON lines.
@@ -117,8 +136,12 @@ pub fn run(args: RecordArgs) -> Result<u8> {
     if args.pid.is_none() && args.command.is_empty() {
         bail!("nothing to record: give a command after `--` (ordo record -- ./prog args) or --pid PID");
     }
+    if args.pid.is_some() && args.probes == Probes::Inproc {
+        bail!("--probes inproc: attaching to a running process records with eBPF only (the agent must be loaded at start-up)");
+    }
     check_privileges()?;
-    if args.verbose {
+    // The libc probe sites matter only where they are attached.
+    if args.verbose && (args.pid.is_some() || args.probes == Probes::Ebpf) {
         let mut text = Vec::new();
         print_probes(false, &mut text)?;
         say(&String::from_utf8_lossy(&text));
@@ -130,6 +153,12 @@ pub fn run(args: RecordArgs) -> Result<u8> {
         watch_hw: args.watch_hw,
         env: args.env,
         duration: args.duration,
+        probes: match args.probes {
+            Probes::Auto => ProbeChoice::Auto,
+            Probes::Inproc => ProbeChoice::Inproc,
+            Probes::Ebpf => ProbeChoice::Ebpf,
+        },
+        verbose: args.verbose,
     };
     let mut note = |line: &str| say(&format!("{line}\n"));
     let end = match args.pid {

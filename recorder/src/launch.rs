@@ -108,6 +108,19 @@ pub fn spawn_stopped_with(
     env: &[(OsString, OsString)],
     no_aslr: bool,
 ) -> Result<StoppedChild> {
+    spawn_stopped_inheriting(command, env, no_aslr, &[])
+}
+
+/// Like [`spawn_stopped_with`], and the program inherits the descriptors `inherit`
+/// (close-on-exec here, so no other child of the recorder gets them: the flag is
+/// cleared in the forked child only, just before `exec`).
+pub fn spawn_stopped_inheriting(
+    command: &[String],
+    env: &[(OsString, OsString)],
+    no_aslr: bool,
+    inherit: &[i32],
+) -> Result<StoppedChild> {
+    let inherit = inherit.to_vec();
     let Some(program) = command.first() else {
         bail!("no command given");
     };
@@ -121,7 +134,8 @@ pub fn spawn_stopped_with(
     }
     let (pid_w, rel_r) = (pid_write.as_raw_fd(), release_read.as_raw_fd());
     let (pid_r, rel_w) = (pid_read.as_raw_fd(), release_write.as_raw_fd());
-    // SAFETY: the closure only calls async-signal-safe functions (getpid, write, read).
+    // SAFETY: the closure only calls async-signal-safe functions (fcntl, getpid,
+    // write, read).
     unsafe {
         cmd.pre_exec(move || {
             if no_aslr {
@@ -132,6 +146,9 @@ pub fn spawn_stopped_with(
             // end-of-file when the recorder gives up without releasing it.
             libc::close(pid_r);
             libc::close(rel_w);
+            for &fd in &inherit {
+                libc::fcntl(fd, libc::F_SETFD, 0);
+            }
             let pid = libc::getpid();
             libc::write(pid_w, (&pid as *const i32).cast(), 4);
             let mut byte = 0u8;
@@ -186,6 +203,13 @@ pub fn spawn_stopped_with(
         release: Some(release_write),
         spawner: Some(spawner),
     })
+}
+
+/// Whether `path` has the setuid or setgid bit: the dynamic loader runs such a
+/// program in secure mode and ignores `LD_PRELOAD` paths.
+pub fn is_setuid(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).is_ok_and(|m| m.permissions().mode() & 0o6000 != 0)
 }
 
 /// Whether `path` is a dynamically linked ELF (has an interpreter): statically linked

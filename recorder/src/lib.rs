@@ -2,6 +2,7 @@
 //! drains the ring buffer and writes the trace.
 //!
 //! - [`probes`]: the data-driven table of probed libc functions.
+//! - [`inproc`]: the in-process source (the agent's rings) and its merge with eBPF.
 //! - [`empty`]: empty probes, the baseline for measuring a probe site's cost.
 //! - [`launch`]: starting a program held before `exec` until probes are attached.
 //! - [`recording`]: a recording session ([`Recording`]).
@@ -10,6 +11,7 @@
 //!   [`watching`] turns `--watch` options into what a recording attaches.
 
 pub mod empty;
+pub mod inproc;
 pub mod launch;
 pub mod probes;
 pub mod recording;
@@ -17,9 +19,9 @@ pub mod session;
 pub mod watch;
 pub mod watching;
 
-pub use launch::{spawn_stopped, spawn_stopped_with, StoppedChild};
+pub use launch::{spawn_stopped, spawn_stopped_inheriting, spawn_stopped_with, StoppedChild};
 pub use recording::{
     check_privileges, parse_buffer_size, RecordOptions, RecordSummary, Recording,
     DEFAULT_BUFFER_SIZE, MAX_HW_WATCHES,
 };
-pub use session::{record_attached, record_launched, SessionEnd, SessionOptions};
+pub use session::{record_attached, record_launched, ProbeChoice, SessionEnd, SessionOptions};

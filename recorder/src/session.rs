@@ -35,6 +35,55 @@ pub struct SessionOptions {
     pub env: Vec<(OsString, OsString)>,
     /// When attached: stop after this long.
     pub duration: Option<Duration>,
+    /// Where a launched program's pthread API is recorded.
+    pub probes: ProbeChoice,
+    /// Say which path records what, and what it cannot see.
+    pub verbose: bool,
+}
+
+/// Where the pthread API is recorded (`ordo record --probes`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ProbeChoice {
+    /// In process for dynamically linked, not setuid launched programs; eBPF
+    /// otherwise (and always when attaching).
+    #[default]
+    Auto,
+    /// In process, through the preloaded agent (falls back to eBPF where it cannot).
+    Inproc,
+    /// eBPF uprobes on libc.
+    Ebpf,
+}
+
+/// Whether a launched `program` is recorded in process, saying why not when it was
+/// asked for and cannot be.
+fn use_inproc(choice: ProbeChoice, program: &Path, say: &mut dyn FnMut(&str)) -> bool {
+    if choice == ProbeChoice::Ebpf {
+        return false;
+    }
+    if !launch::is_dynamic(program) {
+        if choice == ProbeChoice::Inproc {
+            say("ordo: --probes inproc: the program is statically linked, the agent cannot be preloaded: recording with eBPF");
+        }
+        return false;
+    }
+    if launch::is_setuid(program) {
+        say(&format!(
+            "ordo: {} is setuid/setgid: the loader ignores LD_PRELOAD for it: recording with eBPF",
+            program.display()
+        ));
+        return false;
+    }
+    true
+}
+
+/// What `-v` says about the recording path.
+fn verbose_note(inproc: bool) -> &'static str {
+    if inproc {
+        "ordo: recording in process: a preloaded agent records the pthread, semaphore, condvar, rwlock, barrier, create/join calls and futex calls through libc's syscall(); eBPF records thread start/exit, clone and watches.\n\
+         ordo: not seen in process: glibc-internal locks (e.g. the dynamic loader's lock inside pthread_create and dlopen), pthread calls from statically linked code or through pointers resolved before the agent loaded, futex calls made with a raw syscall instruction, child processes, and anything after an exec (use --probes ebpf)."
+    } else {
+        "ordo: recording with eBPF: uprobes on libc's pthread API (each call traps into the kernel), raw tracepoints for futex, clone and exit."
+    }
 }
 
 /// How a recording session ended.
@@ -122,8 +171,31 @@ pub fn record_launched(
     let libs = launch::needed_libraries(&program);
     plan_watches(&mut record, options, &program, &libs, &bias, say)?;
     let no_aslr = !record.hw_watches.is_empty();
+    let inproc = use_inproc(options.probes, &program, say);
+    if options.verbose {
+        say(verbose_note(inproc));
+    }
+    // In process: the agent, preloaded ahead of the user's own LD_PRELOAD, records
+    // into a mapping this process owns; the program inherits its descriptor.
+    let mut env = options.env.clone();
+    let mut agent = None;
+    let mut inherit = Vec::new();
+    if inproc {
+        let mapping = std::sync::Arc::new(crate::inproc::InprocMapping::create()?);
+        let file = ordo_agent::AgentFile::write()?;
+        let user_preload = env
+            .iter()
+            .position(|(k, _)| k == "LD_PRELOAD")
+            .map(|i| env.remove(i).1)
+            .or_else(|| std::env::var_os("LD_PRELOAD"));
+        env.extend(file.preload_env_over(user_preload));
+        env.push(mapping.env());
+        inherit.push(mapping.raw_fd());
+        record.inproc = Some(mapping);
+        agent = Some(file);
+    }
     install_signal_handlers();
-    let stopped = launch::spawn_stopped_with(command, &options.env, no_aslr)?;
+    let stopped = launch::spawn_stopped_inheriting(command, &env, no_aslr, &inherit)?;
     let recording = start(stopped.pid(), &record, say)?;
     let mut child = match stopped.release() {
         Ok(child) => child,
@@ -143,6 +215,7 @@ pub fn record_launched(
     let status = child.wait().context("wait for the program")?;
     CHILD.store(0, Ordering::SeqCst);
     let summary = recording.finish(Some(status))?;
+    drop(agent);
     Ok(SessionEnd {
         summary,
         exit_code: exit_code(status),

@@ -4,17 +4,17 @@
 //! - [`plan`]: a [`ordo_schedule::Schedule`] compiled for the agent.
 //! - [`shared`]: the memfd the driver and the agent share ([`shm`] is its layout,
 //!   one file compiled into both).
-//! - [`agent`]: the agent library, built by this crate's build script and embedded.
+//! - the agent library comes from `ordo-agent` (built and embedded there; the
+//!   recorder preloads the same library for in-process recording).
 //! - [`run`]: spawning the program with the agent, watching it for deadlocks and
 //!   infeasible schedules, the verdict, and verification by recording.
 //!
 //! `docs/REPLAY.md` explains the mechanism and why it was chosen.
 
-pub mod agent;
 pub mod plan;
 pub mod run;
 pub mod shared;
-#[path = "../agent/src/shm.rs"]
+#[path = "../../agent/preload/src/shm.rs"]
 pub mod shm;
 
 pub use plan::Plan;

@@ -23,10 +23,10 @@ use ordo_trace::symbolize::Symbolizer;
 use ordo_trace::{global_order, read_trace, Kind, LogicalId, ReadMode};
 use serde_json::json;
 
-use crate::agent::AgentFile;
 use crate::plan::Plan;
 use crate::shared::SharedMemory;
 use crate::shm;
+use ordo_agent::AgentFile;
 
 /// How often the driver looks at the program.
 const POLL: Duration = Duration::from_millis(5);
@@ -221,19 +221,8 @@ pub fn replay(options: &ReplayOptions) -> Result<ReplayOutcome> {
     plan.write_to(memory.get_mut(), check_only);
     let agent = AgentFile::write()?;
 
-    let original_preload = std::env::var_os("LD_PRELOAD");
-    let mut preload = agent.path().as_os_str().to_owned();
-    if let Some(orig) = &original_preload {
-        preload.push(":");
-        preload.push(orig);
-    }
-    let mut env: Vec<(OsString, OsString)> = vec![
-        ("LD_PRELOAD".into(), preload),
-        (shm::ENV_SHM_FD.into(), memory.raw_fd().to_string().into()),
-    ];
-    if let Some(orig) = original_preload {
-        env.push((shm::ENV_ORIGINAL_PRELOAD.into(), orig));
-    }
+    let mut env: Vec<(OsString, OsString)> = agent.preload_env();
+    env.push((shm::ENV_SHM_FD.into(), memory.raw_fd().to_string().into()));
     if options.stdout_to_stderr {
         env.push((shm::ENV_STDOUT_TO_STDERR.into(), "1".into()));
     }

@@ -76,8 +76,15 @@ pub fn run_ordo(args: &[&str]) -> Output {
 
 /// Records `program ARGS` into `trace`; panics with ordo's stderr on failure.
 pub fn record(trace: &Path, program: &Path, args: &[&str]) -> Output {
+    record_probes("auto", trace, program, args)
+}
+
+/// [`record`] with `--probes PROBES` (`inproc`, `ebpf` or `auto`).
+pub fn record_probes(probes: &str, trace: &Path, program: &Path, args: &[&str]) -> Output {
     let mut cmd = Command::new(ordo());
     cmd.arg("record")
+        .arg("--probes")
+        .arg(probes)
         .arg("-o")
         .arg(trace)
         .arg("--")
@@ -190,4 +197,21 @@ pub fn replay_json(args: &[&str], schedule: &Path, program: &Path) -> (i32, serd
         )
     });
     (out.status.code().unwrap_or(-1), json)
+}
+
+/// Runs a test function once per recording path, as `NAME::ebpf` and `NAME::inproc`.
+#[macro_export]
+macro_rules! on_both_paths {
+    ($($name:ident),* $(,)?) => {$(
+        mod $name {
+            #[test]
+            fn ebpf() {
+                super::$name("ebpf")
+            }
+            #[test]
+            fn inproc() {
+                super::$name("inproc")
+            }
+        }
+    )*};
 }

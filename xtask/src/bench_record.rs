@@ -21,7 +21,7 @@ use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};
 
 use report::{Metric, Sample};
-use sites::{EmptyProbes, Sites};
+use sites::{EmptyProgram, Sites};
 
 /// `cargo xtask bench record [--quick] [--only W,...] [--reps N] [--recorders R,...]`.
 struct Options {
@@ -120,7 +120,7 @@ impl Recorder {
         let micro = matches!(workload, "lock" | "pair" | "pingpong" | "rwlock");
         match self {
             Recorder::Tsan | Recorder::Helgrind => micro,
-            Recorder::Lttng | Recorder::Native => workload != "memcached-attach",
+            Recorder::Lttng => workload != "memcached-attach",
             Recorder::Ordo(Some(p)) if workload == "memcached-attach" => p != "inproc",
             _ => true,
         }
@@ -231,7 +231,9 @@ struct Bench {
     program: PathBuf,
     tsan_program: Option<PathBuf>,
     sites: Option<Sites>,
-    empty: Option<EmptyProbes>,
+    /// `ordo_empty` at ordo's instruction sites, and the `empty_probes` binary that
+    /// launches a program under it or attaches it to a process.
+    empty_program: Option<(EmptyProgram, PathBuf)>,
     bpftrace_script: Option<PathBuf>,
     sessiond: Option<Child>,
     pigz_input: Option<PathBuf>,
@@ -240,6 +242,58 @@ struct Bench {
     /// (workload, recorder, reason) for runs that failed.
     failures: Vec<(String, String, String)>,
     lttng_runs: u64,
+}
+
+/// The launch-mode empty probe: ordo's instruction sites, and `empty_probes` built
+/// in release (the recorder's example attaching `ordo_empty`).
+fn empty_program(sites: &[sites::Site]) -> Result<(EmptyProgram, PathBuf)> {
+    let e = EmptyProgram::from_sites(sites)?;
+    crate::run(Command::new("cargo").args([
+        "build",
+        "--release",
+        "-p",
+        "ordo-recorder",
+        "--example",
+        "empty_probes",
+    ]))?;
+    Ok((
+        e,
+        crate::root().join("target/release/examples/empty_probes"),
+    ))
+}
+
+/// What the `empty probe` row measured, and the per-event costs on `lock`: added
+/// time over the kernel-path ordo's event count (`empty_probes` counts no hits; the
+/// program and so its events are the same in both runs).
+fn empty_note(e: &EmptyProgram, rows: &[report::Row], kernel_ordo: &str) -> String {
+    let mut note = format!(
+        "empty probe: `ordo_empty` (a BPF program that returns at once) at ordo's {} instruction sites, by recorder/examples/empty_probes (launch: `-- prog`, attach: `--pid`)",
+        e.offsets.split(',').count()
+    );
+    if e.uncovered_returns.is_empty() {
+        note.push_str("; ordo has no return probes here.");
+    } else {
+        note.push_str(&format!(
+            "; ordo's return probes ({}) are not covered (empty_probes places no return probe).",
+            e.uncovered_returns.join(", ")
+        ));
+    }
+    let find = |r: &str| {
+        rows.iter()
+            .find(|x| x.workload == "lock" && x.recorder == r)
+    };
+    if let (Some(ordo), Some(empty)) = (find(kernel_ordo), find("empty probe")) {
+        if let (Some(events), Some(o), Some(m)) = (ordo.events, ordo.added_s, empty.added_s) {
+            if events > 0.0 {
+                note.push_str(&format!(
+                    "\nlock, per event over {kernel_ordo}'s {events:.0} events: {kernel_ordo} {:.3} µs, empty probe {:.3} µs.",
+                    o / events * 1e6,
+                    m / events * 1e6
+                ));
+            }
+        }
+    }
+    note
 }
 
 fn have(tool: &str) -> bool {
@@ -328,7 +382,7 @@ impl Bench {
             program,
             tsan_program: None,
             sites: None,
-            empty: None,
+            empty_program: None,
             bpftrace_script: None,
             sessiond: None,
             pigz_input: None,
@@ -405,17 +459,11 @@ impl Bench {
                 }
             }
             if wants(&Recorder::EmptyProbe) {
-                if !have("perf") {
-                    bench
+                match empty_program(&s.sites) {
+                    Ok(e) => bench.empty_program = Some(e),
+                    Err(e) => bench
                         .unavailable
-                        .push(("empty probe".into(), "perf is not installed".into()));
-                } else {
-                    match EmptyProbes::define(&s.sites) {
-                        Ok(e) => bench.empty = Some(e),
-                        Err(e) => bench
-                            .unavailable
-                            .push(("empty probe".into(), format!("{e:#}"))),
-                    }
+                        .push(("empty probe".into(), format!("{e:#}"))),
                 }
             }
         }
@@ -558,13 +606,11 @@ impl Bench {
                 c
             }
             Recorder::EmptyProbe => {
-                let e = self.empty.as_ref().context("no empty probes")?;
-                let mut c = Command::new("perf");
-                c.args(e.perf_args(&self.dir.join(format!("perf-{tag}.out"))))
-                    .arg("--")
-                    .arg(program)
-                    .args(args);
-                c
+                let (e, binary) = self
+                    .empty_program
+                    .as_ref()
+                    .context("no empty_probes program")?;
+                e.command(binary, program, args)
             }
             Recorder::Tsan => {
                 let mut c = Command::new(self.tsan_program.as_ref().context("no TSan build")?);
@@ -730,9 +776,6 @@ impl Bench {
                 sample.attach_s = first.map(|f| f - spawned);
                 let end = end.or(first.map(|f| f + span));
                 sample.detach_s = end.map(|e| returned - e);
-            }
-            Recorder::EmptyProbe => {
-                sample.events = EmptyProbes::hits(&self.dir.join(format!("perf-{tag}.out")))
             }
             Recorder::Bpftrace => {
                 let out = self.dir.join(format!("bpftrace-{tag}.out"));
@@ -1015,27 +1058,30 @@ impl Bench {
                     c
                 }
                 Recorder::EmptyProbe => {
-                    let mut c = Command::new("perf");
-                    c.args(
-                        self.empty
-                            .as_ref()
-                            .context("no empty probes")?
-                            .perf_args(&self.dir.join(format!("perf-{tag}.out"))),
-                    )
-                    .args(["-p", &pid]);
-                    c
+                    let (e, binary) = self
+                        .empty_program
+                        .as_ref()
+                        .context("no empty_probes program")?;
+                    e.attach_command(binary, &pid)
                 }
                 other => bail!("{} cannot attach", other.label()),
+            };
+            // empty_probes says on stdout when its probes are in place.
+            let attached = self.dir.join(format!("{tag}.attached"));
+            let stdout = match recorder {
+                Recorder::EmptyProbe => Stdio::from(std::fs::File::create(&attached)?),
+                _ => Stdio::null(),
             };
             let spawned = mono();
             let mut rec = cmd
                 .stdin(Stdio::null())
-                .stdout(Stdio::null())
+                .stdout(stdout)
                 .stderr(Stdio::piped())
                 .spawn()
                 .with_context(|| format!("run {cmd:?}"))?;
-            // Wait until the recorder sees events (ordo: the trace has some; others:
-            // a fixed 2 s), poking memcached with connections so there are events to see.
+            // Wait until the recorder sees events (ordo: the trace has some; empty
+            // probes: attached; others: a fixed 2 s), poking memcached with connections
+            // so there are events to see.
             let ready = Instant::now();
             loop {
                 poke(port);
@@ -1057,9 +1103,18 @@ impl Bench {
                         .ok()
                         .and_then(|o| serde_json::from_slice::<Value>(&o.stdout).ok())
                         .is_some_and(|v| v["events"].as_u64().unwrap_or(0) > 0),
+                    Recorder::EmptyProbe => {
+                        std::fs::read_to_string(&attached).is_ok_and(|t| t.starts_with("attached"))
+                    }
                     _ => ready.elapsed() > Duration::from_secs(2),
                 };
-                if seen || ready.elapsed() > Duration::from_secs(20) {
+                // empty_probes attaches its ~80 probes at ~0.1 s each.
+                let limit = if *recorder == Recorder::EmptyProbe {
+                    60
+                } else {
+                    20
+                };
+                if seen || ready.elapsed() > Duration::from_secs(limit) {
                     break;
                 }
                 std::thread::sleep(Duration::from_millis(50));
@@ -1139,6 +1194,13 @@ impl Bench {
         match workload {
             "pigz" => self.pigz(recorder, last_rep),
             "memcached" => self.memcached_launch(recorder, last_rep),
+            // Attach mode's baseline is a native launch (used only when the
+            // `memcached` workload, whose native run it shares, is not selected).
+            "memcached-attach" if *recorder == Recorder::Native => {
+                let mut sample = self.memcached_launch(recorder, last_rep)?;
+                sample.workload = workload.into();
+                Ok(sample)
+            }
             "memcached-attach" => self.memcached_attach(recorder),
             _ => self.micro(workload, recorder, last_rep),
         }
@@ -1326,12 +1388,24 @@ pub fn run_record(args: &[String]) -> Result<()> {
     std::fs::create_dir_all(&results_dir)?;
     let started = Instant::now();
     let mut true_ten = Value::Null;
+    let path = results_dir.join(format!("record-{started_at}.json"));
     for rep in 0..options.reps {
+        if rep > 0 {
+            // The session can end abruptly: keep what is measured so far.
+            let partial = json!({"benchmark": "record", "partial": true, "completed_reps": rep,
+                "samples": samples.iter().map(report::sample_json).collect::<Vec<_>>()});
+            std::fs::write(&path, serde_json::to_string_pretty(&partial)?)?;
+        }
         for workload in &workloads {
             if *workload == "pigz" && bench.pigz_input.is_none() {
                 continue;
             }
+            let shared_baseline =
+                *workload == "memcached-attach" && workloads.contains(&"memcached");
             for recorder in runnable.iter().filter(|r| r.applies(workload)) {
+                if shared_baseline && *recorder == Recorder::Native {
+                    continue;
+                }
                 eprint!(
                     "bench: rep {}/{} {workload:<16} {:<20}",
                     rep + 1,
@@ -1383,6 +1457,9 @@ pub fn run_record(args: &[String]) -> Result<()> {
     );
     println!("Times are the program's own span (pigz: from its first to its last MiB read); memcached is ops/s. Probe sites: {}.", bench.sites.as_ref().map(|s| s.source.as_str()).unwrap_or("not needed"));
     println!("{}", report::table(&rows));
+    if let Some((e, _)) = &bench.empty_program {
+        println!("{}", empty_note(e, &rows, &kernel_ordo));
+    }
     if let Some(t) = true_ten.as_object() {
         println!(
             "ten `ordo record -- true` in a row: mean {:.3} s, max {:.3} s",
@@ -1430,7 +1507,6 @@ pub fn run_record(args: &[String]) -> Result<()> {
         "samples": samples.iter().map(report::sample_json).collect::<Vec<_>>(),
     });
     let text = serde_json::to_string_pretty(&doc)?;
-    let path = results_dir.join(format!("record-{started_at}.json"));
     std::fs::write(&path, &text)?;
     std::fs::write(results_dir.join("record-latest.json"), &text)?;
     println!("results: {}", path.display());

@@ -426,3 +426,164 @@ unsafe impl aya::Pod for WatchSite {}
 pub const WATCH_SITES_MAP: &str = "WATCH_SITES";
 /// Capacity of the watch site array.
 pub const MAX_WATCH_SITES: u32 = 4096;
+
+/// The in-process recording's shared mapping: the layout the preloaded agent writes
+/// and the recorder drains (the eBPF programs do not use it, so it is left out of
+/// their build).
+///
+/// The recorder owns the mapping (a memfd it creates, sizes and maps before the
+/// program starts; the program inherits the descriptor and the agent maps it at
+/// start-up), so whatever the program published survives its crash or SIGKILL.
+/// It holds a [`inproc::Header`], [`inproc::MAX_RINGS`] per-thread rings (a thread
+/// claims one on its first event; one producer, the thread, and one consumer, the
+/// recorder's drain), and a table of per-object sequence counters keyed by address
+/// (open addressing, claimed with a compare-exchange, bumped with a fetch-add at the
+/// moment an event takes effect, like the eBPF `SEQ` map).
+#[cfg(not(target_arch = "bpf"))]
+pub mod inproc {
+    use core::sync::atomic::{AtomicU32, AtomicU64};
+
+    /// "ORDO_REC".
+    pub const MAGIC: u64 = 0x4f52_444f_5f52_4543;
+    /// Bumped whenever the layout changes.
+    pub const VERSION: u32 = 1;
+    /// Rings in the mapping: threads recording at the same time (a ring is reused
+    /// once its thread has exited and the ring is drained).
+    pub const MAX_RINGS: usize = 1024;
+    /// Records per ring (a power of two): 12 MiB, enough for a burst of 262 144
+    /// events while the drain, which runs at idle priority, waits for a free CPU.
+    pub const RING_RECORDS: usize = 1 << 18;
+    /// Entries of the sequence counter table (a power of two).
+    pub const SEQ_SLOTS: usize = 1 << 20;
+    /// A thread whose ring is full waits for the drain as long as the drain makes
+    /// passes; when none happened for this long (nanoseconds: the recorder is gone
+    /// or stopped) it counts the event as dropped instead.
+    pub const FULL_WAIT_NS: u64 = 1_000_000_000;
+
+    /// One event in a ring: what the recorder expands into a [`super::RawEvent`]
+    /// (the thread comes from the ring's owner).
+    #[repr(C)]
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+    pub struct Record {
+        /// CLOCK_MONOTONIC nanoseconds (the clock `bpf_ktime_get_ns` reads).
+        pub ts_ns: u64,
+        /// Per-object sequence number (0 for kinds that take none).
+        pub seq: u64,
+        /// The object.
+        pub addr: u64,
+        /// The return address into the caller.
+        pub site: u64,
+        /// The second object (the mutex of a condvar wait, the condvar of its mutex
+        /// release/reacquire); for futex calls the command in the low 8 bits and the
+        /// futex value in the high 32.
+        pub extra: u64,
+        /// The function's result where it matters (as the eBPF path reports it).
+        pub result: i32,
+        /// One of [`super::kind`] (all fit in a byte).
+        pub kind: u8,
+        /// One of [`super::via`].
+        pub via: u8,
+        /// Reserved, zero.
+        pub _pad: u16,
+    }
+
+    /// The futex command and value packed into [`Record::extra`].
+    pub const fn futex_extra(cmd: u64, value: u32) -> u64 {
+        (cmd & 0xff) | ((value as u64) << 32)
+    }
+
+    /// `RingHeader::state`: unclaimed.
+    pub const RING_FREE: u32 = 0;
+    /// `RingHeader::state`: owned by the thread in `tid`.
+    pub const RING_OWNED: u32 = 1;
+
+    /// A cache line of its own.
+    #[repr(C, align(64))]
+    pub struct Line<T>(pub T);
+
+    /// One thread's ring: who owns it, and the producer and consumer positions on
+    /// separate cache lines.
+    #[repr(C)]
+    pub struct RingHeader {
+        /// [`RING_FREE`] or [`RING_OWNED`]; the drain frees a ring once its thread
+        /// has exited and everything it wrote is drained.
+        pub state: Line<AtomicU32>,
+        /// The owning thread's kernel tid.
+        pub tid: AtomicU32,
+        /// Nonzero while the owner waits for room (the drain wakes it on this word).
+        pub waiting: AtomicU32,
+        /// Events the owner dropped because the ring stayed full.
+        pub dropped: AtomicU64,
+        /// Records published (written by the owner only).
+        pub head: Line<AtomicU64>,
+        /// Records consumed (written by the drain only).
+        pub tail: Line<AtomicU64>,
+    }
+
+    /// One per-object sequence counter.
+    #[repr(C)]
+    pub struct SeqSlot {
+        /// The object's address, 0 while free.
+        pub key: AtomicU64,
+        /// Numbers handed out so far.
+        pub next: AtomicU64,
+    }
+
+    /// The start of the mapping.
+    #[repr(C, align(4096))]
+    pub struct Header {
+        /// [`MAGIC`].
+        pub magic: u64,
+        /// [`VERSION`].
+        pub version: u32,
+        /// Pid of the process whose agent took the mapping (others stay inert).
+        pub target_pid: AtomicU32,
+        /// Futex word the drain sleeps on; agents bump and wake it when a ring
+        /// fills up.
+        pub doorbell: AtomicU32,
+        /// Nonzero while the drain sleeps on `doorbell` (agents wake it only then).
+        pub drain_sleeping: AtomicU32,
+        /// Rings handed out at least once (a high-water mark the drain scans up to).
+        pub rings_used: AtomicU32,
+        /// Nonzero once the agent has started recording in the target.
+        pub attached: AtomicU32,
+        /// Drain passes so far: a waiting thread gives up only when this stops moving.
+        pub passes: AtomicU64,
+        /// Set (and woken) by the recorder once it has read the program's modules;
+        /// the agent's start-up waits for it (briefly), so even a program that exits
+        /// at once has its code symbolized.
+        pub modules_read: AtomicU32,
+        /// Events lost because every ring was taken.
+        pub no_ring: AtomicU64,
+        /// Events whose object found no free sequence counter (table full): their
+        /// `seq` is 0 and their order is only as good as their timestamps.
+        pub seq_full: AtomicU64,
+        /// Child processes forked by the target, not followed.
+        pub forks: AtomicU64,
+    }
+
+    /// Byte offset of ring `i`'s header in the mapping.
+    pub const fn ring_header_offset(i: usize) -> usize {
+        core::mem::size_of::<Header>() + i * core::mem::size_of::<RingHeader>()
+    }
+
+    /// Byte offset of the sequence counter table.
+    pub const fn seq_table_offset() -> usize {
+        ring_header_offset(MAX_RINGS)
+    }
+
+    /// Byte offset of ring `i`'s records.
+    pub const fn ring_records_offset(i: usize) -> usize {
+        seq_table_offset()
+            + SEQ_SLOTS * core::mem::size_of::<SeqSlot>()
+            + i * RING_RECORDS * core::mem::size_of::<Record>()
+    }
+
+    /// Size of the whole mapping (sparse: pages are allocated as rings fill).
+    pub const fn mapping_size() -> usize {
+        ring_records_offset(MAX_RINGS)
+    }
+
+    /// Environment variable carrying the mapping's descriptor number to the agent.
+    pub const ENV_FD: &str = "ORDO_RECORD_FD";
+}

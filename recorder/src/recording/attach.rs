@@ -215,7 +215,11 @@ fn uprobe_sites(
     options: &RecordOptions,
 ) -> Result<(Vec<Sites>, Option<Vec<WatchSite>>, Vec<ProbeSite>)> {
     let libc = probes::system_libc()?;
-    let plan = probes::plan(&libc)?;
+    let mut plan = probes::plan(&libc)?;
+    if options.inproc.is_some() {
+        // In process, the agent records the pthread API: no uprobes on it.
+        plan.attachments.clear();
+    }
     let mut all = Vec::new();
     for program in [Program::Entry, Program::Return, Program::Site] {
         let mut sites = Sites {

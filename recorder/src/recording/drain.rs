@@ -6,7 +6,8 @@
 //! site lies in a module already described). Full chunks go to a writer thread,
 //! which encodes and compresses them, so zstd never stalls the draining. The probes
 //! wake the drain only when the ring buffer is a quarter full (the eBPF
-//! `wakeup_flags`); otherwise it polls every [`POLL_INTERVAL`], so a busy target
+//! `wakeup_flags`; every record while the target's modules are still unknown);
+//! otherwise it polls every [`POLL_INTERVAL`], so a busy target
 //! costs one wakeup per batch of hundreds or thousands of events, not one every few
 //! events (the kernel's default wakes an idle consumer for every record; at real-time
 //! priority that meant a context switch per handful of events). The drain
@@ -40,7 +41,7 @@ const CHUNKS_IN_FLIGHT: usize = 8;
 /// How often the drain empties the ring buffer while events keep coming.
 const POLL_INTERVAL: Duration = Duration::from_millis(10);
 /// Longest time events wait in memory before being written.
-const FLUSH_INTERVAL: Duration = Duration::from_millis(100);
+pub(super) const FLUSH_INTERVAL: Duration = Duration::from_millis(100);
 
 /// Thread ids hash to themselves: they are already well spread, and the set is
 /// consulted for every event.
@@ -158,7 +159,7 @@ impl ChunkWriter {
 /// Everything the drain keeps between chunks: turns raw records into trace events
 /// and tracks the threads and modules the trace must describe.
 pub(crate) struct DrainState {
-    pid: u32,
+    pub(crate) pid: u32,
     writer: Option<ChunkWriter>,
     output: PathBuf,
     pending: Vec<Event>,
@@ -276,6 +277,15 @@ impl DrainState {
         }
         self.last_module_scan = Some(Instant::now());
         self.add_modules(modules_of_process(self.pid));
+    }
+
+    /// Reads the target's modules now if none are known yet (the in-process drain
+    /// holds events back, and a short program may be gone by the time they reach
+    /// [`DrainState::take`]).
+    pub(crate) fn ensure_modules(&mut self) {
+        if self.modules.is_empty() {
+            self.scan_modules();
+        }
     }
 
     /// Whether the target's modules have been read at least once.
@@ -397,6 +407,7 @@ impl DrainState {
             duration: self.started.elapsed(),
             exit,
             attach_time: self.attach_time,
+            notes: Vec::new(),
         })
     }
 }
@@ -507,6 +518,41 @@ fn drain_ready(ring: &mut RingBuf<MapData>, state: &mut DrainState, probes: &Pro
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn take_counts_kinds_threads_and_unknown_records() {
+        let dir = tempfile::tempdir().unwrap();
+        let output = dir.path().join("t.ordo");
+        let writer = TraceWriter::create(&output, &Default::default()).unwrap();
+        // Process 0 is no process: no module scan finds anything, as for a target
+        // that is gone.
+        let mut state = DrainState::new(0, writer, output.clone()).unwrap();
+        let raw = |tid, kind, value| RawEvent {
+            tid,
+            kind,
+            value,
+            ts_ns: 1,
+            ..RawEvent::default()
+        };
+        state.take(&raw(0, kind::THREAD_CREATE, 7));
+        for _ in 0..3 {
+            state.take(&raw(7, kind::MUTEX_LOCK, 0));
+            state.take(&raw(7, kind::MUTEX_UNLOCK, 0));
+        }
+        state.take(&raw(7, kind::COUNT + 5, 0));
+        let summary = state.finish(4, None).unwrap();
+        assert_eq!(summary.events, 7);
+        assert_eq!(summary.dropped, 4);
+        assert_eq!(summary.threads, 2);
+        assert_eq!(
+            summary.by_kind,
+            BTreeMap::from([("mutex_lock", 3), ("mutex_unlock", 3), ("thread_create", 1)])
+        );
+        let (reader, events) =
+            ordo_trace::read_trace(&output, ordo_trace::ReadMode::Strict).unwrap();
+        assert_eq!(events.len(), 7);
+        assert_eq!(reader.footer.unwrap().unknown_kinds, 1);
+    }
 
     #[test]
     fn known_ranges_find_sites_in_any_mapping() {

@@ -137,7 +137,7 @@ pub(super) fn attach(
     multi.cookies = cookies.as_ptr() as u64;
     multi.cnt = offsets.len() as u32;
     multi.flags = if on_return {
-        BPF_F_UPROBE_MULTI_RETURN as u32
+        BPF_F_UPROBE_MULTI_RETURN
     } else {
         0
     };

@@ -3,7 +3,7 @@
 //! *empty* probes at ordo's exact sites (the physical limit of trap-based tracing).
 //!
 //! The sites come from `ordo record --list-probes --json` when the binary has it;
-//! otherwise from the probe table's source (`recorder/src/probes.rs`) at function
+//! otherwise from the probe table's source (`recorder/src/probes/`) at function
 //! entry, plus a return probe where the table has one.
 
 use std::collections::BTreeMap;
@@ -157,21 +157,43 @@ pub fn parse_list_probes(text: &str, default_library: &Path) -> Result<Vec<Site>
     Ok(sites)
 }
 
-/// `(function, on_return)` of every row of the probe table's source.
+/// `(function, on_return)` of every row of the probe table's source: `row("f", op,
+/// via, on_return)` rows, and `placed("f", op, via)` rows (acquisitions placed inside
+/// the function, which report a result).
 pub fn parse_probe_table(source: &str) -> Vec<(String, bool)> {
     let mut rows = Vec::new();
     let table = source.split("pub const PROBES").nth(1).unwrap_or("");
-    for call in table.split("row(").skip(1) {
-        let Some(args) = call.split(')').next() else {
-            continue;
-        };
+    let table = table.split("];").next().unwrap_or("");
+    let mut rest = table;
+    while let Some(pos) = rest.find('(') {
+        let word_start = rest[..pos]
+            .rfind(|c: char| !(c.is_alphanumeric() || c == '_'))
+            .map_or(0, |i| i + 1);
+        let maker = &rest[word_start..pos];
+        let args = rest[pos + 1..].split(')').next().unwrap_or("");
         let fields: Vec<&str> = args.split(',').map(str::trim).collect();
-        if fields.len() >= 4 {
-            let name = fields[0].trim_matches('"');
-            rows.push((name.to_string(), fields[3] == "true"));
+        match maker {
+            "row" if fields.len() >= 4 => {
+                rows.push((fields[0].trim_matches('"').to_string(), fields[3] == "true"))
+            }
+            "placed" if fields.len() >= 3 => {
+                rows.push((fields[0].trim_matches('"').to_string(), true))
+            }
+            _ => {}
         }
+        rest = &rest[pos + 1..];
     }
     rows
+}
+
+/// The probe table's source file (it moved into a module directory).
+fn probe_table_path() -> PathBuf {
+    let dir = crate::root().join("recorder/src/probes/mod.rs");
+    if dir.exists() {
+        dir
+    } else {
+        crate::root().join("recorder/src/probes.rs")
+    }
 }
 
 /// The sites of the `ordo` binary at hand.
@@ -196,7 +218,7 @@ pub fn discover(ordo: &Path, list_probes: bool) -> Result<Sites> {
             String::from_utf8_lossy(&out.stderr).trim()
         );
     }
-    let table_path = crate::root().join("recorder/src/probes.rs");
+    let table_path = probe_table_path();
     let table = std::fs::read_to_string(&table_path)
         .with_context(|| format!("read {}", table_path.display()))?;
     let offsets = function_offsets(&libc)?;
@@ -229,7 +251,8 @@ pub fn discover(ordo: &Path, list_probes: bool) -> Result<Sites> {
     }
     Ok(Sites {
         sites,
-        source: "recorder/src/probes.rs at function entry (this ordo has no --list-probes)".into(),
+        source: "the probe table's functions at function entry (this ordo has no --list-probes)"
+            .into(),
         exact: false,
     })
 }
@@ -277,107 +300,60 @@ pub fn bpftrace_script(sites: &[Site], target: &str) -> String {
     script
 }
 
-const TRACEFS: &str = "/sys/kernel/tracing";
-const GROUP: &str = "ordobench";
-
-/// Empty probes at ordo's sites: kernel uprobe events (tracefs `uprobe_events`) with
-/// no BPF program, counted by `perf stat` — a trap at each site and nothing else.
-/// bpftrace would be the obvious tool, but Debian's bpftrace 0.17 refuses probes at
-/// an offset inside a function ("compiled without (k|u)probe offset support").
-pub struct EmptyProbes {
-    names: Vec<String>,
-    mounted_tracefs: bool,
+/// The `ordo_empty` program (an eBPF program that returns at once) at ordo's
+/// instruction sites, through the recorder's `empty_probes` example: the physical
+/// limit of a probe at those places, without perf's per-hit bookkeeping (tracefs
+/// uprobe events counted by `perf stat` cost ~4–13 µs a hit here, against ~1.7 µs
+/// for a lock/unlock pair with a bare BPF program).
+pub struct EmptyProgram {
+    /// `OFFSET,OFFSET,...` as `empty_probes` takes them.
+    pub offsets: String,
+    /// Functions where ordo also has a return probe, which `empty_probes` cannot place.
+    pub uncovered_returns: Vec<String>,
 }
 
-impl EmptyProbes {
-    /// Defines one uprobe event per site (group `ordobench`), mounting tracefs if needed.
-    pub fn define(sites: &[Site]) -> Result<EmptyProbes> {
-        let events = Path::new(TRACEFS).join("uprobe_events");
-        let mut mounted_tracefs = false;
-        if !events.exists() {
-            crate::run(Command::new("mount").args(["-t", "tracefs", "tracefs", TRACEFS]))
-                .context("mount tracefs for the empty probes")?;
-            mounted_tracefs = true;
-        }
-        let mut probes = EmptyProbes {
-            names: Vec::new(),
-            mounted_tracefs,
-        };
-        probes.remove_all();
-        let mut text = String::new();
-        for (i, s) in sites.iter().enumerate() {
-            let name = format!("s{i}_{}", s.function.chars().take(40).collect::<String>());
-            let kind = if s.on_return { 'r' } else { 'p' };
-            text.push_str(&format!(
-                "{kind}:{GROUP}/{name} {}:0x{:x}\n",
-                s.library.display(),
-                s.file_offset
-            ));
-            probes.names.push(name);
-        }
-        for line in text.lines() {
-            append(&events, line).with_context(|| format!("define uprobe event `{line}`"))?;
-        }
-        Ok(probes)
-    }
-
-    /// `perf stat` arguments counting every empty probe (its output to `out`).
-    pub fn perf_args(&self, out: &Path) -> Vec<String> {
-        vec![
-            "stat".into(),
-            "-x,".into(),
-            "-e".into(),
-            format!("{GROUP}:*"),
-            "-o".into(),
-            out.display().to_string(),
-        ]
-    }
-
-    /// Total hits in a `perf stat -x,` output file.
-    pub fn hits(out: &Path) -> Option<u64> {
-        let text = std::fs::read_to_string(out).ok()?;
-        let mut total = None;
-        for line in text.lines().filter(|l| l.contains(GROUP)) {
-            let count: u64 = line.split(',').next()?.trim().parse().ok()?;
-            *total.get_or_insert(0) += count;
-        }
-        total
-    }
-
-    fn remove_all(&self) {
-        let events = Path::new(TRACEFS).join("uprobe_events");
-        let Ok(defined) = std::fs::read_to_string(&events) else {
-            return;
-        };
-        for line in defined.lines() {
-            // "p:ordobench/NAME /path:0x..." — remove only our own group's events.
-            if let Some(name) = line
-                .split_whitespace()
-                .next()
-                .and_then(|d| d.split_once(':'))
-                .map(|(_, n)| n)
-            {
-                if name.starts_with(&format!("{GROUP}/")) {
-                    let _ = append(&events, &format!("-:{name}"));
+impl EmptyProgram {
+    /// The instruction sites (deduplicated offsets, in order) and the functions whose
+    /// return probes are left out. Fails when no instruction site is left.
+    pub fn from_sites(sites: &[Site]) -> Result<EmptyProgram> {
+        let mut offsets: Vec<u64> = Vec::new();
+        let mut uncovered_returns: Vec<String> = Vec::new();
+        for s in sites {
+            if s.on_return {
+                if !uncovered_returns.contains(&s.function) {
+                    uncovered_returns.push(s.function.clone());
                 }
+            } else if !offsets.contains(&s.file_offset) {
+                offsets.push(s.file_offset);
             }
         }
-    }
-}
-
-impl Drop for EmptyProbes {
-    fn drop(&mut self) {
-        self.remove_all();
-        if self.mounted_tracefs {
-            let _ = Command::new("umount").arg(TRACEFS).status();
+        if offsets.is_empty() {
+            bail!("no instruction sites for the empty program (only return probes)");
         }
+        Ok(EmptyProgram {
+            offsets: offsets
+                .iter()
+                .map(|o| format!("{o:#x}"))
+                .collect::<Vec<_>>()
+                .join(","),
+            uncovered_returns,
+        })
     }
-}
 
-fn append(path: &Path, line: &str) -> std::io::Result<()> {
-    use std::io::Write;
-    let mut f = std::fs::OpenOptions::new().append(true).open(path)?;
-    f.write_all(format!("{line}\n").as_bytes())
+    /// The `empty_probes` command line attaching the probes to a running process
+    /// until SIGINT.
+    pub fn attach_command(&self, empty_probes: &Path, pid: &str) -> Command {
+        let mut c = Command::new(empty_probes);
+        c.arg(&self.offsets).args(["--pid", pid]);
+        c
+    }
+
+    /// The `empty_probes` command line launching `program args` under the probes.
+    pub fn command(&self, empty_probes: &Path, program: &Path, args: &[String]) -> Command {
+        let mut c = Command::new(empty_probes);
+        c.arg(&self.offsets).arg("--").arg(program).args(args);
+        c
+    }
 }
 
 #[cfg(test)]
@@ -410,9 +386,7 @@ mod tests {
 
     #[test]
     fn probe_table_rows_are_read_from_the_source() {
-        let rows = parse_probe_table(
-            &std::fs::read_to_string(crate::root().join("recorder/src/probes.rs")).unwrap(),
-        );
+        let rows = parse_probe_table(&std::fs::read_to_string(probe_table_path()).unwrap());
         assert!(
             rows.contains(&("pthread_mutex_lock".to_string(), true)),
             "{rows:?}"
@@ -456,5 +430,43 @@ mod tests {
             script.contains("uprobe:/lib/libc.so.6:pthread_mutex_unlock /pid == cpid/ { printf"),
             "{script}"
         );
+    }
+
+    #[test]
+    fn empty_program_takes_instruction_sites_once_and_names_return_probes() {
+        let site = |f: &str, off: u64, on_return: bool| Site {
+            function: f.into(),
+            library: PathBuf::from("/lib/libc.so.6"),
+            file_offset: off,
+            on_return,
+        };
+        let e = EmptyProgram::from_sites(&[
+            site("pthread_mutex_lock", 0x8c3c7, false),
+            site("pthread_mutex_lock", 0x8c428, false),
+            site("pthread_mutex_lock", 0x8c428, true),
+            site("pthread_mutex_unlock", 0x8dd55, false),
+            site("pthread_mutex_unlock", 0x8dd55, false),
+            site("sem_wait", 0x10, true),
+        ])
+        .unwrap();
+        assert_eq!(e.offsets, "0x8c3c7,0x8c428,0x8dd55");
+        assert_eq!(e.uncovered_returns, ["pthread_mutex_lock", "sem_wait"]);
+        let c = e.command(
+            Path::new("/x/empty_probes"),
+            Path::new("/bin/prog"),
+            &["lock".into()],
+        );
+        let args: Vec<_> = c
+            .get_args()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(args, ["0x8c3c7,0x8c428,0x8dd55", "--", "/bin/prog", "lock"]);
+        let c = e.attach_command(Path::new("/x/empty_probes"), "42");
+        let args: Vec<_> = c
+            .get_args()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(args, ["0x8c3c7,0x8c428,0x8dd55", "--pid", "42"]);
+        assert!(EmptyProgram::from_sites(&[site("f", 1, true)]).is_err());
     }
 }

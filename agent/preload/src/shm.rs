@@ -1,4 +1,4 @@
-//! The shared-memory page between `ordo replay` (the driver) and the agent it preloads
+//! The replay plan's shared-memory page between `ordo replay` (the driver) and the agent it preloads
 //! into the program. One definition, compiled into both: the agent includes it as a
 //! module and the driver includes the same file with `#[path]`.
 //!
@@ -60,12 +60,13 @@ pub const STATE_TIMED: u32 = 4;
 /// The thread finished.
 pub const STATE_EXITED: u32 = 5;
 
-/// The event layout shared with the eBPF probes and the trace, compiled into the
-/// agent as a module: the agent is built by one plain rustc call with no
-/// dependencies, and this keeps a single definition of the event kind codes.
+/// The event and in-process ring layout shared with the eBPF probes, the recorder
+/// and the trace, compiled into the agent as a module: the agent is built by one
+/// plain rustc call with no dependencies, and this keeps a single definition of the
+/// event kind codes and of the ring records.
 #[path = "../../../probe-ebpf/common/src/lib.rs"]
 #[allow(unused_attributes, unexpected_cfgs, dead_code, missing_docs)]
-mod probe_common;
+pub mod probe_common;
 
 /// Event kind codes (`ordo_probe_common::kind`).
 pub use probe_common::kind;
@@ -221,9 +222,6 @@ pub struct Shared {
 
 /// Environment variable carrying the shared memory's file descriptor to the agent.
 pub const ENV_SHM_FD: &str = "ORDO_REPLAY_SHM_FD";
-/// Environment variable carrying the user's own `LD_PRELOAD`, restored by the agent
-/// (absent: there was none).
-pub const ENV_ORIGINAL_PRELOAD: &str = "ORDO_REPLAY_ORIGINAL_PRELOAD";
 /// Environment variable asking the agent to send the program's stdout to stderr
 /// (`ordo replay --json` keeps stdout for the JSON outcome).
 pub const ENV_STDOUT_TO_STDERR: &str = "ORDO_REPLAY_STDOUT_TO_STDERR";

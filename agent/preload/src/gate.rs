@@ -1,0 +1,558 @@
+//! Replay gating: logical thread ids, event naming as the schedule names events,
+//! and holding a thread on a futex word before a call the schedule orders after
+//! others until those have happened.
+//!
+//! The plan and the results live in [`Shared`], a memfd the replay driver maps too
+//! (layout in [`crate::shm`]). Everything the schedule does not name runs at full
+//! speed, in parallel; with an empty plan the wrappers only count calls.
+
+use std::cell::Cell;
+use std::ffi::{c_int, c_void};
+use std::ptr::null_mut;
+use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering::*};
+
+use crate::shm::*;
+use crate::{
+    die, dl_iterate_phdr, dlsym, dup2, futex, futex_wait_ns, getenv, getpid, pthread_atfork,
+    raw_syscall3, tid, unsetenv, DlPhdrInfo, FUTEX_WAIT, FUTEX_WAKE,
+};
+
+const RTLD_DEFAULT: *mut c_void = null_mut();
+pub(crate) const NONE: u32 = u32::MAX;
+
+/// `PlanEvent::done`: happened.
+const DONE: u32 = 1;
+/// `PlanEvent::done`: taking effect inside a blocking call or a thread's exit.
+const IN_PROGRESS: u32 = 2;
+
+/// Whether an in-progress event has surely taken effect: its thread is gone (an
+/// exit) or asleep inside the blocking call (a condvar wait has registered and
+/// released its mutex; a barrier arrival has been counted).
+fn in_progress_finished(e: &PlanEvent) -> bool {
+    let owner = e.done_tid.load(Acquire);
+    if e.kind == kind::THREAD_EXIT {
+        thread_gone(owner)
+    } else {
+        thread_asleep(owner)
+    }
+}
+
+pub(crate) static SHARED: AtomicPtr<Shared> = AtomicPtr::new(null_mut());
+pub(crate) static ACTIVE: AtomicBool = AtomicBool::new(false);
+
+/// Whether this process replays (gates).
+#[inline(always)]
+pub(crate) fn on() -> bool {
+    ACTIVE.load(Relaxed)
+}
+
+/// Per-thread identity and agent state. Only `Copy` fields: no TLS destructor.
+pub(crate) struct ThreadState {
+    /// Index into `Shared::slots`, `NONE` until the thread has one.
+    pub(crate) slot: Cell<u32>,
+    /// Index into `Shared::threads` when the schedule names this thread.
+    pub(crate) plan: Cell<u32>,
+    /// Depth of the logical id, `NONE` when unknown.
+    pub(crate) depth: Cell<u32>,
+    pub(crate) path: Cell<[u32; MAX_DEPTH]>,
+    /// Threads created so far (the next child is `children + 1`).
+    pub(crate) children: Cell<u32>,
+    /// Inside agent code that may call back into a wrapper (malloc, dlsym).
+    pub(crate) busy: Cell<bool>,
+    /// The exit event was handled.
+    pub(crate) exited: Cell<bool>,
+}
+
+thread_local! {
+    pub(crate) static ME: ThreadState = const {
+        ThreadState {
+            slot: Cell::new(NONE),
+            plan: Cell::new(NONE),
+            depth: Cell::new(NONE),
+            path: Cell::new([0; MAX_DEPTH]),
+            children: Cell::new(0),
+            busy: Cell::new(false),
+            exited: Cell::new(false),
+        }
+    };
+}
+
+const SYS_READ: isize = 0;
+const SYS_CLOSE: isize = 3;
+const SYS_OPEN: isize = 2;
+const SYS_TGKILL: isize = 234;
+const SYS_GETPID: isize = 39;
+const ESRCH: isize = 3;
+
+fn thread_gone(tid: u32) -> bool {
+    // SAFETY: signal 0 only checks that the thread exists.
+    unsafe {
+        let pid = raw_syscall3(SYS_GETPID, 0, 0, 0);
+        raw_syscall3(SYS_TGKILL, pid, tid as isize, 0) == -ESRCH
+    }
+}
+
+/// Whether thread `tid` of this process is asleep in the kernel (`S` or `D`), or gone.
+fn thread_asleep(tid: u32) -> bool {
+    let mut path = *b"/proc/self/task/0000000000/stat\0";
+    let mut digits = [0u8; 10];
+    let mut n = tid;
+    let mut len = 0;
+    loop {
+        digits[len] = b'0' + (n % 10) as u8;
+        len += 1;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    let mut out = 16;
+    for i in (0..len).rev() {
+        path[out] = digits[i];
+        out += 1;
+    }
+    path[out..out + 6].copy_from_slice(b"/stat\0");
+    let mut buf = [0u8; 512];
+    // SAFETY: raw open/read/close on our own buffers: no libc call the program could see.
+    let got = unsafe {
+        let fd = raw_syscall3(
+            SYS_OPEN,
+            path.as_ptr() as isize,
+            0o2000000, /* O_CLOEXEC */
+            0,
+        );
+        if fd < 0 {
+            return true;
+        }
+        let got = raw_syscall3(SYS_READ, fd, buf.as_mut_ptr() as isize, buf.len() as isize);
+        raw_syscall3(SYS_CLOSE, fd, 0, 0);
+        got
+    };
+    if got <= 0 {
+        return true;
+    }
+    let text = &buf[..got as usize];
+    match text.iter().rposition(|&b| b == b')') {
+        Some(i) if i + 2 < text.len() => matches!(text[i + 2], b'S' | b'D'),
+        _ => false,
+    }
+}
+
+fn shared() -> &'static Shared {
+    // SAFETY: only called while ACTIVE, after SHARED was set to a live mapping that is
+    // never unmapped.
+    unsafe { &*SHARED.load(Relaxed) }
+}
+
+/// Maps the replay plan (descriptor `fd`) and starts gating in this process.
+pub(crate) unsafe fn start(fd: c_int) {
+    let Some(p) = crate::map_shared(fd, std::mem::size_of::<Shared>()) else {
+        return;
+    };
+    let sh = &*(p as *const Shared);
+    if sh.magic != MAGIC || sh.version != VERSION {
+        die("the shared plan has the wrong layout (ordo and its agent differ)");
+    }
+    // Only the first process to load the agent is the target; children it forks or
+    // execs stay untouched.
+    if sh
+        .target_pid
+        .compare_exchange(0, getpid() as u32, AcqRel, Relaxed)
+        .is_err()
+    {
+        return;
+    }
+    // `ordo replay --json` keeps its stdout for the JSON outcome: the program's
+    // output goes to stderr instead.
+    if !getenv(c"ORDO_REPLAY_STDOUT_TO_STDERR".as_ptr()).is_null() {
+        unsetenv(c"ORDO_REPLAY_STDOUT_TO_STDERR".as_ptr());
+        dup2(2, 1);
+    }
+    SHARED.store(p as *mut Shared, Relaxed);
+    let mut base = 0u64;
+    dl_iterate_phdr(main_base, (&mut base as *mut u64).cast());
+    sh.main_base.store(base, Relaxed);
+    resolve_symbols(sh);
+    pthread_atfork(None, None, Some(after_fork_in_child));
+    ACTIVE.store(true, Release);
+    sh.attached.store(1, Release);
+    // The main thread is `0`.
+    thread_begin(0, [0; MAX_DEPTH]);
+}
+
+/// The program returned from `main` (the agent's destructor runs).
+pub(crate) fn main_returned() {
+    if !ACTIVE.load(Relaxed) {
+        return;
+    }
+    // Returning from main: the main thread's exit.
+    if ME.with(|me| me.depth.get() == 0) {
+        thread_end();
+    }
+}
+
+unsafe extern "C" fn after_fork_in_child() {
+    ACTIVE.store(false, Relaxed);
+}
+
+unsafe extern "C" fn main_base(info: *mut DlPhdrInfo, _size: usize, data: *mut c_void) -> c_int {
+    // The first object is the main program.
+    *(data as *mut u64) = (*info).addr;
+    1
+}
+
+/// Runtime addresses of the schedule's symbols: the main executable's load bias plus
+/// the address the driver found in its symbol table, or `dlsym` for the others.
+fn resolve_symbols(sh: &Shared) {
+    let base = sh.main_base.load(Relaxed);
+    for s in &sh.symbols[..sh.n_symbols as usize] {
+        if s.addr.load(Relaxed) != 0 {
+            continue;
+        }
+        let addr = if s.vaddr != 0 {
+            base + s.vaddr
+        } else {
+            // SAFETY: the name is NUL-terminated (the driver writes it so).
+            unsafe { dlsym(RTLD_DEFAULT, s.name.as_ptr().cast()) as u64 }
+        };
+        if addr != 0 {
+            s.addr.store(addr + s.offset, Relaxed);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// Threads
+// ---------------------------------------------------------------------------------
+
+fn take_slot(depth: u32, path: [u32; MAX_DEPTH]) -> u32 {
+    let sh = shared();
+    let i = sh.n_slots.fetch_add(1, Relaxed);
+    if i as usize >= MAX_SLOTS {
+        return NONE;
+    }
+    let slot = &sh.slots[i as usize];
+    slot.depth.store(depth, Relaxed);
+    for (d, p) in path.iter().enumerate() {
+        slot.path[d].store(*p, Relaxed);
+    }
+    slot.state.store(STATE_RUNNING, Relaxed);
+    slot.tid.store(tid(), Release);
+    i
+}
+
+fn plan_thread_of(depth: u32, path: &[u32; MAX_DEPTH]) -> u32 {
+    if depth == NONE {
+        return NONE;
+    }
+    let sh = shared();
+    for (i, t) in sh.threads[..sh.n_threads as usize].iter().enumerate() {
+        if t.depth == depth && t.path[..depth as usize] == path[..depth as usize] {
+            t.tid.store(tid(), Relaxed);
+            return i as u32;
+        }
+    }
+    NONE
+}
+
+/// A thread starts: take its identity, then its `thread_start` event.
+pub(crate) fn thread_begin(depth: u32, path: [u32; MAX_DEPTH]) {
+    ME.with(|me| {
+        me.depth.set(depth);
+        me.path.set(path);
+        me.children.set(0);
+        me.exited.set(false);
+        me.slot.set(take_slot(depth, path));
+        me.plan.set(plan_thread_of(depth, &path));
+    });
+    let sh = shared();
+    if (0..sh.n_symbols as usize).any(|i| sh.symbols[i].addr.load(Relaxed) == 0) {
+        // A library loaded since start-up may define it now.
+        resolve_symbols(sh);
+    }
+    if let Some(c) = enter() {
+        c.gate(kind::THREAD_START, 0, GateObject::Any);
+        c.happened(kind::THREAD_START, 0, None);
+    }
+}
+
+/// A thread ends (its routine returned, it called `pthread_exit`, or main returned).
+pub(crate) fn thread_end() {
+    let Some(c) = enter() else { return };
+    if ME.with(|me| me.exited.replace(true)) {
+        return;
+    }
+    c.gate(kind::THREAD_EXIT, 0, GateObject::Any);
+    let stamp = c.stamp_before(kind::THREAD_EXIT);
+    // The exit takes effect when the kernel has finished the thread.
+    c.begins(kind::THREAD_EXIT, 0, stamp);
+    c.set_state(STATE_EXITED, 0);
+}
+
+// ---------------------------------------------------------------------------------
+// Naming and gating
+// ---------------------------------------------------------------------------------
+
+/// How a gate picks the plan events it applies to.
+#[derive(Clone, Copy)]
+pub(crate) enum GateObject {
+    /// Events on this object address.
+    Addr,
+    /// Any object: used where the object is not known before the call
+    /// (`thread_create`'s handle) or there is none.
+    Any,
+}
+
+/// A wrapper's view of the calling thread.
+#[derive(Clone, Copy)]
+pub(crate) struct Caller {
+    slot: u32,
+    plan: u32,
+}
+
+/// The calling thread, or `None` when the agent is inactive or re-entered.
+pub(crate) fn enter() -> Option<Caller> {
+    if !ACTIVE.load(Acquire) {
+        return None;
+    }
+    ME.with(|me| {
+        if me.busy.get() {
+            return None;
+        }
+        if me.slot.get() == NONE && me.depth.get() == NONE {
+            // A thread the agent did not see start (created before it loaded, or
+            // not by pthread_create): watched, never named.
+            me.depth.set(NONE - 1);
+            me.slot.set(take_slot(NONE, [0; MAX_DEPTH]));
+        }
+        let c = Caller {
+            slot: me.slot.get(),
+            plan: me.plan.get(),
+        };
+        if let Some(slot) = c.slot() {
+            slot.progress.fetch_add(1, Relaxed);
+        }
+        Some(c)
+    })
+}
+
+impl Caller {
+    pub(crate) fn slot(&self) -> Option<&'static Slot> {
+        (self.slot != NONE).then(|| &shared().slots[self.slot as usize])
+    }
+
+    pub(crate) fn plan(&self) -> Option<&'static PlanThread> {
+        (self.plan != NONE).then(|| &shared().threads[self.plan as usize])
+    }
+
+    pub(crate) fn set_state(&self, state: u32, detail: u32) {
+        if let Some(slot) = self.slot() {
+            slot.detail.store(detail, Relaxed);
+            slot.state.store(state, Release);
+        }
+    }
+
+    /// The `@K` of `addr` in its family for this thread, registering it when it is
+    /// new (objects count in order of the thread's first event on them).
+    pub(crate) fn nth(&self, t: &PlanThread, family: usize, addr: u64) -> Option<u32> {
+        let kmax = t.kmax[family] as usize;
+        if kmax == 0 {
+            return None;
+        }
+        let n = t.nobjects[family].load(Relaxed) as usize;
+        for k in 0..n {
+            if t.objects[family][k].load(Relaxed) == addr {
+                return Some(k as u32 + 1);
+            }
+        }
+        if n < kmax {
+            t.objects[family][n].store(addr, Relaxed);
+            t.nobjects[family].store(n as u32 + 1, Relaxed);
+            return Some(n as u32 + 1);
+        }
+        None
+    }
+
+    pub(crate) fn matches(
+        &self,
+        e: &PlanEvent,
+        nth: Option<u32>,
+        addr: u64,
+        how: GateObject,
+    ) -> bool {
+        if matches!(how, GateObject::Any) {
+            return true;
+        }
+        match e.object_kind {
+            OBJ_NTH => nth == Some(e.object),
+            OBJ_SYMBOL => {
+                let a = shared().symbols[e.object as usize].addr.load(Relaxed);
+                a != 0 && a == addr
+            }
+            _ => true,
+        }
+    }
+
+    pub(crate) fn events(&self, t: &PlanThread) -> &'static [PlanEvent] {
+        let sh = shared();
+        &sh.events[t.first_event as usize..(t.first_event + t.event_count) as usize]
+    }
+
+    /// Holds the thread until the predecessors of its next event of `kind` on `addr`
+    /// have happened. Call it before the call takes effect, once per kind the call can
+    /// turn out to be (a trylock is a lock or a failed lock).
+    pub(crate) fn gate(&self, kind: u16, addr: u64, how: GateObject) {
+        let Some(t) = self.plan() else { return };
+        let nth = match how {
+            GateObject::Addr => self.nth(t, family_of(kind), addr),
+            GateObject::Any => None,
+        };
+        let sh = shared();
+        let first = t.first_event;
+        for (i, e) in self.events(t).iter().enumerate() {
+            if e.kind != kind || e.gated == 0 || e.count.load(Relaxed) + 1 != e.occurrence {
+                continue;
+            }
+            if !self.matches(e, nth, addr, how) {
+                continue;
+            }
+            self.wait_for(sh, first + i as u32, e);
+        }
+    }
+
+    pub(crate) fn wait_for(&self, sh: &Shared, index: u32, e: &PlanEvent) {
+        let preds = &sh.preds[e.pred_start as usize..(e.pred_start + e.pred_count) as usize];
+        let mut held = false;
+        loop {
+            if sh.flags.load(Acquire) & (FLAG_CHECK_ONLY | FLAG_RELEASED) != 0 {
+                break;
+            }
+            let epoch = sh.epoch.load(Acquire);
+            let mut in_progress = false;
+            let mut all_done = true;
+            for &p in preds {
+                let pred = &sh.events[p as usize];
+                match pred.done.load(Acquire) {
+                    DONE => {}
+                    IN_PROGRESS if in_progress_finished(pred) => {
+                        if pred
+                            .done
+                            .compare_exchange(IN_PROGRESS, DONE, AcqRel, Acquire)
+                            .is_ok()
+                        {
+                            sh.epoch.fetch_add(1, Release);
+                            // SAFETY: as below.
+                            unsafe { futex(&sh.epoch, FUTEX_WAKE, i32::MAX as u32) };
+                        }
+                    }
+                    IN_PROGRESS => {
+                        in_progress = true;
+                        all_done = false;
+                    }
+                    _ => all_done = false,
+                }
+            }
+            if all_done {
+                break;
+            }
+            if !held {
+                held = true;
+                self.set_state(STATE_HELD, index);
+            }
+            if in_progress {
+                // A predecessor takes effect inside another thread's blocking call
+                // (or its exit), which tells nobody when it happened: look again
+                // shortly. Only while that call is under way, so briefly.
+                // SAFETY: the word lives in the shared mapping.
+                unsafe { futex_wait_ns(&sh.epoch, epoch, 200_000) };
+            } else {
+                // SAFETY: the word lives in the shared mapping; a changed epoch returns at once.
+                unsafe { futex(&sh.epoch, FUTEX_WAIT, epoch) };
+            }
+        }
+        if held {
+            self.set_state(STATE_RUNNING, 0);
+        }
+    }
+
+    /// Holds the creating thread until the named start of the child with this id may
+    /// happen.
+    pub(crate) fn gate_child_start(&self, depth: u32, path: &[u32; MAX_DEPTH]) {
+        let sh = shared();
+        for t in &sh.threads[..sh.n_threads as usize] {
+            if t.depth != depth || t.path[..depth as usize] != path[..depth as usize] {
+                continue;
+            }
+            for (i, e) in self.events(t).iter().enumerate() {
+                if e.kind == kind::THREAD_START && e.occurrence == 1 && e.gated != 0 {
+                    self.wait_for(sh, t.first_event + i as u32, e);
+                }
+            }
+        }
+    }
+
+    /// An order stamp taken before a call, for kinds stamped at entry.
+    pub(crate) fn stamp_before(&self, kind: u16) -> Option<u64> {
+        (self.plan != NONE && stamps_before(kind)).then(|| shared().stamp.fetch_add(1, AcqRel) + 1)
+    }
+
+    /// The event happened: count it and mark named events done, waking held threads.
+    pub(crate) fn happened(&self, kind: u16, addr: u64, stamp: Option<u64>) {
+        self.mark(kind, addr, stamp, DONE);
+    }
+
+    /// The event is taking effect inside the blocking call about to be made (or the
+    /// thread's exit): count it, and let waiters see it as done once the call blocks
+    /// (or the thread is gone). [`Caller::finish_in_progress`] completes it on return.
+    pub(crate) fn begins(&self, kind: u16, addr: u64, stamp: Option<u64>) {
+        self.mark(kind, addr, stamp, IN_PROGRESS);
+    }
+
+    /// The call returned: whatever it had in progress has certainly happened.
+    pub(crate) fn finish_in_progress(&self) {
+        let Some(t) = self.plan() else { return };
+        let sh = shared();
+        let me = tid();
+        let mut any = false;
+        for e in self.events(t) {
+            if e.done_tid.load(Relaxed) == me
+                && e.done
+                    .compare_exchange(IN_PROGRESS, DONE, AcqRel, Relaxed)
+                    .is_ok()
+            {
+                any = true;
+            }
+        }
+        if any {
+            sh.epoch.fetch_add(1, Release);
+            // SAFETY: as in wait_for.
+            unsafe { futex(&sh.epoch, FUTEX_WAKE, i32::MAX as u32) };
+        }
+    }
+
+    pub(crate) fn mark(&self, kind: u16, addr: u64, stamp: Option<u64>, state: u32) {
+        let Some(t) = self.plan() else { return };
+        let nth = self.nth(t, family_of(kind), addr);
+        let sh = shared();
+        let mut any = false;
+        for e in self.events(t) {
+            if e.kind != kind || !self.matches(e, nth, addr, GateObject::Addr) {
+                continue;
+            }
+            let n = e.count.load(Relaxed) + 1;
+            e.count.store(n, Relaxed);
+            if n == e.occurrence {
+                let s = stamp.unwrap_or_else(|| sh.stamp.fetch_add(1, AcqRel) + 1);
+                e.stamp.store(s, Relaxed);
+                e.done_tid.store(tid(), Relaxed);
+                e.done.store(state, Release);
+                any = true;
+            }
+        }
+        if any {
+            sh.epoch.fetch_add(1, Release);
+            // SAFETY: as in wait_for.
+            unsafe { futex(&sh.epoch, FUTEX_WAKE, i32::MAX as u32) };
+        }
+    }
+}

@@ -1,0 +1,713 @@
+//! The interposed functions: each finds the real libc function (`dlsym(RTLD_NEXT)`,
+//! once) and runs it between the replay gate's and the recorder's hooks. With
+//! neither mode on, a wrapper is one load and a jump to the real function.
+//!
+//! Where each event is recorded matches the eBPF probes: releases, signals, posts
+//! and barrier arrivals before the real call (their sequence number is taken while
+//! the effect has not happened yet); acquisitions, waits, joins and creations after
+//! it returns, with its result.
+
+use std::ffi::{c_char, c_int, c_long, c_void};
+use std::ptr::null_mut;
+use std::sync::atomic::{AtomicUsize, Ordering::*};
+
+use crate::gate::{enter, thread_begin, thread_end, Caller, GateObject, ME, NONE};
+use crate::probe_common::inproc::futex_extra;
+use crate::probe_common::via;
+use crate::record;
+use crate::shm::*;
+use crate::{die, dlsym, dlvsym, errno, free, malloc, set_errno, SYS_FUTEX};
+
+const RTLD_NEXT: *mut c_void = -1isize as *mut c_void;
+
+/// The next definition of a libc function after this library's (NUL-terminated name).
+fn resolve(name: &'static str, version: Option<&'static str>) -> usize {
+    // SAFETY: NUL-terminated names; dlsym/dlvsym are thread-safe.
+    let p = unsafe {
+        let mut p = null_mut();
+        if let Some(v) = version {
+            p = dlvsym(RTLD_NEXT, name.as_ptr().cast(), v.as_ptr().cast());
+        }
+        if p.is_null() {
+            p = dlsym(RTLD_NEXT, name.as_ptr().cast::<c_char>());
+        }
+        p
+    };
+    if p.is_null() {
+        die(&format!(
+            "cannot find the real {}",
+            name.trim_end_matches('\0')
+        ));
+    }
+    p as usize
+}
+
+/// The real function behind a wrapper, resolved once.
+macro_rules! real {
+    ($name:literal $(@ $version:literal)?, fn($($arg:ty),*) -> $ret:ty) => {{
+        static PTR: AtomicUsize = AtomicUsize::new(0);
+        let mut p = PTR.load(Relaxed);
+        if p == 0 {
+            #[allow(unused_mut, unused_assignments)]
+            let mut version: Option<&'static str> = None;
+            $(version = Some(concat!($version, "\0"));)?
+            p = resolve(concat!($name, "\0"), version);
+            PTR.store(p, Relaxed);
+        }
+        // SAFETY: `p` is the address of the libc function with this signature.
+        unsafe { std::mem::transmute::<usize, unsafe extern "C-unwind" fn($($arg),*) -> $ret>(p) }
+    }};
+}
+
+/// The call site: the wrapper's return address, read from its frame (the agent is
+/// built with frame pointers). Must be used in the wrapper's own body.
+macro_rules! site {
+    () => {{
+        let frame: *const u64;
+        // SAFETY: reads the frame pointer register; [rbp + 8] is the return address.
+        unsafe {
+            std::arch::asm!("mov {}, rbp", out(reg) frame, options(nomem, nostack, preserves_flags));
+            *frame.add(1)
+        }
+    }};
+}
+
+type P = *mut c_void;
+
+/// Runs `call`, an event of `kind` on `addr` that takes effect inside it and lets
+/// others proceed (a release, signal, post): gated, stamped and numbered before the
+/// call, recorded after it.
+#[inline(always)]
+fn release(kind: u16, via: u8, addr: P, site: u64, call: impl FnOnce() -> c_int) -> c_int {
+    let addr = addr as u64;
+    let gate = enter();
+    let mut stamp = None;
+    if let Some(c) = gate {
+        c.gate(kind, addr, GateObject::Addr);
+        stamp = c.stamp_before(kind);
+    }
+    // The number is taken while the effect has not happened; the record is written
+    // after the call, which keeps it out of the program's critical section.
+    let seq = if record::on() {
+        Some(record::next_seq(addr))
+    } else {
+        None
+    };
+    let r = call();
+    if let Some(seq) = seq {
+        record::emit(kind, via, addr, site, seq, 0, 0);
+    }
+    if let Some(c) = gate {
+        let saved = errno();
+        c.happened(kind, addr, stamp);
+        set_errno(saved);
+    }
+    r
+}
+
+/// A call that acquires (`ok_kind` on success) or fails (`failed_kind`): gated as
+/// either before the call (which one it is is known only afterwards), recorded
+/// after it returns.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn acquire(
+    ok_kind: u16,
+    failed_kind: u16,
+    via: u8,
+    addr: P,
+    blocking: u32,
+    site: u64,
+    call: impl FnOnce() -> c_int,
+) -> c_int {
+    let addr = addr as u64;
+    let gate = enter();
+    if let Some(c) = gate {
+        c.gate(ok_kind, addr, GateObject::Addr);
+        c.gate(failed_kind, addr, GateObject::Addr);
+        if blocking != STATE_RUNNING {
+            c.set_state(blocking, ok_kind as u32);
+        }
+    }
+    let r = call();
+    let saved = errno();
+    if record::on() {
+        if r == 0 {
+            record::emit(ok_kind, via, addr, site, record::next_seq(addr), 0, 0);
+        } else {
+            record::emit(failed_kind, via, addr, site, 0, 0, r);
+        }
+    }
+    if let Some(c) = gate {
+        if blocking != STATE_RUNNING {
+            c.set_state(STATE_RUNNING, 0);
+        }
+        c.happened(if r == 0 { ok_kind } else { failed_kind }, addr, None);
+    }
+    set_errno(saved);
+    r
+}
+
+// ---------------------------------------------------------------------------------
+// Mutexes
+// ---------------------------------------------------------------------------------
+
+macro_rules! mutex_acquire {
+    ($name:ident, $real:literal, $via:expr, $state:expr $(, $arg:ident : $ty:ty)*) => {
+        #[no_mangle]
+        pub unsafe extern "C-unwind" fn $name(m: P $(, $arg: $ty)*) -> c_int {
+            let real = real!($real, fn(P $(, $ty)*) -> c_int);
+            if !record::on() && !crate::gate::on() {
+                return real(m $(, $arg)*);
+            }
+            let site = site!();
+            acquire(kind::MUTEX_LOCK, kind::MUTEX_LOCK_FAILED, $via, m, $state, site, || real(m $(, $arg)*))
+        }
+    };
+}
+
+mutex_acquire!(
+    pthread_mutex_lock,
+    "pthread_mutex_lock",
+    via::PLAIN,
+    STATE_BLOCKED
+);
+mutex_acquire!(
+    pthread_mutex_trylock,
+    "pthread_mutex_trylock",
+    via::TRY,
+    STATE_RUNNING
+);
+mutex_acquire!(pthread_mutex_timedlock, "pthread_mutex_timedlock", via::TIMED, STATE_TIMED, ts: P);
+mutex_acquire!(pthread_mutex_clocklock, "pthread_mutex_clocklock", via::TIMED, STATE_TIMED, clock: c_int, ts: P);
+
+#[no_mangle]
+pub unsafe extern "C-unwind" fn pthread_mutex_unlock(m: P) -> c_int {
+    let real = real!("pthread_mutex_unlock", fn(P) -> c_int);
+    if !record::on() && !crate::gate::on() {
+        return real(m);
+    }
+    let site = site!();
+    release(kind::MUTEX_UNLOCK, via::PLAIN, m, site, || real(m))
+}
+
+// ---------------------------------------------------------------------------------
+// Condition variables
+// ---------------------------------------------------------------------------------
+
+/// `pthread_cond_*wait`: the release of the mutex and the start of the wait are
+/// gated and recorded before the call; the wake-up and the reacquisition happen
+/// inside it, so their gates can only hold the thread after it returns (with the
+/// mutex held), and they are recorded then.
+unsafe fn cond_wait(
+    c: P,
+    m: P,
+    via_: u8,
+    blocking: u32,
+    site: u64,
+    call: impl FnOnce() -> c_int,
+) -> c_int {
+    let (cond, mutex) = (c as u64, m as u64);
+    let gate = enter();
+    if let Some(me) = gate {
+        me.gate(kind::COND_WAIT_BEGIN, cond, GateObject::Addr);
+        me.gate(kind::MUTEX_UNLOCK, mutex, GateObject::Addr);
+        let s1 = me.stamp_before(kind::COND_WAIT_BEGIN);
+        let s2 = me.stamp_before(kind::MUTEX_UNLOCK);
+        // Both take effect inside the call: done for others once this thread sleeps in it.
+        me.begins(kind::COND_WAIT_BEGIN, cond, s1);
+        me.begins(kind::MUTEX_UNLOCK, mutex, s2);
+        me.set_state(blocking, kind::COND_WAIT as u32);
+    }
+    if record::on() {
+        record_cond_pair(
+            kind::COND_WAIT_BEGIN,
+            kind::MUTEX_UNLOCK,
+            via_,
+            cond,
+            mutex,
+            site,
+            0,
+        );
+    }
+    let r = call();
+    let saved = errno();
+    if record::on() {
+        record_cond_pair(
+            kind::COND_WAIT,
+            kind::MUTEX_LOCK,
+            via_,
+            cond,
+            mutex,
+            site,
+            r,
+        );
+    }
+    if let Some(me) = gate {
+        me.set_state(STATE_RUNNING, 0);
+        me.finish_in_progress();
+        me.gate(kind::COND_WAIT, cond, GateObject::Addr);
+        me.happened(kind::COND_WAIT, cond, None);
+        me.gate(kind::MUTEX_LOCK, mutex, GateObject::Addr);
+        me.happened(kind::MUTEX_LOCK, mutex, None);
+    }
+    set_errno(saved);
+    r
+}
+
+/// A condvar wait's two records on entry (the wait begins, the mutex is released)
+/// or on return (the wait returned, the mutex is reacquired): each object's event,
+/// numbered in that order, naming the other object.
+fn record_cond_pair(
+    cond_kind: u16,
+    mutex_kind: u16,
+    via_: u8,
+    cond: u64,
+    mutex: u64,
+    site: u64,
+    result: c_int,
+) {
+    let seq = record::next_seq(cond);
+    record::emit(cond_kind, via_, cond, site, seq, mutex, result);
+    let seq = record::next_seq(mutex);
+    record::emit(mutex_kind, via::COND_WAIT, mutex, site, seq, cond, 0);
+}
+
+#[no_mangle]
+pub unsafe extern "C-unwind" fn pthread_cond_wait(c: P, m: P) -> c_int {
+    let real = real!("pthread_cond_wait" @ "GLIBC_2.3.2", fn(P, P) -> c_int);
+    let site = site!();
+    cond_wait(c, m, via::PLAIN, STATE_BLOCKED, site, || real(c, m))
+}
+
+#[no_mangle]
+pub unsafe extern "C-unwind" fn pthread_cond_timedwait(c: P, m: P, ts: P) -> c_int {
+    let real = real!("pthread_cond_timedwait" @ "GLIBC_2.3.2", fn(P, P, P) -> c_int);
+    let site = site!();
+    cond_wait(c, m, via::TIMED, STATE_TIMED, site, || real(c, m, ts))
+}
+
+#[no_mangle]
+pub unsafe extern "C-unwind" fn pthread_cond_clockwait(c: P, m: P, clock: c_int, ts: P) -> c_int {
+    let real = real!("pthread_cond_clockwait", fn(P, P, c_int, P) -> c_int);
+    let site = site!();
+    cond_wait(c, m, via::TIMED, STATE_TIMED, site, || {
+        real(c, m, clock, ts)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C-unwind" fn pthread_cond_signal(c: P) -> c_int {
+    let real = real!("pthread_cond_signal" @ "GLIBC_2.3.2", fn(P) -> c_int);
+    let site = site!();
+    release(kind::COND_SIGNAL, via::PLAIN, c, site, || real(c))
+}
+
+#[no_mangle]
+pub unsafe extern "C-unwind" fn pthread_cond_broadcast(c: P) -> c_int {
+    let real = real!("pthread_cond_broadcast" @ "GLIBC_2.3.2", fn(P) -> c_int);
+    let site = site!();
+    release(kind::COND_BROADCAST, via::PLAIN, c, site, || real(c))
+}
+
+// ---------------------------------------------------------------------------------
+// Read-write locks
+// ---------------------------------------------------------------------------------
+
+macro_rules! rwlock_acquire {
+    ($name:ident, $real:literal, $ok:expr, $via:expr, $state:expr $(, $arg:ident : $ty:ty)*) => {
+        #[no_mangle]
+        pub unsafe extern "C-unwind" fn $name(l: P $(, $arg: $ty)*) -> c_int {
+            let real = real!($real, fn(P $(, $ty)*) -> c_int);
+            let site = site!();
+            acquire($ok, kind::RWLOCK_LOCK_FAILED, $via, l, $state, site, || real(l $(, $arg)*))
+        }
+    };
+}
+
+rwlock_acquire!(
+    pthread_rwlock_rdlock,
+    "pthread_rwlock_rdlock",
+    kind::RWLOCK_RDLOCK,
+    via::PLAIN,
+    STATE_BLOCKED
+);
+rwlock_acquire!(
+    pthread_rwlock_tryrdlock,
+    "pthread_rwlock_tryrdlock",
+    kind::RWLOCK_RDLOCK,
+    via::TRY,
+    STATE_RUNNING
+);
+rwlock_acquire!(pthread_rwlock_timedrdlock, "pthread_rwlock_timedrdlock", kind::RWLOCK_RDLOCK, via::TIMED, STATE_TIMED, ts: P);
+rwlock_acquire!(pthread_rwlock_clockrdlock, "pthread_rwlock_clockrdlock", kind::RWLOCK_RDLOCK, via::TIMED, STATE_TIMED, clock: c_int, ts: P);
+rwlock_acquire!(
+    pthread_rwlock_wrlock,
+    "pthread_rwlock_wrlock",
+    kind::RWLOCK_WRLOCK,
+    via::PLAIN,
+    STATE_BLOCKED
+);
+rwlock_acquire!(
+    pthread_rwlock_trywrlock,
+    "pthread_rwlock_trywrlock",
+    kind::RWLOCK_WRLOCK,
+    via::TRY,
+    STATE_RUNNING
+);
+rwlock_acquire!(pthread_rwlock_timedwrlock, "pthread_rwlock_timedwrlock", kind::RWLOCK_WRLOCK, via::TIMED, STATE_TIMED, ts: P);
+rwlock_acquire!(pthread_rwlock_clockwrlock, "pthread_rwlock_clockwrlock", kind::RWLOCK_WRLOCK, via::TIMED, STATE_TIMED, clock: c_int, ts: P);
+
+#[no_mangle]
+pub unsafe extern "C-unwind" fn pthread_rwlock_unlock(l: P) -> c_int {
+    let real = real!("pthread_rwlock_unlock", fn(P) -> c_int);
+    let site = site!();
+    release(kind::RWLOCK_UNLOCK, via::PLAIN, l, site, || real(l))
+}
+
+// ---------------------------------------------------------------------------------
+// Semaphores and barriers
+// ---------------------------------------------------------------------------------
+
+macro_rules! sem_acquire {
+    ($name:ident, $real:literal, $via:expr, $state:expr $(, $arg:ident : $ty:ty)*) => {
+        #[no_mangle]
+        pub unsafe extern "C-unwind" fn $name(s: P $(, $arg: $ty)*) -> c_int {
+            let real = real!($real, fn(P $(, $ty)*) -> c_int);
+            let site = site!();
+            acquire(kind::SEM_WAIT, kind::SEM_WAIT_FAILED, $via, s, $state, site, || real(s $(, $arg)*))
+        }
+    };
+}
+
+sem_acquire!(sem_wait, "sem_wait", via::PLAIN, STATE_BLOCKED);
+sem_acquire!(sem_trywait, "sem_trywait", via::TRY, STATE_RUNNING);
+sem_acquire!(sem_timedwait, "sem_timedwait", via::TIMED, STATE_TIMED, ts: P);
+sem_acquire!(sem_clockwait, "sem_clockwait", via::TIMED, STATE_TIMED, clock: c_int, ts: P);
+
+#[no_mangle]
+pub unsafe extern "C-unwind" fn sem_post(s: P) -> c_int {
+    let real = real!("sem_post", fn(P) -> c_int);
+    let site = site!();
+    release(kind::SEM_POST, via::PLAIN, s, site, || real(s))
+}
+
+#[no_mangle]
+pub unsafe extern "C-unwind" fn pthread_barrier_wait(b: P) -> c_int {
+    let real = real!("pthread_barrier_wait", fn(P) -> c_int);
+    let site = site!();
+    let addr = b as u64;
+    let gate = enter();
+    if let Some(c) = gate {
+        c.gate(kind::BARRIER_ARRIVE, addr, GateObject::Addr);
+        let stamp = c.stamp_before(kind::BARRIER_ARRIVE);
+        c.begins(kind::BARRIER_ARRIVE, addr, stamp);
+        c.set_state(STATE_BLOCKED, kind::BARRIER_WAIT as u32);
+    }
+    if record::on() {
+        record::emit(
+            kind::BARRIER_ARRIVE,
+            via::PLAIN,
+            addr,
+            site,
+            record::next_seq(addr),
+            0,
+            0,
+        );
+    }
+    let r = real(b);
+    if record::on() {
+        record::emit(
+            kind::BARRIER_WAIT,
+            via::PLAIN,
+            addr,
+            site,
+            record::next_seq(addr),
+            0,
+            r,
+        );
+    }
+    if let Some(c) = gate {
+        c.set_state(STATE_RUNNING, 0);
+        c.finish_in_progress();
+        c.gate(kind::BARRIER_WAIT, addr, GateObject::Addr);
+        c.happened(kind::BARRIER_WAIT, addr, None);
+    }
+    r
+}
+
+// ---------------------------------------------------------------------------------
+// Threads
+// ---------------------------------------------------------------------------------
+
+type StartRoutine = unsafe extern "C-unwind" fn(P) -> P;
+
+/// What a new thread needs to know before running the program's routine.
+#[derive(Clone, Copy)]
+struct StartArgs {
+    routine: StartRoutine,
+    arg: P,
+    depth: u32,
+    path: [u32; MAX_DEPTH],
+}
+
+/// The routine every thread created through `pthread_create` runs first when
+/// replaying. `C-unwind` and nothing to drop: `pthread_exit` and cancellation unwind
+/// through this frame.
+unsafe extern "C-unwind" fn start_thread(p: P) -> P {
+    let args = *(p as *const StartArgs);
+    free(p);
+    thread_begin(args.depth, args.path);
+    let result = (args.routine)(args.arg);
+    thread_end();
+    result
+}
+
+/// Recorded after the real call returns, with the handle; the child's tid comes from
+/// the kernel's clone event, which the recorder folds in (see recorder/src/inproc.rs).
+fn record_create(th: *mut u64, r: c_int, site: u64) {
+    if record::on() {
+        // Read even on failure, as the eBPF return probe does.
+        // SAFETY: the caller's pthread_t pointer.
+        let handle = if th.is_null() { 0 } else { unsafe { *th } };
+        record::emit(kind::THREAD_CREATE, via::PLAIN, handle, site, 0, 0, r);
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C-unwind" fn pthread_create(
+    th: *mut u64,
+    attr: P,
+    routine: StartRoutine,
+    arg: P,
+) -> c_int {
+    let real = real!("pthread_create", fn(*mut u64, P, StartRoutine, P) -> c_int);
+    let site = site!();
+    let Some(c) = enter() else {
+        let r = real(th, attr, routine, arg);
+        let saved = errno();
+        record_create(th, r, site);
+        set_errno(saved);
+        return r;
+    };
+    gated_create(c, th, attr, routine, arg, site, real)
+}
+
+unsafe fn gated_create(
+    c: Caller,
+    th: *mut u64,
+    attr: P,
+    routine: StartRoutine,
+    arg: P,
+    site: u64,
+    real: unsafe extern "C-unwind" fn(*mut u64, P, StartRoutine, P) -> c_int,
+) -> c_int {
+    let (depth, mut path, n) = ME.with(|me| (me.depth.get(), me.path.get(), me.children.get() + 1));
+    let child_depth = if (depth as usize) < MAX_DEPTH {
+        path[depth as usize] = n;
+        depth + 1
+    } else {
+        NONE
+    };
+    ME.with(|me| me.busy.set(true));
+    let block = malloc(std::mem::size_of::<StartArgs>()) as *mut StartArgs;
+    ME.with(|me| me.busy.set(false));
+    if block.is_null() {
+        let r = real(th, attr, routine, arg);
+        record_create(th, r, site);
+        return r;
+    }
+    block.write(StartArgs {
+        routine,
+        arg,
+        depth: child_depth,
+        path,
+    });
+    // The handle is unknown until the call returns: gate on the occurrence alone.
+    c.gate(kind::THREAD_CREATE, 0, GateObject::Any);
+    // The child's start takes effect in the kernel as soon as it is created: hold
+    // its creation until the child's start may happen.
+    if child_depth != NONE {
+        c.gate_child_start(child_depth, &path);
+    }
+    let stamp = c.stamp_before(kind::THREAD_CREATE);
+    let r = real(th, attr, start_thread, block.cast());
+    let saved = errno();
+    if r == 0 {
+        ME.with(|me| me.children.set(n));
+    } else {
+        free(block.cast());
+    }
+    record_create(th, r, site);
+    let handle = if r == 0 && !th.is_null() { *th } else { 0 };
+    c.happened(kind::THREAD_CREATE, handle, stamp);
+    set_errno(saved);
+    r
+}
+
+unsafe fn join(th: u64, via_: u8, blocking: u32, site: u64, call: impl FnOnce() -> c_int) -> c_int {
+    let gate = enter();
+    if let Some(c) = gate {
+        c.gate(kind::THREAD_JOIN, th, GateObject::Addr);
+        c.set_state(blocking, kind::THREAD_JOIN as u32);
+    }
+    let r = call();
+    if record::on() {
+        let saved = errno();
+        record::emit(kind::THREAD_JOIN, via_, th, site, 0, 0, r);
+        set_errno(saved);
+    }
+    if let Some(c) = gate {
+        c.set_state(STATE_RUNNING, 0);
+        c.happened(kind::THREAD_JOIN, th, None);
+    }
+    r
+}
+
+#[no_mangle]
+pub unsafe extern "C-unwind" fn pthread_join(th: u64, ret: *mut P) -> c_int {
+    let real = real!("pthread_join", fn(u64, *mut P) -> c_int);
+    let site = site!();
+    join(th, via::PLAIN, STATE_BLOCKED, site, || real(th, ret))
+}
+
+#[no_mangle]
+pub unsafe extern "C-unwind" fn pthread_tryjoin_np(th: u64, ret: *mut P) -> c_int {
+    let real = real!("pthread_tryjoin_np", fn(u64, *mut P) -> c_int);
+    let site = site!();
+    join(th, via::TRY, STATE_RUNNING, site, || real(th, ret))
+}
+
+#[no_mangle]
+pub unsafe extern "C-unwind" fn pthread_timedjoin_np(th: u64, ret: *mut P, ts: P) -> c_int {
+    let real = real!("pthread_timedjoin_np", fn(u64, *mut P, P) -> c_int);
+    let site = site!();
+    join(th, via::TIMED, STATE_TIMED, site, || real(th, ret, ts))
+}
+
+#[no_mangle]
+pub unsafe extern "C-unwind" fn pthread_clockjoin_np(
+    th: u64,
+    ret: *mut P,
+    clock: c_int,
+    ts: P,
+) -> c_int {
+    let real = real!("pthread_clockjoin_np", fn(u64, *mut P, c_int, P) -> c_int);
+    let site = site!();
+    join(th, via::TIMED, STATE_TIMED, site, || {
+        real(th, ret, clock, ts)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C-unwind" fn pthread_exit(ret: P) -> ! {
+    let real = real!("pthread_exit", fn(P) -> ());
+    thread_end();
+    real(ret);
+    die("pthread_exit returned")
+}
+
+// ---------------------------------------------------------------------------------
+// Direct futex calls through libc's syscall()
+// ---------------------------------------------------------------------------------
+
+/// FUTEX_WAIT, FUTEX_LOCK_PI, FUTEX_TRYLOCK_PI, FUTEX_WAIT_BITSET,
+/// FUTEX_WAIT_REQUEUE_PI, FUTEX_LOCK_PI2: what the recorder calls a futex wait.
+fn is_futex_wait(cmd: c_long) -> bool {
+    matches!(cmd, 0 | 6 | 8 | 9 | 11 | 13)
+}
+
+/// libc's variadic `syscall`. On x86-64 variadic integer arguments travel exactly
+/// like fixed ones (six registers, then the stack), so six fixed parameters after the
+/// number see every argument a caller can pass. Futex calls through it (Rust std's
+/// locks, C++ atomic wait) are recorded here like the eBPF path's futex tracepoint
+/// records them: a wake numbered before it takes effect, a wait after it returns,
+/// the result as the kernel returns it (`-errno` on failure).
+#[no_mangle]
+pub unsafe extern "C-unwind" fn syscall(
+    n: c_long,
+    a1: c_long,
+    a2: c_long,
+    a3: c_long,
+    a4: c_long,
+    a5: c_long,
+    a6: c_long,
+) -> c_long {
+    let real = real!(
+        "syscall",
+        fn(c_long, c_long, c_long, c_long, c_long, c_long, c_long) -> c_long
+    );
+    if n != SYS_FUTEX {
+        return real(n, a1, a2, a3, a4, a5, a6);
+    }
+    let site = site!();
+    let recording = record::on();
+    let gate = enter();
+    if !recording && gate.is_none() {
+        return real(n, a1, a2, a3, a4, a5, a6);
+    }
+    let addr = a1 as u64;
+    let cmd = a2 & 0x7f;
+    let extra = futex_extra(cmd as u64, a3 as u32);
+    let kernel_result = |r: c_long| -> i32 {
+        if r == -1 {
+            -errno()
+        } else {
+            r as i32
+        }
+    };
+    let result;
+    if is_futex_wait(cmd) {
+        if let Some(c) = gate {
+            c.gate(kind::FUTEX_WAIT, addr, GateObject::Addr);
+            // A wait with a timeout comes back by itself.
+            c.set_state(
+                if a4 != 0 { STATE_TIMED } else { STATE_BLOCKED },
+                kind::FUTEX_WAIT as u32,
+            );
+        }
+        result = real(n, a1, a2, a3, a4, a5, a6);
+        let saved = errno();
+        if recording {
+            let seq = record::next_seq(addr);
+            record::emit(
+                kind::FUTEX_WAIT,
+                0,
+                addr,
+                site,
+                seq,
+                extra,
+                kernel_result(result),
+            );
+        }
+        if let Some(c) = gate {
+            c.set_state(STATE_RUNNING, 0);
+            c.happened(kind::FUTEX_WAIT, addr, None);
+        }
+        set_errno(saved);
+    } else {
+        let seq = if recording { record::next_seq(addr) } else { 0 };
+        let mut stamp = None;
+        if let Some(c) = gate {
+            c.gate(kind::FUTEX_WAKE, addr, GateObject::Addr);
+            stamp = c.stamp_before(kind::FUTEX_WAKE);
+        }
+        result = real(n, a1, a2, a3, a4, a5, a6);
+        let saved = errno();
+        if recording {
+            record::emit(
+                kind::FUTEX_WAKE,
+                0,
+                addr,
+                site,
+                seq,
+                extra,
+                kernel_result(result),
+            );
+        }
+        if let Some(c) = gate {
+            c.happened(kind::FUTEX_WAKE, addr, stamp);
+        }
+        set_errno(saved);
+    }
+    result
+}

@@ -1,0 +1,248 @@
+//! ordo's agent: a shared library `ordo record` and `ordo replay` preload into the
+//! program. It interposes the pthread API (and libc's `syscall` for direct futex
+//! calls) and, per call, does what the mode asks:
+//!
+//! - **record** ([`record`]): writes the call as a compact event into the calling
+//!   thread's ring in a mapping the recorder owns and drains, with a per-object
+//!   sequence number taken at the moment the call takes effect — the in-process path
+//!   of `ordo record`, a few tens of nanoseconds instead of a kernel trap.
+//! - **replay** ([`gate`]): gives every thread the logical id the trace would give
+//!   it, names each call the way `ordo_schedule::EventNamer` names the recorded
+//!   event, and holds a thread on a futex word before a call the schedule orders
+//!   after others, until those have happened.
+//!
+//! [`interpose`] holds the wrappers and finds the real functions. The agent never
+//! takes a lock of its own (atomics and the raw futex syscall only), so it cannot
+//! deadlock with the program or show up in a recording.
+//!
+//! `ordo-agent`'s build script compiles this file with `rustc` directly (it has no
+//! dependencies) and embeds the result in the `ordo` binary.
+#![allow(clippy::missing_safety_doc)]
+
+#[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
+compile_error!("the ordo agent supports x86_64 Linux only");
+
+pub mod gate;
+pub mod interpose;
+pub mod record;
+pub mod shm;
+
+pub use shm::probe_common;
+
+use std::ffi::{c_char, c_int, c_long, c_void};
+use std::sync::atomic::AtomicU32;
+
+extern "C" {
+    fn dlsym(handle: *mut c_void, name: *const c_char) -> *mut c_void;
+    fn dlvsym(handle: *mut c_void, name: *const c_char, version: *const c_char) -> *mut c_void;
+    fn getenv(name: *const c_char) -> *mut c_char;
+    fn setenv(name: *const c_char, value: *const c_char, overwrite: c_int) -> c_int;
+    fn unsetenv(name: *const c_char) -> c_int;
+    fn mmap(
+        addr: *mut c_void,
+        len: usize,
+        prot: c_int,
+        flags: c_int,
+        fd: c_int,
+        off: i64,
+    ) -> *mut c_void;
+    fn close(fd: c_int) -> c_int;
+    fn madvise(addr: *mut c_void, len: usize, advice: c_int) -> c_int;
+    fn dup2(old: c_int, new: c_int) -> c_int;
+    fn getpid() -> c_int;
+    fn gettid() -> c_int;
+    fn __errno_location() -> *mut c_int;
+    fn abort() -> !;
+    fn write(fd: c_int, buf: *const c_void, n: usize) -> isize;
+    fn malloc(n: usize) -> *mut c_void;
+    fn free(p: *mut c_void);
+    fn clock_gettime(clock: c_int, ts: *mut [i64; 2]) -> c_int;
+    fn dl_iterate_phdr(
+        callback: unsafe extern "C" fn(*mut DlPhdrInfo, usize, *mut c_void) -> c_int,
+        data: *mut c_void,
+    ) -> c_int;
+    fn pthread_atfork(
+        prepare: Option<unsafe extern "C" fn()>,
+        parent: Option<unsafe extern "C" fn()>,
+        child: Option<unsafe extern "C" fn()>,
+    ) -> c_int;
+}
+
+/// The start of glibc's `struct dl_phdr_info`: only the load bias is used.
+#[repr(C)]
+struct DlPhdrInfo {
+    addr: u64,
+    name: *const c_char,
+}
+
+const SYS_FUTEX: c_long = 202;
+const FUTEX_WAIT: i32 = 0;
+const FUTEX_WAKE: i32 = 1;
+
+fn die(message: &str) -> ! {
+    let prefix = b"ordo agent: ";
+    // SAFETY: writing our own buffers to stderr.
+    unsafe {
+        write(2, prefix.as_ptr().cast(), prefix.len());
+        write(2, message.as_ptr().cast(), message.len());
+        write(2, b"\n".as_ptr().cast(), 1);
+        abort()
+    }
+}
+
+unsafe fn futex(word: *const AtomicU32, op: i32, val: u32) -> isize {
+    let ret: isize;
+    std::arch::asm!(
+        "syscall",
+        inlateout("rax") SYS_FUTEX as isize => ret,
+        in("rdi") word,
+        in("rsi") op as isize,
+        in("rdx") val as isize,
+        in("r10") 0isize,
+        in("r8") 0isize,
+        in("r9") 0isize,
+        lateout("rcx") _,
+        lateout("r11") _,
+        options(nostack),
+    );
+    ret
+}
+
+/// Futex wait with a timeout in nanoseconds (for the short polls below).
+unsafe fn futex_wait_ns(word: *const AtomicU32, val: u32, ns: i64) {
+    let ts = [0i64, ns];
+    let _ret: isize;
+    std::arch::asm!(
+        "syscall",
+        inlateout("rax") SYS_FUTEX as isize => _ret,
+        in("rdi") word,
+        in("rsi") FUTEX_WAIT as isize,
+        in("rdx") val as isize,
+        in("r10") ts.as_ptr(),
+        in("r8") 0isize,
+        in("r9") 0isize,
+        lateout("rcx") _,
+        lateout("r11") _,
+        options(nostack),
+    );
+}
+
+/// A raw syscall with up to three arguments.
+unsafe fn raw_syscall3(n: isize, a: isize, b: isize, c: isize) -> isize {
+    let ret: isize;
+    std::arch::asm!(
+        "syscall",
+        inlateout("rax") n => ret,
+        in("rdi") a,
+        in("rsi") b,
+        in("rdx") c,
+        lateout("rcx") _,
+        lateout("r11") _,
+        options(nostack),
+    );
+    ret
+}
+
+fn errno() -> c_int {
+    // SAFETY: glibc's per-thread errno.
+    unsafe { *__errno_location() }
+}
+
+fn set_errno(value: c_int) {
+    // SAFETY: as above.
+    unsafe { *__errno_location() = value }
+}
+
+fn tid() -> u32 {
+    // SAFETY: plain syscall wrapper.
+    unsafe { gettid() as u32 }
+}
+
+// ---------------------------------------------------------------------------------
+// Start-up
+// ---------------------------------------------------------------------------------
+
+#[used]
+#[link_section = ".init_array"]
+static INIT: unsafe extern "C" fn() = agent_init;
+
+#[used]
+#[link_section = ".fini_array"]
+static FINI: unsafe extern "C" fn() = agent_fini;
+
+/// The environment variable naming the user's own `LD_PRELOAD` (see `ordo-agent`).
+const ENV_ORIGINAL_PRELOAD: &std::ffi::CStr = c"ORDO_ORIGINAL_PRELOAD";
+
+unsafe extern "C" fn agent_init() {
+    let replay_fd = take_fd_env(c"ORDO_REPLAY_SHM_FD");
+    let record_fd = take_fd_env(c"ORDO_RECORD_FD");
+    if replay_fd.is_none() && record_fd.is_none() {
+        return;
+    }
+    // Give the program the environment it would have had without the agent: what
+    // it runs (exec) does not load the agent again.
+    let original = getenv(ENV_ORIGINAL_PRELOAD.as_ptr());
+    if original.is_null() {
+        unsetenv(c"LD_PRELOAD".as_ptr());
+    } else {
+        setenv(c"LD_PRELOAD".as_ptr(), original, 1);
+        unsetenv(ENV_ORIGINAL_PRELOAD.as_ptr());
+    }
+    if let Some(fd) = record_fd {
+        record::start(fd);
+    }
+    if let Some(fd) = replay_fd {
+        gate::start(fd);
+    }
+}
+
+unsafe extern "C" fn agent_fini() {
+    gate::main_returned();
+}
+
+/// Reads and removes an environment variable holding a descriptor number.
+unsafe fn take_fd_env(name: &std::ffi::CStr) -> Option<c_int> {
+    let text = getenv(name.as_ptr());
+    if text.is_null() {
+        return None;
+    }
+    let fd = parse_int(text);
+    unsetenv(name.as_ptr());
+    // Present but unreadable: nothing to map.
+    Some(fd.unwrap_or(-1))
+}
+
+/// Maps `len` bytes of the shared descriptor `fd`, then closes it: an `exec` leaves
+/// the new image no descriptor (and no environment variable) to find.
+unsafe fn map_shared(fd: c_int, len: usize) -> Option<*mut c_void> {
+    if fd < 0 {
+        return None;
+    }
+    let p = mmap(
+        std::ptr::null_mut(),
+        len,
+        3, /* PROT_READ|PROT_WRITE */
+        1, /* MAP_SHARED */
+        fd,
+        0,
+    );
+    close(fd);
+    (p as isize != -1).then_some(p)
+}
+
+unsafe fn parse_int(text: *const c_char) -> Option<c_int> {
+    let mut n: c_int = 0;
+    let mut p = text;
+    if *p == 0 {
+        return None;
+    }
+    while *p != 0 {
+        let c = *p as u8;
+        if !c.is_ascii_digit() {
+            return None;
+        }
+        n = n.checked_mul(10)?.checked_add((c - b'0') as c_int)?;
+        p = p.add(1);
+    }
+    Some(n)
+}

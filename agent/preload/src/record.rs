@@ -1,0 +1,271 @@
+//! In-process recording: each interposed call becomes one compact
+//! [`Record`] in the calling thread's ring, in a mapping the recorder owns.
+//!
+//! - **Rings**: a thread claims a free ring on its first event (compare-exchange on
+//!   the ring's state) and is its only producer; the recorder's drain is the only
+//!   consumer. Publishing is a release store of `head`; the drain's acquire load of
+//!   it makes the record visible, so whatever a crashing or SIGKILLed program
+//!   published stays readable in the recorder's mapping.
+//! - **Order**: a per-object sequence number from a shared table of atomic counters
+//!   (open addressing keyed by address), taken at the moment the call takes effect —
+//!   a release or wake before the real call, an acquisition after it returns — the
+//!   same rule as the eBPF probes', so the order of events on one object is exact.
+//! - **Time**: CLOCK_MONOTONIC through the vDSO, the clock `bpf_ktime_get_ns`
+//!   reads, so a thread's agent and eBPF events interleave by time.
+//! - **Nothing silently lost**: a full ring rings the drain's doorbell (a futex in
+//!   the mapping) and waits for room as long as the drain keeps making passes; only
+//!   when it made none for [`FULL_WAIT_NS`] (the recorder is gone) is the event
+//!   counted in the ring's `dropped`.
+//! - **fork/exec**: a forked child stops recording (the atfork handler) and is
+//!   counted in `Header::forks`; the mapping's descriptor was closed at start-up
+//!   and the environment restored, so an exec'd image has no agent.
+
+use std::cell::Cell;
+use std::ffi::c_int;
+use std::ptr::null_mut;
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, Ordering::*};
+
+use crate::probe_common::inproc::*;
+use crate::{clock_gettime, futex, futex_wait_ns, getpid, pthread_atfork, tid, FUTEX_WAKE};
+
+static HEADER: AtomicPtr<Header> = AtomicPtr::new(null_mut());
+static RECORDING: AtomicBool = AtomicBool::new(false);
+
+const NO_RING: u32 = u32::MAX;
+
+thread_local! {
+    /// This thread's ring, [`NO_RING`] until its first event.
+    static RING: Cell<u32> = const { Cell::new(NO_RING) };
+    /// A wait for room timed out (the drain is gone or far behind): drop without
+    /// waiting until the ring has room again.
+    static GAVE_UP: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Whether this process records (checked first by every wrapper).
+#[inline(always)]
+pub(crate) fn on() -> bool {
+    RECORDING.load(Relaxed)
+}
+
+/// Maps the recorder's mapping (descriptor `fd`) and starts recording here.
+pub(crate) unsafe fn start(fd: c_int) {
+    let Some(p) = crate::map_shared(fd, mapping_size()) else {
+        return;
+    };
+    let header = &*(p as *const Header);
+    if header.magic != MAGIC || header.version != VERSION {
+        crate::die("the recording mapping has the wrong layout (ordo and its agent differ)");
+    }
+    // Only the first process to load the agent records.
+    if header
+        .target_pid
+        .compare_exchange(0, getpid() as u32, AcqRel, Relaxed)
+        .is_err()
+    {
+        return;
+    }
+    HEADER.store(p.cast(), Release);
+    pthread_atfork(None, None, Some(after_fork_in_child));
+    RECORDING.store(true, Release);
+    header.attached.store(1, Release);
+    // Let the recorder read our modules while they are all mapped: wake it and wait
+    // (at most 200 ms: a recorder that does not answer only costs symbols).
+    ring_doorbell();
+    for _ in 0..20 {
+        if header.modules_read.load(Acquire) != 0 {
+            break;
+        }
+        futex_wait_ns(&header.modules_read, 0, 10_000_000);
+    }
+}
+
+unsafe extern "C" fn after_fork_in_child() {
+    if RECORDING.swap(false, Relaxed) {
+        header().forks.fetch_add(1, Relaxed);
+    }
+}
+
+#[inline(always)]
+fn header() -> &'static Header {
+    // SAFETY: set once before RECORDING, never unmapped.
+    unsafe { &*HEADER.load(Relaxed) }
+}
+
+#[inline(always)]
+fn base() -> *mut u8 {
+    HEADER.load(Relaxed).cast()
+}
+
+#[inline(always)]
+fn ring_header(i: u32) -> &'static RingHeader {
+    // SAFETY: i < MAX_RINGS; the mapping holds every ring header.
+    unsafe { &*(base().add(ring_header_offset(i as usize)) as *const RingHeader) }
+}
+
+#[inline(always)]
+fn ring_records(i: u32) -> *mut Record {
+    // SAFETY: as above.
+    unsafe { base().add(ring_records_offset(i as usize)).cast() }
+}
+
+/// CLOCK_MONOTONIC in nanoseconds.
+#[inline(always)]
+pub(crate) fn now_ns() -> u64 {
+    let mut ts = [0i64; 2];
+    // SAFETY: a valid timespec; the vDSO answers without a syscall.
+    unsafe {
+        clock_gettime(1 /* CLOCK_MONOTONIC */, &mut ts)
+    };
+    ts[0] as u64 * 1_000_000_000 + ts[1] as u64
+}
+
+/// The next sequence number of the object at `addr`.
+#[inline(always)]
+pub(crate) fn next_seq(addr: u64) -> u64 {
+    // SAFETY: the table lies inside the mapping.
+    let table = unsafe { base().add(seq_table_offset()) as *const SeqSlot };
+    let mask = SEQ_SLOTS - 1;
+    let mut i = (addr.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 44) as usize & mask;
+    for _ in 0..64 {
+        // SAFETY: i is masked into the table.
+        let slot = unsafe { &*table.add(i) };
+        let key = slot.key.load(Acquire);
+        if key == addr {
+            return slot.next.fetch_add(1, AcqRel);
+        }
+        if key == 0 {
+            match slot.key.compare_exchange(0, addr, AcqRel, Acquire) {
+                Ok(_) => return slot.next.fetch_add(1, AcqRel),
+                Err(k) if k == addr => return slot.next.fetch_add(1, AcqRel),
+                Err(_) => {}
+            }
+        }
+        i = (i + 1) & mask;
+    }
+    header().seq_full.fetch_add(1, Relaxed);
+    0
+}
+
+/// Claims a free ring for the calling thread.
+#[cold]
+fn claim_ring() -> u32 {
+    let h = header();
+    for i in 0..MAX_RINGS as u32 {
+        let r = ring_header(i);
+        if r.state.0.load(Relaxed) == RING_FREE
+            && r.state
+                .0
+                .compare_exchange(RING_FREE, RING_OWNED, Acquire, Relaxed)
+                .is_ok()
+        {
+            // Visible to the drain before any record: it reads `head` (released
+            // after each record) before `tid`.
+            r.tid.store(tid(), Relaxed);
+            h.rings_used.fetch_max(i + 1, AcqRel);
+            // Fault the ring in now, once, rather than a page every 85 events on
+            // the program's path (the recorder pre-allocates the pages of the rings
+            // next in line, so this mostly fills page tables).
+            // SAFETY: the ring lies inside our mapping.
+            unsafe {
+                crate::madvise(
+                    ring_records(i).cast(),
+                    RING_RECORDS * std::mem::size_of::<Record>(),
+                    23, /* MADV_POPULATE_WRITE */
+                )
+            };
+            return i;
+        }
+    }
+    NO_RING
+}
+
+/// Wakes the drain if it sleeps.
+#[cold]
+fn ring_doorbell() {
+    let h = header();
+    h.doorbell.fetch_add(1, Release);
+    if h.drain_sleeping.load(Acquire) != 0 {
+        // SAFETY: a futex word in the shared mapping.
+        unsafe { futex(&h.doorbell, FUTEX_WAKE, u32::MAX) };
+    }
+}
+
+/// The ring is full: wake the drain and wait for room for as long as the drain keeps
+/// making passes (it may be starved of CPU: it runs at idle priority).
+#[cold]
+fn wait_for_room(r: &RingHeader, head: u64) -> bool {
+    if GAVE_UP.with(|g| g.get()) {
+        return false;
+    }
+    let h = header();
+    let mut passes = h.passes.load(Acquire);
+    let mut deadline = now_ns() + FULL_WAIT_NS;
+    loop {
+        r.waiting.store(1, SeqCst);
+        ring_doorbell();
+        if head - r.tail.0.load(Acquire) < RING_RECORDS as u64 {
+            return true;
+        }
+        // SAFETY: a futex word in the shared mapping; the drain clears and wakes it.
+        unsafe { futex_wait_ns(&r.waiting as *const AtomicU32, 1, 10_000_000) };
+        if head - r.tail.0.load(Acquire) < RING_RECORDS as u64 {
+            return true;
+        }
+        let now = now_ns();
+        let seen = h.passes.load(Acquire);
+        if seen != passes {
+            passes = seen;
+            deadline = now + FULL_WAIT_NS;
+        } else if now > deadline {
+            GAVE_UP.with(|g| g.set(true));
+            return false;
+        }
+    }
+}
+
+/// Appends one event to the calling thread's ring.
+#[inline(always)]
+pub(crate) fn emit(kind: u16, via: u8, addr: u64, site: u64, seq: u64, extra: u64, result: i32) {
+    let mut i = RING.with(|r| r.get());
+    if i == NO_RING {
+        i = claim_ring();
+        if i == NO_RING {
+            header().no_ring.fetch_add(1, Relaxed);
+            return;
+        }
+        RING.with(|r| r.set(i));
+    }
+    let r = ring_header(i);
+    let head = r.head.0.load(Relaxed);
+    let used = head - r.tail.0.load(Acquire);
+    if used >= RING_RECORDS as u64 {
+        if !wait_for_room(r, head) {
+            r.dropped.fetch_add(1, Relaxed);
+            return;
+        }
+    } else if GAVE_UP.with(|g| g.get()) {
+        GAVE_UP.with(|g| g.set(false));
+    }
+    let record = Record {
+        ts_ns: now_ns(),
+        seq,
+        addr,
+        site,
+        extra,
+        result,
+        kind: kind as u8,
+        via,
+        _pad: 0,
+    };
+    // SAFETY: the slot lies in this thread's ring and the drain does not read it
+    // until `head` is published below.
+    unsafe {
+        ring_records(i)
+            .add(head as usize & (RING_RECORDS - 1))
+            .write(record)
+    };
+    r.head.0.store(head + 1, Release);
+    if used + 1 == RING_RECORDS as u64 / 2 {
+        ring_doorbell();
+    }
+}

@@ -1,0 +1,75 @@
+//! The agent ordo preloads into programs (`agent/preload`, a dependency-free cdylib),
+//! embedded in the binary at build time and written to a private directory when a
+//! recording or a replay starts (`LD_PRELOAD` needs a path). Both the recorder (its
+//! in-process path) and the replayer (its gates) use it.
+
+use std::ffi::OsString;
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+
+/// The agent shared library, as built by `build.rs`.
+pub static AGENT_LIBRARY: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/libordo_preload.so"));
+
+/// Environment variable carrying the user's own `LD_PRELOAD`, restored by the agent
+/// at start-up (absent: there was none), so the program and what it runs see the
+/// environment they would have had without ordo.
+pub const ENV_ORIGINAL_PRELOAD: &str = "ORDO_ORIGINAL_PRELOAD";
+
+/// The agent written to a fresh private (0700) directory, removed on drop.
+pub struct AgentFile {
+    dir: tempfile::TempDir,
+    path: PathBuf,
+}
+
+impl AgentFile {
+    /// Writes the embedded agent out.
+    pub fn write() -> Result<AgentFile> {
+        let dir = tempfile::Builder::new()
+            .prefix("ordo-agent-")
+            .tempdir()
+            .context("create a directory for the preloaded agent")?;
+        let path = dir.path().join("libordo_preload.so");
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o500)
+            .open(&path)
+            .with_context(|| format!("write {}", path.display()))?;
+        file.write_all(AGENT_LIBRARY)
+            .with_context(|| format!("write {}", path.display()))?;
+        Ok(AgentFile { dir, path })
+    }
+
+    /// Path of the library.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The directory holding it.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// The environment that preloads the agent ahead of the user's own `LD_PRELOAD`
+    /// (kept after ours, and restored by the agent at start-up).
+    pub fn preload_env(&self) -> Vec<(OsString, OsString)> {
+        self.preload_env_over(std::env::var_os("LD_PRELOAD"))
+    }
+
+    /// Like [`AgentFile::preload_env`], with `original` as the user's `LD_PRELOAD`.
+    pub fn preload_env_over(&self, original: Option<OsString>) -> Vec<(OsString, OsString)> {
+        let mut preload = self.path.as_os_str().to_owned();
+        if let Some(orig) = &original {
+            preload.push(":");
+            preload.push(orig);
+        }
+        let mut env = vec![("LD_PRELOAD".into(), preload)];
+        if let Some(orig) = original {
+            env.push((ENV_ORIGINAL_PRELOAD.into(), orig));
+        }
+        env
+    }
+}

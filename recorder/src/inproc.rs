@@ -1,0 +1,516 @@
+//! The in-process source: the mapping the preloaded agent records into, the drain
+//! that empties its per-thread rings, and the merge of those events with the eBPF
+//! ring buffer's into one stream per thread in program order.
+//!
+//! **The mapping** (layout in `ordo_probe_common::inproc`) is a memfd this process
+//! creates, sizes and maps before the program starts; the program inherits the
+//! descriptor (close-on-exec is cleared in the forked child only) and finds its
+//! number in `ORDO_RECORD_FD`. Because the recorder owns it, what a crashing or
+//! SIGKILLed program published stays readable here.
+//!
+//! **The merge.** eBPF still records what only the kernel sees in this mode — thread
+//! start (clone returning in the child), exit, the clone in the parent (which
+//! carries the child's tid), and watches — so one thread's events come from two
+//! sources, each in program order. `OrderMerger` needs each thread's events in
+//! program order, so they are interleaved by timestamp (both CLOCK_MONOTONIC) before
+//! anything is written. A drain *pass* reads the agent rings first, then the eBPF
+//! ring. An event of thread T read in pass k−1 or earlier is released, together with
+//! everything of T no later than it, at the end of pass k:
+//! - an eBPF event of T read in pass k−1 was committed by T after every agent event
+//!   of T with a smaller timestamp was published, so pass k's ring read (which comes
+//!   after pass k−1's eBPF read) has them;
+//! - an agent event of T read in pass k−1 was published after every eBPF event of T
+//!   with a smaller timestamp was committed, so pass k−1's eBPF read, which came
+//!   after it, has them — unless another CPU's reserved-but-uncommitted record hid
+//!   them for the length of a whole pass (milliseconds), which a BPF program cannot
+//!   take without being preempted for that long.
+//!
+//! **Thread creation** must carry the child's tid (from the kernel's clone, in the
+//! parent) and the pthread_t handle (from the agent, after pthread_create returns)
+//! exactly once. In T's merged stream the clone's THREAD_CREATE comes right before
+//! the agent's (nothing T records happens between the clone returning and
+//! pthread_create returning), so the two are folded into one event: the agent's,
+//! with the child's tid. A clone no pthread_create wrapper saw (glibc-internal
+//! threads) stays as the kernel reported it.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::ffi::OsString;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use anyhow::{bail, Result};
+use ordo_probe_common::inproc::{
+    mapping_size, ring_header_offset, ring_records_offset, seq_table_offset, Header, Record,
+    RingHeader, ENV_FD, MAGIC, MAX_RINGS, RING_FREE, RING_RECORDS, VERSION,
+};
+use ordo_probe_common::{kind, RawEvent};
+
+/// The shared mapping, owned by the recorder.
+pub struct InprocMapping {
+    fd: OwnedFd,
+    base: *mut u8,
+    /// Rings whose pages are allocated already.
+    prefaulted: std::sync::atomic::AtomicUsize,
+}
+
+// SAFETY: the mapping is shared memory accessed through atomics (headers) and plain
+// reads of records published with release stores; the pointer is never freed while
+// the value lives.
+unsafe impl Send for InprocMapping {}
+// SAFETY: as above.
+unsafe impl Sync for InprocMapping {}
+
+impl std::fmt::Debug for InprocMapping {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "InprocMapping(fd {})", self.fd.as_raw_fd())
+    }
+}
+
+impl InprocMapping {
+    /// A zeroed, sparse mapping with its header filled in. The descriptor is
+    /// close-on-exec here; [`crate::launch`] clears that in the forked child only.
+    pub fn create() -> Result<InprocMapping> {
+        let size = mapping_size();
+        // SAFETY: plain syscalls on values we own; results are checked.
+        unsafe {
+            let fd = libc::memfd_create(c"ordo-record".as_ptr(), libc::MFD_CLOEXEC);
+            if fd < 0 {
+                bail!(
+                    "memfd_create for the in-process recording: {}",
+                    std::io::Error::last_os_error()
+                );
+            }
+            let fd = OwnedFd::from_raw_fd(fd);
+            if libc::ftruncate(fd.as_raw_fd(), size as libc::off_t) != 0 {
+                bail!(
+                    "size the in-process recording's mapping ({size} bytes): {}",
+                    std::io::Error::last_os_error()
+                );
+            }
+            let p = libc::mmap(
+                std::ptr::null_mut(),
+                size,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_NORESERVE,
+                fd.as_raw_fd(),
+                0,
+            );
+            if p == libc::MAP_FAILED {
+                bail!(
+                    "map the in-process recording's mapping: {}",
+                    std::io::Error::last_os_error()
+                );
+            }
+            let header = p as *mut Header;
+            (*header).magic = MAGIC;
+            (*header).version = VERSION;
+            let mapping = InprocMapping {
+                fd,
+                base: p.cast(),
+                prefaulted: 0.into(),
+            };
+            mapping.prefault(RINGS_AHEAD);
+            Ok(mapping)
+        }
+    }
+
+    /// Allocates the pages of the rings below `upto`, so a thread claiming one
+    /// (the agent then populates its page tables at once) does not wait for the
+    /// kernel to allocate and clear 6 MiB.
+    fn prefault(&self, upto: usize) {
+        let upto = upto.min(MAX_RINGS);
+        let from = self.prefaulted.load(Ordering::Relaxed);
+        if from >= upto {
+            return;
+        }
+        let start = ring_records_offset(from);
+        let len = ring_records_offset(upto) - start;
+        // SAFETY: a range inside our mapping; MADV_POPULATE_WRITE only allocates.
+        unsafe {
+            libc::madvise(
+                self.base.add(start).cast(),
+                len,
+                23, /* MADV_POPULATE_WRITE */
+            )
+        };
+        self.prefaulted.store(upto, Ordering::Relaxed);
+    }
+
+    /// The descriptor the program inherits.
+    pub fn raw_fd(&self) -> i32 {
+        self.fd.as_raw_fd()
+    }
+
+    /// The environment telling the agent where the mapping is.
+    pub fn env(&self) -> (OsString, OsString) {
+        (ENV_FD.into(), self.raw_fd().to_string().into())
+    }
+
+    fn header(&self) -> &Header {
+        // SAFETY: the header is at the start of the live mapping.
+        unsafe { &*(self.base as *const Header) }
+    }
+
+    fn ring(&self, i: usize) -> &RingHeader {
+        // SAFETY: i < MAX_RINGS, inside the mapping.
+        unsafe { &*(self.base.add(ring_header_offset(i)) as *const RingHeader) }
+    }
+
+    /// Whether an agent took the mapping (the program loaded it and started).
+    pub fn attached(&self) -> bool {
+        self.header().attached.load(Ordering::Acquire) != 0
+    }
+
+    /// Events the agent could not record: rings that stayed full, no free ring.
+    pub fn dropped(&self) -> u64 {
+        let h = self.header();
+        let used = (h.rings_used.load(Ordering::Acquire) as usize).min(MAX_RINGS);
+        h.no_ring.load(Ordering::Relaxed)
+            + (0..used)
+                .map(|i| self.ring(i).dropped.load(Ordering::Relaxed))
+                .sum::<u64>()
+    }
+
+    /// Child processes the program forked (not followed).
+    pub fn forks(&self) -> u64 {
+        self.header().forks.load(Ordering::Relaxed)
+    }
+
+    /// Events whose object found no sequence counter (the table was full).
+    pub fn unsequenced(&self) -> u64 {
+        self.header().seq_full.load(Ordering::Relaxed)
+    }
+
+    /// Takes every published record, in each ring's order, as raw events (one batch
+    /// per ring, handed to `batch`); frees the rings of threads in `exited` once they
+    /// are empty.
+    fn read_rings(
+        &self,
+        out: &mut Vec<RawEvent>,
+        exited: &HashSet<u32>,
+        mut batch: impl FnMut(u32, &mut Vec<RawEvent>),
+    ) {
+        let used = (self.header().rings_used.load(Ordering::Acquire) as usize).min(MAX_RINGS);
+        for i in 0..used {
+            let ring = self.ring(i);
+            if ring.state.0.load(Ordering::Acquire) == RING_FREE {
+                continue;
+            }
+            // `head` first: its release store orders the owner's `tid` before it.
+            let head = ring.head.0.load(Ordering::Acquire);
+            let tail = ring.tail.0.load(Ordering::Relaxed);
+            let tid = ring.tid.load(Ordering::Relaxed);
+            if head > tail {
+                // SAFETY: records in [tail, head) are published and not rewritten
+                // until `tail` moves past them.
+                let records = unsafe { self.base.add(ring_records_offset(i)) as *const Record };
+                for n in tail..head {
+                    let r = unsafe { records.add(n as usize & (RING_RECORDS - 1)).read() };
+                    out.push(expand(&r, tid));
+                }
+                ring.tail.0.store(head, Ordering::Release);
+                batch(tid, out);
+                if ring.waiting.swap(0, Ordering::AcqRel) != 0 {
+                    // SAFETY: a futex word in the shared mapping.
+                    unsafe { futex_wake(ring.waiting.as_ptr()) };
+                }
+            } else if exited.contains(&tid) {
+                // The thread is gone and everything it published is drained.
+                ring.tid.store(0, Ordering::Relaxed);
+                ring.state.0.store(RING_FREE, Ordering::Release);
+            }
+        }
+    }
+
+    /// Sleeps until an agent rings the doorbell or `timeout` passes.
+    pub(crate) fn wait_doorbell(&self, seen: u32, timeout: Duration) {
+        let h = self.header();
+        h.drain_sleeping.store(1, Ordering::SeqCst);
+        if h.doorbell.load(Ordering::SeqCst) == seen {
+            let ts = libc::timespec {
+                tv_sec: timeout.as_secs() as libc::time_t,
+                tv_nsec: timeout.subsec_nanos() as libc::c_long,
+            };
+            // SAFETY: a futex word in the shared mapping; the timeout bounds the wait.
+            unsafe {
+                libc::syscall(
+                    libc::SYS_futex,
+                    h.doorbell.as_ptr(),
+                    libc::FUTEX_WAIT,
+                    seen,
+                    &ts as *const libc::timespec,
+                )
+            };
+        }
+        h.drain_sleeping.store(0, Ordering::SeqCst);
+    }
+
+    /// Tells the agent its modules were read (it waits for that at start-up).
+    pub(crate) fn modules_read(&self) {
+        let h = self.header();
+        h.modules_read.store(1, Ordering::Release);
+        // SAFETY: a futex word in the shared mapping.
+        unsafe { futex_wake(h.modules_read.as_ptr()) };
+    }
+
+    pub(crate) fn doorbell(&self) -> u32 {
+        self.header().doorbell.load(Ordering::Acquire)
+    }
+}
+
+impl Drop for InprocMapping {
+    fn drop(&mut self) {
+        // SAFETY: unmapping our own mapping once.
+        unsafe { libc::munmap(self.base.cast(), mapping_size()) };
+    }
+}
+
+unsafe fn futex_wake(word: *mut u32) {
+    libc::syscall(libc::SYS_futex, word, libc::FUTEX_WAKE, i32::MAX);
+}
+
+/// A ring record as the eBPF path would have reported it.
+fn expand(r: &Record, tid: u32) -> RawEvent {
+    let futex = matches!(r.kind as u16, kind::FUTEX_WAIT | kind::FUTEX_WAKE);
+    RawEvent {
+        ts_ns: r.ts_ns,
+        seq: r.seq,
+        addr: r.addr,
+        addr2: if futex { r.extra & 0xff } else { r.extra },
+        site: r.site,
+        result: r.result as i64,
+        value: if futex { r.extra >> 32 } else { 0 },
+        tid,
+        kind: r.kind as u16,
+        via: r.via,
+        size: 0,
+        name: [0; 16],
+    }
+}
+
+// Keep the table offset in use here too: the recorder never touches the counters,
+// but the layout check below covers them.
+const _: () = assert!(seq_table_offset() > ring_header_offset(MAX_RINGS - 1));
+
+/// Rings kept allocated ahead of the ones in use.
+const RINGS_AHEAD: usize = 2;
+
+/// Passes a clone's THREAD_CREATE waits for the agent's before it is released alone.
+const CREATE_PATIENCE: u64 = 50;
+
+#[derive(Default)]
+struct ThreadQueue {
+    agent: VecDeque<(u64, RawEvent)>,
+    kernel: VecDeque<(u64, RawEvent)>,
+    /// Events with a timestamp up to this are safe to release (see the module doc).
+    safe_ts: u64,
+    /// Since which pass a clone's THREAD_CREATE has been waiting at the front for the
+    /// agent's, or the agent's for the clone's.
+    create_waiting_since: Option<u64>,
+    /// Since which pass this thread's own THREAD_CREATE has been waiting for the
+    /// thread's creation to be released.
+    parent_waiting_since: Option<u64>,
+}
+
+/// Interleaves each thread's agent and eBPF events by time (see the module doc).
+/// Logical ids are assigned as creations are taken, so a thread's own creations
+/// must be taken after its creation: a thread's THREAD_CREATE waits (at most
+/// [`CREATE_PATIENCE`] passes) until the creation of the thread itself was released.
+#[derive(Default)]
+pub(crate) struct Merger {
+    threads: HashMap<u32, ThreadQueue>,
+    /// Threads whose creation was released (and the main thread).
+    pub(crate) created: HashSet<u32>,
+    pass: u64,
+    /// Threads whose exit was seen: their rings are freed once drained.
+    exited: HashSet<u32>,
+    /// Exits seen in the current pass (effective from the next one).
+    exited_now: Vec<u32>,
+    scratch: Vec<RawEvent>,
+    /// Events released in one pass, before they are sorted by time.
+    batch: Vec<RawEvent>,
+    /// Events read so far (a change means new events arrived).
+    pub(crate) held: u64,
+}
+
+impl Merger {
+    /// Starts a pass: what was read before it becomes releasable.
+    fn begin_pass(&mut self) {
+        self.pass += 1;
+        self.exited.extend(self.exited_now.drain(..));
+        for q in self.threads.values_mut() {
+            let last = |d: &VecDeque<(u64, RawEvent)>| d.back().map(|e| e.1.ts_ns).unwrap_or(0);
+            q.safe_ts = q.safe_ts.max(last(&q.agent)).max(last(&q.kernel));
+        }
+    }
+
+    fn push_agent(&mut self, tid: u32, events: &mut Vec<RawEvent>) {
+        let pass = self.pass;
+        self.held += events.len() as u64;
+        let queue = &mut self.threads.entry(tid).or_default().agent;
+        queue.extend(events.drain(..).map(|e| (pass, e)));
+    }
+
+    /// Adds an event from the eBPF ring buffer.
+    pub(crate) fn push_kernel(&mut self, e: RawEvent) {
+        if e.kind == kind::THREAD_EXIT {
+            self.exited_now.push(e.tid);
+        }
+        self.held += 1;
+        let pass = self.pass;
+        self.threads
+            .entry(e.tid)
+            .or_default()
+            .kernel
+            .push_back((pass, e));
+    }
+
+    /// Releases, per thread in time order, every event that is safe (all of them when
+    /// `all`), folding each clone's THREAD_CREATE into the agent's.
+    fn release(&mut self, all: bool, out: &mut impl FnMut(&RawEvent)) {
+        let mut batch = std::mem::take(&mut self.batch);
+        let mut push = |e: &RawEvent| batch.push(*e);
+        self.release_once(all, false, &mut push);
+        if all
+            && self
+                .threads
+                .values()
+                .any(|q| !q.agent.is_empty() || !q.kernel.is_empty())
+        {
+            // Threads whose creation never came (lost): release them anyway.
+            self.release_once(all, true, &mut push);
+        }
+        // Across threads, in time order, as the eBPF ring delivers them: joins are
+        // matched to creations of a reused pthread_t in arrival order. Stable, so
+        // each thread keeps its order (its timestamps only grow).
+        batch.sort_by_key(|e| e.ts_ns);
+        for e in batch.drain(..) {
+            out(&e);
+        }
+        self.batch = batch;
+    }
+
+    /// One round of [`Merger::release`]; `force` ignores the wait for a thread's
+    /// creation.
+    fn release_once(&mut self, all: bool, force: bool, out: &mut impl FnMut(&RawEvent)) {
+        let pass = self.pass;
+        let created = &mut self.created;
+        // Releasing a creation can let the new thread's own creations go: repeat
+        // while anything was released.
+        let mut progress = true;
+        while progress {
+            progress = false;
+            for (&tid, q) in self.threads.iter_mut() {
+                let limit = if all { u64::MAX } else { q.safe_ts };
+                let mut out = |e: &RawEvent, created: &mut HashSet<u32>| {
+                    progress = true;
+                    if e.kind == kind::THREAD_CREATE && e.value != 0 {
+                        created.insert(e.value as u32);
+                    }
+                    out(e)
+                };
+                loop {
+                    let a = q.agent.front().map(|e| e.1.ts_ns);
+                    let k = q.kernel.front().map(|e| e.1.ts_ns);
+                    let take_kernel = match (a, k) {
+                        (None, None) => break,
+                        (Some(_), None) => false,
+                        (None, Some(_)) => true,
+                        (Some(a), Some(k)) => k <= a,
+                    };
+                    let ts = if take_kernel { k } else { a }.unwrap();
+                    if ts > limit {
+                        break;
+                    }
+                    let next_kind = if take_kernel {
+                        q.kernel.front().unwrap().1.kind
+                    } else {
+                        q.agent.front().unwrap().1.kind
+                    };
+                    if next_kind == kind::THREAD_CREATE && !force && !created.contains(&tid) {
+                        let since = *q.parent_waiting_since.get_or_insert(pass);
+                        if all || pass - since < CREATE_PATIENCE {
+                            break;
+                        }
+                    }
+                    q.parent_waiting_since = None;
+                    if !take_kernel {
+                        let front = &q.agent.front().unwrap().1;
+                        if front.kind == kind::THREAD_CREATE && front.result == 0 && !all {
+                            // A pthread_create whose clone (an earlier kernel event) has not
+                            // been read yet: it cannot be far behind.
+                            let since = *q.create_waiting_since.get_or_insert(pass);
+                            if pass - since < CREATE_PATIENCE {
+                                break;
+                            }
+                        }
+                        q.create_waiting_since = None;
+                        let (_, e) = q.agent.pop_front().unwrap();
+                        out(&e, created);
+                        continue;
+                    }
+                    let front = q.kernel.front().unwrap().1;
+                    if front.kind == kind::THREAD_CREATE && front.site == 0 {
+                        // The clone of a pthread_create? The agent's event comes next.
+                        match q.agent.front() {
+                            Some((_, next)) if next.kind == kind::THREAD_CREATE => {
+                                if next.ts_ns > limit {
+                                    break;
+                                }
+                                let (_, mut next) = q.agent.pop_front().unwrap();
+                                q.kernel.pop_front();
+                                next.value = front.value;
+                                // At the clone's time: the child exists from then on,
+                                // and every event of its own comes later.
+                                next.ts_ns = front.ts_ns;
+                                q.create_waiting_since = None;
+                                out(&next, created);
+                                continue;
+                            }
+                            Some(_) => {}
+                            None if !all => {
+                                let since = *q.create_waiting_since.get_or_insert(pass);
+                                if pass - since < CREATE_PATIENCE {
+                                    break;
+                                }
+                            }
+                            None => {}
+                        }
+                        q.create_waiting_since = None;
+                    }
+                    let (_, e) = q.kernel.pop_front().unwrap();
+                    out(&e, created);
+                }
+            }
+        }
+        self.threads
+            .retain(|_, q| !q.agent.is_empty() || !q.kernel.is_empty());
+    }
+}
+
+/// One drain pass over the in-process source: read the agent rings, then (through
+/// `read_kernel`) the eBPF ring, then release what is safe to `out`.
+pub(crate) fn pass(
+    mapping: &InprocMapping,
+    merger: &mut Merger,
+    read_kernel: &mut dyn FnMut(&mut Merger) -> Result<()>,
+    all: bool,
+    out: &mut impl FnMut(&RawEvent),
+) -> Result<usize> {
+    merger.begin_pass();
+    let mut scratch = std::mem::take(&mut merger.scratch);
+    let exited = std::mem::take(&mut merger.exited);
+    let mut largest = 0;
+    mapping.read_rings(&mut scratch, &exited, |tid, events| {
+        largest = largest.max(events.len());
+        merger.push_agent(tid, events)
+    });
+    merger.exited = exited;
+    merger.scratch = scratch;
+    mapping.header().passes.fetch_add(1, Ordering::Release);
+    mapping.prefault(mapping.header().rings_used.load(Ordering::Relaxed) as usize + RINGS_AHEAD);
+    read_kernel(merger)?;
+    merger.release(all, out);
+    Ok(largest)
+}

@@ -1,0 +1,255 @@
+//! The in-process recording path against the eBPF one, on real programs: the same
+//! findings from `ordo analyze`, and what only the in-process path has to get right —
+//! a SIGKILLed program's events survive (the recorder owns the rings), a forked child
+//! is reported as not followed, and an exec ends the in-process part cleanly.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::*;
+use serde_json::Value;
+
+/// The findings of `ordo analyze --json`, without anything that depends on timing:
+/// kind, objects by name, threads, schedule.
+fn findings(trace: &Path) -> Vec<(String, Vec<String>, Value, String)> {
+    let out = run_ordo(&["analyze", "--json", trace.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "ordo analyze: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let mut v: Vec<_> = doc["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            (
+                f["kind"].as_str().unwrap().to_string(),
+                f["objects"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|o| o["name"].as_str().unwrap_or("").to_string())
+                    .collect(),
+                f["threads"].clone(),
+                f["schedule"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    v.sort_by(|a, b| (&a.0, &a.3).cmp(&(&b.0, &b.3)));
+    v
+}
+
+fn record_ok(probes: &str, trace: &Path, program: &Path) {
+    let out = record_probes(probes, trace, program, &[]);
+    assert!(
+        out.status.success(),
+        "ordo record --probes {probes}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn analysis_findings_are_the_same_on_both_paths() {
+    if !have_root("analysis_findings_are_the_same_on_both_paths") {
+        return;
+    }
+    let dir = scratch("inproc-findings");
+    // Programs whose runs are deterministic (sleeps keep the threads apart).
+    for name in [
+        "analyze_deadlock",
+        "analyze_lost_wakeup",
+        "analyze_atomicity",
+    ] {
+        let program = build_program(name);
+        let (ebpf, inproc) = (
+            dir.join(format!("{name}-ebpf.ordo")),
+            dir.join(format!("{name}-inproc.ordo")),
+        );
+        record_ok("ebpf", &ebpf, &program);
+        record_ok("inproc", &inproc, &program);
+        let (a, b) = (findings(&ebpf), findings(&inproc));
+        assert!(!a.is_empty(), "{name}: no findings");
+        assert_eq!(a, b, "{name}: the two paths' findings differ");
+    }
+    // A correct program: no bug finding on either path (its reorderings depend on
+    // how the run interleaved, so only the bug kinds are compared).
+    let program = build_program("analyze_correct");
+    for probes in ["ebpf", "inproc"] {
+        let trace = dir.join(format!("correct-{probes}.ordo"));
+        record_ok(probes, &trace, &program);
+        let bugs: Vec<_> = findings(&trace)
+            .into_iter()
+            .filter(|f| f.0 != "reorder")
+            .collect();
+        assert!(bugs.is_empty(), "{probes}: {bugs:?}");
+    }
+}
+
+#[test]
+fn a_sigkilled_program_leaves_its_events_readable() {
+    if !have_root("a_sigkilled_program_leaves_its_events_readable") {
+        return;
+    }
+    let dir = scratch("inproc-kill");
+    let program = build_program("record_lifecycle");
+    let trace = dir.join("t.ordo");
+    let out = record_probes("inproc", &trace, &program, &["kill", "5000"]);
+    // The program died of SIGKILL; ordo passes that on as 128 + 9.
+    assert_eq!(
+        out.status.code(),
+        Some(137),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lock = printed(&out.stdout, "lock");
+    let events = dump_json(&trace);
+    // Every lock the program made before it was killed: 5000 in its thread, 5000 in main.
+    assert_eq!(
+        count_by_thread(&events, "mutex_lock", &lock),
+        [("0".to_string(), 5000), ("1".to_string(), 5000)]
+            .into_iter()
+            .collect()
+    );
+    assert_eq!(
+        count_by_thread(&events, "mutex_unlock", &lock),
+        [("0".to_string(), 5000), ("1".to_string(), 5000)]
+            .into_iter()
+            .collect()
+    );
+}
+
+#[test]
+fn a_forked_child_is_reported_as_not_followed() {
+    if !have_root("a_forked_child_is_reported_as_not_followed") {
+        return;
+    }
+    let dir = scratch("inproc-fork");
+    let program = build_program("record_lifecycle");
+    let trace = dir.join("t.ordo");
+    let out = record_probes("inproc", &trace, &program, &["fork"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("1 forked child process not followed"),
+        "{stderr}"
+    );
+    let lock = printed(&out.stdout, "lock");
+    let events = dump_json(&trace);
+    // Only the parent's locks: the child's ten are not in the trace.
+    assert_eq!(
+        count_by_thread(&events, "mutex_lock", &lock),
+        [("0".to_string(), 5)].into_iter().collect()
+    );
+}
+
+#[test]
+fn exec_ends_the_in_process_part_cleanly() {
+    if !have_root("exec_ends_the_in_process_part_cleanly") {
+        return;
+    }
+    let dir = scratch("inproc-exec");
+    let program = build_program("record_lifecycle");
+    let trace = dir.join("t.ordo");
+    let out = record_probes("inproc", &trace, &program, &["exec"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The new image has neither the descriptor's variable nor our LD_PRELOAD, and
+    // the agent said nothing.
+    assert_eq!(printed(&out.stdout, "after-exec"), "fd=- preload=-");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("ordo agent"), "{stderr}");
+    // The three locks before the exec are recorded; the trace is complete.
+    let lock = printed(&out.stdout, "lock");
+    let events = dump_json(&trace);
+    assert_eq!(
+        count_by_thread(&events, "mutex_lock", &lock),
+        [("0".to_string(), 3)].into_iter().collect()
+    );
+}
+
+#[test]
+fn the_users_ld_preload_is_kept_after_the_agent() {
+    if !have_root("the_users_ld_preload_is_kept_after_the_agent") {
+        return;
+    }
+    let dir = scratch("inproc-preload");
+    // A preloaded library of the user's that says it was loaded.
+    let src = dir.join("hello.c");
+    std::fs::write(
+        &src,
+        "#include <stdio.h>\n__attribute__((constructor)) static void hello(void) { fprintf(stderr, \"user preload loaded\\n\"); }\n",
+    )
+    .unwrap();
+    let lib: PathBuf = dir.join("libhello.so");
+    assert!(Command::new("cc")
+        .args(["-shared", "-fPIC", "-o"])
+        .arg(&lib)
+        .arg(&src)
+        .status()
+        .unwrap()
+        .success());
+    let program = build_program("record_lifecycle");
+    let trace = dir.join("t.ordo");
+    let out = Command::new(ordo())
+        .args(["record", "--probes", "inproc", "-o"])
+        .arg(&trace)
+        .arg("--env")
+        .arg(format!("LD_PRELOAD={}", lib.display()))
+        .arg("--")
+        .arg(&program)
+        .arg("exec")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    // Loaded in the program and again in the exec'd image (its LD_PRELOAD restored).
+    assert_eq!(stderr.matches("user preload loaded").count(), 2, "{stderr}");
+    assert_eq!(
+        printed(&out.stdout, "after-exec"),
+        format!("fd=- preload={}", lib.display())
+    );
+    let lock = printed(&out.stdout, "lock");
+    assert_eq!(
+        count_by_thread(&dump_json(&trace), "mutex_lock", &lock),
+        [("0".to_string(), 3)].into_iter().collect()
+    );
+}
+
+#[test]
+fn a_full_ring_waits_for_the_drain_and_loses_nothing() {
+    if !have_root("a_full_ring_waits_for_the_drain_and_loses_nothing") {
+        return;
+    }
+    let dir = scratch("inproc-full");
+    let program = build_program("record_sync");
+    let trace = dir.join("t.ordo");
+    // 2 threads × 300 000 lock/unlock: 600 000 events a thread, more than a ring holds
+    // (ordo_probe_common::inproc::RING_RECORDS), so threads wait for the drain.
+    let out = record_probes("inproc", &trace, &program, &["contention", "2", "300000"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(600_000 > ordo_probe_common::inproc::RING_RECORDS);
+    let out = run_ordo(&["dump", "--stats", "--json", trace.to_str().unwrap()]);
+    let s: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(s["lost"], 0, "{s}");
+    assert_eq!(s["by_kind"]["mutex_lock"], 600_000, "{s}");
+    assert_eq!(s["by_kind"]["mutex_unlock"], 600_000, "{s}");
+}
