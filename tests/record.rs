@@ -516,31 +516,8 @@ fn attach_to_a_running_process() {
     }
     let dir = scratch("attach");
     let program = build_program("record_sync");
-    // A contention run to attach to; long enough to outlast a slow attach (the
-    // kernel serializes uprobe changes with other recordings' detaches). Killed below.
-    let mut target = Command::new(&program)
-        .args(["timed", "2", "60000"])
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(100));
     let trace = dir.join("t.ordo");
-    let out = run_ordo(&[
-        "record",
-        "--pid",
-        &target.id().to_string(),
-        "--duration",
-        "0.5",
-        "-o",
-        trace.to_str().unwrap(),
-    ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let _ = target.kill();
-    let _ = target.wait();
+    record_running_process(&program, &["timed", "2", "60000"], "0.5", &trace);
     let s = stats(&trace);
     assert!(
         s["by_kind"]["mutex_lock"].as_u64().unwrap_or(0) > 100,
@@ -799,30 +776,9 @@ fn attaching_is_atomic_no_release_before_the_first_acquire() {
     }
     let dir = scratch("atomic_attach");
     let program = build_program("record_sync");
-    // Four threads lock and unlock one mutex as fast as they can.
-    let mut target = Command::new(&program)
-        .args(["timed", "4", "60000"])
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(100));
     let trace = dir.join("t.ordo");
-    let out = run_ordo(&[
-        "record",
-        "--pid",
-        &target.id().to_string(),
-        "--duration",
-        "1",
-        "-o",
-        trace.to_str().unwrap(),
-    ]);
-    let _ = target.kill();
-    let _ = target.wait();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    // Four threads lock and unlock one mutex as fast as they can.
+    record_running_process(&program, &["timed", "4", "60000"], "1", &trace);
     let dump = run_ordo(&["dump", "--json", trace.to_str().unwrap()]);
     assert!(dump.status.success());
     // Per thread and mutex: a thread may be inside its critical section when
@@ -1164,4 +1120,37 @@ fn a_real_deadlock_shows_who_blocks_on_what() {
         assert_eq!(e["site"], "take (record_placement.c:74)", "{e}");
         assert!(e.get("seq").is_none());
     }
+}
+
+/// Starts `program args` (a run long enough to outlast a slow attach; killed after),
+/// records it with `ordo record --pid … --duration duration` into `trace`, and
+/// checks the recording succeeded.
+fn record_running_process(
+    program: &std::path::Path,
+    args: &[&str],
+    duration: &str,
+    trace: &std::path::Path,
+) {
+    let mut target = Command::new(program)
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    let out = run_ordo(&[
+        "record",
+        "--pid",
+        &target.id().to_string(),
+        "--duration",
+        duration,
+        "-o",
+        trace.to_str().unwrap(),
+    ]);
+    let _ = target.kill();
+    let _ = target.wait();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

@@ -71,7 +71,7 @@
 //!   a neighbour probe can, rarely, miss an access reached that way.
 
 mod resolve;
-mod sites;
+pub(crate) mod sites;
 mod spec;
 mod uprobe;
 

@@ -946,27 +946,13 @@ fn condition_number(cc: ConditionCode) -> u8 {
     }
 }
 
-/// `ordo_probe_common::reg` number of a full 64-bit register.
+/// `ordo_probe_common::reg` number of a full 64-bit register (`None` for a
+/// narrower one: its value is not the whole register).
 pub fn reg_number(r: Register) -> Option<u8> {
-    Some(match r {
-        Register::RAX => reg::RAX,
-        Register::RBX => reg::RBX,
-        Register::RCX => reg::RCX,
-        Register::RDX => reg::RDX,
-        Register::RSI => reg::RSI,
-        Register::RDI => reg::RDI,
-        Register::RBP => reg::RBP,
-        Register::RSP => reg::RSP,
-        Register::R8 => reg::R8,
-        Register::R9 => reg::R9,
-        Register::R10 => reg::R10,
-        Register::R11 => reg::R11,
-        Register::R12 => reg::R12,
-        Register::R13 => reg::R13,
-        Register::R14 => reg::R14,
-        Register::R15 => reg::R15,
-        _ => return None,
-    })
+    if r.full_register() != r {
+        return None;
+    }
+    crate::watch::sites::gpr_number(r)
 }
 
 /// The kernel-side encoding of an [`Outcome`].

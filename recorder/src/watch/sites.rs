@@ -214,7 +214,7 @@ fn got_targets(file: &object::File<'_>) -> HashMap<u64, u64> {
 /// The [`reg`] number of a general-purpose register (any width), `None` for other
 /// registers. The high-byte registers (AH…) are `None` too: their value is not the
 /// low bits of the full register.
-fn gpr_number(register: Register) -> Option<u8> {
+pub(crate) fn gpr_number(register: Register) -> Option<u8> {
     if matches!(
         register,
         Register::AH | Register::BH | Register::CH | Register::DH
