@@ -20,6 +20,24 @@ pub fn scratch(name: &str) -> PathBuf {
 
 /// Compiles `tests/programs/NAME.c` (or `.cpp`) with debug info; returns the binary.
 pub fn build_program(name: &str) -> PathBuf {
+    built_once(name, compile_program)
+}
+
+/// Builds each test program once per test process: tests run in parallel, and
+/// replacing a binary (a new inode) while another test has attached uprobes to it
+/// by path would leave that test's probes on the old file, recording nothing.
+fn built_once(name: &str, build: fn(&str) -> PathBuf) -> PathBuf {
+    static BUILT: std::sync::Mutex<Vec<(String, PathBuf)>> = std::sync::Mutex::new(Vec::new());
+    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, path)) = built.iter().find(|(n, _)| n == name) {
+        return path.clone();
+    }
+    let path = build(name);
+    built.push((name.to_string(), path.clone()));
+    path
+}
+
+fn compile_program(name: &str) -> PathBuf {
     let src_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/programs");
     let out_dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("programs");
     std::fs::create_dir_all(&out_dir).unwrap();
@@ -121,6 +139,12 @@ pub fn dump_json(trace: &Path) -> Vec<serde_json::Value> {
 
 /// Compiles `tests/programs/NAME.rs` with rustc (optimized, debug info).
 pub fn build_rust_program(name: &str) -> PathBuf {
+    built_once(&format!("{name}.rs"), |key| {
+        compile_rust_program(key.trim_end_matches(".rs"))
+    })
+}
+
+fn compile_rust_program(name: &str) -> PathBuf {
     let src = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/programs")
         .join(format!("{name}.rs"));
