@@ -1154,3 +1154,26 @@ fn record_running_process(
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[test]
+fn the_trace_is_never_written_over_the_recorded_program() {
+    if !have_root("the_trace_is_never_written_over_the_recorded_program") {
+        return;
+    }
+    let dir = scratch("output_over_program");
+    let program = dir.join("prog");
+    std::fs::copy("/bin/true", &program).unwrap();
+    let before = std::fs::read(&program).unwrap();
+    let out = run_ordo(&[
+        "record",
+        "-o",
+        program.to_str().unwrap(),
+        "--",
+        program.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("refusing to overwrite"), "{err}");
+    assert_eq!(std::fs::read(&program).unwrap(), before);
+}

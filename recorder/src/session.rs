@@ -157,6 +157,7 @@ pub fn record_launched(
         PathBuf::from(format!("{base}.ordo"))
     });
     let mut record = RecordOptions::new(output, options.buffer_size, command.to_vec(), false);
+    record.inputs.push(program.clone());
     // Hardware watchpoints need runtime addresses before the program starts: run a
     // position-independent program without ASLR, so its load address is known.
     let pie = watching::is_pie(&program);

@@ -54,6 +54,8 @@ pub struct RecordOptions {
     /// this mapping (the launched program must have it and `ORDO_RECORD_FD`); the
     /// pthread uprobes are then not attached. `None`: everything by eBPF.
     pub inproc: Option<std::sync::Arc<crate::inproc::InprocMapping>>,
+    /// Files the trace must never be written over (the recorded program).
+    pub inputs: Vec<PathBuf>,
 }
 
 impl RecordOptions {
@@ -72,6 +74,7 @@ impl RecordOptions {
             watch_sites: Vec::new(),
             hw_watches: Vec::new(),
             inproc: None,
+            inputs: Vec::new(),
         }
     }
 }
@@ -236,7 +239,8 @@ impl Recording {
             buffer_size: options.buffer_size as u64,
             ..Default::default()
         };
-        let writer = TraceWriter::create(&options.output, &header)
+        let inputs: Vec<&std::path::Path> = options.inputs.iter().map(PathBuf::as_path).collect();
+        let writer = TraceWriter::create_with(&options.output, &header, true, &inputs)
             .with_context(|| format!("create {}", options.output.display()))?;
         let ring = probes.take_ring()?;
         let mut state = DrainState::new(pid, writer, options.output.clone())?;
