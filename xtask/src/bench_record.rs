@@ -755,6 +755,27 @@ impl Bench {
         ))
     }
 
+    /// A memcached workload's sample: throughput and latency from memcaslap.
+    fn memcached_sample(
+        &self,
+        workload: &str,
+        recorder: &Recorder,
+        (tps, avg, p99): (f64, Option<f64>, Option<f64>),
+        wall_s: f64,
+    ) -> Sample {
+        Sample {
+            workload: workload.into(),
+            recorder: recorder.label(),
+            value: tps,
+            wall_s,
+            scale: 1.0,
+            avg_us: avg,
+            p99_us: p99,
+            active_s: Some(self.sizes.memcached_s as f64),
+            ..Sample::default()
+        }
+    }
+
     /// Fills a sample's recorder figures after a launch-mode run. `end` is when the
     /// program ended (CLOCK_MONOTONIC s) if known, `returned` when the recorder did.
     fn collect(
@@ -993,17 +1014,8 @@ impl Bench {
         let lttng = session.map(|s| self.end_lttng(&s, last_rep));
         let (tps, avg, p99) = result?;
         status?;
-        let mut sample = Sample {
-            workload: "memcached".into(),
-            recorder: recorder.label(),
-            value: tps,
-            wall_s: returned - spawned,
-            scale: 1.0,
-            avg_us: avg,
-            p99_us: p99,
-            active_s: Some(self.sizes.memcached_s as f64),
-            ..Sample::default()
-        };
+        let mut sample =
+            self.memcached_sample("memcached", recorder, (tps, avg, p99), returned - spawned);
         self.collect(
             recorder,
             &mut sample,
@@ -1138,17 +1150,12 @@ impl Bench {
                     first_line(&err)
                 );
             }
-            let mut sample = Sample {
-                workload: "memcached-attach".into(),
-                recorder: recorder.label(),
-                value: tps,
-                wall_s: returned - spawned,
-                scale: 1.0,
-                avg_us: avg,
-                p99_us: p99,
-                active_s: Some(self.sizes.memcached_s as f64),
-                ..Sample::default()
-            };
+            let mut sample = self.memcached_sample(
+                "memcached-attach",
+                recorder,
+                (tps, avg, p99),
+                returned - spawned,
+            );
             self.collect(
                 recorder,
                 &mut sample,
