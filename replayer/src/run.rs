@@ -276,14 +276,9 @@ pub fn replay(options: &ReplayOptions) -> Result<ReplayOutcome> {
     }
 
     // What the agent saw, in its order stamps.
-    let mut done: Vec<(u64, usize)> = (0..plan.events.len())
-        .filter(|&i| sh.events[i].done.load(Ordering::Acquire) != 0)
-        .map(|i| (sh.events[i].stamp.load(Ordering::Relaxed), i))
-        .collect();
-    done.sort();
     let mut checker = Checker::new(&options.schedule);
-    for (_, i) in &done {
-        checker.observe(&plan.events[*i].event);
+    for event in plan.observed(sh) {
+        checker.observe(&event);
     }
     let mut report = checker.report();
     let mut verified_by_recording = false;
