@@ -75,6 +75,7 @@ impl Plan {
         let mut named: Vec<&EventRef> = Vec::new();
         // `*` successors: (ordering index, event).
         let mut wild: Vec<(usize, &EventRef)> = Vec::new();
+        let mut seen: std::collections::HashSet<&EventRef> = std::collections::HashSet::new();
         for (i, o) in schedule.orderings.iter().enumerate() {
             for e in o.before.iter().chain(std::iter::once(&o.after)) {
                 if !agent_can_observe(e.kind) {
@@ -90,7 +91,7 @@ impl Plan {
                 }
                 if e.thread.is_others() {
                     wild.push((i, e));
-                } else if !named.contains(&e) {
+                } else if seen.insert(e) {
                     named.push(e);
                 }
             }
@@ -261,6 +262,10 @@ impl Plan {
             slot.vaddr = s.vaddr.unwrap_or(0);
             slot.offset = s.offset;
         }
+        let mut awaited = vec![false; self.events.len()];
+        for p in self.events.iter().flat_map(|e| &e.preds) {
+            awaited[*p] = true;
+        }
         let mut per_thread: BTreeMap<usize, (u32, u32)> = BTreeMap::new();
         let mut pred_next = 0usize;
         for (i, e) in self.events.iter().enumerate() {
@@ -288,6 +293,7 @@ impl Plan {
             out.object = object;
             out.occurrence = e.event.occurrence;
             out.gated = u32::from(!e.preds.is_empty());
+            out.awaited = u32::from(awaited[i]);
             out.pred_start = pred_next as u32;
             out.pred_count = e.preds.len() as u32;
             for p in &e.preds {

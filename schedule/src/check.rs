@@ -67,16 +67,35 @@ pub struct Checker<'s> {
     happened: HashMap<&'s EventRef, u64>,
     /// Per ordering with a `*` successor: each thread's instance of it and when.
     instances: HashMap<usize, Vec<(LogicalId, u64)>>,
+    /// Every event the schedule names directly.
+    named: std::collections::HashSet<&'s EventRef>,
+    /// The orderings with a `*` successor: index, and the threads it leaves out.
+    wild: Vec<(usize, Vec<&'s LogicalId>)>,
     next: u64,
 }
 
 impl<'s> Checker<'s> {
     /// A checker for `schedule`.
     pub fn new(schedule: &'s Schedule) -> Checker<'s> {
+        let named = schedule
+            .orderings
+            .iter()
+            .flat_map(|o| o.before.iter().chain(std::iter::once(&o.after)))
+            .filter(|e| !e.thread.is_others())
+            .collect();
+        let wild = schedule
+            .orderings
+            .iter()
+            .enumerate()
+            .filter(|(_, o)| o.after.thread.is_others())
+            .map(|(i, o)| (i, o.before_threads()))
+            .collect();
         Checker {
             schedule,
             happened: HashMap::new(),
             instances: HashMap::new(),
+            named,
+            wild,
             next: 0,
         }
     }
@@ -98,15 +117,16 @@ impl<'s> Checker<'s> {
             let Some(thread) = event.thread.id() else {
                 continue;
             };
-            for (i, o) in self.schedule.orderings.iter().enumerate() {
-                for e in o.before.iter().chain(std::iter::once(&o.after)) {
-                    if e == event {
-                        self.happened.entry(e).or_insert(pos);
-                        named = true;
-                    }
-                }
-                if o.after.matches_others(event, &o.before_threads()) {
-                    let list = self.instances.entry(i).or_default();
+            if let Some(e) = self.named.get(event) {
+                self.happened.entry(e).or_insert(pos);
+                named = true;
+            }
+            for (i, excluded) in &self.wild {
+                if self.schedule.orderings[*i]
+                    .after
+                    .matches_others(event, excluded)
+                {
+                    let list = self.instances.entry(*i).or_default();
                     if !list.iter().any(|(t, _)| t == thread) {
                         list.push((thread.clone(), pos));
                     }

@@ -298,15 +298,12 @@ impl Schedule {
 
     /// Every distinct event the schedule names, in order of first mention.
     pub fn events(&self) -> Vec<&EventRef> {
-        let mut out: Vec<&EventRef> = Vec::new();
-        for o in &self.orderings {
-            for e in o.before.iter().chain(std::iter::once(&o.after)) {
-                if !out.contains(&e) {
-                    out.push(e);
-                }
-            }
-        }
-        out
+        let mut seen = std::collections::HashSet::new();
+        self.orderings
+            .iter()
+            .flat_map(|o| o.before.iter().chain(std::iter::once(&o.after)))
+            .filter(|e| seen.insert(*e))
+            .collect()
     }
 }
 

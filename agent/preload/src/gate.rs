@@ -604,7 +604,7 @@ impl Caller {
                     .compare_exchange(IN_PROGRESS, DONE, AcqRel, Relaxed)
                     .is_ok()
             {
-                any = true;
+                any |= e.awaited != 0;
             }
         }
         if any {
@@ -635,7 +635,10 @@ impl Caller {
                     e.stamp.store(stamp_now(), Relaxed);
                     e.done_tid.store(tid(), Relaxed);
                     e.done.store(state, Release);
-                    any = true;
+                    // Only threads held for it need to look: with a thousand held
+                    // threads, waking them all for every named event would cost
+                    // a million wake-ups.
+                    any |= e.awaited != 0;
                 }
             }
         }

@@ -118,6 +118,9 @@ pub struct PlanEvent {
     pub occurrence: u32,
     /// Nonzero when the event has predecessors: the thread waits before it.
     pub gated: u32,
+    /// Nonzero when the event is some event's predecessor: when it happens, the
+    /// held threads are woken (others' happening wakes nobody).
+    pub awaited: u32,
     /// First entry in `preds`.
     pub pred_start: u32,
     /// Number of entries in `preds`.
