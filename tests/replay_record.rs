@@ -252,6 +252,7 @@ fn recording_a_replay_does_not_change_its_verdict() {
         ("replay_lost_wakeup", "replay_lost_wakeup"),
         ("replay_trylock", "replay_trylock"),
         ("replay_start", "replay_start"),
+        ("replay_barging", "replay_barging"),
     ];
     for (name, schedule) in cases {
         let program = build_program(name);

@@ -1,7 +1,8 @@
 //! `ordo replay` with many threads and thread lifetimes: a `*` successor orders one
 //! thread before 1023 others, explicit names work for 1024 threads, a child's
-//! `thread_start` is held in the child (its parent goes on), and a failed trylock
-//! is not held at the gate of the thread's next acquisition.
+//! `thread_start` is held in the child (its parent goes on), a failed trylock is
+//! not held at the gate of the thread's next acquisition, and a held `cond_wait`
+//! gives its mutex back so another thread can barge in.
 
 mod common;
 
@@ -121,6 +122,22 @@ fn a_failed_trylock_is_not_held_for_the_next_acquisition() {
         assert_eq!(
             (code, json["verdict"].as_str()),
             (0, Some("passed")),
+            "{json}"
+        );
+        assert_followed(&json);
+    }
+}
+
+#[test]
+fn a_held_cond_wait_gives_its_mutex_back() {
+    let program = build_program("replay_barging");
+    // The consumer's reacquisition is held until the late third thread has taken
+    // the mutex: holding it with the mutex reacquired made this infeasible.
+    for _ in 0..5 {
+        let (code, json) = replay_json(&[], &schedule("replay_barging"), &program);
+        assert_eq!(
+            (code, json["verdict"].as_str()),
+            (1, Some("reproduced")),
             "{json}"
         );
         assert_followed(&json);
