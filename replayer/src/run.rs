@@ -314,7 +314,8 @@ pub fn replay(options: &ReplayOptions) -> Result<ReplayOutcome> {
     let start = Instant::now();
     let mut child = stopped.release()?;
     let capture = capture.map(StderrTee::start);
-    let (end, held) = watch(&mut child, pid, &memory, &plan, options, start)?;
+    let sanitized = launch::is_sanitizer_build(&path);
+    let (end, held) = watch(&mut child, pid, &memory, &plan, options, start, sanitized)?;
     let elapsed = start.elapsed();
     let status = match &end {
         End::Exited(status) => Some(*status),
@@ -497,6 +498,7 @@ fn watch(
     plan: &Plan,
     options: &ReplayOptions,
     start: Instant,
+    sanitized: bool,
 ) -> Result<(End, Vec<String>)> {
     let mut stuck_since: Option<(Instant, Vec<ThreadView>, u64)> = None;
     let mut infeasible_seen = false;
@@ -519,7 +521,7 @@ fn watch(
             kill(child, pid);
             return Ok((End::Timeout, held));
         }
-        let threads = snapshot(pid, memory);
+        let threads = snapshot(pid, memory, sanitized);
         let progress = progress_of(memory);
         let live: Vec<&ThreadView> = threads
             .iter()
@@ -617,7 +619,36 @@ fn snapshot_slots(memory: &SharedMemory) -> HashMap<u32, (u32, u32, Option<Logic
     out
 }
 
-fn snapshot(pid: u32, memory: &SharedMemory) -> Vec<ThreadView> {
+/// Whether a thread of a sanitizer build is the runtime's own (ThreadSanitizer's
+/// background thread): sanitizer runtimes start their threads with every signal
+/// blocked, synchronous faults included, which program threads practically never
+/// do. Such a thread wakes up periodically forever, so counting it as a program
+/// thread that makes progress would hide every deadlock and infeasible schedule.
+fn is_runtime_thread(task: &Path) -> bool {
+    let Ok(status) = std::fs::read_to_string(task.join("status")) else {
+        return false;
+    };
+    let Some(blocked) = status
+        .lines()
+        .find_map(|l| l.strip_prefix("SigBlk:"))
+        .and_then(|m| u64::from_str_radix(m.trim(), 16).ok())
+    else {
+        return false;
+    };
+    [
+        libc::SIGSEGV,
+        libc::SIGBUS,
+        libc::SIGFPE,
+        libc::SIGILL,
+        libc::SIGABRT,
+    ]
+    .iter()
+    .all(|&sig| blocked & (1u64 << (sig - 1)) != 0)
+}
+
+/// The program's threads as the kernel and the agent see them; with `sanitized`,
+/// the sanitizer runtime's own threads are left out.
+fn snapshot(pid: u32, memory: &SharedMemory, sanitized: bool) -> Vec<ThreadView> {
     let slots = snapshot_slots(memory);
     let mut out = Vec::new();
     let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
@@ -634,6 +665,9 @@ fn snapshot(pid: u32, memory: &SharedMemory) -> Vec<ThreadView> {
         let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
             continue;
         };
+        if sanitized && is_runtime_thread(&entry.path()) {
+            continue;
+        }
         // The state follows the command name, which is in parentheses and may hold any byte.
         let Some(state) = stat
             .rfind(')')

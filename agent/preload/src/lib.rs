@@ -196,6 +196,25 @@ unsafe extern "C" fn agent_init() {
     }
 }
 
+// The condition-variable wrappers also answer to their glibc version: ThreadSanitizer
+// finds the functions it wraps with `dlvsym(RTLD_NEXT, name, "GLIBC_2.3.2")`, which
+// skips an unversioned definition and would go straight to libc, past the agent.
+// Each alias is the wrapper itself (same address), so call sites stay the caller's.
+std::arch::global_asm!(
+    ".globl ordo_v232_pthread_cond_wait",
+    ".set ordo_v232_pthread_cond_wait, pthread_cond_wait",
+    ".symver ordo_v232_pthread_cond_wait, pthread_cond_wait@GLIBC_2.3.2",
+    ".globl ordo_v232_pthread_cond_timedwait",
+    ".set ordo_v232_pthread_cond_timedwait, pthread_cond_timedwait",
+    ".symver ordo_v232_pthread_cond_timedwait, pthread_cond_timedwait@GLIBC_2.3.2",
+    ".globl ordo_v232_pthread_cond_signal",
+    ".set ordo_v232_pthread_cond_signal, pthread_cond_signal",
+    ".symver ordo_v232_pthread_cond_signal, pthread_cond_signal@GLIBC_2.3.2",
+    ".globl ordo_v232_pthread_cond_broadcast",
+    ".set ordo_v232_pthread_cond_broadcast, pthread_cond_broadcast",
+    ".symver ordo_v232_pthread_cond_broadcast, pthread_cond_broadcast@GLIBC_2.3.2",
+);
+
 /// The signature of a program's `main`.
 type MainFn = unsafe extern "C" fn(c_int, *mut *mut c_char, *mut *mut c_char) -> c_int;
 
