@@ -10,7 +10,12 @@ use ordo_replayer::{FailOn, Oracle};
 pub struct OracleArgs {
     /// The program's normal exit status: any other counts as a failure (with
     /// `--fail-on exit`).
-    #[arg(long, value_name = "N", default_value_t = 0)]
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 0,
+        allow_hyphen_values = true
+    )]
     pub expect_exit: u8,
     /// What counts as a failure: `exit` (an exit status other than --expect-exit),
     /// `signal`, `hang` (deadlock or timeout), `sanitizer` (a sanitizer report on

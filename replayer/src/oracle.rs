@@ -243,11 +243,11 @@ impl Oracle {
         self.fail_on.iter().any(|f| f.same_kind(kind))
     }
 
-    /// Whether judging needs the program's stderr: a `stderr:REGEX`, or `sanitizer`
-    /// when the program is a sanitizer build (`sanitized`).
+    /// Whether the program's stderr must be captured (and passed through) to judge
+    /// a run: the oracle has a `stderr:REGEX`, or the program is a sanitizer build
+    /// (`sanitized`), whose reports are evidence whatever the oracle.
     pub fn needs_stderr(&self, sanitized: bool) -> bool {
-        self.fail_on.iter().any(|f| matches!(f, FailOn::Stderr(_)))
-            || (sanitized && self.fails_on(&FailOn::Sanitizer))
+        sanitized || self.fail_on.iter().any(|f| matches!(f, FailOn::Stderr(_)))
     }
 
     /// Judges a run from how it ended and (when captured) its stderr.
@@ -450,6 +450,7 @@ fn top_user_frame(lines: &[&str]) -> Option<String> {
             "libubsan",
             "liblsan",
             "libclang_rt",
+            "libordo_preload",
             "libc.so",
             "ld-linux",
             "sysdeps/",
@@ -462,6 +463,7 @@ fn top_user_frame(lines: &[&str]) -> Option<String> {
             || function.starts_with("__sanitizer")
             || function.starts_with("__ubsan")
             || function.starts_with("__libc_")
+            || function.starts_with("ordo_preload::")
             || runtime.iter().any(|r| place.contains(r))
         {
             continue;

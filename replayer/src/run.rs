@@ -281,9 +281,10 @@ pub fn replay(options: &ReplayOptions) -> Result<ReplayOutcome> {
     let mut env: Vec<(OsString, OsString)> = agent.preload_env(&launch::sanitizer_runtimes(&path));
     env.push((shm::ENV_SHM_FD.into(), memory.raw_fd().to_string().into()));
     let mut output = ChildOutput::default();
+    let sanitized = launch::is_sanitizer_build(&path);
     let capture = options
         .oracle
-        .needs_stderr(launch::is_sanitizer_build(&path))
+        .needs_stderr(sanitized)
         .then(StderrTee::new)
         .transpose()?;
     if let Some(tee) = &capture {
@@ -314,7 +315,6 @@ pub fn replay(options: &ReplayOptions) -> Result<ReplayOutcome> {
     let start = Instant::now();
     let mut child = stopped.release()?;
     let capture = capture.map(StderrTee::start);
-    let sanitized = launch::is_sanitizer_build(&path);
     let (end, held) = watch(&mut child, pid, &memory, &plan, options, start, sanitized)?;
     let elapsed = start.elapsed();
     let status = match &end {
