@@ -456,3 +456,92 @@ fn a_run_that_never_reached_main_is_an_error() {
         assert!(text.contains("ordo replay: error ("), "{cc}: {text}");
     }
 }
+
+#[test]
+fn cxx_sanitizer_builds_replay_with_their_reports() {
+    let dir = scratch("verdicts_cxx");
+    let empty = schedule_text(&dir, "empty.sched", "# nothing\n");
+    let use_line = line_of("sanitize_cxx_cache.cpp", "e->hits++");
+    let lock_line = line_of("sanitize_cxx_cache.cpp", "lock_guard<std::mutex> g(e->m)");
+    let delete_line = line_of("sanitize_cxx_cache.cpp", "delete e;");
+    // Under TSan the program's threads come after the runtime's background thread.
+    let tsan_schedule = schedule_text(
+        &dir,
+        "tsan.sched",
+        "2:mutex_unlock(cache_mutex)#1 -> 3:mutex_lock(cache_mutex)#1\n\
+         3:thread_exit()#1 -> 2:mutex_lock(@2)#1\n",
+    );
+    for cc in ["gcc", "clang"] {
+        // clang names C++ functions with their parameters.
+        let reader = if cc == "clang" { "reader()" } else { "reader" };
+        let evictor = if cc == "clang" {
+            "evictor()"
+        } else {
+            "evictor"
+        };
+        let asan = build_program_variant(
+            "sanitize_cxx_cache",
+            &format!("{cc}-asan"),
+            cc,
+            &["-fsanitize=address"],
+        );
+        let (code, json, stderr) = replay_json(
+            &[],
+            &schedule("sanitize_cxx_cache"),
+            &[path_str(&asan)],
+            &[],
+        );
+        assert_eq!(
+            (code, &json["verdict"]),
+            (1, &"reproduced".into()),
+            "{cc}: {json}\n{stderr}"
+        );
+        assert_eq!(
+            json["sanitizer"]["kind"], "heap-use-after-free",
+            "{cc}: {json}"
+        );
+        assert_eq!(
+            json["sanitizer"]["top_frame"],
+            format!("{reader} at sanitize_cxx_cache.cpp:{use_line}"),
+            "{cc}: {json}"
+        );
+        let (code, json, _) = replay_json(&[], &empty, &[path_str(&asan)], &[]);
+        assert_eq!(
+            (code, &json["verdict"]),
+            (0, &"passed".into()),
+            "{cc}: {json}"
+        );
+
+        let tsan = build_program_variant(
+            "sanitize_cxx_cache",
+            &format!("{cc}-tsan"),
+            cc,
+            &["-fsanitize=thread"],
+        );
+        let (code, json, stderr) = replay_json(&[], &tsan_schedule, &[path_str(&tsan)], &[]);
+        assert_eq!(
+            (code, &json["verdict"]),
+            (1, &"reproduced".into()),
+            "{cc}: {json}\n{stderr}"
+        );
+        assert_eq!(json["exit_code"], 66, "{cc}: {json}");
+        assert_eq!(json["sanitizer"]["tool"], "ThreadSanitizer", "{cc}: {json}");
+        assert_eq!(
+            json["sanitizer"]["kind"], "heap-use-after-free",
+            "{cc}: {json}"
+        );
+        assert_eq!(
+            json["sanitizer"]["top_frame"],
+            format!("{reader} at sanitize_cxx_cache.cpp:{lock_line}"),
+            "{cc}: {json}"
+        );
+        // Unforced, TSan still sees the missing synchronization, as a data race.
+        let (_, json, _) = replay_json(&[], &empty, &[path_str(&tsan)], &[]);
+        assert_eq!(json["sanitizer"]["kind"], "data race", "{cc}: {json}");
+        assert_eq!(
+            json["sanitizer"]["top_frame"],
+            format!("{evictor} at sanitize_cxx_cache.cpp:{delete_line}"),
+            "{cc}: {json}"
+        );
+    }
+}

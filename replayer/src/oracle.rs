@@ -422,16 +422,57 @@ pub fn parse_sanitizer_report(stderr: &str) -> Option<SanitizerReport> {
 
 /// The first frame of a sanitizer stack trace in the program's own code, as
 /// `FUNCTION at FILE:LINE` (the file's last component), or the raw frame when it
-/// was not symbolized. Frames of the sanitizer runtime, libc and the loader are
-/// skipped; the search stops at the end of the first stack trace.
+/// was not symbolized. Frames of the sanitizer runtime, the agent, libc and the
+/// loader are skipped; the search stops at the end of the first stack trace.
 fn top_user_frame(lines: &[&str]) -> Option<String> {
-    static FRAME: OnceLock<Regex> = OnceLock::new();
-    // ASan: `#0 0x55d3 in worker /src/uaf.c:42:7`; TSan: `#0 worker /src/uaf.c:42 (prog+0x1234)`;
-    // unsymbolized: `#0 0x401234  (/path/prog+0x1234)`.
-    let frame = FRAME
-        .get_or_init(|| Regex::new(r"^\s*#\d+ (?:0x[0-9a-f]+ )?(?:in )?(\S+)? *(.*)$").unwrap());
+    static FRAME: OnceLock<[Regex; 2]> = OnceLock::new();
+    // ASan: `#0 0x55d3 in worker /src/uaf.c:42:7`; TSan: `#0 worker /src/uaf.c:42
+    // (prog+0x1234)`; unsymbolized: `#0 0x401234  (/path/prog+0x1234)`. C++ names
+    // hold spaces (`main::{lambda()#1}::operator()() const`): the location is the
+    // last `FILE:LINE[:COL]` token, the function everything before it.
+    let [frame, location] = FRAME.get_or_init(|| {
+        [
+            Regex::new(r"^\s*#\d+ (?:0x[0-9a-f]+ )?(?:in )?(.*?)\s*(\([^()]*\+0x[0-9a-f]+\))?$")
+                .unwrap(),
+            Regex::new(r"^(.*?)\s*([^\s:]+):(\d+)(?::\d+)?$").unwrap(),
+        ]
+    });
+    const RUNTIME: [&str; 14] = [
+        "libsanitizer",
+        "compiler-rt",
+        "sanitizer_common",
+        "libasan",
+        "libtsan",
+        "libubsan",
+        "liblsan",
+        "libclang_rt",
+        "libordo_preload",
+        "libc.so",
+        "ld-linux",
+        "sysdeps/",
+        "nptl/",
+        "csu/",
+    ];
+    const RUNTIME_FUNCTIONS: [&str; 7] = [
+        "__interceptor_",
+        "__asan",
+        "__tsan",
+        "__sanitizer",
+        "__ubsan",
+        "__libc_",
+        "ordo_preload::",
+    ];
+    // Headers of the C++ library and the compiler: inlined library code, not the
+    // program's.
+    const SYSTEM: [&str; 3] = ["/usr/include/", "/include/c++/", "/lib/gcc/"];
     let mut seen_frames = false;
+    let mut fallback = None;
     for line in lines {
+        // clang's runtimes end a frame with ` (BuildId: …)`.
+        let line = match line.find(" (BuildId: ") {
+            Some(i) => &line[..i],
+            None => line,
+        };
         let Some(c) = frame.captures(line) else {
             if seen_frames && line.trim().is_empty() {
                 break;
@@ -439,50 +480,43 @@ fn top_user_frame(lines: &[&str]) -> Option<String> {
             continue;
         };
         seen_frames = true;
-        let function = c.get(1).map(|m| m.as_str()).unwrap_or("");
-        let place = c.get(2).map(|m| m.as_str().trim()).unwrap_or("");
-        let runtime = [
-            "libsanitizer",
-            "compiler-rt",
-            "sanitizer_common",
-            "libasan",
-            "libtsan",
-            "libubsan",
-            "liblsan",
-            "libclang_rt",
-            "libordo_preload",
-            "libc.so",
-            "ld-linux",
-            "sysdeps/",
-            "nptl/",
-            "csu/",
-        ];
-        if function.starts_with("__interceptor_")
-            || function.starts_with("__asan")
-            || function.starts_with("__tsan")
-            || function.starts_with("__sanitizer")
-            || function.starts_with("__ubsan")
-            || function.starts_with("__libc_")
-            || function.starts_with("ordo_preload::")
-            || runtime.iter().any(|r| place.contains(r))
+        let body = c.get(1).map_or("", |m| m.as_str());
+        let module = c.get(2).map_or("", |m| m.as_str());
+        let (function, file, line_no) = match location.captures(body) {
+            Some(l) => (
+                l.get(1).map_or("", |m| m.as_str()),
+                l.get(2).map_or("", |m| m.as_str()),
+                l.get(3).map_or("", |m| m.as_str()),
+            ),
+            None => (body, "", ""),
+        };
+        if RUNTIME_FUNCTIONS.iter().any(|f| function.starts_with(f))
+            || RUNTIME
+                .iter()
+                .any(|r| file.contains(r) || module.contains(r))
         {
             continue;
         }
-        // `/src/uaf.c:42:7` or `/src/uaf.c:42 (prog+0x…)`: keep `uaf.c:42`.
-        let location = place.split_whitespace().next().unwrap_or("");
-        if function.starts_with('(') || location.is_empty() || location.starts_with('(') {
-            // Not symbolized: the module and offset are all there is.
-            return Some(format!("{function} {place}").trim().to_string());
+        let system = SYSTEM.iter().any(|d| file.contains(d));
+        if file.is_empty() || file == "<null>" || system {
+            // No line information, or library code inlined from a header: the
+            // answer only if no frame of the program's own source follows.
+            if fallback.is_none() {
+                fallback = Some(if system {
+                    format!(
+                        "{function} at {}:{line_no}",
+                        file.rsplit('/').next().unwrap_or(file)
+                    )
+                } else {
+                    format!("{function} {module}").trim().to_string()
+                });
+            }
+            continue;
         }
-        let file_line: Vec<&str> = location.rsplit('/').next()?.split(':').collect();
-        let at = match file_line.as_slice() {
-            [file, line, ..] => format!("{file}:{line}"),
-            [file] => file.to_string(),
-            [] => String::new(),
-        };
-        return Some(format!("{function} at {at}"));
+        let file = file.rsplit('/').next().unwrap_or(file);
+        return Some(format!("{function} at {file}:{line_no}").trim().to_string());
     }
-    None
+    fallback
 }
 
 #[cfg(test)]
@@ -542,6 +576,16 @@ READ of size 4 at 0x602000000010 thread T2\n\
             ("ThreadSanitizer", "data race")
         );
         assert_eq!(r.top_frame.as_deref(), Some("bump at race.c:9"));
+        let cxx = "==9==ERROR: AddressSanitizer: heap-use-after-free on address 0x1\n\
+    #0 0x4011 in main::{lambda()#1}::operator()() const /src/cache.cpp:21:12\n";
+        let r = parse_sanitizer_report(cxx).unwrap();
+        assert_eq!(
+            r.top_frame.as_deref(),
+            Some("main::{lambda()#1}::operator()() const at cache.cpp:21")
+        );
+        let raw = "WARNING: ThreadSanitizer: data race (pid=1)\n    #0 <null> (prog+0x11a9)\n";
+        let r = parse_sanitizer_report(raw).unwrap();
+        assert_eq!(r.top_frame.as_deref(), Some("<null> (prog+0x11a9)"));
         let ubsan = "/src/ub.c:12:9: runtime error: signed integer overflow: 2147483647 + 1 cannot be represented in type 'int'\n";
         let r = parse_sanitizer_report(ubsan).unwrap();
         assert_eq!(r.kind, "signed integer overflow");
