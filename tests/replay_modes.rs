@@ -18,15 +18,7 @@ fn schedule(name: &str) -> PathBuf {
 }
 
 fn run(args: &[&str], schedule: &Path, command: &[&str]) -> Output {
-    Command::new(ordo())
-        .arg("replay")
-        .args(args)
-        .arg("--schedule")
-        .arg(schedule)
-        .arg("--")
-        .args(command)
-        .output()
-        .expect("run ordo replay")
+    common::replay_output(args, schedule, command, &[])
 }
 
 fn json_of(out: &Output) -> serde_json::Value {
