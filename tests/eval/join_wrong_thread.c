@@ -7,6 +7,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 static int records[64];
 static int index_size = -1;
@@ -14,6 +15,7 @@ static pthread_mutex_t index_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static void *loader(void *arg) {
     (void)arg;
+    usleep(2000);   // reads the records from disk (modelled as 2 ms of I/O)
     for (int round = 0; round < 50; round++)
         for (volatile int i = 0; i < 64; i++) records[i] = (records[i] + i * round) % 1000;
     return NULL;

@@ -47,7 +47,7 @@ static void *evictor(void *arg) {
     cache_slot = NULL;
     pthread_mutex_unlock(&cache_lock);
     if (e != NULL) {
-        e->magic = DEAD;
+        *(volatile unsigned *)&e->magic = DEAD;   // poison (volatile: a store right before free() is otherwise dropped)
         free(e);
     }
     pthread_mutex_lock(&stats_lock);
