@@ -999,3 +999,98 @@ fn render_measurements(md: &mut String, measured: &Value) {
         about("reference")
     ));
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn program(name: &str, control: bool) -> Program {
+        Program {
+            name: name.into(),
+            source: format!("{name}.c"),
+            control,
+            shape: "a shape".into(),
+            needs: "an ordering".into(),
+            fails: "abort".into(),
+            expect_exit: 0,
+            schedule: Some(format!("{name}.sched")),
+        }
+    }
+
+    fn outcome(
+        program: &str,
+        strategy: &str,
+        seed: u64,
+        runs: Option<u64>,
+    ) -> ((String, String, u64), Value) {
+        let v = json!({"program": program, "strategy": strategy, "seed": seed,
+                       "reproduced": runs.is_some(), "runs": runs.unwrap_or(50),
+                       "elapsed_ms": 1500, "confirm_runs": 20, "confirm_reproduced": 20});
+        ((program.into(), strategy.into(), seed), v)
+    }
+
+    #[test]
+    fn seeds_are_a_count_or_a_list() {
+        assert_eq!(parse_seeds("3").unwrap(), vec![1, 2, 3]);
+        assert_eq!(parse_seeds("4,9").unwrap(), vec![4, 9]);
+        assert!(parse_seeds("0").is_err());
+        assert!(parse_seeds("x").is_err());
+    }
+
+    #[test]
+    fn the_manifest_parses_and_names_unique_programs() {
+        let suite = manifest().unwrap();
+        let mut names: Vec<&str> = suite.iter().map(|p| p.name.as_str()).collect();
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), suite.len());
+        assert!(suite.iter().any(|p| p.expect_exit == 3));
+    }
+
+    #[test]
+    fn report_totals_ratios_and_control_reports() {
+        let suite = vec![
+            program("a", false),
+            program("b", false),
+            program("ok", true),
+        ];
+        let results: BTreeMap<_, _> = [
+            outcome("a", "predict", 1, Some(1)),
+            outcome("a", "predict", 2, Some(3)),
+            outcome("a", "pct", 1, Some(20)),
+            outcome("a", "pct", 2, Some(40)),
+            outcome("b", "predict", 1, None),
+            outcome("b", "predict", 2, None),
+            outcome("ok", "predict", 1, None),
+            outcome("ok", "pct", 1, Some(7)),
+        ]
+        .into_iter()
+        .collect();
+        let md = render_report(&suite, &results, &json!({}));
+        // a: predict 2/2 with median 3 runs (upper median), pct median 40: 13.3x.
+        assert!(
+            md.contains("| a | a shape | – | – | 2/2 · 3 runs · 1.5 s · confirm 40/40 |"),
+            "{md}"
+        );
+        assert!(md.contains("13.3×"), "{md}");
+        assert!(
+            md.contains("| predict | 1 of 2 run (1 of the suite's 2) | 3 | 0 in 1 hunts |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("finds ≥ 90 % of the suite with median ≤ 3 runs: **not met** (50 %"),
+            "{md}"
+        );
+        assert!(
+            md.contains("Zero reports on the controls: **not met** (1 reports in 2 hunts)"),
+            "{md}"
+        );
+        assert!(
+            md.contains(
+                "- **b** (a shape; fails by abort): found on 0/2 seeds. Needs: an ordering"
+            ),
+            "{md}"
+        );
+        assert!(md.contains("| auto | not run |"), "{md}");
+    }
+}
