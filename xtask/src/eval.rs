@@ -27,7 +27,7 @@ use serde_json::{json, Value};
 
 use crate::bench_record::report::median;
 
-/// Where hunt outcomes accumulate (one JSON object per line).
+/// Where hunt outcomes accumulate by default (one JSON object per line).
 const RESULTS: &str = "bench/results/eval.jsonl";
 /// Natural failure rates and reference-schedule rates, written by this task.
 const MEASURED: &str = "tests/eval/measured.json";
@@ -68,6 +68,9 @@ struct Options {
     /// The ordo binary to use (default: `cargo build --release`, target/release/ordo).
     #[arg(long)]
     ordo: Option<PathBuf>,
+    /// The file hunt outcomes accumulate in (relative to the workspace root).
+    #[arg(long, default_value = RESULTS)]
+    results: PathBuf,
     /// Forget the outcomes recorded so far before running.
     #[arg(long)]
     fresh: bool,
@@ -151,7 +154,7 @@ pub fn run(args: &[String]) -> Result<()> {
         .filter(|p| options.programs.is_empty() || options.programs.contains(&p.name))
         .collect();
     if options.fresh {
-        let _ = std::fs::remove_file(crate::root().join(RESULTS));
+        let _ = std::fs::remove_file(crate::root().join(&options.results));
     }
     if !options.report_only {
         let binaries = build_suite(&chosen)?;
@@ -170,7 +173,11 @@ pub fn run(args: &[String]) -> Result<()> {
             }
         }
     }
-    let report = render_report(&suite, &load_results()?, &load_measured()?);
+    let report = render_report(
+        &suite,
+        &load_results(&crate::root().join(&options.results))?,
+        &load_measured()?,
+    );
     let path = crate::root().join(REPORT);
     std::fs::write(&path, report).with_context(|| format!("write {}", path.display()))?;
     println!("xtask eval: wrote {}", path.display());
@@ -446,7 +453,7 @@ fn git_commit() -> String {
     )
 }
 
-/// Runs every (program, strategy, seed) hunt, appending each outcome to RESULTS.
+/// Runs every (program, strategy, seed) hunt, appending each outcome to the results.
 fn hunt_all(
     ordo: &Path,
     options: &Options,
@@ -455,13 +462,17 @@ fn hunt_all(
     seeds: &[u64],
 ) -> Result<()> {
     use std::io::Write;
-    let results = crate::root().join(RESULTS);
+    let results = crate::root().join(&options.results);
     std::fs::create_dir_all(results.parent().unwrap())?;
     let mut sink = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(&results)?;
-    let (commit, machine) = (git_commit(), machine());
+    let commit = match &options.ordo {
+        Some(path) => format!("{} (given with --ordo)", path.display()),
+        None => git_commit(),
+    };
+    let machine = machine();
     let total = programs.len() * options.strategies.len() * seeds.len();
     let mut done = 0;
     for p in programs {
@@ -592,12 +603,22 @@ fn hunt_once(
     }
     let mut v = base;
     v["reproduced"] = json!(hunt["reproduced"] == true);
-    v["runs"] = hunt["runs"].clone();
-    v["elapsed_ms"] = if hunt["elapsed_ms"].is_number() {
-        hunt["elapsed_ms"].clone()
-    } else {
-        json!(wall_ms)
+    // To the first reproduction: runs up to the one that reproduced (`run` counts
+    // from 0, the first recording; runs go on concurrently, so `runs` may count a
+    // few more) and the search time without the confirmation.
+    v["runs"] = match hunt["run"].as_u64() {
+        Some(run) => json!(run + 1),
+        None => hunt["runs"].clone(),
     };
+    v["runs_total"] = hunt["runs"].clone();
+    v["elapsed_ms"] = [&hunt["search_ms"], &hunt["elapsed_ms"]]
+        .into_iter()
+        .find(|t| t.is_number())
+        .cloned()
+        .unwrap_or(json!(wall_ms));
+    v["found_by"] = hunt["source"].clone();
+    v["reason"] = hunt["reason"].clone();
+    v["stopped"] = hunt["stopped"].clone();
     v["confirm_runs"] = hunt["confirm"]["runs"].clone();
     v["confirm_reproduced"] = hunt["confirm"]["reproduced"].clone();
     v["finding_kind"] = hunt["finding"]["kind"].clone();
@@ -606,9 +627,8 @@ fn hunt_once(
 }
 
 /// Every recorded outcome, the latest per (program, strategy, seed).
-fn load_results() -> Result<BTreeMap<(String, String, u64), Value>> {
-    let path = crate::root().join(RESULTS);
-    let text = std::fs::read_to_string(&path).unwrap_or_default();
+fn load_results(path: &Path) -> Result<BTreeMap<(String, String, u64), Value>> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
     let mut out = BTreeMap::new();
     for (i, line) in text
         .lines()
@@ -754,7 +774,9 @@ fn render_report(
     }
     md.push_str(
         "A cell reads `found/seeds · median runs · median seconds to the first reproduction · \
-         confirm reproduced/runs` (the hunt replays its schedule 20 times to confirm). A strategy \
+         confirm reproduced/runs`. Runs count every run up to the reproducing one, the first \
+         recording included; seconds are the search without the confirmation, in which the \
+         hunt replays its schedule 20 times. A strategy \
          *finds* a program when it reproduced the bug on most of the seeds run.\n\n",
     );
     render_totals(&mut md, &bugs, &controls, &cell);
