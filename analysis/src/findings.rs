@@ -187,16 +187,41 @@ impl FindingSet {
         self.items.is_empty()
     }
 
-    /// All candidates, best rank first (ties: by kind, then by position in the trace).
+    /// All candidates, best first: by (v, t); among equal (v, t) harmful shapes
+    /// (deadlock, lost wakeup, race, atomicity, barging) before plain reorderings;
+    /// then by distance, kind and position in the trace. Candidates of different
+    /// kinds or sites that ask for exactly the same orders (the same events, by
+    /// thread, kind, object and occurrence) are one: the first in this order stays.
     pub fn into_sorted(self) -> Vec<(Rank, RawFinding)> {
         let mut items = self.items;
         items.sort_by(|a, b| {
-            a.0.cmp(&b.0)
+            (a.0.v, a.0.t, !a.1.kind.is_harmful(), a.0.distance)
+                .cmp(&(b.0.v, b.0.t, !b.1.kind.is_harmful(), b.0.distance))
                 .then(a.1.kind.cmp(&b.1.kind))
                 .then(first_index(&a.1).cmp(&first_index(&b.1)))
         });
+        let mut asked = rustc_hash::FxHashSet::default();
+        items.retain(|(_, f)| asked.insert(order_key(f)));
         items
     }
+}
+
+/// The orders a candidate asks for, independent of how it was found: each
+/// ordering's events as (thread, kind, object, occurrence), sorted.
+fn order_key(f: &RawFinding) -> Vec<Vec<(u32, u16, u32, u32)>> {
+    let name = |e: &EventId| (e.thread, e.kind as u16, e.obj, e.occurrence);
+    let mut key: Vec<Vec<(u32, u16, u32, u32)>> = f
+        .orderings
+        .iter()
+        .map(|o| {
+            let mut v: Vec<_> = o.before.iter().map(name).collect();
+            v.sort_unstable();
+            v.push(name(&o.after));
+            v
+        })
+        .collect();
+    key.sort_unstable();
+    key
 }
 
 fn first_index(f: &RawFinding) -> u64 {
