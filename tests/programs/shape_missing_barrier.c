@@ -15,7 +15,7 @@ static int total = -1;
 
 static void *reporter(void *arg) {
     (void)arg;
-    usleep(20000);
+    usleep(200000);
     pthread_mutex_lock(&results_lock);
     int t = total;
     pthread_mutex_unlock(&results_lock);
