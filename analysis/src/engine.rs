@@ -105,7 +105,23 @@ struct LockState {
     first_threads: u32,
     /// The first thread's first section on this lock (shown with `*` candidates).
     first_example: Option<EventId>,
+    /// Acquisitions left to skip before the window shapes are looked for again,
+    /// and the current skip length: after [`WINDOW_MISSES_BEFORE_BACKOFF`] looks in
+    /// a row found nothing new it doubles (up to [`MAX_WINDOW_BACKOFF`]) with each
+    /// further empty look, and resets when one finds something — repeats of known
+    /// candidates in long traces then cost a countdown, not a window scan.
+    window_skip: u16,
+    window_backoff: u16,
+    window_misses: u16,
 }
+
+/// `wait_site` of an atomicity offer keyed by its splitter's site as well.
+const SPLITTER_KEYED: u64 = u64::MAX;
+
+/// Empty window looks in a row on a lock before they start being skipped.
+const WINDOW_MISSES_BEFORE_BACKOFF: u16 = 64;
+/// Longest run of acquisitions of one lock the window shapes skip.
+const MAX_WINDOW_BACKOFF: u16 = 255;
 
 /// Critical sections per lock the candidate shapes look back over: a section can
 /// be moved past up to three others.
@@ -224,6 +240,9 @@ struct RecentRelease {
 
 /// Recent non-lock releases remembered (a ring).
 const RECENT_RELEASES: usize = 4;
+/// `release_head` before the first non-lock release (lock-only programs then skip
+/// the ring at every acquisition).
+const NO_RELEASES: usize = usize::MAX;
 /// First critical sections of threads remembered for early-exit candidates.
 const MAX_FIRST_SECTIONS: usize = 4096;
 /// Early-exit candidates offered at the main thread's exit, at most.
@@ -430,7 +449,7 @@ impl<'a> Engine<'a> {
             found: FindingSet::default(),
             looped_wait_sites: FxHashSet::default(),
             recent_releases: [None; RECENT_RELEASES],
-            release_head: 0,
+            release_head: NO_RELEASES,
             first_sections: Vec::new(),
             main_thread: table
                 .iter()
@@ -747,8 +766,14 @@ impl<'a> Engine<'a> {
         let prev2 = lock.recent[(h + WINDOW - 2) % WINDOW];
         let prev1 = lock.recent[(h + WINDOW - 1) % WINDOW];
         let prev1_woken = lock.woken[(h + WINDOW - 1) % WINDOW];
+        let window = if lock.window_skip > 0 {
+            lock.window_skip -= 1;
+            false
+        } else {
+            true
+        };
         let mut unknown = 0u8;
-        for j in 0..WINDOW {
+        for j in 0..if window { WINDOW } else { 1 } {
             if let Some(p) = &lock.recent[(h + WINDOW - 1 - j) % WINDOW] {
                 if p.acq.thread != t && p.mode.conflicts(mode) && th.vc.get(p.slot) < p.epoch {
                     unknown |= 1 << j;
@@ -759,7 +784,12 @@ impl<'a> Engine<'a> {
         // Other objects' releases (arrivals, posts, signals) this thread does not
         // know of: its section could overtake them.
         let (mut unknown_releases, mut unknown_starts) = (0u8, 0u8);
-        for (j, r) in self.recent_releases.iter().enumerate() {
+        let releases = if self.release_head == NO_RELEASES {
+            &[][..]
+        } else {
+            &self.recent_releases[..]
+        };
+        for (j, r) in releases.iter().enumerate() {
             if let Some(r) = r {
                 if r.ev.thread != t && th.vc.get(r.slot) < r.epoch {
                     unknown_releases |= 1 << j;
@@ -794,7 +824,11 @@ impl<'a> Engine<'a> {
             in_wait: via == Via::CondWait,
         };
         // The two oldest of the window, for the shapes that look past the neighbour.
-        let older = [lock.recent[(h + 1) % WINDOW], lock.recent[h]];
+        let older = if window && prev1.is_some() {
+            Some([lock.recent[(h + 1) % WINDOW], lock.recent[h]])
+        } else {
+            None
+        };
         lock.recent[h] = Some(cur);
         lock.woken[h] = woken_by;
         lock.head = (h + 1) % WINDOW;
@@ -804,7 +838,20 @@ impl<'a> Engine<'a> {
         self.stats.critical_sections += 1;
         if let Some(p1) = prev1 {
             self.critical_section_candidates(prev2, (p1, prev1_woken), (cur, woken_by));
-            self.window_candidates([Some(p1), prev2, older[0], older[1]], cur);
+            if let Some([p3, p4]) = older {
+                let found = self.window_candidates([Some(p1), prev2, p3, p4], cur);
+                if let State::Lock(lock) = &mut self.objects[id.obj as usize].state {
+                    if found {
+                        lock.window_backoff = 0;
+                        lock.window_misses = 0;
+                    } else if lock.window_misses < WINDOW_MISSES_BEFORE_BACKOFF {
+                        lock.window_misses += 1;
+                    } else {
+                        lock.window_backoff = (lock.window_backoff * 2 + 1).min(MAX_WINDOW_BACKOFF);
+                        lock.window_skip = lock.window_backoff;
+                    }
+                }
+            }
         }
         if let Some((others, example)) = first_of_many {
             self.offer_first_of_many(cur.acq, example, others);
@@ -833,14 +880,15 @@ impl<'a> Engine<'a> {
                 // `b` can take the mutex between the signal and the waiter's reacquire.
                 // Only a third thread competes for what the signal announced: the
                 // signaller taking the mutex again is a plain reorder.
-                Some((signal, wait_site)) if signal.thread != a && signal.thread != b => self
-                    .offer_at(
+                Some((signal, wait_site)) if signal.thread != a && signal.thread != b => {
+                    self.offer_at(
                         FindingKind::Barging,
                         &[signal, p1.acq, cur.acq],
                         &[(&[signal], cur.acq), (&[cur.acq], p1.acq)],
                         "",
                         wait_site,
-                    ),
+                    );
+                }
                 _ => {
                     // The commonest candidate, and nearly always a repeat: ask the
                     // candidate cache before building the schedule.
@@ -920,8 +968,11 @@ impl<'a> Engine<'a> {
     ///   as a1 b1 a2 b2 or b1 a1 b2 a2 (three orderings).
     ///
     /// The neighbour-only cases are left to [`Engine::critical_section_candidates`].
-    fn window_candidates(&mut self, p: [Option<CsRec>; WINDOW], cur: CsRec) {
+    /// Returns whether any candidate was new or better ranked.
+    #[inline(never)]
+    fn window_candidates(&mut self, p: [Option<CsRec>; WINDOW], cur: CsRec) -> bool {
         let b = cur.acq.thread;
+        let mut found = false;
         // Reorder past several sections of other threads.
         for j in 1..WINDOW {
             let all = (1u8 << (j + 1)) - 1;
@@ -929,7 +980,7 @@ impl<'a> Engine<'a> {
             if cur.unknown & all != all {
                 break;
             }
-            self.offer(
+            found |= self.offer(
                 FindingKind::Reorder,
                 &[pj.acq, cur.acq],
                 &[(&[cur.acq], pj.acq)],
@@ -956,11 +1007,12 @@ impl<'a> Engine<'a> {
             if (j, k) == (0, 1) || x.acq.site == y.acq.site || x.in_wait {
                 continue;
             }
-            self.offer(
+            found |= self.offer_at(
                 FindingKind::Atomicity,
                 &[x.acq, y.acq, cur.acq],
                 &[(&[x.acq], cur.acq), (&[cur.acq], y.acq)],
                 "",
+                SPLITTER_KEYED,
             );
         }
         // `cur`'s thread's Y, cur with an earlier section of another thread between.
@@ -976,21 +1028,29 @@ impl<'a> Engine<'a> {
                     {
                         continue;
                     }
-                    self.offer(
+                    found |= self.offer_at(
                         FindingKind::Atomicity,
                         &[y.acq, cur.acq, x.acq],
                         &[(&[y.acq], x.acq), (&[x.acq], cur.acq)],
                         "",
+                        SPLITTER_KEYED,
                     );
                 }
             }
         }
-        // Chains: a1 a2 b1 b2 recorded.
+        // Chains: a1 a2 b1 b2 recorded, each pair at one site (two loops handing
+        // off, as a producer and a consumer do; pairs at two sites are the
+        // atomicity shapes).
         if let [Some(b1), Some(a2), Some(a1), _] = p {
             let a = a1.acq.thread;
-            if b1.acq.thread == b && a2.acq.thread == a && a != b {
+            if b1.acq.thread == b
+                && a2.acq.thread == a
+                && a != b
+                && a1.acq.site == a2.acq.site
+                && b1.acq.site == cur.acq.site
+            {
                 if b1.unknown & 1 != 0 {
-                    self.offer(
+                    found |= self.offer(
                         FindingKind::Chain,
                         &[a1.acq, b1.acq, a2.acq, cur.acq],
                         &[
@@ -1002,7 +1062,7 @@ impl<'a> Engine<'a> {
                     );
                 }
                 if b1.unknown & 3 == 3 {
-                    self.offer(
+                    found |= self.offer(
                         FindingKind::Chain,
                         &[b1.acq, a1.acq, cur.acq, a2.acq],
                         &[
@@ -1015,14 +1075,19 @@ impl<'a> Engine<'a> {
                 }
             }
         }
+        found
     }
 
     /// Remembers a release on a non-lock object (barrier arrival, post, signal).
+    #[inline(never)]
     fn note_release(&mut self, t: u32, id: EventId) {
         if id.occurrence == 0 {
             return;
         }
         let th = &self.states[self.slot_of[t as usize] as usize];
+        if self.release_head == NO_RELEASES {
+            self.release_head = 0;
+        }
         self.recent_releases[self.release_head] = Some(RecentRelease {
             ev: id,
             slot: th.slot,
@@ -1036,6 +1101,7 @@ impl<'a> Engine<'a> {
     /// `unknown` (bits of `recent_releases`) could overtake them; of those in
     /// `unknown_starts` it did not even know the releasing thread's start, so the
     /// whole thread could start after it.
+    #[inline(never)]
     fn overtake_candidates(&mut self, cur: EventId, unknown: u8, unknown_starts: u8) {
         for j in 0..RECENT_RELEASES {
             if unknown & (1 << j) == 0 {
@@ -1067,6 +1133,7 @@ impl<'a> Engine<'a> {
     /// the exit is not ordered after by fork/join (no join of that thread, directly
     /// or through others) could come after the exit — a missing join, or a join of
     /// the wrong thread. The exit, after the main thread's checks, goes first.
+    #[inline(never)]
     fn early_exit_candidates(&mut self, exit: EventId) {
         let th = &self.states[self.slot_of[exit.thread as usize] as usize];
         let fj = th.fj_snapshot();
@@ -1087,6 +1154,7 @@ impl<'a> Engine<'a> {
 
     /// One thread's first section on a lock, before every other thread's first
     /// one: `cur -> *:KIND(OBJ)#1`.
+    #[inline(never)]
     fn offer_first_of_many(&mut self, cur: EventId, example: EventId, others: u32) {
         let every = EventId {
             thread: EVERY_OTHER_THREAD,
@@ -1368,7 +1436,7 @@ impl<'a> Engine<'a> {
         events: &[EventId],
         orderings: &[(&[EventId], EventId)],
         note: &'static str,
-    ) {
+    ) -> bool {
         self.offer_at(kind, events, orderings, note, 0)
     }
 
@@ -1379,15 +1447,27 @@ impl<'a> Engine<'a> {
         orderings: &[(&[EventId], EventId)],
         note: &'static str,
         wait_site: u64,
-    ) {
+    ) -> bool {
         if events.iter().any(|e| e.occurrence == 0) {
-            return; // an event no schedule can name: nothing to enforce
+            return false; // an event no schedule can name: nothing to enforce
         }
         self.stats.candidates_offered += 1;
-        // Keyed by every event's site: for atomicity, which code splits the pair
-        // matters (a harmless section that happened to be adjacent must not hide a
-        // mutation further away).
-        let key = DedupKey::new(kind, events);
+        // A neighbour-only atomicity candidate is about the split thread's pair of
+        // sections: which neighbour splits them does not make it another one. The
+        // window shapes key it by the splitter too (`Engine::window_candidates`):
+        // a harmless section that happened to be adjacent must not hide a mutation
+        // further away.
+        let keyed = if kind == FindingKind::Atomicity && wait_site != SPLITTER_KEYED {
+            &events[..2]
+        } else {
+            events
+        };
+        let key = DedupKey::new(kind, keyed);
+        let wait_site = if wait_site == SPLITTER_KEYED {
+            0
+        } else {
+            wait_site
+        };
         let rank = quick_rank(events);
         self.found.offer(
             key,
@@ -1399,7 +1479,7 @@ impl<'a> Engine<'a> {
                 note,
                 wait_site,
             },
-        );
+        )
     }
 
     /// Ends the pass: closes the lock-order graph into deadlock findings and drops
@@ -1431,6 +1511,7 @@ impl<'a> Engine<'a> {
 /// and when at least [`MANY_THREADS`] other threads had their first section before
 /// and the thread knew of none of them (before joining the lock's release), returns
 /// how many, with the first of them.
+#[inline(never)]
 fn first_of_many(
     lock: &mut LockState,
     vc: &VectorClock,

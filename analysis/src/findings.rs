@@ -92,8 +92,8 @@ pub struct FindingSet {
 impl FindingSet {
     /// Offers a candidate given as slices: stored when new, or copied over the kept
     /// instance (reusing its allocations) when better ranked, so repeats cost a hash
-    /// lookup and nothing else.
-    pub fn offer(&mut self, key: DedupKey, rank: Rank, c: &Candidate<'_>) {
+    /// lookup and nothing else. Returns whether the set changed.
+    pub fn offer(&mut self, key: DedupKey, rank: Rank, c: &Candidate<'_>) -> bool {
         let Candidate {
             kind,
             events,
@@ -104,7 +104,7 @@ impl FindingSet {
         let slot = key.quick_hash() % RECENT;
         if let Some(Some((k, r))) = self.recent.get(slot) {
             if k.same(&key) && *r <= rank {
-                return;
+                return false;
             }
         }
         if self.recent.is_empty() {
@@ -113,6 +113,7 @@ impl FindingSet {
         match self.index.get(&key) {
             Some(&i) if self.items[i].0 <= rank => {
                 self.recent[slot] = Some((key, self.items[i].0));
+                false
             }
             Some(&i) => {
                 let (r, f) = &mut self.items[i];
@@ -131,6 +132,7 @@ impl FindingSet {
                 f.note = note;
                 f.wait_site = wait_site;
                 self.recent[slot] = Some((key, rank));
+                true
             }
             None => {
                 self.index.insert(key, self.items.len());
@@ -149,6 +151,7 @@ impl FindingSet {
                 };
                 self.items.push((rank, f));
                 self.recent[slot] = Some((key, rank));
+                true
             }
         }
     }
