@@ -387,6 +387,25 @@ fn cxx_std_mutex_is_seen_through_pthread(probes: &str) {
     let each = counts(&[("1", 2000), ("2", 2000), ("3", 2000), ("4", 2000)]);
     assert_eq!(count_by_thread(&events, "mutex_lock", &m), each);
     assert_eq!(count_by_thread(&events, "mutex_unlock", &m), each);
+    // std::mutex::lock inlines libstdc++'s __gthread_mutex_lock into the caller:
+    // the site is the program's own line, the JSON keeps the inline chain.
+    let lock = events
+        .iter()
+        .find(|e| e["kind"] == "mutex_lock" && e["addr"] == m.as_str())
+        .unwrap();
+    let site = lock["site"].as_str().unwrap();
+    assert!(site.contains("(record_cxx_mutex.cpp:"), "{lock}");
+    let chain: Vec<&str> = lock["site_chain"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no site_chain: {lock}"))
+        .iter()
+        .map(|f| f.as_str().unwrap())
+        .collect();
+    assert!(chain[0].contains("gthr-default.h"), "{chain:?}");
+    assert!(
+        chain.iter().any(|f| f.contains("record_cxx_mutex.cpp:")),
+        "{chain:?}"
+    );
 }
 
 fn rust_std_mutex_contention_shows_as_futex_events(probes: &str) {
