@@ -1249,3 +1249,50 @@ fn an_existing_trace_is_replaced_only_with_force() {
     );
     assert!(dump_json(&trace).iter().any(|e| e["kind"] == "thread_exit"));
 }
+
+/// CAP_BPF and CAP_PERFMON are enough to record (README): a non-root user holding
+/// only those two, as ambient capabilities, records a symbolized trace on both
+/// paths; without them the error says exactly what is missing.
+#[test]
+fn cap_bpf_and_cap_perfmon_are_enough_to_record() {
+    if !have_root("cap_bpf_and_cap_perfmon_are_enough_to_record") {
+        return;
+    }
+    let program = build_program("record_short");
+    let dir = scratch("unprivileged");
+    // `nobody` writes its traces here.
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    let as_nobody = |caps: &str, probes: &str, trace: &std::path::Path| {
+        Command::new("setpriv")
+            .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups"])
+            .arg(format!("--inh-caps={caps}"))
+            .arg(format!("--ambient-caps={caps}"))
+            .arg(ordo())
+            .args(["record", "--probes", probes, "-o"])
+            .arg(trace)
+            .arg("--")
+            .arg(&program)
+            .output()
+            .expect("run setpriv (util-linux)")
+    };
+    for probes in ["ebpf", "inproc"] {
+        let trace = dir.join(format!("{probes}.ordo"));
+        let out = as_nobody("+bpf,+perfmon", probes, &trace);
+        assert!(
+            out.status.success(),
+            "{probes}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let events = dump_json(&trace);
+        let locks = events
+            .iter()
+            .filter(|e| e["kind"] == "mutex_lock" && e["object"] == "short_lock")
+            .count();
+        assert_eq!(locks, 2, "{probes}");
+    }
+    let out = as_nobody("-all", "auto", &dir.join("none.ordo"));
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("CAP_BPF and CAP_PERFMON"), "{err}");
+}
