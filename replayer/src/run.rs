@@ -20,6 +20,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
+use ordo_recorder::inproc::InprocMapping;
 use ordo_recorder::launch::{self, ChildOutput};
 use ordo_recorder::{RecordOptions, Recording};
 use ordo_schedule::{Checker, EventNamer, Schedule};
@@ -302,18 +303,30 @@ pub fn replay(options: &ReplayOptions) -> Result<ReplayOutcome> {
         env.push((shm::ENV_STDOUT_TO_STDERR.into(), "1".into()));
     }
 
-    let stopped = launch::spawn_stopped_redirected(&options.command, &env, false, &[], output)?;
+    // `--record`: the replay is recorded in process by the same agent (see
+    // docs/REPLAY.md, "Recording a replay"): call sites are the program's, and the
+    // agent's own work (its loader calls, its gates' futexes) is never recorded.
+    let mut record_options = None;
+    let mut inherit = Vec::new();
+    if let Some(out) = &options.record {
+        let mut record = RecordOptions::new(
+            out.clone(),
+            options.buffer_size,
+            options.command.clone(),
+            false,
+        );
+        record.inputs.push(path.clone());
+        let mapping = std::sync::Arc::new(InprocMapping::create()?);
+        env.push(mapping.env());
+        inherit.push(mapping.raw_fd());
+        record.inproc = Some(mapping);
+        record_options = Some(record);
+    }
+    let stopped =
+        launch::spawn_stopped_redirected(&options.command, &env, false, &inherit, output)?;
     let pid = stopped.pid();
-    let recording = match &options.record {
-        Some(out) => {
-            let record_options = RecordOptions::new(
-                out.clone(),
-                options.buffer_size,
-                options.command.clone(),
-                false,
-            );
-            Some(Recording::start(pid, &record_options).context("record the replay")?)
-        }
+    let recording = match &record_options {
+        Some(record) => Some(Recording::start(pid, record).context("record the replay")?),
         None => None,
     };
     let start = Instant::now();
@@ -350,14 +363,9 @@ pub fn replay(options: &ReplayOptions) -> Result<ReplayOutcome> {
     }
 
     // What the agent saw, in its order stamps.
-    let mut done: Vec<(u64, usize)> = (0..plan.events.len())
-        .filter(|&i| sh.events[i].done.load(Ordering::Acquire) != 0)
-        .map(|i| (sh.events[i].stamp.load(Ordering::Relaxed), i))
-        .collect();
-    done.sort();
     let mut checker = Checker::new(&options.schedule);
-    for (_, i) in &done {
-        checker.observe(&plan.events[*i].event);
+    for event in plan.observed(sh) {
+        checker.observe(&event);
     }
     let mut report = checker.report();
     let mut verified_by_recording = false;
