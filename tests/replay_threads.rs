@@ -41,6 +41,23 @@ fn star_orders_the_last_of_1024_threads_before_all_others() {
     assert_followed(&json);
     assert!(started.elapsed().as_secs() < 10, "{:?}", started.elapsed());
 
+    // Passive mode checks the `*` per thread: a free run lets the threads created
+    // before thread 1024 lock first (each is a violation, named by its thread).
+    let (code, json) = replay_json(&["--check"], &schedule("replay_many"), &program);
+    assert_eq!(
+        (code, json["verdict"].as_str()),
+        (0, Some("passed")),
+        "{json}"
+    );
+    assert_eq!(json["schedule_held"], false, "{json}");
+    let violated = json["violated"].as_array().unwrap();
+    assert!(
+        violated[0].as_str().unwrap().contains(
+            ":mutex_lock(line_lock)#1 (from `1024:mutex_unlock(line_lock)#1 -> *:mutex_lock(line_lock)#1`)"
+        ),
+        "{json}"
+    );
+
     // The same for the first thread: it is excluded from its own `*`.
     let dir = scratch("star_first_thread");
     let first = write_schedule(

@@ -18,7 +18,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use ordo_recorder::inproc::InprocMapping;
-use ordo_recorder::{launch, spawn_stopped_inheriting, RecordOptions, Recording};
+use ordo_recorder::{
+    launch, snapshot_after_exec, spawn_stopped_inheriting, RecordOptions, Recording,
+};
 use ordo_schedule::{Checker, EventNamer, Schedule};
 use ordo_trace::symbolize::Symbolizer;
 use ordo_trace::{global_order, read_trace, Kind, LogicalId, ReadMode};
@@ -255,6 +257,11 @@ pub fn replay(options: &ReplayOptions) -> Result<ReplayOutcome> {
     };
     let start = Instant::now();
     let mut child = stopped.release()?;
+    if let Some(recording) = &recording {
+        // The agent also waits (briefly) for the recorder to read the modules; this
+        // makes sure a replay that ends at once still leaves a symbolized trace.
+        snapshot_after_exec(recording, pid, false);
+    }
     let (end, held) = watch(&mut child, pid, &memory, &plan, options, start)?;
     let elapsed = start.elapsed();
     let status = match &end {
@@ -297,6 +304,11 @@ pub fn replay(options: &ReplayOptions) -> Result<ReplayOutcome> {
     if let (Some(out), Some(summary)) = (&options.record, &summary) {
         let (reader, events) =
             read_trace(out, ReadMode::Salvage).map_err(|e| anyhow::anyhow!("{e}"))?;
+        if reader.modules.is_empty() {
+            warnings.push(
+                "the recording has no module map (the program's symbols are unknown): orderings on named objects cannot be checked on it".to_string(),
+            );
+        }
         let symbolizer = Symbolizer::new(&reader.modules);
         let mut namer = EventNamer::new(&reader.threads, &symbolizer);
         let ordered = global_order(events);
