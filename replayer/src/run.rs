@@ -256,12 +256,20 @@ pub fn replay(options: &ReplayOptions) -> Result<ReplayOutcome> {
         None => None,
     };
     let start = Instant::now();
-    let mut child = stopped.release()?;
-    if let Some(recording) = &recording {
-        // The agent also waits (briefly) for the recorder to read the modules; this
-        // makes sure a replay that ends at once still leaves a symbolized trace.
-        snapshot_after_exec(recording, pid, false);
-    }
+    let mut child = match &recording {
+        Some(recording) => {
+            // As `ordo record` does: the module map is read while the program is
+            // held at its entry point, so a replay that is over at once still
+            // leaves a symbolized trace (names in the check depend on it).
+            let (child, held) =
+                stopped.release_held_at_entry(&mut || recording.snapshot_modules())?;
+            if held == launch::EntryStop::NotHeld {
+                snapshot_after_exec(recording, pid, false);
+            }
+            child
+        }
+        None => stopped.release()?,
+    };
     let (end, held) = watch(&mut child, pid, &memory, &plan, options, start)?;
     let elapsed = start.elapsed();
     let status = match &end {
