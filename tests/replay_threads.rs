@@ -110,8 +110,23 @@ fn thread_start_is_held_in_the_child_while_its_parent_goes_on() {
         );
         assert_followed(&json);
     }
-    // And the other order, for contrast: the worker reads before main publishes.
+    // The same through `*`: every thread but main starts after main's unlock.
     let dir = scratch("thread_start_child");
+    let star = write_schedule(
+        &dir,
+        "star.sched",
+        "0:mutex_unlock(setting_lock)#1 -> *:thread_start()#1\n",
+    );
+    for _ in 0..3 {
+        let (code, json) = replay_json(&[], &star, &program);
+        assert_eq!(
+            (code, json["verdict"].as_str()),
+            (1, Some("reproduced")),
+            "{json}"
+        );
+        assert_followed(&json);
+    }
+    // And the other order, for contrast: the worker reads before main publishes.
     let before = write_schedule(
         &dir,
         "before.sched",
