@@ -33,6 +33,8 @@ static void *producer(void *arg) {
     stage = 1;
     pthread_cond_signal(&ready_cv);
     pthread_mutex_unlock(&m);
+    // Let a waiting consumer reacquire the mutex before the second section.
+    usleep(10000);
     pthread_mutex_lock(&m);
     stage = 2;
     pthread_mutex_unlock(&m);
