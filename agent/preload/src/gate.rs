@@ -221,9 +221,16 @@ pub(crate) unsafe fn start(fd: c_int) {
     resolve_symbols(sh);
     pthread_atfork(None, None, Some(after_fork_in_child));
     ACTIVE.store(true, Release);
-    sh.attached.store(1, Release);
+    sh.attached.store(ATTACHED_STARTED, Release);
     // The main thread is `0`.
     thread_begin(0, [0; MAX_DEPTH]);
+}
+
+/// The program's `main` is about to run: the runtimes it links started.
+pub(crate) fn main_entered() {
+    if ACTIVE.load(Relaxed) {
+        shared().attached.store(ATTACHED_IN_MAIN, Release);
+    }
 }
 
 /// The program returned from `main` (the agent's destructor runs).

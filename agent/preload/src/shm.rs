@@ -43,6 +43,11 @@ pub const FLAG_CHECK_ONLY: u32 = 1;
 /// `flags`: the driver released every gate (the run continues freely).
 pub const FLAG_RELEASED: u32 = 2;
 
+/// `Shared::attached`: the agent attached in the target process.
+pub const ATTACHED_STARTED: u32 = 1;
+/// `Shared::attached`: the program's `main` was entered (its runtimes started).
+pub const ATTACHED_IN_MAIN: u32 = 2;
+
 /// `PlanEvent::object_kind`: no object.
 pub const OBJ_NONE: u8 = 0;
 /// `PlanEvent::object_kind`: `@K`, `object` = K.
@@ -219,7 +224,9 @@ pub struct Shared {
     pub kmax: [u32; FAMILIES],
     /// Slots handed out (agent).
     pub n_slots: AtomicU32,
-    /// Nonzero once the agent attached in the target (agent).
+    /// How far the program got (agent): 0 the agent never started,
+    /// `ATTACHED_STARTED` once it attached in the target, `ATTACHED_IN_MAIN` once
+    /// the program's `main` was entered.
     pub attached: AtomicU32,
     /// Load bias of the main executable (agent).
     pub main_base: AtomicU64,
