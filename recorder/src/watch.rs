@@ -79,5 +79,5 @@ mod uprobe;
 mod tests;
 
 pub use resolve::{resolve, ResolvedWatch, Resolver};
-pub use sites::{plan_sites, PlannedSite, ProbePoint, Relocate, WatchPlan};
+pub use sites::{access_ending_at, plan_sites, PlannedSite, ProbePoint, Relocate, WatchPlan};
 pub use spec::{WatchSpec, WatchTarget, MAX_WATCH_SIZE};

@@ -17,12 +17,13 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use ordo_recorder::{launch, spawn_stopped, RecordOptions, Recording};
+use ordo_recorder::{launch, spawn_stopped_with, watching, RecordOptions, Recording};
 use ordo_schedule::{Checker, EventNamer, Schedule};
 use ordo_trace::symbolize::Symbolizer;
 use ordo_trace::{global_order, read_trace, Kind, LogicalId, ReadMode};
 use serde_json::json;
 
+use crate::access::{plan_access_sites, AccessWatches};
 use crate::plan::Plan;
 use crate::shared::SharedMemory;
 use crate::shm;
@@ -70,6 +71,9 @@ pub struct ReplayOptions {
     pub buffer_size: usize,
     /// Send the program's stdout to stderr (keeps stdout for a machine-readable outcome).
     pub stdout_to_stderr: bool,
+    /// Where the instruction sites of the variables access events name come from
+    /// (`--watch`, `--watch-hw`, `--sites-from`).
+    pub watches: AccessWatches,
 }
 
 /// The outcome class.
@@ -212,11 +216,11 @@ pub fn replay(options: &ReplayOptions) -> Result<ReplayOutcome> {
         bail!("{}: statically linked: the replay agent can only be preloaded into dynamically linked programs", path.display());
     }
     let check_only = options.mode == Mode::Check;
-    if check_only && options.record.is_none() {
-        // Without a recording, the agent is the only observer: it must see every event.
-        Plan::compile(&options.schedule, &path, false)?;
-    }
-    let plan = Plan::compile(&options.schedule, &path, options.record.is_some())?;
+    let mut plan = Plan::compile(&options.schedule, &path)?;
+    // Access events need armed instruction sites, except in a passive check that a
+    // recording verifies.
+    let required = !(check_only && options.record.is_some());
+    let mut warnings = plan_access_sites(&mut plan, &path, &options.watches, required)?;
     let mut memory = SharedMemory::create()?;
     plan.write_to(memory.get_mut(), check_only);
     let agent = AgentFile::write()?;
@@ -227,18 +231,28 @@ pub fn replay(options: &ReplayOptions) -> Result<ReplayOutcome> {
         env.push((shm::ENV_STDOUT_TO_STDERR.into(), "1".into()));
     }
 
-    let stopped = spawn_stopped(&options.command, &env)?;
-    let pid = stopped.pid();
-    let recording = match &options.record {
+    let record_options = match &options.record {
         Some(out) => {
-            let record_options = RecordOptions::new(
+            let mut record_options = RecordOptions::new(
                 out.clone(),
                 options.buffer_size,
                 options.command.clone(),
                 false,
             );
-            Some(Recording::start(pid, &record_options).context("record the replay")?)
+            record_accesses(&mut record_options, &plan, &path, &options.watches)?;
+            Some(record_options)
         }
+        None => None,
+    };
+    // A hardware watch in the recording needs the program's addresses before it
+    // starts: no ASLR, as `ordo record` does.
+    let no_aslr = record_options
+        .as_ref()
+        .is_some_and(|r| !r.hw_watches.is_empty());
+    let stopped = spawn_stopped_with(&options.command, &env, no_aslr)?;
+    let pid = stopped.pid();
+    let recording = match &record_options {
+        Some(r) => Some(Recording::start(pid, r).context("record the replay")?),
         None => None,
     };
     let start = Instant::now();
@@ -259,7 +273,6 @@ pub fn replay(options: &ReplayOptions) -> Result<ReplayOutcome> {
     drop(agent);
 
     let sh = memory.get();
-    let mut warnings = Vec::new();
     if sh.attached.load(Ordering::Acquire) == 0 && !options.schedule.is_empty() {
         warnings
             .push("the replay agent never started in the program: nothing was gated".to_string());
@@ -368,6 +381,51 @@ pub fn replay(options: &ReplayOptions) -> Result<ReplayOutcome> {
         elapsed,
         trace: options.record.clone(),
     })
+}
+
+/// Adds the schedule's variables to the replay's recording, so the check on the
+/// recording sees the accesses it orders: the `--watch` specs, the variables the
+/// schedule names (as `--watch`), and the `--watch-hw` specs (hardware watchpoints,
+/// at the addresses of a run without ASLR).
+fn record_accesses(
+    record: &mut RecordOptions,
+    plan: &Plan,
+    program: &Path,
+    watches: &AccessWatches,
+) -> Result<()> {
+    let mut watch = watches.watch.clone();
+    for s in &plan.symbols {
+        let named = plan
+            .events
+            .iter()
+            .any(|e| e.event.kind.is_access() && e.event.object.to_string() == s.text);
+        let hw = watches.watch_hw.iter().any(|h| h.split(':').next() == Some(&s.text));
+        let given = watch.iter().any(|w| {
+            w.split(':').next() == Some(&s.text) || w.split(':').next() == Some(&s.name)
+        });
+        if named && !hw && !given {
+            watch.push(if s.offset == 0 {
+                s.text.clone()
+            } else {
+                format!("{}:1", s.text)
+            });
+        }
+    }
+    let libs = launch::needed_libraries(program);
+    let pie = watching::is_pie(program);
+    let main_binary = std::fs::canonicalize(program).unwrap_or(program.to_path_buf());
+    let bias = |module: &Path| -> Option<u64> {
+        (std::fs::canonicalize(module).ok()? == main_binary).then_some(if pie {
+            launch::NO_ASLR_PIE_BASE
+        } else {
+            0
+        })
+    };
+    let setup = watching::plan(&watch, &watches.watch_hw, program, &libs, &bias)
+        .context("watch the schedule's variables in the recording")?;
+    record.watch_sites = setup.sites;
+    record.hw_watches = setup.hw;
+    Ok(())
 }
 
 /// Watches the running program until it ends or is stuck; returns how it ended and

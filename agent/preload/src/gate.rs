@@ -138,7 +138,7 @@ fn thread_asleep(tid: u32) -> bool {
     }
 }
 
-fn shared() -> &'static Shared {
+pub(crate) fn shared() -> &'static Shared {
     // SAFETY: only called while ACTIVE, after SHARED was set to a live mapping that is
     // never unmapped.
     unsafe { &*SHARED.load(Relaxed) }
@@ -274,6 +274,7 @@ pub(crate) fn thread_begin(depth: u32, path: [u32; MAX_DEPTH]) {
         c.gate(kind::THREAD_START, 0, GateObject::Any);
         c.happened(kind::THREAD_START, 0, None);
     }
+    crate::trap::arm_thread();
 }
 
 /// A thread ends (its routine returned, it called `pthread_exit`, or main returned).
@@ -489,6 +490,17 @@ impl Caller {
                 }
             }
         }
+    }
+
+    /// Whether this thread's next event of `kind` on `addr` (a symbol) is the
+    /// occurrence some named event waits for.
+    pub(crate) fn completes_occurrence(&self, kind: u16, addr: u64) -> bool {
+        let Some(t) = self.plan() else { return false };
+        self.events(t).iter().any(|e| {
+            e.kind == kind
+                && e.count.load(Relaxed) + 1 == e.occurrence
+                && self.matches(e, None, addr, GateObject::Addr)
+        })
     }
 
     /// An order stamp taken before a call, for kinds stamped at entry.

@@ -1,0 +1,310 @@
+//! Memory-access gates, driver half: the instructions the agent arms for the
+//! `read`/`write`/`rmw` events a schedule names.
+//!
+//! For every variable an access event names, the driver resolves it in the program
+//! (the same resolver as `ordo record --watch`) and lists the instructions that can
+//! access it: the watch planner's statically decoded sites, plus — for variables
+//! reached through pointers, which decoding cannot follow — the sites recorded in a
+//! trace of the program (`--sites-from`; a hardware watchpoint records the
+//! instruction after the access, so the accessing one is decoded back from it).
+//! Each thread named by an access event arms the sites of the kinds and variables it
+//! names, one x86 debug register each: more than [`shm::MAX_ARMED_SITES`] in one
+//! thread is an error before the program starts. The agent's side is
+//! `agent/preload/src/trap.rs`.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use anyhow::{anyhow, bail, Result};
+use ordo_probe_common::WatchSite;
+use ordo_recorder::launch;
+use ordo_recorder::watch::{
+    access_ending_at, plan_sites, PlannedSite, ResolvedWatch, Resolver, WatchSpec, WatchTarget,
+};
+use ordo_schedule::ObjectRef;
+use ordo_trace::symbolize::Symbolizer;
+use ordo_trace::{read_trace, Kind, ReadMode};
+
+use crate::plan::Plan;
+use crate::shm;
+
+/// Where the instructions of watched variables come from.
+#[derive(Clone, Debug, Default)]
+pub struct AccessWatches {
+    /// `--watch` specs: sizes and fields for the variables the schedule names (a
+    /// variable the schedule names needs no spec: its whole extent is used).
+    pub watch: Vec<String>,
+    /// `--watch-hw` specs: variables also reached through pointers. Their sites
+    /// come from a recording (`sites_from`), besides the decoded ones.
+    pub watch_hw: Vec<String>,
+    /// A recording of the program whose recorded access sites are armed too.
+    pub sites_from: Option<PathBuf>,
+}
+
+/// One instruction the agent may arm.
+#[derive(Clone, Debug)]
+pub struct AccessSite {
+    /// The instruction and its operand, link-time addresses of the main executable;
+    /// `site.ip` is the accessing instruction.
+    pub site: WatchSite,
+    /// Index into [`Plan::symbols`]: the variable.
+    pub symbol: usize,
+    /// The kind the schedule's events of this site count as.
+    pub kind: Kind,
+    /// The operand goes through registers: the agent checks the address it reaches.
+    pub via_register: bool,
+    /// The instruction, for messages.
+    pub instruction: String,
+}
+
+/// Finds the sites of every variable the plan's access events name, and which
+/// sites each named thread arms. With `required`, an access event no site can serve
+/// is an error; without (a passive check on a recording), it is left to the
+/// recording.
+pub fn plan_access_sites(
+    plan: &mut Plan,
+    program: &Path,
+    watches: &AccessWatches,
+    required: bool,
+) -> Result<Vec<String>> {
+    let mut notes = Vec::new();
+    let accesses: Vec<usize> = (0..plan.events.len())
+        .filter(|&i| plan.events[i].event.kind.is_access())
+        .collect();
+    if accesses.is_empty() {
+        return Ok(notes);
+    }
+    for &i in &accesses {
+        let e = &plan.events[i].event;
+        if !matches!(e.object, ObjectRef::Symbol(_)) {
+            bail!(
+                "`{e}`: name the variable (`read(flag)`): the replayer gates accesses of variables it can \
+                 resolve by name, and `@K` of watched variables is not counted in replay"
+            );
+        }
+    }
+    let libs = launch::needed_libraries(program);
+    let mut resolver = Resolver::new(program, &libs).map_err(|e| anyhow!("{e}"))?;
+    let main_binary = std::fs::canonicalize(program).unwrap_or_else(|_| program.to_path_buf());
+    let specs = |list: &[String], option: &str| -> Result<Vec<(String, WatchSpec)>> {
+        list.iter()
+            .map(|t| {
+                WatchSpec::parse(t)
+                    .map(|s| (t.clone(), s))
+                    .map_err(|e| anyhow!("{option} {t}: {e}"))
+            })
+            .collect()
+    };
+    let mut given: Vec<(bool, ResolvedWatch)> = Vec::new();
+    for (hw, option, list) in [
+        (false, "--watch", &watches.watch),
+        (true, "--watch-hw", &watches.watch_hw),
+    ] {
+        for (text, spec) in specs(list, option)? {
+            let resolved = resolver
+                .resolve(&spec)
+                .map_err(|e| anyhow!("{option} {text}: {e}"))?;
+            given.push((hw, resolved));
+        }
+    }
+    let mut recorded: Option<Vec<(String, Kind, String, u64)>> = None;
+    let mut sites: Vec<AccessSite> = Vec::new();
+    let variables: BTreeSet<String> = accesses
+        .iter()
+        .map(|&i| plan.events[i].event.object.to_string())
+        .collect();
+    for text in &variables {
+        let object = ObjectRef::Symbol(text.clone());
+        let (name, offset) = object.symbol_parts().unwrap_or((text.as_str(), 0));
+        let symbol = plan
+            .symbols
+            .iter()
+            .position(|s| &s.text == text)
+            .ok_or_else(|| anyhow!("`{text}`: not among the plan's symbols"))?;
+        let spec = WatchSpec {
+            target: WatchTarget::Symbol(name.to_string()),
+            offset,
+            size: (offset != 0).then_some(1),
+        };
+        let mut resolved = resolver
+            .resolve(&spec)
+            .map_err(|e| anyhow!("schedule variable `{text}`: {e}"))?;
+        let mut hw = false;
+        if let Some((is_hw, g)) = given
+            .iter()
+            .find(|(_, g)| g.module == resolved.module && g.vaddr == resolved.vaddr)
+        {
+            hw = *is_hw;
+            resolved = g.clone();
+        }
+        if std::fs::canonicalize(&resolved.module).unwrap_or(resolved.module.clone())
+            != main_binary
+        {
+            bail!(
+                "schedule variable `{text}` is in {}: only variables of the program itself can be gated",
+                resolved.module.display()
+            );
+        }
+        let planned = plan_sites(&resolved).map_err(|e| anyhow!("`{text}`: {e}"))?;
+        let mut found: Vec<AccessSite> = planned
+            .sites
+            .iter()
+            .chain(planned.unprobeable.iter())
+            .filter_map(|p| access_site(p, symbol, None))
+            .collect();
+        let static_ips: BTreeSet<u64> = planned
+            .sites
+            .iter()
+            .flat_map(|p| [p.access_ip, p.site.ip])
+            .collect();
+        if hw || watches.sites_from.is_some() {
+            let Some(trace) = &watches.sites_from else {
+                bail!(
+                    "--watch-hw {text}: accesses through pointers are gated at the sites a recording saw: \
+                     add --sites-from TRACE (a recording of the program with --watch-hw {text})"
+                );
+            };
+            if recorded.is_none() {
+                recorded = Some(recorded_sites(trace)?);
+            }
+            let program_name = main_binary
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            let mut seen = BTreeSet::new();
+            for (var, kind, module, vaddr) in recorded.iter().flatten() {
+                if var != text || *module != program_name || static_ips.contains(vaddr) {
+                    continue;
+                }
+                if !seen.insert((*kind, *vaddr)) {
+                    continue;
+                }
+                let decoded = access_ending_at(&resolved, *vaddr).map_err(|e| anyhow!("{e}"))?;
+                let Some(p) = decoded else {
+                    notes.push(format!(
+                        "warning: {}: the recorded access site {vaddr:#x} of `{text}` is not after a decodable access; not armed",
+                        trace.display()
+                    ));
+                    continue;
+                };
+                if let Some(site) = access_site(&p, symbol, Some(*kind)) {
+                    if !found
+                        .iter()
+                        .any(|f| f.site.ip == site.site.ip && f.kind == site.kind)
+                    {
+                        found.push(site);
+                    }
+                }
+            }
+        }
+        sites.extend(found);
+    }
+    // What each named thread arms.
+    let mut arm: Vec<Vec<usize>> = vec![Vec::new(); plan.threads.len()];
+    for &i in &accesses {
+        let e = &plan.events[i];
+        let symbol = plan
+            .symbols
+            .iter()
+            .position(|s| s.text == e.event.object.to_string())
+            .unwrap_or(usize::MAX);
+        let serving: Vec<usize> = (0..sites.len())
+            .filter(|&s| sites[s].symbol == symbol && sites[s].kind == e.event.kind)
+            .collect();
+        if serving.is_empty() {
+            if !required {
+                continue;
+            }
+            bail!(
+                "`{}`: no instruction of {} {} `{}` (found by decoding the program{}); \
+                 for accesses through pointers record with --watch-hw and pass that trace as --sites-from",
+                e.event,
+                program.display(),
+                match e.event.kind {
+                    Kind::Read => "reads",
+                    Kind::Write => "writes",
+                    _ => "read-modify-writes",
+                },
+                e.event.object,
+                if watches.sites_from.is_some() {
+                    " or in the recording"
+                } else {
+                    ""
+                }
+            );
+        }
+        for s in serving {
+            if !arm[e.thread].contains(&s) {
+                arm[e.thread].push(s);
+            }
+        }
+    }
+    for (t, list) in arm.iter().enumerate() {
+        if list.len() > shm::MAX_ARMED_SITES {
+            let what: Vec<String> = list
+                .iter()
+                .map(|&s| {
+                    format!(
+                        "{} {} at {:#x} (`{}`)",
+                        sites[s].kind.name(),
+                        plan.symbols[sites[s].symbol].text,
+                        sites[s].site.ip,
+                        sites[s].instruction
+                    )
+                })
+                .collect();
+            bail!(
+                "thread {} would arm {} instruction sites, but x86 has {} debug registers per thread: {}; \
+                 name fewer access kinds or variables for this thread",
+                plan.threads[t],
+                list.len(),
+                shm::MAX_ARMED_SITES,
+                what.join(", ")
+            );
+        }
+    }
+    if sites.len() > shm::MAX_ACCESS_SITES {
+        bail!(
+            "the schedule's variables have {} access sites; the replayer handles at most {}",
+            sites.len(),
+            shm::MAX_ACCESS_SITES
+        );
+    }
+    plan.sites = sites;
+    plan.arm = arm;
+    Ok(notes)
+}
+
+fn access_site(p: &PlannedSite, symbol: usize, kind: Option<Kind>) -> Option<AccessSite> {
+    let kind = kind.or_else(|| Kind::from_code(p.site.access as u16))?;
+    let mut site = p.site;
+    // Armed on the accessing instruction itself, wherever a uprobe would sit.
+    site.ip = p.access_ip;
+    Some(AccessSite {
+        site,
+        symbol,
+        kind,
+        via_register: p.via_register,
+        instruction: p.instruction.clone(),
+    })
+}
+
+/// (variable name, kind, module file name, link-time site) of every recorded access.
+fn recorded_sites(trace: &Path) -> Result<Vec<(String, Kind, String, u64)>> {
+    let (reader, events) = read_trace(trace, ReadMode::Salvage)
+        .map_err(|e| anyhow!("--sites-from {}: {e}", trace.display()))?;
+    let symbolizer = Symbolizer::new(&reader.modules);
+    let mut out = Vec::new();
+    let mut seen = BTreeSet::new();
+    for e in events.iter().filter(|e| e.kind.is_access()) {
+        if !seen.insert((e.kind as u16, e.addr, e.site)) {
+            continue;
+        }
+        let (Some(var), Some(loc)) = (symbolizer.data_name(e.addr), symbolizer.locate(e.site, false))
+        else {
+            continue;
+        };
+        out.push((var, e.kind, loc.module, loc.offset));
+    }
+    Ok(out)
+}
