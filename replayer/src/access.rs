@@ -137,8 +137,7 @@ pub fn plan_access_sites(
             hw = *is_hw;
             resolved = g.clone();
         }
-        if std::fs::canonicalize(&resolved.module).unwrap_or(resolved.module.clone())
-            != main_binary
+        if std::fs::canonicalize(&resolved.module).unwrap_or(resolved.module.clone()) != main_binary
         {
             bail!(
                 "schedule variable `{text}` is in {}: only variables of the program itself can be gated",
@@ -300,8 +299,10 @@ fn recorded_sites(trace: &Path) -> Result<Vec<(String, Kind, String, u64)>> {
         if !seen.insert((e.kind as u16, e.addr, e.site)) {
             continue;
         }
-        let (Some(var), Some(loc)) = (symbolizer.data_name(e.addr), symbolizer.locate(e.site, false))
-        else {
+        let (Some(var), Some(loc)) = (
+            symbolizer.data_name(e.addr),
+            symbolizer.locate(e.site, false),
+        ) else {
             continue;
         };
         out.push((var, e.kind, loc.module, loc.offset));

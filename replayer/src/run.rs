@@ -399,10 +399,13 @@ fn record_accesses(
             .events
             .iter()
             .any(|e| e.event.kind.is_access() && e.event.object.to_string() == s.text);
-        let hw = watches.watch_hw.iter().any(|h| h.split(':').next() == Some(&s.text));
-        let given = watch.iter().any(|w| {
-            w.split(':').next() == Some(&s.text) || w.split(':').next() == Some(&s.name)
-        });
+        let hw = watches
+            .watch_hw
+            .iter()
+            .any(|h| h.split(':').next() == Some(&s.text));
+        let given = watch
+            .iter()
+            .any(|w| w.split(':').next() == Some(&s.text) || w.split(':').next() == Some(&s.name));
         if named && !hw && !given {
             watch.push(if s.offset == 0 {
                 s.text.clone()

@@ -291,7 +291,12 @@ unsafe extern "C" fn on_sigtrap(sig: c_int, info: *mut c_void, ctx: *mut c_void)
             sigaction(SIGTRAP, std::ptr::addr_of!(PREVIOUS), std::ptr::null_mut());
             if previous.handler == 0 {
                 let pid = raw_syscall3(39 /* getpid */, 0, 0, 0);
-                raw_syscall3(234 /* tgkill */, pid, crate::tid() as isize, SIGTRAP as isize);
+                raw_syscall3(
+                    234, /* tgkill */
+                    pid,
+                    crate::tid() as isize,
+                    SIGTRAP as isize,
+                );
             }
         }
         h if previous.flags & SA_SIGINFO != 0 => {

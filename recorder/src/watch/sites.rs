@@ -708,7 +708,10 @@ pub fn access_ending_at(watch: &ResolvedWatch, after: u64) -> Result<Option<Plan
             .then(|| {
                 let from = (start - base) as usize;
                 let to = (after - base) as usize;
-                Some((offset + from as u64, data.get(offset as usize + from..offset as usize + to)?))
+                Some((
+                    offset + from as u64,
+                    data.get(offset as usize + from..offset as usize + to)?,
+                ))
             })
             .flatten()
     }) else {
@@ -733,8 +736,10 @@ pub fn access_ending_at(watch: &ResolvedWatch, after: u64) -> Result<Option<Plan
         };
         let atomic =
             access == kind::RMW && (instr.has_lock_prefix() || instr.mnemonic() == Mnemonic::Xchg);
-        let fixed = matches!(memory.base(), Register::None | Register::RIP | Register::EIP)
-            && memory.index() == Register::None;
+        let fixed = matches!(
+            memory.base(),
+            Register::None | Register::RIP | Register::EIP
+        ) && memory.index() == Register::None;
         let mut site = WatchSite {
             watch_addr: watch.vaddr,
             watch_len: watch.size,
