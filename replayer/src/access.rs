@@ -21,7 +21,7 @@ use ordo_recorder::launch;
 use ordo_recorder::watch::{
     access_ending_at, plan_sites, PlannedSite, ResolvedWatch, Resolver, WatchSpec, WatchTarget,
 };
-use ordo_schedule::ObjectRef;
+use ordo_schedule::{EventRef, ObjectRef, Schedule};
 use ordo_trace::symbolize::Symbolizer;
 use ordo_trace::{read_trace, Kind, ReadMode};
 
@@ -63,10 +63,25 @@ pub struct AccessSite {
 /// recording.
 pub fn plan_access_sites(
     plan: &mut Plan,
+    schedule: &Schedule,
     program: &Path,
     watches: &AccessWatches,
     required: bool,
 ) -> Result<Vec<String>> {
+    // Where an event is first named, for messages.
+    let line_of = |e: &EventRef| -> String {
+        schedule
+            .orderings
+            .iter()
+            .find(|o| {
+                o.before
+                    .iter()
+                    .chain(std::iter::once(&o.after))
+                    .any(|x| x == e)
+            })
+            .map(|o| format!("schedule line {}: ", o.line))
+            .unwrap_or_default()
+    };
     let mut notes = Vec::new();
     let accesses: Vec<usize> = (0..plan.events.len())
         .filter(|&i| plan.events[i].event.kind.is_access())
@@ -78,8 +93,9 @@ pub fn plan_access_sites(
         let e = &plan.events[i].event;
         if !matches!(e.object, ObjectRef::Symbol(_)) {
             bail!(
-                "`{e}`: name the variable (`read(flag)`): the replayer gates accesses of variables it can \
-                 resolve by name, and `@K` of watched variables is not counted in replay"
+                "{}`{e}`: name the variable (`read(flag)`): the replayer gates accesses of variables it can \
+                 resolve by name, and `@K` of watched variables is not counted in replay",
+                line_of(e)
             );
         }
     }
@@ -115,6 +131,12 @@ pub fn plan_access_sites(
         .collect();
     for text in &variables {
         let object = ObjectRef::Symbol(text.clone());
+        let first = accesses
+            .iter()
+            .map(|&i| &plan.events[i].event)
+            .find(|e| e.object == object)
+            .map(|e| format!("{}`{e}`: ", line_of(e)))
+            .unwrap_or_default();
         let (name, offset) = object.symbol_parts().unwrap_or((text.as_str(), 0));
         let symbol = plan
             .symbols
@@ -126,9 +148,7 @@ pub fn plan_access_sites(
             offset,
             size: (offset != 0).then_some(1),
         };
-        let mut resolved = resolver
-            .resolve(&spec)
-            .map_err(|e| anyhow!("schedule variable `{text}`: {e}"))?;
+        let mut resolved = resolver.resolve(&spec).map_err(|e| anyhow!("{first}{e}"))?;
         let mut hw = false;
         if let Some((is_hw, g)) = given
             .iter()
@@ -140,7 +160,7 @@ pub fn plan_access_sites(
         if std::fs::canonicalize(&resolved.module).unwrap_or(resolved.module.clone()) != main_binary
         {
             bail!(
-                "schedule variable `{text}` is in {}: only variables of the program itself can be gated",
+                "{first}`{text}` is in {}: only variables of the program itself can be gated",
                 resolved.module.display()
             );
         }
@@ -215,8 +235,9 @@ pub fn plan_access_sites(
                 continue;
             }
             bail!(
-                "`{}`: no instruction of {} {} `{}` (found by decoding the program{}); \
+                "{}`{}`: no instruction of {} {} `{}` (found by decoding the program{}); \
                  for accesses through pointers record with --watch-hw and pass that trace as --sites-from",
+                line_of(&e.event),
                 e.event,
                 program.display(),
                 match e.event.kind {

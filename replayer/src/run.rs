@@ -220,7 +220,13 @@ pub fn replay(options: &ReplayOptions) -> Result<ReplayOutcome> {
     // Access events need armed instruction sites, except in a passive check that a
     // recording verifies.
     let required = !(check_only && options.record.is_some());
-    let mut warnings = plan_access_sites(&mut plan, &path, &options.watches, required)?;
+    let mut warnings = plan_access_sites(
+        &mut plan,
+        &options.schedule,
+        &path,
+        &options.watches,
+        required,
+    )?;
     let mut memory = SharedMemory::create()?;
     plan.write_to(memory.get_mut(), check_only);
     let agent = AgentFile::write()?;
