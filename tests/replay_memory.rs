@@ -277,3 +277,40 @@ fn access_gates_refuse_what_they_cannot_arm() {
         );
     }
 }
+
+/// With a recording (`--sites-from`), a thread arms only the instructions its own
+/// accesses up to the named one were made at: the reader's first read needs one
+/// debug register instead of six, its fifth read five (still one too many).
+#[test]
+fn recorded_sites_narrow_what_a_thread_arms() {
+    if !have_root("recorded_sites_narrow_what_a_thread_arms") {
+        return;
+    }
+    let program = build_program("memgate_many_sites");
+    let dir = scratch("replay_memory_narrow");
+    let trace = dir.join("plain.ordo");
+    record_watching(&trace, &program, &["--watch", "level"]);
+    let first = dir.join("first.sched");
+    std::fs::write(&first, "0:write(level)#1 -> 1:read(level)#1\n").unwrap();
+    let (code, json) = replay_json(&["--sites-from", trace.to_str().unwrap()], &first, &program);
+    assert_eq!(code, 0, "{json}");
+    assert_eq!(json["verdict"], "passed", "{json}");
+    assert_eq!(json["schedule_held"], true, "{json}");
+    let fifth = dir.join("fifth.sched");
+    std::fs::write(&fifth, "0:write(level)#1 -> 1:read(level)#5\n").unwrap();
+    let out = Command::new(ordo())
+        .args(["replay", "--sites-from"])
+        .arg(&trace)
+        .arg("--schedule")
+        .arg(&fifth)
+        .arg("--")
+        .arg(&program)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("thread 1 would arm 5 instruction sites"),
+        "{stderr}"
+    );
+}

@@ -12,7 +12,7 @@
 //! thread is an error before the program starts. The agent's side is
 //! `agent/preload/src/trap.rs`.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, bail, Result};
@@ -21,9 +21,10 @@ use ordo_recorder::launch;
 use ordo_recorder::watch::{
     access_ending_at, plan_sites, PlannedSite, ResolvedWatch, Resolver, WatchSpec, WatchTarget,
 };
+use ordo_schedule::EventNamer;
 use ordo_schedule::{EventRef, ObjectRef, Schedule};
 use ordo_trace::symbolize::Symbolizer;
-use ordo_trace::{read_trace, Kind, ReadMode};
+use ordo_trace::{global_order, read_trace, Kind, LogicalId, ReadMode};
 
 use crate::plan::Plan;
 use crate::shm;
@@ -123,8 +124,17 @@ pub fn plan_access_sites(
             given.push((hw, resolved));
         }
     }
-    let mut recorded: Option<Vec<(String, Kind, String, u64)>> = None;
+    let recorded: Vec<RecordedAccess> = match &watches.sites_from {
+        Some(trace) => recorded_accesses(trace)?,
+        None => Vec::new(),
+    };
+    let program_name = main_binary
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
     let mut sites: Vec<AccessSite> = Vec::new();
+    // (variable, kind, recorded link-time site) → index into `sites`.
+    let mut site_of_recorded: HashMap<(String, Kind, u64), usize> = HashMap::new();
     let variables: BTreeSet<String> = accesses
         .iter()
         .map(|&i| plan.events[i].event.object.to_string())
@@ -171,11 +181,6 @@ pub fn plan_access_sites(
             .chain(planned.unprobeable.iter())
             .filter_map(|p| access_site(p, symbol, None))
             .collect();
-        let static_ips: BTreeSet<u64> = planned
-            .sites
-            .iter()
-            .flat_map(|p| [p.access_ip, p.site.ip])
-            .collect();
         if hw || watches.sites_from.is_some() {
             let Some(trace) = &watches.sites_from else {
                 bail!(
@@ -183,19 +188,19 @@ pub fn plan_access_sites(
                      add --sites-from TRACE (a recording of the program with --watch-hw {text})"
                 );
             };
-            if recorded.is_none() {
-                recorded = Some(recorded_sites(trace)?);
-            }
-            let program_name = main_binary
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default();
             let mut seen = BTreeSet::new();
-            for (var, kind, module, vaddr) in recorded.iter().flatten() {
-                if var != text || *module != program_name || static_ips.contains(vaddr) {
+            for r in &recorded {
+                if r.var != *text || r.module != program_name || !seen.insert((r.kind, r.vaddr)) {
                     continue;
                 }
-                if !seen.insert((*kind, *vaddr)) {
+                let vaddr = &r.vaddr;
+                let key = (text.clone(), r.kind, r.vaddr);
+                // A watch uprobe records the accessing instruction: a decoded site.
+                if let Some(at) = found
+                    .iter()
+                    .position(|f| f.site.ip == r.vaddr && f.kind == r.kind)
+                {
+                    site_of_recorded.insert(key, sites.len() + at);
                     continue;
                 }
                 let decoded = access_ending_at(&resolved, *vaddr).map_err(|e| anyhow!("{e}"))?;
@@ -206,13 +211,18 @@ pub fn plan_access_sites(
                     ));
                     continue;
                 };
-                if let Some(site) = access_site(&p, symbol, Some(*kind)) {
-                    if !found
+                if let Some(site) = access_site(&p, symbol, Some(r.kind)) {
+                    let at = match found
                         .iter()
-                        .any(|f| f.site.ip == site.site.ip && f.kind == site.kind)
+                        .position(|f| f.site.ip == site.site.ip && f.kind == site.kind)
                     {
-                        found.push(site);
-                    }
+                        Some(at) => at,
+                        None => {
+                            found.push(site);
+                            found.len() - 1
+                        }
+                    };
+                    site_of_recorded.insert(key, sites.len() + at);
                 }
             }
         }
@@ -227,9 +237,14 @@ pub fn plan_access_sites(
             .iter()
             .position(|s| s.text == e.event.object.to_string())
             .unwrap_or(usize::MAX);
-        let serving: Vec<usize> = (0..sites.len())
+        let mut serving: Vec<usize> = (0..sites.len())
             .filter(|&s| sites[s].symbol == symbol && sites[s].kind == e.event.kind)
             .collect();
+        // With a recording: only the sites this thread's accesses up to the named one
+        // were made at (same input, same path), when the recording has them all.
+        if let Some(used) = recorded_sites_of(&recorded, &e.event, &site_of_recorded) {
+            serving = used;
+        }
         if serving.is_empty() {
             if !required {
                 continue;
@@ -309,24 +324,70 @@ fn access_site(p: &PlannedSite, symbol: usize, kind: Option<Kind>) -> Option<Acc
     })
 }
 
-/// (variable name, kind, module file name, link-time site) of every recorded access.
-fn recorded_sites(trace: &Path) -> Result<Vec<(String, Kind, String, u64)>> {
+/// One access in a recording, named as the schedule names it.
+struct RecordedAccess {
+    thread: LogicalId,
+    kind: Kind,
+    var: String,
+    occurrence: u32,
+    /// File name of the module holding the site.
+    module: String,
+    /// Link-time address of the recorded site.
+    vaddr: u64,
+}
+
+/// Every access of a recording, with its schedule name and site.
+fn recorded_accesses(trace: &Path) -> Result<Vec<RecordedAccess>> {
     let (reader, events) = read_trace(trace, ReadMode::Salvage)
         .map_err(|e| anyhow!("--sites-from {}: {e}", trace.display()))?;
     let symbolizer = Symbolizer::new(&reader.modules);
+    let mut namer = EventNamer::new(&reader.threads, &symbolizer);
     let mut out = Vec::new();
-    let mut seen = BTreeSet::new();
-    for e in events.iter().filter(|e| e.kind.is_access()) {
-        if !seen.insert((e.kind as u16, e.addr, e.site)) {
+    for e in global_order(events) {
+        let Some(name) = namer.name(&e) else { continue };
+        if !e.kind.is_access() {
             continue;
         }
-        let (Some(var), Some(loc)) = (
-            symbolizer.data_name(e.addr),
-            symbolizer.locate(e.site, false),
-        ) else {
+        let (ObjectRef::Symbol(var), Some(loc)) = (&name.object, symbolizer.locate(e.site, false))
+        else {
             continue;
         };
-        out.push((var, e.kind, loc.module, loc.offset));
+        out.push(RecordedAccess {
+            thread: name.thread.clone(),
+            kind: e.kind,
+            var: var.clone(),
+            occurrence: name.occurrence,
+            module: loc.module,
+            vaddr: loc.offset,
+        });
     }
     Ok(out)
+}
+
+/// The sites `event`'s thread made its accesses of that kind and variable at, up to
+/// the named occurrence, in the recording; `None` unless the recording has every
+/// one of them at a known site.
+fn recorded_sites_of(
+    recorded: &[RecordedAccess],
+    event: &EventRef,
+    site_of: &HashMap<(String, Kind, u64), usize>,
+) -> Option<Vec<usize>> {
+    let var = event.object.to_string();
+    let mut used = Vec::new();
+    let mut seen = 0;
+    for r in recorded {
+        if r.thread != event.thread
+            || r.kind != event.kind
+            || r.var != var
+            || r.occurrence > event.occurrence
+        {
+            continue;
+        }
+        let site = *site_of.get(&(var.clone(), r.kind, r.vaddr))?;
+        if !used.contains(&site) {
+            used.push(site);
+        }
+        seen += 1;
+    }
+    (seen == event.occurrence as usize).then_some(used)
 }
