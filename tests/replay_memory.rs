@@ -314,3 +314,56 @@ fn recorded_sites_narrow_what_a_thread_arms() {
         "{stderr}"
     );
 }
+
+/// The cost model: a counted access is one trap, an access after the thread's last
+/// named one none (its breakpoints are closed), and a gate that can never open is
+/// reported as infeasible like any other. `bench/programs/gate_bench.c`: main
+/// writes `level` once, a worker reads it in a loop.
+#[test]
+fn accesses_trap_only_until_the_last_named_one() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/programs/gate_bench.c");
+    let dir = scratch("replay_memory_traps");
+    let program = dir.join("gate_bench");
+    let status = Command::new("cc")
+        .args(["-O1", "-g", "-pthread", "-o"])
+        .arg(&program)
+        .arg(&src)
+        .status()
+        .expect("run the C compiler");
+    assert!(status.success());
+    let run = |schedule: &str| {
+        let file = dir.join("s.sched");
+        std::fs::write(&file, schedule).unwrap();
+        let out = Command::new(ordo())
+            .args(["replay", "--json", "--schedule"])
+            .arg(&file)
+            .arg("--")
+            .arg(&program)
+            .arg("2000")
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        let json: serde_json::Value = serde_json::from_str(text.lines().last().unwrap_or(""))
+            .unwrap_or_else(|e| panic!("{e}: {text}"));
+        json
+    };
+    // Gating the first read: one trap in the reader (then 1999 free reads), one at
+    // main's write.
+    let json = run("0:write(level)#1 -> 1:read(level)#1\n");
+    assert_eq!(json["verdict"], "passed", "{json}");
+    assert_eq!(json["access_traps"], 2, "{json}");
+    // Naming the last read: every read before it is counted, one trap each.
+    let json = run("0:write(level)#1 -> 1:read(level)#2000\n");
+    assert_eq!(json["verdict"], "passed", "{json}");
+    assert_eq!(json["access_traps"], 2001, "{json}");
+    // The write waits for a read of a thread it has not created yet.
+    let json = run("1:read(level)#1 -> 0:write(level)#1\n");
+    assert_eq!(json["verdict"], "infeasible", "{json}");
+    assert!(
+        json["held_threads"][0]
+            .as_str()
+            .unwrap_or("")
+            .contains("before 0:write(level)#1"),
+        "{json}"
+    );
+}

@@ -136,6 +136,9 @@ pub struct ReplayOutcome {
     pub elapsed: Duration,
     /// The trace of the replay, with `--record`.
     pub trace: Option<PathBuf>,
+    /// Breakpoint traps the agent took at watched accesses (memory-access gates):
+    /// one per counted access; accesses after a thread's last named one do not trap.
+    pub access_traps: u64,
 }
 
 impl ReplayOutcome {
@@ -154,6 +157,7 @@ impl ReplayOutcome {
             "warnings": self.warnings,
             "elapsed_ms": self.elapsed.as_millis() as u64,
             "trace": self.trace.as_ref().map(|p| p.display().to_string()),
+            "access_traps": self.access_traps,
         })
     }
 
@@ -386,6 +390,7 @@ pub fn replay(options: &ReplayOptions) -> Result<ReplayOutcome> {
         warnings,
         elapsed,
         trace: options.record.clone(),
+        access_traps: sh.traps.load(Ordering::Relaxed),
     })
 }
 
