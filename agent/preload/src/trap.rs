@@ -261,7 +261,12 @@ struct SigInfo {
     _pad: i32,
     addr: u64,
     perf_data: u64,
+    perf_type: u32,
+    perf_flags: u32,
 }
+
+/// `si_perf_flags`: the signal was blocked, so it arrives late (asynchronously).
+const TRAP_PERF_FLAG_ASYNC: u32 = 1;
 
 unsafe fn greg(ctx: *mut c_void, index: usize) -> *mut i64 {
     (ctx as *mut u8).add(GREGS_OFFSET + 8 * index) as *mut i64
@@ -270,6 +275,10 @@ unsafe fn greg(ctx: *mut c_void, index: usize) -> *mut i64 {
 unsafe extern "C" fn on_sigtrap(sig: c_int, info: *mut c_void, ctx: *mut c_void) {
     let si = &*(info as *const SigInfo);
     if si.code == TRAP_PERF && si.perf_data & !0xffff_ffff == COOKIE_TAG {
+        if si.perf_flags & TRAP_PERF_FLAG_ASYNC != 0 {
+            // Past the instruction already: gating now would enforce nothing.
+            die("the program blocks SIGTRAP in a thread with memory-access gates: the access ran before its gate");
+        }
         access_trap((si.perf_data & 0xffff_ffff) as u32, ctx);
         return;
     }
