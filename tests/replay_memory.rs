@@ -189,6 +189,13 @@ fn torn_read_of_a_two_field_struct() {
     }
     // The reader's second field read is the one the write must follow.
     assert!(top.contains(":read(range)#2 -> "), "{top}");
+    // Occurrence numbers are stable: another recording of the same program names
+    // the same race the same way.
+    let program = build_program("memgate_torn_read");
+    let dir = scratch("replay_memory_torn_again");
+    let trace = dir.join("again.ordo");
+    record_watching(&trace, &program, &["--watch", "range"]);
+    assert_eq!(top_race(&findings(&trace)).as_deref(), Some(top.as_str()));
 }
 
 /// A variable reached only through a pointer: `--watch` finds no instruction, a
