@@ -49,7 +49,7 @@ static void *early(void *arg) {
 
 static void *late(void *arg) {
     (void)arg;
-    usleep(20000);
+    usleep(100000);
     int n = configured_threads();
     if (n != 4) {
         fprintf(stderr, "late: configuration has %d threads (read before it was filled in)\n", n);

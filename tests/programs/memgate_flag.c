@@ -1,5 +1,5 @@
 // Unsynchronized flag check (check before set): the main thread starts a loader,
-// does 20 ms of other work, and then trusts a plain flag the loader sets after
+// does 100 ms of other work, and then trusts a plain flag the loader sets after
 // filling in the data. It almost always runs late enough; when the check comes
 // before the set, it aborts. With SAFE defined the main thread waits for the flag
 // under a mutex and condition variable: correct under every order.
@@ -32,7 +32,7 @@ static void *loader(void *arg) {
 int main(void) {
     pthread_t t;
     pthread_create(&t, NULL, loader, NULL);
-    usleep(20000);
+    usleep(100000);
 #ifdef SAFE
     pthread_mutex_lock(&ready_lock);
     while (!ready)

@@ -1,6 +1,6 @@
 // Lost update on a plain counter: two threads each add a computed weight to a shared
 // total without synchronization (read, compute, write). The second normally starts
-// 20 ms later; when both read before either writes, one addition is lost. With SAFE
+// 100 ms later; when both read before either writes, one addition is lost. With SAFE
 // defined the update holds a lock.
 #include <pthread.h>
 #include <stdio.h>
@@ -34,7 +34,7 @@ static void *first(void *arg) {
 
 static void *second(void *arg) {
     (void)arg;
-    usleep(20000);
+    usleep(100000);
     add(2);
     return NULL;
 }

@@ -2,7 +2,7 @@
 // total and adds its weight through that pointer (read, compute, write), so no
 // instruction names the variable: only a hardware watchpoint sees the accesses,
 // and the replay gates the store at the instruction the recording saw. The second
-// worker normally starts 20 ms later. With SAFE defined the update holds a lock.
+// worker normally starts 100 ms later. With SAFE defined the update holds a lock.
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,7 +33,7 @@ static void *first(void *arg) {
 }
 
 static void *second(void *arg) {
-    usleep(20000);
+    usleep(100000);
     add(arg, 2);
     return NULL;
 }

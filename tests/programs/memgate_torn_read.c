@@ -1,5 +1,5 @@
 // A read of a partially written two-field struct: a writer moves a range with two
-// plain stores (low bound, then high bound); a reader 20 ms later reads both bounds
+// plain stores (low bound, then high bound); a reader 100 ms later reads both bounds
 // and checks the range's width. A read between the two stores sees the new low and
 // the old high bound. With SAFE defined both sides hold a lock.
 #include <pthread.h>
@@ -34,7 +34,7 @@ static void *writer(void *arg) {
 
 static void *reader(void *arg) {
     (void)arg;
-    usleep(20000);
+    usleep(100000);
     LOCK();
     int lo = shift(range.lo);
     int hi = shift(range.hi);

@@ -1,6 +1,6 @@
 // Use after free across threads: a session thread checks the shared connection
 // pointer, logs, and then uses the connection through the pointer again; a closer
-// thread, 20 ms later, unpublishes the connection and frees it. When the close falls
+// thread, 100 ms later, unpublishes the connection and frees it. When the close falls
 // between the check and the use, the use reads a NULL (or freed) pointer and the
 // program dies. With SAFE defined both sides hold the connection lock.
 #include <pthread.h>
@@ -40,7 +40,7 @@ static void *session(void *arg) {
 
 static void *closer(void *arg) {
     (void)arg;
-    usleep(20000);
+    usleep(100000);
     LOCK();
     struct conn *c = current;
     current = NULL;
