@@ -374,3 +374,53 @@ fn accesses_trap_only_until_the_last_named_one() {
         "{json}"
     );
 }
+
+/// Program points (issue 15): the owner's clearing store right after its unlock has
+/// no synchronization call in front of it; `ordo record --mark FILE:LINE` records it
+/// as an `at` event, and `T:at(FILE:LINE)#1` holds the owner there, on the same
+/// gates, until the cleaner's critical section is over: a double free every time.
+/// Without the mark the same orderings cannot hold the owner, and the run passes.
+#[test]
+fn a_mark_holds_a_thread_between_an_unlock_and_the_next_statement() {
+    if !have_root("a_mark_holds_a_thread_between_an_unlock_and_the_next_statement") {
+        return;
+    }
+    let name = "mark_unlock_then_free";
+    let program = build_program(name);
+    let source = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/programs/{name}.c")),
+    )
+    .unwrap();
+    let line = source
+        .lines()
+        .position(|l| l.contains("// MARK"))
+        .expect("the marked line")
+        + 1;
+    let spec = format!("{name}.c:{line}");
+    let dir = scratch("replay_memory_mark");
+    let trace = dir.join("plain.ordo");
+    record_watching(&trace, &program, &["--mark", &spec]);
+    let events = common::dump_json(&trace);
+    let marks: Vec<&serde_json::Value> = events.iter().filter(|e| e["kind"] == "at").collect();
+    assert_eq!(marks.len(), 1, "one `at` event for the owner: {marks:?}");
+    let sync = "1:mutex_unlock(slot_lock)#1 -> 2:mutex_lock(slot_lock)#1\n";
+    let held = dir.join("held.sched");
+    std::fs::write(
+        &held,
+        format!("{sync}2:mutex_unlock(slot_lock)#1 -> 1:at({spec})#1\n"),
+    )
+    .unwrap();
+    let shown = reproductions(&held, &program, &[], 20);
+    eprintln!("{name}: reproduced in {shown} of 20 replays with the mark");
+    assert!(shown >= 19, "reproduced in {shown} of 20 replays");
+    let free = dir.join("free.sched");
+    std::fs::write(&free, sync).unwrap();
+    let without = reproductions(&free, &program, &[], 5);
+    assert!(without <= 1, "without the mark: {without} of 5");
+    // The recorded replay shows the owner's `at` after the cleaner's unlock.
+    let out = dir.join("replay.ordo");
+    let (_, json) = replay_json(&["--record", out.to_str().unwrap()], &held, &program);
+    assert_eq!(json["verified_by"], "recording", "{json}");
+    assert_eq!(json["schedule_held"], true, "{json}");
+    assert_eq!(json["pending"], serde_json::json!([]), "{json}");
+}

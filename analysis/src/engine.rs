@@ -586,6 +586,8 @@ impl<'a> Engine<'a> {
             Kind::MutexLockFailed | Kind::RwlockLockFailed | Kind::SemWaitFailed => {}
             // Filtered out before the pass (lib.rs): blocking orders nothing.
             Kind::MutexBlock => {}
+            // A marked program point (`--mark`) orders nothing; it is only named.
+            Kind::At => {}
             Kind::CondWaitBegin => self.wait_begin(t, e, id),
             Kind::CondWait => self.wait_return(t, e, id),
             Kind::CondSignal | Kind::CondBroadcast => self.signal(t, id),

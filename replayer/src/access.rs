@@ -19,7 +19,8 @@ use anyhow::{anyhow, bail, Result};
 use ordo_probe_common::WatchSite;
 use ordo_recorder::launch;
 use ordo_recorder::watch::{
-    access_ending_at, plan_sites, PlannedSite, ResolvedWatch, Resolver, WatchSpec, WatchTarget,
+    access_ending_at, plan_sites, resolve_mark, PlannedSite, ResolvedWatch, Resolver, WatchSpec,
+    WatchTarget,
 };
 use ordo_schedule::EventNamer;
 use ordo_schedule::{EventRef, ObjectRef, Schedule};
@@ -87,10 +88,13 @@ pub fn plan_access_sites(
     let accesses: Vec<usize> = (0..plan.events.len())
         .filter(|&i| plan.events[i].event.kind.is_access())
         .collect();
-    if accesses.is_empty() {
+    let marks: Vec<usize> = (0..plan.events.len())
+        .filter(|&i| plan.events[i].event.kind == Kind::At)
+        .collect();
+    if accesses.is_empty() && marks.is_empty() {
         return Ok(notes);
     }
-    for &i in &accesses {
+    for &i in accesses.iter().chain(&marks) {
         let e = &plan.events[i].event;
         if !matches!(e.object, ObjectRef::Symbol(_)) {
             bail!(
@@ -228,9 +232,39 @@ pub fn plan_access_sites(
         }
         sites.extend(found);
     }
+    // Program points (`at(SPEC)`): one instruction each; the agent gates it like an
+    // access, with the point's runtime address as its object.
+    let mut mark_names = Vec::new();
+    for &i in &marks {
+        let text = plan.events[i].event.object.to_string();
+        let Some(symbol) = plan.symbols.iter().position(|s| s.text == text) else {
+            continue;
+        };
+        if sites.iter().any(|s| s.symbol == symbol) {
+            continue;
+        }
+        let mark = resolve_mark(&text, program).map_err(|e| {
+            anyhow!(
+                "{}`{}`: {e}",
+                line_of(&plan.events[i].event),
+                plan.events[i].event
+            )
+        })?;
+        let offset = plan.symbols[symbol].offset;
+        plan.symbols[symbol].vaddr = Some(mark.vaddr - offset);
+        sites.push(AccessSite {
+            site: mark.watch_site(),
+            symbol,
+            kind: Kind::At,
+            via_register: false,
+            instruction: format!("{} ({:#x})", mark.name, mark.vaddr),
+        });
+        mark_names.push((text, mark.name));
+    }
+    plan.mark_names = mark_names;
     // What each named thread arms.
     let mut arm: Vec<Vec<usize>> = vec![Vec::new(); plan.threads.len()];
-    for &i in &accesses {
+    for &i in accesses.iter().chain(&marks) {
         let e = &plan.events[i];
         let symbol = plan
             .symbols

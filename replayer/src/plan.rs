@@ -54,6 +54,9 @@ pub struct Plan {
     pub sites: Vec<crate::access::AccessSite>,
     /// Per named thread: the sites it arms (indices into `sites`).
     pub arm: Vec<Vec<usize>>,
+    /// `at(SPEC)` objects as written → the name a recording gives the point
+    /// (`function+OFFSET`).
+    pub mark_names: Vec<(String, String)>,
 }
 
 impl Plan {
@@ -139,6 +142,7 @@ impl Plan {
             symbols,
             sites: Vec::new(),
             arm: Vec::new(),
+            mark_names: Vec::new(),
         };
         plan.check_limits()?;
         Ok(plan)

@@ -316,7 +316,7 @@ pub fn replay(options: &ReplayOptions) -> Result<ReplayOutcome> {
         let symbolizer = Symbolizer::new(&reader.modules);
         let mut namer = EventNamer::new(&reader.threads, &symbolizer);
         let ordered = global_order(events);
-        report = ordo_schedule::check(&options.schedule, &ordered, &mut namer);
+        report = ordo_schedule::check(&as_recorded(&options.schedule, &plan), &ordered, &mut namer);
         verified_by_recording = true;
         if summary.dropped > 0 {
             warnings.push(format!(
@@ -439,7 +439,32 @@ fn record_accesses(
         .context("watch the schedule's variables in the recording")?;
     record.watch_sites = setup.sites;
     record.hw_watches = setup.hw;
+    // The schedule's program points, recorded as `at` events.
+    let marks: Vec<String> = plan.mark_names.iter().map(|(t, _)| t.clone()).collect();
+    let (sites, _) =
+        watching::plan_marks(&marks, program).context("record the schedule's program points")?;
+    record.watch_sites.extend(sites);
     Ok(())
+}
+
+/// The schedule with its `at(SPEC)` objects renamed as a recording names them
+/// (`function+OFFSET`), for checking it on the recording.
+fn as_recorded(schedule: &Schedule, plan: &Plan) -> Schedule {
+    let mut out = schedule.clone();
+    let rename = |e: &mut ordo_schedule::EventRef| {
+        if e.kind != Kind::At {
+            return;
+        }
+        let text = e.object.to_string();
+        if let Some((_, name)) = plan.mark_names.iter().find(|(t, _)| *t == text) {
+            e.object = ordo_schedule::ObjectRef::Symbol(name.clone());
+        }
+    };
+    for o in &mut out.orderings {
+        o.before.iter_mut().for_each(rename);
+        rename(&mut o.after);
+    }
+    out
 }
 
 /// Watches the running program until it ends or is stuck; returns how it ended and

@@ -50,6 +50,8 @@ pub enum Family {
     Thread,
     /// `thread_start`, `thread_exit`: no object.
     NoObject,
+    /// `at`: marked program points (`at(file.c:42)`, `at(function+0x1c)`).
+    Mark,
 }
 
 impl Family {
@@ -64,6 +66,7 @@ impl Family {
         Family::Var,
         Family::Thread,
         Family::NoObject,
+        Family::Mark,
     ];
 
     /// The family of a kind (the mapping is `ordo_probe_common::family::of`, shared
@@ -89,6 +92,7 @@ impl Family {
             Family::Var => "var",
             Family::Thread => "thread",
             Family::NoObject => "none",
+            Family::Mark => "mark",
         }
     }
 }

@@ -31,7 +31,7 @@ pub const MAX_DEPTH: usize = 8;
 /// Largest `@K` a gated event can use.
 pub const MAX_K: usize = 16;
 /// Object families (see `ordo_schedule::Family::ALL`, same order).
-pub const FAMILIES: usize = 9;
+pub const FAMILIES: usize = 10;
 /// Instruction sites of watched-variable accesses a plan can list.
 pub const MAX_ACCESS_SITES: usize = 256;
 /// Access sites one thread can have armed at once: x86 has four debug registers
