@@ -284,6 +284,7 @@ pub(crate) fn thread_end() {
         return;
     }
     c.gate(kind::THREAD_EXIT, 0, GateObject::Any);
+    crate::trap::disarm_thread();
     let stamp = c.stamp_before(kind::THREAD_EXIT);
     // The exit takes effect when the kernel has finished the thread.
     c.begins(kind::THREAD_EXIT, 0, stamp);

@@ -383,6 +383,18 @@ fn access_done(index: u32) {
     disarm_finished(s.kind, s.symbol);
 }
 
+/// Closes the calling thread's breakpoints (it is exiting).
+pub(crate) fn disarm_thread() {
+    TRAPS.with(|tr| {
+        for fd in tr.fds.replace([-1; MAX_ARMED_SITES]) {
+            if fd >= 0 {
+                // SAFETY: our own perf event descriptor.
+                unsafe { raw_syscall3(SYS_CLOSE, fd as isize, 0, 0) };
+            }
+        }
+    });
+}
+
 /// Disables this thread's breakpoints on sites of `kind` on `symbol` once every
 /// event of that kind on it the thread names has happened: its later accesses run
 /// at full speed.
