@@ -4,7 +4,7 @@
 //! recording with `--watch` reports the race, and the analyzer's top candidate — a
 //! schedule of `read`/`write` events — reproduces the failure in at least 19 of 20
 //! replays; the same program with the accesses made safe (`*_safe.c`, `SAFE`
-//! defined) has no race and passes under every candidate. Also: a variable reached
+//! defined) has no race and no candidate makes it fail. Also: a variable reached
 //! only through a pointer, gated at the sites a `--watch-hw` recording saw; the
 //! recorded replay's check of access orderings; the four-debug-register limit as an
 //! error before the run.
@@ -87,7 +87,7 @@ fn reproductions(schedule: &Path, program: &Path, args: &[&str], runs: usize) ->
 
 /// Records `name` watching `var`, checks there is a race on `var` and
 /// that its schedule reproduces the failure in ≥ 19 of 20 replays; then the safe
-/// variant: no race, and every candidate passes. Returns the top schedule.
+/// variant: no race, and no candidate fails it. Returns the top schedule.
 fn race_replays(name: &str, var: &str, replay_args: &[&str]) -> String {
     if !have_root(name) {
         return String::new();
@@ -120,13 +120,23 @@ fn race_replays(name: &str, var: &str, replay_args: &[&str]) -> String {
         safe_found.iter().all(|(kind, _)| kind != "race"),
         "{safe_name}: a race on a correctly synchronized variable: {safe_found:?}"
     );
+    // Every candidate either runs to its end without the bug, or cannot be
+    // followed at all (infeasible: e.g. a signal ordered after a lock the
+    // signaller itself holds); never a failure. The first one (reordering the
+    // critical sections) must run.
     for (i, (_, schedule)) in safe_found.iter().enumerate() {
         let file = dir.join(format!("safe{i}.sched"));
         std::fs::write(&file, schedule).unwrap();
         for _ in 0..3 {
             let (_, json) = replay_json(&[], &file, &safe);
-            assert_eq!(
-                json["verdict"], "passed",
+            let verdict = json["verdict"].as_str().unwrap_or_default();
+            let allowed: &[&str] = if i == 0 {
+                &["passed"]
+            } else {
+                &["passed", "infeasible"]
+            };
+            assert!(
+                allowed.contains(&verdict),
                 "{safe_name} under candidate {i}:\n{schedule}\n{json}"
             );
         }

@@ -23,9 +23,9 @@ use ordo_recorder::watch::{
     WatchTarget,
 };
 use ordo_schedule::EventNamer;
-use ordo_schedule::{EventRef, ObjectRef, Schedule};
+use ordo_schedule::{EventRef, ObjectRef, Schedule, ThreadRef};
 use ordo_trace::symbolize::Symbolizer;
-use ordo_trace::{global_order, read_trace, Kind, LogicalId, ReadMode};
+use ordo_trace::{global_order, read_trace, Kind, ReadMode};
 
 use crate::plan::Plan;
 use crate::shm;
@@ -96,6 +96,13 @@ pub fn plan_access_sites(
     }
     for &i in accesses.iter().chain(&marks) {
         let e = &plan.events[i].event;
+        if plan.events[i].is_wild() {
+            bail!(
+                "{}`{e}`: a `*` thread cannot be used for {} events: they are gated by breakpoints each named thread arms",
+                line_of(e),
+                e.kind.name()
+            );
+        }
         if !matches!(e.object, ObjectRef::Symbol(_)) {
             bail!(
                 "{}`{e}`: name the variable (`read(flag)`): the replayer gates accesses of variables it can \
@@ -360,7 +367,7 @@ fn access_site(p: &PlannedSite, symbol: usize, kind: Option<Kind>) -> Option<Acc
 
 /// One access in a recording, named as the schedule names it.
 struct RecordedAccess {
-    thread: LogicalId,
+    thread: ThreadRef,
     kind: Kind,
     var: String,
     occurrence: u32,

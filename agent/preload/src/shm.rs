@@ -14,25 +14,28 @@ use std::sync::atomic::{AtomicU32, AtomicU64};
 /// "ORDO_REP".
 pub const MAGIC: u64 = 0x4f52_444f_5f52_4550;
 /// Bumped whenever the layout changes.
-pub const VERSION: u32 = 3;
+pub const VERSION: u32 = 4;
 
-/// Named events a plan can hold.
-pub const MAX_EVENTS: usize = 512;
+/// Named events a plan can hold (`*` successors included).
+pub const MAX_EVENTS: usize = 8192;
 /// Predecessor entries a plan can hold.
-pub const MAX_PREDS: usize = 2048;
+pub const MAX_PREDS: usize = 32768;
 /// Distinct symbols a plan can name.
-pub const MAX_SYMBOLS: usize = 64;
+pub const MAX_SYMBOLS: usize = 256;
 /// Distinct threads a plan can name.
-pub const MAX_PLAN_THREADS: usize = 64;
-/// Threads of the program the driver can watch.
-pub const MAX_SLOTS: usize = 2048;
+pub const MAX_PLAN_THREADS: usize = 4096;
+/// Threads of the program the driver can watch (each thread the program creates
+/// takes one for the whole run).
+pub const MAX_SLOTS: usize = 4096;
 /// Deepest logical thread id (`1.2.3` has depth 3).
 pub const MAX_DEPTH: usize = 8;
-/// Largest `@K` a gated event can use.
-pub const MAX_K: usize = 16;
+/// Largest `@K` a named event can use.
+pub const MAX_K: usize = 32;
+/// `*` successors (orderings `A -> *:KIND(OBJ)#N`) a plan can hold.
+pub const MAX_WILD: usize = 32;
 /// Object families (see `ordo_schedule::Family::ALL`, same order).
 pub const FAMILIES: usize = 10;
-/// Instruction sites of watched-variable accesses a plan can list.
+/// Instruction sites of watched-variable accesses and program points a plan can list.
 pub const MAX_ACCESS_SITES: usize = 256;
 /// Access sites one thread can have armed at once: x86 has four debug registers
 /// per thread, and each armed site takes one (an execute breakpoint).
@@ -44,6 +47,11 @@ pub const SYMBOL_LEN: usize = 120;
 pub const FLAG_CHECK_ONLY: u32 = 1;
 /// `flags`: the driver released every gate (the run continues freely).
 pub const FLAG_RELEASED: u32 = 2;
+
+/// `Shared::attached`: the agent attached in the target process.
+pub const ATTACHED_STARTED: u32 = 1;
+/// `Shared::attached`: the program's `main` was entered (its runtimes started).
+pub const ATTACHED_IN_MAIN: u32 = 2;
 
 /// `PlanEvent::object_kind`: no object.
 pub const OBJ_NONE: u8 = 0;
@@ -99,10 +107,14 @@ pub const fn stamps_before(kind: u16) -> bool {
     )
 }
 
+/// `PlanEvent::plan_thread` of a `*` successor: it applies to every thread but
+/// those of its predecessors.
+pub const EVERY_OTHER_THREAD: u32 = u32::MAX;
+
 /// One named event of the schedule.
 #[repr(C)]
 pub struct PlanEvent {
-    /// Index into `threads`.
+    /// Index into `threads`, or [`EVERY_OTHER_THREAD`].
     pub plan_thread: u32,
     /// Kind code.
     pub kind: u16,
@@ -116,11 +128,15 @@ pub struct PlanEvent {
     pub occurrence: u32,
     /// Nonzero when the event has predecessors: the thread waits before it.
     pub gated: u32,
+    /// Nonzero when the event is some event's predecessor: when it happens, the
+    /// held threads are woken (others' happening wakes nobody).
+    pub awaited: u32,
     /// First entry in `preds`.
     pub pred_start: u32,
     /// Number of entries in `preds`.
     pub pred_count: u32,
-    /// Matching events the owning thread has had so far (agent).
+    /// Matching events the owning thread has had so far (agent); for a `*`
+    /// successor, the threads that had it.
     pub count: AtomicU32,
     /// 1 once the event happened (agent).
     pub done: AtomicU32,
@@ -144,18 +160,19 @@ pub struct PlanSymbol {
     pub addr: AtomicU64,
 }
 
-/// One instruction that accesses a watched variable the schedule names: the agent
-/// arms an execute breakpoint on it in the threads whose named events need it, and
-/// counts (and gates) the access before the instruction runs.
+/// One instruction that accesses a watched variable the schedule names (or a
+/// program point, `at(SPEC)`): the agent arms an execute breakpoint on it in the
+/// threads whose named events need it, and counts (and gates) the access before the
+/// instruction runs.
 #[repr(C)]
 pub struct PlanAccessSite {
     /// The accessing instruction and its memory operand, with LINK-TIME addresses
     /// of the main executable (`ip`, `watch_addr`, and `disp` of an operand without
     /// registers): the agent adds the load bias.
     pub site: probe_common::WatchSite,
-    /// Index into `symbols`: the variable the schedule names.
+    /// Index into `symbols`: the variable (or point) the schedule names.
     pub symbol: u32,
-    /// Kind code of the access (`read`, `write` or `rmw`).
+    /// Kind code of the access (`read`, `write`, `rmw`, or `at`).
     pub kind: u16,
     /// Nonzero when the operand uses registers: the agent checks the effective
     /// address against the variable before counting.
@@ -173,14 +190,8 @@ pub struct PlanThread {
     pub first_event: u32,
     /// Number of plan events of this thread.
     pub event_count: u32,
-    /// Largest `@K` used per family: the agent remembers that many objects.
-    pub kmax: [u32; FAMILIES],
     /// Kernel tid of the thread that has this id (agent).
     pub tid: AtomicU32,
-    /// Distinct objects seen per family, capped at `kmax` (agent).
-    pub nobjects: [AtomicU32; FAMILIES],
-    /// The first `kmax` distinct objects per family (agent).
-    pub objects: [[AtomicU64; MAX_K]; FAMILIES],
     /// Access sites this thread arms when it starts (indices into `sites`).
     pub arm: [u32; MAX_ARMED_SITES],
     /// Used entries of `arm`.
@@ -203,6 +214,9 @@ pub struct Slot {
     pub path: [AtomicU32; MAX_DEPTH],
     /// Calls the agent saw from this thread: changes whenever it makes progress.
     pub progress: AtomicU64,
+    /// Per `*` successor (in plan order): the order stamp of this thread's instance
+    /// of it, 0 until it happened (agent).
+    pub wild_stamp: [AtomicU64; MAX_WILD],
 }
 
 /// The whole shared page.
@@ -229,9 +243,18 @@ pub struct Shared {
     pub n_symbols: u32,
     /// Used entries of `threads`.
     pub n_threads: u32,
+    /// First `*` successor in `events` (they come after every thread's events).
+    pub wild_first: u32,
+    /// Number of `*` successors.
+    pub n_wild: u32,
+    /// Largest `@K` the plan uses, per family: each thread remembers that many of
+    /// its objects.
+    pub kmax: [u32; FAMILIES],
     /// Slots handed out (agent).
     pub n_slots: AtomicU32,
-    /// Nonzero once the agent attached in the target (agent).
+    /// How far the program got (agent): 0 the agent never started,
+    /// `ATTACHED_STARTED` once it attached in the target, `ATTACHED_IN_MAIN` once
+    /// the program's `main` was entered.
     pub attached: AtomicU32,
     /// Load bias of the main executable (agent).
     pub main_base: AtomicU64,
@@ -243,14 +266,14 @@ pub struct Shared {
     pub symbols: [PlanSymbol; MAX_SYMBOLS],
     /// Named threads.
     pub threads: [PlanThread; MAX_PLAN_THREADS],
+    /// Program threads.
+    pub slots: [Slot; MAX_SLOTS],
     /// Used entries of `sites`.
     pub n_sites: u32,
     /// Breakpoint traps the agent handled (counted and gated accesses).
     pub traps: AtomicU64,
-    /// Access sites of the variables the schedule names.
+    /// Access sites of the variables and program points the schedule names.
     pub sites: [PlanAccessSite; MAX_ACCESS_SITES],
-    /// Program threads.
-    pub slots: [Slot; MAX_SLOTS],
 }
 
 /// Environment variable carrying the shared memory's file descriptor to the agent.
