@@ -73,11 +73,14 @@
 mod resolve;
 pub(crate) mod sites;
 mod spec;
+mod trapped;
 mod uprobe;
 
 #[cfg(test)]
 mod tests;
 
+pub use resolve::PointerHop;
 pub use resolve::{resolve, ResolvedWatch, Resolver};
 pub use sites::{plan_sites, PlannedSite, ProbePoint, Relocate, WatchPlan};
-pub use spec::{WatchSpec, WatchTarget, MAX_WATCH_SIZE};
+pub use spec::{FieldStep, WatchSpec, WatchTarget, MAX_WATCH_SIZE};
+pub use trapped::{classify_access, instruction_ending_at, TrapDecoder, TrappedAccess};

@@ -633,6 +633,8 @@ fn hardware_breakpoint_constraints() {
         name: "v".into(),
         object_vaddr: vaddr,
         object_size: 8,
+        atomic: false,
+        through_pointer: None,
     };
     assert!(watch(0x4010, 8).check_hw_breakpoint().is_ok());
     assert!(watch(0x4012, 2).check_hw_breakpoint().is_ok());
