@@ -1034,7 +1034,11 @@ fn walk(
     let name = entry
         .attr_value(gimli::DW_AT_name)?
         .and_then(|v| dwarf.attr_string(unit, v).ok())
-        .map(|s| s.to_string_lossy().into_owned());
+        .map(|s| s.to_string_lossy().into_owned())
+        // `nm -C` spells an unnamed namespace this way.
+        .or_else(|| {
+            (entry.tag() == gimli::DW_TAG_namespace).then(|| "(anonymous namespace)".to_string())
+        });
     let full = name.as_ref().map(|n| {
         if prefix.is_empty() {
             n.clone()
