@@ -251,6 +251,23 @@ fn atomics_are_synchronization_not_races() {
             "{mechanism}: {counts:?}"
         );
         assert!(races(&trace) >= 1, "{mechanism}: mixed");
+
+        // A message published with a release store of a std::atomic<bool> flag (a
+        // plain `mov`) and read after an acquire load (a plain `mov` too) that saw it.
+        let trace = dir.join(format!("publish-{mechanism}.ordo"));
+        let ready = format!("{flag}=ready");
+        let message = format!("{flag}=message");
+        let out = record_watching(&trace, &[&ready, &message], &program, &["publish"]);
+        assert_eq!(printed(&out.stdout, "message"), "7");
+        let events = dump_json(&trace);
+        let last_read = events
+            .iter()
+            .rfind(|e| e["kind"] == "read" && e["object"] == "ready")
+            .expect("the flag's reads");
+        // The load that saw the flag set is ordered after the store, with its value.
+        assert_eq!(last_read["value"], 1, "{mechanism}: {last_read}");
+        assert_eq!(last_read["atomic"], true);
+        assert_eq!(races(&trace), 0, "{mechanism}: publish");
     }
 }
 

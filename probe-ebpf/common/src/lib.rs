@@ -416,7 +416,8 @@ pub struct WatchSite {
     pub size: u8,
     /// [`kind::READ`], [`kind::WRITE`] or [`kind::RMW`] (as u8).
     pub access: u8,
-    /// Register holding the value written, or NONE (then `imm`, or read memory).
+    /// Register holding the value written (or, for a load probed after it, the
+    /// value loaded), or NONE (then `imm`, or read memory).
     pub value_reg: u8,
     /// True when the value written is `imm`.
     pub value_is_imm: u8,

@@ -580,7 +580,9 @@ mod programs {
         }
         let value = if site.access == kind::WRITE as u8 && site.value_is_imm != 0 {
             site.imm
-        } else if site.access == kind::WRITE as u8 && site.value_reg != reg::NONE {
+        } else if site.value_reg != reg::NONE {
+            // A write's source register, or the register an atomic load (probed
+            // after it) loaded into.
             gp_register(regs, site.value_reg)
         } else {
             // Reads and read-modify-writes: the value before the instruction runs.

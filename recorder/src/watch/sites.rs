@@ -28,7 +28,8 @@ pub enum ProbePoint {
     Previous,
     /// On the instruction just after it, which nothing else jumps to: the probe runs
     /// just after the access, so memory already holds the value it left (for a
-    /// read-modify-write, the new value). The fallback when `Previous` is not possible.
+    /// read-modify-write, the new value). The fallback when `Previous` is not
+    /// possible, and the choice for atomic loads (see [`WatchPlan::sites`]).
     Next,
 }
 
@@ -77,7 +78,10 @@ pub struct PlannedSite {
 pub struct WatchPlan {
     /// The watch these sites are for.
     pub watch: ResolvedWatch,
-    /// Instructions that access the watched bytes, in address order.
+    /// Instructions that access the watched bytes, in address order. Atomic loads
+    /// are probed on the next instruction when possible ([`ProbePoint::Next`], the
+    /// loaded register as the value): their place in the variable's order is then
+    /// after the store they saw, as the acquire edge needs.
     pub sites: Vec<PlannedSite>,
     /// Instructions that access the watched bytes but that no uprobe can observe:
     /// the kernel refuses a probe on them and no neighbour qualifies (e.g. a
@@ -171,6 +175,7 @@ pub fn plan_sites(watch: &ResolvedWatch) -> Result<WatchPlan, String> {
         }
     }
     scanner.place_refused_probes(&data);
+    scanner.probe_atomic_loads_after(&data);
     let Scanner {
         mut sites,
         mut address_refs,
@@ -398,6 +403,57 @@ impl<'w> Scanner<'w> {
                     | OpAccess::ReadCondWrite
             ) && gpr_number(used.register()).is_some_and(|r| registers.contains(&r))
         })
+    }
+
+    /// Moves the probe of each atomic load onto the next instruction, so the event
+    /// takes its place in the variable's order *after* the load: a load that saw a
+    /// store is then always ordered after it (the store's probe ran before the
+    /// store), which is what the acquire edge needs. A probe before the load could
+    /// be overtaken by the store it then reads. The value recorded is the loaded
+    /// register's. Only when nothing jumps to the next instruction and the load
+    /// leaves its address registers alone; otherwise the probe stays before it.
+    fn probe_atomic_loads_after(&mut self, data: &[u8]) {
+        for index in 0..self.sites.len() {
+            let planned = &self.sites[index];
+            if !planned.atomic
+                || planned.probe != ProbePoint::Instruction
+                || planned.site.access != kind::READ as u8
+            {
+                continue;
+            }
+            let site = planned.site;
+            let Some(access) = self.code_at(data, planned.access_ip).map(|(_, bytes)| {
+                Decoder::with_ip(64, bytes, planned.access_ip, DecoderOptions::NONE).decode()
+            }) else {
+                continue;
+            };
+            let address_registers: Vec<u8> = [site.base, site.index]
+                .into_iter()
+                .filter(|r| *r != reg::NONE)
+                .collect();
+            let next_ip = access.next_ip();
+            if self.targets.contains(&next_ip) || self.writes_any(&access, &address_registers) {
+                continue;
+            }
+            let Some((offset, after)) = self.probeable_at(data, next_ip) else {
+                continue;
+            };
+            // `mov`/`movzx`/`movsx` into a general register: that register holds
+            // what was loaded (the memory may have changed since).
+            let loaded = matches!(
+                access.mnemonic(),
+                Mnemonic::Mov | Mnemonic::Movzx | Mnemonic::Movsx | Mnemonic::Movsxd
+            ) && access.op0_kind() == OpKind::Register;
+            let planned = &mut self.sites[index];
+            planned.file_offset = offset;
+            planned.site.ip = after.ip();
+            planned.probe = ProbePoint::Next;
+            if loaded {
+                if let Some(dest) = gpr_number(access.op0_register()) {
+                    planned.site.value_reg = dest;
+                }
+            }
+        }
     }
 
     /// Moves the probe of each site the kernel refuses onto a neighbour that sees
