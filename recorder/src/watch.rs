@@ -82,5 +82,5 @@ mod tests;
 pub use resolve::PointerHop;
 pub use resolve::{resolve, ResolvedWatch, Resolver};
 pub use sites::{plan_sites, PlannedSite, ProbePoint, Relocate, WatchPlan};
-pub use spec::{FieldStep, WatchSpec, WatchTarget, MAX_WATCH_SIZE};
+pub use spec::{split_offset, FieldStep, WatchSpec, WatchTarget, MAX_WATCH_SIZE};
 pub use trapped::{classify_access, instruction_ending_at, TrapDecoder, TrappedAccess};

@@ -192,20 +192,11 @@ impl WatchSpec {
                 fields: Vec::new(),
             });
         }
-        let top = top_level(rest);
-        let (name, offset) = match top.iter().rev().find(|(_, c)| *c == '+') {
-            Some(&(i, _)) => {
-                let off_text = rest[i + 1..].trim();
-                let offset = parse_number(off_text).ok_or_else(|| {
-                    format!("OFFSET `{off_text}` is not a number (decimal or 0x hex)")
-                })?;
-                if size.is_none() {
-                    return Err("a field needs a size: SYMBOL+OFFSET:SIZE".into());
-                }
-                (rest[..i].trim_end(), offset)
-            }
-            None => (rest, 0),
-        };
+        let (name, offset) = split_offset(rest)?;
+        if offset.is_some() && size.is_none() {
+            return Err("a field needs a size: SYMBOL+OFFSET:SIZE".into());
+        }
+        let offset = offset.unwrap_or(0);
         if name.is_empty() {
             return Err("missing SYMBOL before `+OFFSET`".into());
         }
@@ -222,6 +213,23 @@ impl WatchSpec {
             file,
             fields,
         })
+    }
+}
+
+/// Splits a trailing `+OFFSET` (decimal or `0x` hex) off a name as `nm -C`
+/// prints it: a `+` inside brackets or an operator's name (`operator+`,
+/// `operator+=`) is part of the name. For anything that names a place by symbol
+/// and offset (`--watch`, `function+0x1c` code locations).
+pub fn split_offset(text: &str) -> Result<(&str, Option<u64>), String> {
+    match top_level(text).iter().rev().find(|(_, c)| *c == '+') {
+        Some(&(i, _)) => {
+            let off_text = text[i + 1..].trim();
+            let offset = parse_number(off_text).ok_or_else(|| {
+                format!("OFFSET `{off_text}` is not a number (decimal or 0x hex)")
+            })?;
+            Ok((text[..i].trim_end(), Some(offset)))
+        }
+        None => Ok((text, None)),
     }
 }
 
@@ -540,6 +548,20 @@ mod tests {
             assert_eq!(spec, symbol(name, offset, size), "{text}");
             assert_eq!(WatchSpec::parse(&spec.to_string()).unwrap(), spec, "{text}");
         }
+    }
+
+    #[test]
+    fn offsets_split_off_names_with_operators() {
+        assert_eq!(split_offset("main+0x1c").unwrap(), ("main", Some(0x1c)));
+        assert_eq!(
+            split_offset("ns::V::operator+=(ns::V const&)+12").unwrap(),
+            ("ns::V::operator+=(ns::V const&)", Some(12))
+        );
+        assert_eq!(
+            split_offset("ns::operator+(ns::V, ns::V)").unwrap(),
+            ("ns::operator+(ns::V, ns::V)", None)
+        );
+        assert!(split_offset("f+x").unwrap_err().contains("OFFSET `x`"));
     }
 
     #[test]
