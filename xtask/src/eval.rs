@@ -1110,12 +1110,14 @@ mod tests {
             program("ok", true),
         ];
         let results: BTreeMap<_, _> = [
-            outcome("a", "predict", 1, Some(1)),
+            outcome("a", "predict", 1, Some(2)),
             outcome("a", "predict", 2, Some(3)),
             outcome("a", "pct", 1, Some(20)),
             outcome("a", "pct", 2, Some(40)),
             outcome("b", "predict", 1, None),
             outcome("b", "predict", 2, None),
+            // The first recording failed by itself: no strategy was tested.
+            outcome("b", "pct", 1, Some(1)),
             outcome("ok", "predict", 1, None),
             outcome("ok", "pct", 1, Some(7)),
         ]
