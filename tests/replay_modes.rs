@@ -310,3 +310,50 @@ fn sigterm_or_sigint_to_replay_kills_the_program_and_cleans_up() {
         assert!(!agent_dir.exists(), "{} left behind", agent_dir.display());
     }
 }
+
+#[test]
+fn a_killed_replayer_never_leaves_its_program_held() {
+    let program = build_program("replay_queue");
+    // Infeasible: a thread waits at a gate for an event that cannot happen; with a
+    // long --stall-ms the driver would hold it for a minute before giving up.
+    let replay = Command::new(ordo())
+        .args(["replay", "--stall-ms", "60000", "--schedule"])
+        .arg(schedule("replay_queue_infeasible"))
+        .arg("--")
+        .arg(&program)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    let pid = loop {
+        if let Some(pid) = child_of(replay.id()) {
+            if agent_dir_of(pid).is_some() {
+                break pid;
+            }
+        }
+        assert!(started.elapsed().as_secs() < 30, "the replay never started");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let mut replay = replay;
+    replay.kill().unwrap();
+    replay.wait().unwrap();
+    // Reparented, the held thread's agent sees its driver gone and opens every gate:
+    // the program runs to its end on its own.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while Path::new(&format!("/proc/{pid}")).exists() {
+        let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+            s.rsplit_once(')')
+                .is_some_and(|(_, r)| r.trim_start().starts_with('Z'))
+        });
+        if zombie {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the program is still held 20 s after its replayer was killed"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
