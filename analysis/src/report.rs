@@ -366,6 +366,7 @@ impl Analysis {
                 json!({
                     "kind": f.kind.name(),
                     "class": f.kind.class(),
+                    "harmful": f.kind.is_harmful(),
                     "threads": f.threads,
                     "objects": f.objects.iter().map(|o| json!({
                         "addr": format!("{:#x}", o.addr),
