@@ -89,6 +89,7 @@ pub fn run(args: ReplayArgs) -> Result<u8> {
         stdout_to_stderr: args.json,
         oracle: args.oracle.into(),
     };
+    ordo_replayer::stop_replays_on_interrupt();
     let outcome = replay(&options)?;
     if args.json {
         println!("{}", outcome.to_json());
