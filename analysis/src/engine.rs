@@ -1058,17 +1058,12 @@ impl<'a> Engine<'a> {
                 }
             }
         }
-        // Chains: a1 a2 b1 b2 recorded, each pair at one site (two loops handing
-        // off, as a producer and a consumer do; pairs at two sites are the
-        // atomicity shapes).
+        // Chains: a1 a2 b1 b2 recorded (two threads handing off, as a producer and
+        // a consumer do; a loop of two may be unrolled, so the pairs' sites may
+        // differ).
         if let [Some(b1), Some(a2), Some(a1), _] = p {
             let a = a1.acq.thread;
-            if b1.acq.thread == b
-                && a2.acq.thread == a
-                && a != b
-                && a1.acq.site == a2.acq.site
-                && b1.acq.site == cur.acq.site
-            {
+            if b1.acq.thread == b && a2.acq.thread == a && a != b {
                 if b1.unknown & 1 != 0 {
                     found |= self.offer(
                         FindingKind::Chain,
