@@ -115,9 +115,15 @@ impl InprocMapping {
         }
     }
 
+    /// Allocates the pages of the rings after the ones in use (from the converter,
+    /// at idle priority), so a thread claiming one does not wait for the kernel.
+    pub(crate) fn prefault_ahead(&self) {
+        self.prefault(self.header().rings_used.load(Ordering::Relaxed) as usize + RINGS_AHEAD);
+    }
+
     /// Allocates the pages of the rings below `upto`, so a thread claiming one
     /// (the agent then populates its page tables at once) does not wait for the
-    /// kernel to allocate and clear 6 MiB.
+    /// kernel to allocate and clear its pages.
     fn prefault(&self, upto: usize) {
         let upto = upto.min(MAX_RINGS);
         let from = self.prefaulted.load(Ordering::Relaxed);
@@ -182,15 +188,11 @@ impl InprocMapping {
         self.header().seq_full.load(Ordering::Relaxed)
     }
 
-    /// Takes every published record, in each ring's order, as raw events (one batch
-    /// per ring, handed to `batch`); frees the rings of threads in `exited` once they
-    /// are empty.
-    fn read_rings(
-        &self,
-        out: &mut Vec<RawEvent>,
-        exited: &HashSet<u32>,
-        mut batch: impl FnMut(u32, &mut Vec<RawEvent>),
-    ) {
+    /// Copies every published record out of the rings into `pass` (one batch per
+    /// ring, in each ring's order) and hands the space back to the agents at once;
+    /// frees the rings of threads in `exited` once they are empty. Only a copy: the
+    /// records are expanded, merged and encoded later, off the program's CPU.
+    fn copy_rings(&self, pass: &mut RawPass, exited: &HashSet<u32>) {
         let used = (self.header().rings_used.load(Ordering::Acquire) as usize).min(MAX_RINGS);
         for i in 0..used {
             let ring = self.ring(i);
@@ -203,14 +205,24 @@ impl InprocMapping {
             let tid = ring.tid.load(Ordering::Relaxed);
             if head > tail {
                 // SAFETY: records in [tail, head) are published and not rewritten
-                // until `tail` moves past them.
-                let records = unsafe { self.base.add(ring_records_offset(i)) as *const Record };
-                for n in tail..head {
-                    let r = unsafe { records.add(n as usize & (RING_RECORDS - 1)).read() };
-                    out.push(expand(&r, tid));
+                // until `tail` moves past them; the ring is RING_RECORDS long.
+                let records = unsafe {
+                    std::slice::from_raw_parts(
+                        self.base.add(ring_records_offset(i)) as *const Record,
+                        RING_RECORDS,
+                    )
+                };
+                let from = tail as usize & (RING_RECORDS - 1);
+                let n = (head - tail) as usize;
+                if from + n <= RING_RECORDS {
+                    pass.records.extend_from_slice(&records[from..from + n]);
+                } else {
+                    pass.records.extend_from_slice(&records[from..]);
+                    pass.records
+                        .extend_from_slice(&records[..from + n - RING_RECORDS]);
                 }
+                pass.batches.push((tid, pass.records.len()));
                 ring.tail.0.store(head, Ordering::Release);
-                batch(tid, out);
                 if ring.waiting.swap(0, Ordering::AcqRel) != 0 {
                     // SAFETY: a futex word in the shared mapping.
                     unsafe { futex_wake(ring.waiting.as_ptr()) };
@@ -221,6 +233,13 @@ impl InprocMapping {
                 ring.state.0.store(RING_FREE, Ordering::Release);
             }
         }
+    }
+
+    /// Counts a drain pass without reading anything: the drain is alive but holds
+    /// off (its backlog is full), so waiting agents keep waiting instead of
+    /// dropping.
+    pub(crate) fn count_idle_pass(&self) {
+        self.header().passes.fetch_add(1, Ordering::Release);
     }
 
     /// Sleeps until an agent rings the doorbell or `timeout` passes.
@@ -311,34 +330,32 @@ struct ThreadQueue {
     /// Since which pass this thread's own THREAD_CREATE has been waiting for the
     /// thread's creation to be released.
     parent_waiting_since: Option<u64>,
+    /// The thread's exit was seen: the queue goes once it is empty.
+    exited: bool,
 }
 
 /// Interleaves each thread's agent and eBPF events by time (see the module doc).
 /// Logical ids are assigned as creations are taken, so a thread's own creations
 /// must be taken after its creation: a thread's THREAD_CREATE waits (at most
 /// [`CREATE_PATIENCE`] passes) until the creation of the thread itself was released.
+///
+/// It works on the [`RawPass`]es the drain copied, one after the other, exactly as
+/// they were read: what it releases does not depend on when it runs.
 #[derive(Default)]
 pub(crate) struct Merger {
     threads: HashMap<u32, ThreadQueue>,
     /// Threads whose creation was released (and the main thread).
     pub(crate) created: HashSet<u32>,
     pass: u64,
-    /// Threads whose exit was seen: their rings are freed once drained.
-    exited: HashSet<u32>,
-    /// Exits seen in the current pass (effective from the next one).
-    exited_now: Vec<u32>,
     scratch: Vec<RawEvent>,
     /// Events released in one pass, before they are sorted by time.
     batch: Vec<RawEvent>,
-    /// Events read so far (a change means new events arrived).
-    pub(crate) held: u64,
 }
 
 impl Merger {
     /// Starts a pass: what was read before it becomes releasable.
     fn begin_pass(&mut self) {
         self.pass += 1;
-        self.exited.extend(self.exited_now.drain(..));
         for q in self.threads.values_mut() {
             let last = |d: &VecDeque<(u64, RawEvent)>| d.back().map(|e| e.1.ts_ns).unwrap_or(0);
             q.safe_ts = q.safe_ts.max(last(&q.agent)).max(last(&q.kernel));
@@ -347,23 +364,34 @@ impl Merger {
 
     fn push_agent(&mut self, tid: u32, events: &mut Vec<RawEvent>) {
         let pass = self.pass;
-        self.held += events.len() as u64;
         let queue = &mut self.threads.entry(tid).or_default().agent;
         queue.extend(events.drain(..).map(|e| (pass, e)));
     }
 
     /// Adds an event from the eBPF ring buffer.
-    pub(crate) fn push_kernel(&mut self, e: RawEvent) {
-        if e.kind == kind::THREAD_EXIT {
-            self.exited_now.push(e.tid);
-        }
-        self.held += 1;
+    fn push_kernel(&mut self, e: RawEvent) {
         let pass = self.pass;
-        self.threads
-            .entry(e.tid)
-            .or_default()
-            .kernel
-            .push_back((pass, e));
+        let q = self.threads.entry(e.tid).or_default();
+        q.exited |= e.kind == kind::THREAD_EXIT;
+        q.kernel.push_back((pass, e));
+    }
+
+    /// Merges one pass the drain copied and releases what is safe to `out` (all of
+    /// it on the last pass).
+    pub(crate) fn take_pass(&mut self, pass: &RawPass, out: &mut impl FnMut(&RawEvent)) {
+        self.begin_pass();
+        let mut scratch = std::mem::take(&mut self.scratch);
+        let mut start = 0;
+        for &(tid, end) in &pass.batches {
+            scratch.extend(pass.records[start..end].iter().map(|r| expand(r, tid)));
+            self.push_agent(tid, &mut scratch);
+            start = end;
+        }
+        self.scratch = scratch;
+        for e in &pass.kernel {
+            self.push_kernel(*e);
+        }
+        self.release(pass.all, out);
     }
 
     /// Releases, per thread in time order, every event that is safe (all of them when
@@ -484,33 +512,84 @@ impl Merger {
                 }
             }
         }
+        // Queues of live threads are kept with their buffers: freeing and growing
+        // them again every pass cost a page fault per few dozen events.
         self.threads
-            .retain(|_, q| !q.agent.is_empty() || !q.kernel.is_empty());
+            .retain(|_, q| !q.agent.is_empty() || !q.kernel.is_empty() || !q.exited);
     }
 }
 
-/// One drain pass over the in-process source: read the agent rings, then (through
-/// `read_kernel`) the eBPF ring, then release what is safe to `out`.
-pub(crate) fn pass(
-    mapping: &InprocMapping,
-    merger: &mut Merger,
-    read_kernel: &mut dyn FnMut(&mut Merger) -> Result<()>,
-    all: bool,
-    out: &mut impl FnMut(&RawEvent),
-) -> Result<usize> {
-    merger.begin_pass();
-    let mut scratch = std::mem::take(&mut merger.scratch);
-    let exited = std::mem::take(&mut merger.exited);
-    let mut largest = 0;
-    mapping.read_rings(&mut scratch, &exited, |tid, events| {
-        largest = largest.max(events.len());
-        merger.push_agent(tid, events)
-    });
-    merger.exited = exited;
-    merger.scratch = scratch;
-    mapping.header().passes.fetch_add(1, Ordering::Release);
-    mapping.prefault(mapping.header().rings_used.load(Ordering::Relaxed) as usize + RINGS_AHEAD);
-    read_kernel(merger)?;
-    merger.release(all, out);
-    Ok(largest)
+/// What one drain pass copied, in the order it was read: the agent rings (one
+/// batch per ring), then the eBPF ring buffer. [`Merger::take_pass`] turns it into
+/// events later; the copy is all the drain does while the program runs.
+#[derive(Default)]
+pub(crate) struct RawPass {
+    /// Per ring batch: the owning thread and where its records end in `records`.
+    pub(crate) batches: Vec<(u32, usize)>,
+    pub(crate) records: Vec<Record>,
+    pub(crate) kernel: Vec<RawEvent>,
+    /// Snapshots of the program's modules taken before this pass's events were
+    /// read (they describe the events' sites).
+    pub(crate) modules: Vec<Vec<ordo_trace::schema::ModuleRecord>>,
+    /// Events dropped so far (agent and eBPF), for the chunk headers.
+    pub(crate) dropped: u64,
+    /// The last pass: release everything.
+    pub(crate) all: bool,
+}
+
+impl RawPass {
+    /// Empties it, keeping its buffers.
+    pub(crate) fn clear(&mut self) {
+        self.batches.clear();
+        self.records.clear();
+        self.kernel.clear();
+        self.modules.clear();
+        self.dropped = 0;
+        self.all = false;
+    }
+
+    /// Memory its events take.
+    pub(crate) fn bytes(&self) -> usize {
+        self.records.len() * std::mem::size_of::<Record>()
+            + self.kernel.len() * std::mem::size_of::<RawEvent>()
+    }
+
+    /// Call sites of its events, for checking they lie in known modules.
+    pub(crate) fn sites(&self) -> impl Iterator<Item = u64> + '_ {
+        self.records
+            .iter()
+            .map(|r| r.site)
+            .chain(self.kernel.iter().map(|e| e.site))
+            .filter(|&s| s != 0)
+    }
+}
+
+/// The drain's side of the in-process source: copies the rings and remembers which
+/// threads exited, so their rings can be freed.
+#[derive(Default)]
+pub(crate) struct RingReader {
+    /// Threads whose exit was seen: their rings are freed once drained.
+    exited: HashSet<u32>,
+    /// Exits seen in the current pass (effective from the next one).
+    exited_now: Vec<u32>,
+}
+
+impl RingReader {
+    /// Starts a pass: copies the agent rings into `pass` and counts the pass
+    /// (waiting agents see the drain is alive).
+    /// The eBPF ring buffer is read next, into the same pass
+    /// ([`RingReader::kernel_event`]).
+    pub(crate) fn copy_rings(&mut self, mapping: &InprocMapping, pass: &mut RawPass) {
+        self.exited.extend(self.exited_now.drain(..));
+        mapping.copy_rings(pass, &self.exited);
+        mapping.header().passes.fetch_add(1, Ordering::Release);
+    }
+
+    /// Adds an event from the eBPF ring buffer to the pass.
+    pub(crate) fn kernel_event(&mut self, pass: &mut RawPass, e: RawEvent) {
+        if e.kind == kind::THREAD_EXIT {
+            self.exited_now.push(e.tid);
+        }
+        pass.kernel.push(e);
+    }
 }

@@ -446,13 +446,16 @@ pub mod inproc {
     /// "ORDO_REC".
     pub const MAGIC: u64 = 0x4f52_444f_5f52_4543;
     /// Bumped whenever the layout changes.
-    pub const VERSION: u32 = 1;
+    pub const VERSION: u32 = 2;
     /// Rings in the mapping: threads recording at the same time (a ring is reused
     /// once its thread has exited and the ring is drained).
     pub const MAX_RINGS: usize = 1024;
-    /// Records per ring (a power of two): 12 MiB, enough for a burst of 262 144
-    /// events while the drain, which runs at idle priority, waits for a free CPU.
-    pub const RING_RECORDS: usize = 1 << 18;
+    /// Records per ring (a power of two): 3 MiB. The drain only copies records
+    /// out, at high priority, when a ring is half full and every few milliseconds;
+    /// 65 536 events cover a thread making several million a second. Small enough
+    /// that the pages a thread writes stay few (allocating them is the expensive
+    /// part: ~6 µs a page).
+    pub const RING_RECORDS: usize = 1 << 16;
     /// Entries of the sequence counter table (a power of two).
     pub const SEQ_SLOTS: usize = 1 << 20;
     /// A thread whose ring is full waits for the drain as long as the drain makes
