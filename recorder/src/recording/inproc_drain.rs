@@ -127,12 +127,20 @@ impl ModuleWatch {
     }
 }
 
+/// What the drain reads in a pass, and what it knows about it.
+struct Sources {
+    reader: RingReader,
+    modules: ModuleWatch,
+    /// The eBPF ring buffer.
+    ring: RingBuf<MapData>,
+}
+
 /// The drain of a recording with the in-process source: passes over the agent
 /// rings and the eBPF ring until told to stop, then the rest; the converter turns
 /// them into the trace.
 pub(super) fn drain(
     mut probes: Probes,
-    mut ring: RingBuf<MapData>,
+    ring: RingBuf<MapData>,
     state: DrainState,
     mut stop: oneshot::Receiver<Option<ExitStatus>>,
     mut snapshots: mpsc::UnboundedReceiver<Vec<ModuleRecord>>,
@@ -152,53 +160,56 @@ pub(super) fn drain(
                 move || convert(state, passes, give_back, &shared, &mapping)
             })?
     };
-    let mut modules = ModuleWatch {
-        pid,
-        known: KnownRanges::default(),
-        any: false,
-        last_scan: None,
+    let mut sources = Sources {
+        reader: RingReader::default(),
+        modules: ModuleWatch {
+            pid,
+            known: KnownRanges::default(),
+            any: false,
+            last_scan: None,
+        },
+        ring,
     };
-    let mut reader = RingReader::default();
     let next_pass = |spare: &Receiver<RawPass>| {
         let mut p = spare.try_recv().unwrap_or_default();
         p.clear();
         p
     };
     let mut pass = next_pass(&spare);
-    let run_pass = |pass: &mut RawPass,
-                    reader: &mut RingReader,
-                    modules: &mut ModuleWatch,
-                    ring: &mut RingBuf<MapData>,
-                    probes: &Probes,
-                    all: bool|
-     -> Result<()> {
-        reader.copy_rings(&mapping, pass);
-        while let Some(item) = ring.next() {
-            if item.len() < std::mem::size_of::<RawEvent>() {
-                continue;
+    let run_pass =
+        |pass: &mut RawPass, sources: &mut Sources, probes: &Probes, all: bool| -> Result<()> {
+            let Sources {
+                reader,
+                modules,
+                ring,
+            } = sources;
+            reader.copy_rings(&mapping, pass);
+            while let Some(item) = ring.next() {
+                if item.len() < std::mem::size_of::<RawEvent>() {
+                    continue;
+                }
+                // SAFETY: the probes write whole RawEvent records; read_unaligned copes
+                // with the ring buffer's 8-byte record alignment.
+                let raw: RawEvent = unsafe { std::ptr::read_unaligned(item.as_ptr().cast()) };
+                reader.kernel_event(pass, raw);
             }
-            // SAFETY: the probes write whole RawEvent records; read_unaligned copes
-            // with the ring buffer's 8-byte record alignment.
-            let raw: RawEvent = unsafe { std::ptr::read_unaligned(item.as_ptr().cast()) };
-            reader.kernel_event(pass, raw);
-        }
-        modules.check(pass);
-        pass.dropped = probes.drops() + mapping.dropped();
-        pass.all = all;
-        let pass = std::mem::replace(pass, next_pass(&spare));
-        shared.backlog.fetch_add(pass.bytes(), Ordering::Relaxed);
-        to_converter
-            .send(ToConverter::Pass(pass))
-            .map_err(|_| anyhow!("the trace converter stopped"))
-    };
+            modules.check(pass);
+            pass.dropped = probes.drops() + mapping.dropped();
+            pass.all = all;
+            let pass = std::mem::replace(pass, next_pass(&spare));
+            shared.backlog.fetch_add(pass.bytes(), Ordering::Relaxed);
+            to_converter
+                .send(ToConverter::Pass(pass))
+                .map_err(|_| anyhow!("the trace converter stopped"))
+        };
     let mut modules_read = false;
     let mut waking_each = true;
     let mut doorbell = mapping.doorbell();
     let exit = loop {
         while let Ok(snapshot) = snapshots.try_recv() {
-            modules.add(&snapshot, &mut pass);
+            sources.modules.add(&snapshot, &mut pass);
         }
-        if waking_each && modules.any {
+        if waking_each && sources.modules.any {
             // The eBPF side need not wake anyone per record: this drain polls.
             probes.stop_waking_each();
             waking_each = false;
@@ -208,7 +219,7 @@ pub(super) fn drain(
         // path reads them at the first event: by the time the events are converted a
         // short program may be gone, or its binary replaced on disk.
         if !modules_read && mapping.attached() {
-            modules.scan(&mut pass, true);
+            sources.modules.scan(&mut pass, true);
             modules_read = true;
             mapping.modules_read();
         }
@@ -227,36 +238,22 @@ pub(super) fn drain(
             mapping.count_idle_pass();
             continue;
         }
-        run_pass(
-            &mut pass,
-            &mut reader,
-            &mut modules,
-            &mut ring,
-            &probes,
-            false,
-        )?;
+        run_pass(&mut pass, &mut sources, &probes, false)?;
     };
     shared.finishing.store(true, Ordering::Relaxed);
     while let Ok(snapshot) = snapshots.try_recv() {
-        modules.add(&snapshot, &mut pass);
+        sources.modules.add(&snapshot, &mut pass);
     }
     // A live target stops paying for the programs' work now, before the detach.
     probes.disable();
     // Everything published or committed belongs to the run: one more ordinary pass
     // (so the last eBPF events meet the agent events before them), then the rest.
     for all in [false, true] {
-        run_pass(
-            &mut pass,
-            &mut reader,
-            &mut modules,
-            &mut ring,
-            &probes,
-            all,
-        )?;
+        run_pass(&mut pass, &mut sources, &probes, all)?;
     }
     let dropped = probes.drops() + mapping.dropped();
     let _ = to_converter.send(ToConverter::Finish { dropped, exit });
-    drop(ring);
+    drop(sources);
     // The detach goes on in the background while the converter finishes.
     let handoff = super::detach::hand_off();
     drop(probes);
