@@ -42,7 +42,8 @@ use std::time::Duration;
 use anyhow::{bail, Result};
 use ordo_probe_common::inproc::{
     mapping_size, ring_header_offset, ring_records_offset, seq_table_offset, Header, Record,
-    RingHeader, ENV_FD, MAGIC, MAX_RINGS, RING_FREE, RING_RECORDS, VERSION,
+    RingHeader, CLOCK_MONOTONIC_NS, CLOCK_TSC, ENV_FD, MAGIC, MAX_RINGS, RING_FREE, RING_RECORDS,
+    VERSION,
 };
 use ordo_probe_common::{kind, RawEvent};
 
@@ -52,6 +53,9 @@ pub struct InprocMapping {
     base: *mut u8,
     /// Rings whose pages are allocated already.
     prefaulted: std::sync::atomic::AtomicUsize,
+    /// With TSC time stamps: the calibration point taken before the program
+    /// started (the first segment's start).
+    tsc_start: Option<ClockPoint>,
 }
 
 // SAFETY: the mapping is shared memory accessed through atomics (headers) and plain
@@ -70,7 +74,9 @@ impl std::fmt::Debug for InprocMapping {
 impl InprocMapping {
     /// A zeroed, sparse mapping with its header filled in. The descriptor is
     /// close-on-exec here; [`crate::launch`] clears that in the forked child only.
-    pub fn create() -> Result<InprocMapping> {
+    /// `tsc_allowed`: the agent may stamp records with the TSC (used when the
+    /// kernel's clocksource is the TSC).
+    pub fn create(tsc_allowed: bool) -> Result<InprocMapping> {
         let size = mapping_size();
         // SAFETY: plain syscalls on values we own; results are checked.
         unsafe {
@@ -105,10 +111,13 @@ impl InprocMapping {
             let header = p as *mut Header;
             (*header).magic = MAGIC;
             (*header).version = VERSION;
+            let tsc = tsc_allowed && tsc_is_the_kernel_clock();
+            (*header).clock = if tsc { CLOCK_TSC } else { CLOCK_MONOTONIC_NS };
             let mapping = InprocMapping {
                 fd,
                 base: p.cast(),
                 prefaulted: 0.into(),
+                tsc_start: tsc.then(ClockPoint::now),
             };
             mapping.prefault(RINGS_AHEAD);
             Ok(mapping)
@@ -214,6 +223,7 @@ impl InprocMapping {
                 };
                 let from = tail as usize & (RING_RECORDS - 1);
                 let n = (head - tail) as usize;
+                pass.records.reserve(n);
                 if from + n <= RING_RECORDS {
                     pass.records.extend_from_slice(&records[from..from + n]);
                 } else {
@@ -233,6 +243,11 @@ impl InprocMapping {
                 ring.state.0.store(RING_FREE, Ordering::Release);
             }
         }
+    }
+
+    /// With TSC time stamps, the calibration point before the program started.
+    pub(crate) fn tsc_start(&self) -> Option<ClockPoint> {
+        self.tsc_start
     }
 
     /// Counts a drain pass without reading anything: the drain is alive but holds
@@ -282,6 +297,79 @@ impl Drop for InprocMapping {
     fn drop(&mut self) {
         // SAFETY: unmapping our own mapping once.
         unsafe { libc::munmap(self.base.cast(), mapping_size()) };
+    }
+}
+
+/// Whether the kernel keeps CLOCK_MONOTONIC with the TSC: then the TSC is
+/// synchronized across CPUs (the kernel checked) and CLOCK_MONOTONIC is a linear
+/// function of it between NTP adjustments.
+fn tsc_is_the_kernel_clock() -> bool {
+    std::fs::read_to_string("/sys/devices/system/clocksource/clocksource0/current_clocksource")
+        .is_ok_and(|s| s.trim() == "tsc")
+}
+
+/// A TSC reading and CLOCK_MONOTONIC at the same moment (within the few
+/// nanoseconds between two `rdtsc`s).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct ClockPoint {
+    tsc: u64,
+    ns: u64,
+}
+
+impl ClockPoint {
+    /// The narrowest of a few tries (a try the scheduler interrupted is wide).
+    pub(crate) fn now() -> ClockPoint {
+        let mut best = (u64::MAX, ClockPoint::default());
+        for _ in 0..5 {
+            // SAFETY: rdtsc has no preconditions.
+            let a = unsafe { std::arch::x86_64::_rdtsc() };
+            let ns = crate::recording::monotonic_ns();
+            // SAFETY: as above.
+            let b = unsafe { std::arch::x86_64::_rdtsc() };
+            if b.wrapping_sub(a) < best.0 {
+                best = (
+                    b.wrapping_sub(a),
+                    ClockPoint {
+                        tsc: a + (b - a) / 2,
+                        ns,
+                    },
+                );
+            }
+        }
+        best.1
+    }
+}
+
+/// Converts TSC stamps to CLOCK_MONOTONIC nanoseconds: linear between the
+/// calibration points of consecutive passes (taken before each pass reads the
+/// rings), extended past the last one for records written after it; each thread's
+/// converted times never go backwards (the merge relies on per-thread order).
+struct TscClock {
+    from: ClockPoint,
+    to: ClockPoint,
+    last: HashMap<u32, u64>,
+}
+
+impl TscClock {
+    /// Moves to the segment ending at `to`.
+    fn advance(&mut self, to: ClockPoint) {
+        if to.tsc > self.to.tsc && to.ns > self.to.ns {
+            self.from = self.to;
+            self.to = to;
+        }
+    }
+
+    fn ns(&mut self, tid: u32, tsc: u64) -> u64 {
+        let (a, b) = (self.from, self.to);
+        let ns = if b.tsc > a.tsc {
+            let dt = tsc as i128 - a.tsc as i128;
+            (a.ns as i128 + dt * (b.ns - a.ns) as i128 / (b.tsc - a.tsc) as i128).max(0) as u64
+        } else {
+            a.ns
+        };
+        let last = self.last.entry(tid).or_insert(0);
+        *last = (*last).max(ns);
+        *last
     }
 }
 
@@ -350,9 +438,23 @@ pub(crate) struct Merger {
     scratch: Vec<RawEvent>,
     /// Events released in one pass, before they are sorted by time.
     batch: Vec<RawEvent>,
+    /// Converts the records' TSC stamps (when the agent uses the TSC).
+    tsc: Option<TscClock>,
 }
 
 impl Merger {
+    /// A merger for records stamped as `mapping` says.
+    pub(crate) fn for_mapping(mapping: &InprocMapping) -> Merger {
+        Merger {
+            tsc: mapping.tsc_start().map(|start| TscClock {
+                from: start,
+                to: start,
+                last: HashMap::new(),
+            }),
+            ..Merger::default()
+        }
+    }
+
     /// Starts a pass: what was read before it becomes releasable.
     fn begin_pass(&mut self) {
         self.pass += 1;
@@ -382,8 +484,16 @@ impl Merger {
         self.begin_pass();
         let mut scratch = std::mem::take(&mut self.scratch);
         let mut start = 0;
+        if let (Some(clock), Some(point)) = (&mut self.tsc, pass.clock) {
+            clock.advance(point);
+        }
         for &(tid, end) in &pass.batches {
             scratch.extend(pass.records[start..end].iter().map(|r| expand(r, tid)));
+            if let Some(clock) = &mut self.tsc {
+                for e in &mut scratch {
+                    e.ts_ns = clock.ns(tid, e.ts_ns);
+                }
+            }
             self.push_agent(tid, &mut scratch);
             start = end;
         }
@@ -533,6 +643,9 @@ pub(crate) struct RawPass {
     pub(crate) modules: Vec<Vec<ordo_trace::schema::ModuleRecord>>,
     /// Events dropped so far (agent and eBPF), for the chunk headers.
     pub(crate) dropped: u64,
+    /// With TSC time stamps: the calibration point taken just before the rings
+    /// were read.
+    pub(crate) clock: Option<ClockPoint>,
     /// The last pass: release everything.
     pub(crate) all: bool,
 }
@@ -545,6 +658,7 @@ impl RawPass {
         self.kernel.clear();
         self.modules.clear();
         self.dropped = 0;
+        self.clock = None;
         self.all = false;
     }
 
@@ -554,13 +668,24 @@ impl RawPass {
             + self.kernel.len() * std::mem::size_of::<RawEvent>()
     }
 
-    /// Call sites of its events, for checking they lie in known modules.
-    pub(crate) fn sites(&self) -> impl Iterator<Item = u64> + '_ {
-        self.records
+    /// Whether some event's call site lies outside every range `known` knows
+    /// (consecutive events mostly share their site: each is looked up once).
+    pub(crate) fn has_site_outside(&self, known: &mut impl FnMut(u64) -> bool) -> bool {
+        let mut last = 0;
+        for site in self
+            .records
             .iter()
             .map(|r| r.site)
             .chain(self.kernel.iter().map(|e| e.site))
-            .filter(|&s| s != 0)
+        {
+            if site != last && site != 0 {
+                if !known(site) {
+                    return true;
+                }
+                last = site;
+            }
+        }
+        false
     }
 }
 
@@ -581,6 +706,9 @@ impl RingReader {
     /// ([`RingReader::kernel_event`]).
     pub(crate) fn copy_rings(&mut self, mapping: &InprocMapping, pass: &mut RawPass) {
         self.exited.extend(self.exited_now.drain(..));
+        if mapping.tsc_start.is_some() {
+            pass.clock = Some(ClockPoint::now());
+        }
         mapping.copy_rings(pass, &self.exited);
         mapping.header().passes.fetch_add(1, Ordering::Release);
     }

@@ -468,7 +468,9 @@ pub mod inproc {
     #[repr(C)]
     #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
     pub struct Record {
-        /// CLOCK_MONOTONIC nanoseconds (the clock `bpf_ktime_get_ns` reads).
+        /// When: in the unit [`Header::clock`] names — CLOCK_MONOTONIC nanoseconds
+        /// (the clock `bpf_ktime_get_ns` reads) or TSC ticks, which the recorder
+        /// turns into CLOCK_MONOTONIC nanoseconds.
         pub ts_ns: u64,
         /// Per-object sequence number (0 for kinds that take none).
         pub seq: u64,
@@ -563,7 +565,18 @@ pub mod inproc {
         pub seq_full: AtomicU64,
         /// Child processes forked by the target, not followed.
         pub forks: AtomicU64,
+        /// What [`Record::ts_ns`] counts: [`CLOCK_MONOTONIC_NS`] or [`CLOCK_TSC`]
+        /// (set by the recorder before the program starts).
+        pub clock: u32,
     }
+
+    /// [`Header::clock`]: records carry CLOCK_MONOTONIC nanoseconds (the vDSO).
+    pub const CLOCK_MONOTONIC_NS: u32 = 0;
+    /// [`Header::clock`]: records carry the time stamp counter (`rdtsc`), which the
+    /// recorder converts to CLOCK_MONOTONIC nanoseconds by calibration points it
+    /// takes every drain pass. Used only when the kernel's own clocksource is the
+    /// TSC (so the two are one clock, synchronized across CPUs).
+    pub const CLOCK_TSC: u32 = 1;
 
     /// Byte offset of ring `i`'s header in the mapping.
     pub const fn ring_header_offset(i: usize) -> usize {

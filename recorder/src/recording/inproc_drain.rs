@@ -120,7 +120,7 @@ impl ModuleWatch {
     /// Scans again if a site of the pass lies in no known module (a library loaded
     /// since).
     fn check(&mut self, pass: &mut RawPass) {
-        let unknown = pass.sites().any(|site| !self.known.contains(site));
+        let unknown = pass.has_site_outside(&mut |site| self.known.contains(site));
         if unknown || (!self.any && !(pass.records.is_empty() && pass.kernel.is_empty())) {
             self.scan(pass, false);
         }
@@ -254,13 +254,18 @@ pub(super) fn drain(
     let dropped = probes.drops() + mapping.dropped();
     let _ = to_converter.send(ToConverter::Finish { dropped, exit });
     drop(sources);
-    // The detach goes on in the background while the converter finishes.
-    let handoff = super::detach::hand_off();
-    drop(probes);
-    drop(handoff);
     let mut summary = converter
         .join()
         .map_err(|_| anyhow!("the trace converter panicked"))?;
+    // Only now: the detach hands the probes to a forked process, and a fork copies
+    // the page tables of the backlog, which must be freed and given back first.
+    drop(pass);
+    drop(spare);
+    // SAFETY: malloc_trim only returns free memory to the kernel.
+    unsafe { libc::malloc_trim(0) };
+    let handoff = super::detach::hand_off();
+    drop(probes);
+    drop(handoff);
     if let Ok(summary) = &mut summary {
         summary.notes.extend(notes(&mapping));
     }
@@ -284,7 +289,7 @@ fn convert(
     let mut idle = true;
     set_idle(0, true);
     set_idle(writer, true);
-    let mut merger = Merger::default();
+    let mut merger = Merger::for_mapping(mapping);
     merger.created.insert(state.pid);
     let mut last_flush = Instant::now();
     let mut dropped = 0;
