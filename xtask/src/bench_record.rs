@@ -1390,9 +1390,11 @@ pub fn run_record(args: &[String]) -> Result<()> {
     if let Some(chosen) = &options.recorders {
         recorders.retain(|r| {
             r.label() == "native"
-                || chosen
-                    .iter()
-                    .any(|c| *c == r.label() || r.label().starts_with(&format!("{c} ")))
+                || chosen.iter().any(|c| match c.strip_suffix('$') {
+                    // `ordo$`: that row only, not `ordo --probes ...`.
+                    Some(exact) => exact == r.label(),
+                    None => *c == r.label() || r.label().starts_with(&format!("{c} ")),
+                })
         });
     }
     let kernel_ordo = if probe_values.iter().any(|v| v == "ebpf") {

@@ -341,6 +341,10 @@ pub mod sysno {
     pub const CLONE: u64 = 56;
     /// clone3(2).
     pub const CLONE3: u64 = 435;
+    /// execve(2).
+    pub const EXECVE: u64 = 59;
+    /// execveat(2).
+    pub const EXECVEAT: u64 = 322;
 }
 
 /// `CLONE_THREAD` from `<linux/sched.h>`.
@@ -350,6 +354,8 @@ pub const CLONE_THREAD: u64 = 0x0001_0000;
 pub const EVENTS_MAP: &str = "EVENTS";
 /// Name of the per-CPU drop counter map.
 pub const DROPS_MAP: &str = "DROPS";
+/// Name of the per-CPU map counting the target's successful execs.
+pub const EXECS_MAP: &str = "EXECS";
 /// Name of the configuration array map.
 pub const CONFIG_MAP: &str = "CONFIG";
 

@@ -501,7 +501,10 @@ pub(super) async fn drain(
     drain_ready(ring.get_mut(), &mut state, &probes)?;
     let dropped = probes.drops();
     drop(ring);
-    let summary = state.finish(dropped, exit);
+    let mut summary = state.finish(dropped, exit);
+    if let Ok(summary) = &mut summary {
+        summary.notes.extend(probes.exec_note(false));
+    }
     let handoff = super::detach::hand_off();
     drop(probes);
     drop(handoff);

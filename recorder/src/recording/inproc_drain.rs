@@ -263,11 +263,13 @@ pub(super) fn drain(
     drop(spare);
     // SAFETY: malloc_trim only returns free memory to the kernel.
     unsafe { libc::malloc_trim(0) };
+    let exec_note = probes.exec_note(true);
     let handoff = super::detach::hand_off();
     drop(probes);
     drop(handoff);
     if let Ok(summary) = &mut summary {
         summary.notes.extend(notes(&mapping));
+        summary.notes.extend(exec_note);
     }
     summary
 }
