@@ -555,9 +555,10 @@ fn interrupted_recordings_are_readable(probes: &str) {
 
     // SIGKILL of the recorder: the trace reads back up to its last complete chunk.
     let trace = dir.join("kill.ordo");
-    let mut rec = start_long_recording(&trace, &program, probes);
+    let mut rec = spawn_long_recording(&trace, &program, probes);
     // Its own program only (the other path's test may run the same command).
     let target = wait_for_child(rec.id(), "record_sync");
+    wait_for_events(&trace);
     let _ = rec.kill();
     let _ = rec.wait();
     std::thread::sleep(std::time::Duration::from_millis(200));
@@ -730,7 +731,18 @@ fn start_long_recording(
     program: &std::path::Path,
     probes: &str,
 ) -> std::process::Child {
-    let rec = Command::new(ordo())
+    let rec = spawn_long_recording(trace, program, probes);
+    wait_for_events(trace);
+    rec
+}
+
+/// Starts recording a long contention run (without waiting for anything).
+fn spawn_long_recording(
+    trace: &std::path::Path,
+    program: &std::path::Path,
+    probes: &str,
+) -> std::process::Child {
+    Command::new(ordo())
         .args(["record", "--probes", probes, "-o"])
         .arg(trace)
         .arg("--")
@@ -738,9 +750,7 @@ fn start_long_recording(
         .args(["contention", "2", "300000"])
         .stdout(std::process::Stdio::null())
         .spawn()
-        .unwrap();
-    wait_for_events(trace);
-    rec
+        .unwrap()
 }
 
 /// Waits until `parent` has a child process running `comm` (the launched program
