@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 
 mod analyze;
 mod dump;
+mod oracle_args;
 mod record;
 mod replay;
 

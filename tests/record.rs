@@ -755,6 +755,13 @@ fn spawn_long_recording(
 
 /// Waits until `parent` has a child process running `comm` (the launched program
 /// has exec'd, so its probes are attached and it was released).
+fn untraced(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/status")).is_ok_and(|s| {
+        s.lines()
+            .any(|l| l.split_whitespace().eq(["TracerPid:", "0"]))
+    })
+}
+
 fn wait_for_child(parent: u32, comm: &str) -> u32 {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     loop {
@@ -774,7 +781,9 @@ fn wait_for_child(parent: u32, comm: &str) -> u32 {
                 .nth(1)
                 .and_then(|p| p.parse().ok())
                 .unwrap_or(0);
-            if ppid == parent && name == comm {
+            // The launcher holds a new program at its entry point (traced) while it
+            // reads its modules: wait until it runs on its own.
+            if ppid == parent && name == comm && untraced(pid) {
                 return pid;
             }
         }
@@ -1191,4 +1200,48 @@ fn the_trace_is_never_written_over_the_recorded_program() {
     assert_eq!(err.trim().lines().count(), 1, "{err}");
     assert!(err.contains("refusing to overwrite"), "{err}");
     assert_eq!(std::fs::read(&program).unwrap(), before);
+}
+
+#[test]
+fn an_existing_trace_is_replaced_only_with_force() {
+    if !have_root("an_existing_trace_is_replaced_only_with_force") {
+        return;
+    }
+    let dir = scratch("output_exists");
+    let trace = dir.join("old.ordo");
+    std::fs::write(&trace, b"the only copy of a rare run").unwrap();
+    let args = |force: bool| {
+        let mut a = vec!["record"];
+        if force {
+            a.push("--force");
+        }
+        a.extend(["-o", trace.to_str().unwrap(), "--", "/bin/true"]);
+        run_ordo(&a)
+    };
+    let out = args(false);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("exists (use --force to replace it)"), "{err}");
+    assert_eq!(
+        std::fs::read(&trace).unwrap(),
+        b"the only copy of a rare run"
+    );
+    // A symlink is refused the same way, and its target is left alone.
+    let link = dir.join("link.ordo");
+    std::os::unix::fs::symlink(&trace, &link).unwrap();
+    let out = run_ordo(&["record", "-o", link.to_str().unwrap(), "--", "/bin/true"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("is a symlink"));
+    assert_eq!(
+        std::fs::read(&trace).unwrap(),
+        b"the only copy of a rare run"
+    );
+    let out = args(true);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(dump_json(&trace).iter().any(|e| e["kind"] == "thread_exit"));
 }

@@ -39,6 +39,8 @@ pub struct SessionOptions {
     pub probes: ProbeChoice,
     /// Say which path records what, and what it cannot see.
     pub verbose: bool,
+    /// Replace an existing trace file (otherwise it is refused before anything runs).
+    pub force: bool,
 }
 
 /// Where the pthread API is recorded (`ordo record --probes`).
@@ -158,6 +160,7 @@ pub fn record_launched(
     });
     let mut record = RecordOptions::new(output, options.buffer_size, command.to_vec(), false);
     record.inputs.push(program.clone());
+    refuse_output(&mut record, options.force)?;
     // Hardware watchpoints need runtime addresses before the program starts: run a
     // position-independent program without ASLR, so its load address is known.
     let pie = watching::is_pie(&program);
@@ -192,7 +195,7 @@ pub fn record_launched(
             .position(|(k, _)| k == "LD_PRELOAD")
             .map(|i| env.remove(i).1)
             .or_else(|| std::env::var_os("LD_PRELOAD"));
-        env.extend(file.preload_env_over(user_preload));
+        env.extend(file.preload_env_over(&launch::sanitizer_runtimes(&program), user_preload));
         env.push(mapping.env());
         inherit.push(mapping.raw_fd());
         record.inproc = Some(mapping);
@@ -201,15 +204,20 @@ pub fn record_launched(
     install_signal_handlers();
     let stopped = launch::spawn_stopped_inheriting(command, &env, no_aslr, &inherit)?;
     let recording = start(stopped.pid(), &record, say)?;
-    let mut child = match stopped.release() {
-        Ok(child) => child,
+    // The module map is read while the program is held at its entry point, so even
+    // a program that is over within a millisecond leaves a symbolized trace.
+    let released = stopped.release_held_at_entry(&mut || recording.snapshot_modules());
+    let (mut child, held) = match released {
+        Ok(released) => released,
         Err(e) => {
             let _ = recording.finish(None);
             return Err(e);
         }
     };
     CHILD.store(child.id() as i32, Ordering::SeqCst);
-    snapshot_after_exec(&recording, child.id(), !launch::is_dynamic(&program));
+    if held == launch::EntryStop::NotHeld {
+        snapshot_after_exec(&recording, child.id(), !launch::is_dynamic(&program));
+    }
     let early = EARLY_SIGNAL.swap(0, Ordering::SeqCst);
     if early != 0 {
         // Asked to stop while the probes were being attached: pass it on now.
@@ -226,8 +234,8 @@ pub fn record_launched(
     })
 }
 
-/// Hands the trace the launched program's modules as soon as the dynamic loader has
-/// mapped libc (at most [`SNAPSHOT_WAIT`] after `exec`), so even a program that
+/// When the program could not be held at its entry point: hands the trace its
+/// modules as soon as the dynamic loader has mapped libc (at most [`SNAPSHOT_WAIT`] after `exec`), so even a program that
 /// exits within milliseconds leaves a symbolized trace.
 fn snapshot_after_exec(recording: &Recording, pid: u32, is_static: bool) {
     let started = std::time::Instant::now();
@@ -266,6 +274,7 @@ pub fn record_attached(
         .clone()
         .unwrap_or_else(|| PathBuf::from(format!("pid-{pid}.ordo")));
     let mut record = RecordOptions::new(output, options.buffer_size, command, true);
+    refuse_output(&mut record, options.force)?;
     let exe = std::fs::read_link(format!("/proc/{pid}/exe"))
         .with_context(|| format!("--pid {pid}: cannot read its executable"))?;
     let libs: Vec<PathBuf> = ordo_trace::symbolize::modules_of_process(pid)
@@ -291,6 +300,15 @@ pub fn record_attached(
         summary,
         exit_code: 0,
     })
+}
+
+/// Refuses the trace path before anything is launched or attached: an existing
+/// file without `--force`, a symlink, or the recorded program itself.
+fn refuse_output(record: &mut RecordOptions, force: bool) -> Result<()> {
+    record.replace_existing = force;
+    let inputs: Vec<&Path> = record.inputs.iter().map(PathBuf::as_path).collect();
+    ordo_trace::output::check(&record.output, force, &inputs)
+        .with_context(|| format!("-o {}", record.output.display()))
 }
 
 fn start(pid: u32, record: &RecordOptions, say: &mut dyn FnMut(&str)) -> Result<Recording> {

@@ -8,7 +8,7 @@
 //! Results go to `bench/results/record-YYYYMMDD-HHMMSS.json` and `record-latest.json`.
 //! docs/BENCHMARKS.md says what each workload and recorder is.
 
-mod report;
+pub(crate) mod report;
 mod sites;
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -1204,8 +1204,7 @@ impl Bench {
         for _ in 0..10 {
             let started = Instant::now();
             let out = Command::new(&self.ordo)
-                .arg("record")
-                .arg("-o")
+                .args(["record", "--force", "-o"])
                 .arg(&trace)
                 .args(["--", "true"])
                 .output()?;
