@@ -312,7 +312,7 @@ pub fn replay(options: &ReplayOptions) -> Result<ReplayOutcome> {
             false,
         );
         record.inputs.push(path.clone());
-        let mapping = std::sync::Arc::new(InprocMapping::create()?);
+        let mapping = std::sync::Arc::new(InprocMapping::create(true)?);
         env.push(mapping.env());
         inherit.push(mapping.raw_fd());
         record.inproc = Some(mapping);
