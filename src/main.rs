@@ -31,6 +31,9 @@ enum Command {
     /// Convert a trace for other tools.
     Export(analyze::ExportArgs),
     /// Rerun a program enforcing a schedule.
+    #[command(
+        after_help = "Exit status: 0 passed, 1 reproduced, 2 error, 3 infeasible, 4 not_exercised (docs/REPLAY.md)."
+    )]
     Replay(replay::ReplayArgs),
 }
 

@@ -31,14 +31,20 @@ pub struct RecordArgs {
     /// With --pid: stop recording after this many seconds (default: until Ctrl-C or exit).
     #[arg(long, requires = "pid", value_parser = parse_duration)]
     pub duration: Option<Duration>,
-    /// Record every read and write of a variable: SYMBOL, SYMBOL+OFFSET:SIZE or 0xADDR:SIZE
-    /// (instruction-site uprobes; repeatable).
+    /// Record every read and write of a variable: NAME (as `nm -C` prints it, or a Rust
+    /// path), NAME.field, NAME[2], POINTER->field, FILE.c:NAME, NAME+OFFSET:SIZE or
+    /// 0xADDR:SIZE (instruction-site uprobes; repeatable).
     #[arg(long, value_name = "SPEC")]
     pub watch: Vec<String>,
-    /// Record writes of a variable with a hardware watchpoint (at most 4; catches
-    /// accesses through pointers too).
+    /// Record reads and writes of a variable with a hardware watchpoint (at most 4;
+    /// catches accesses through pointers too; same names as --watch, without `->`).
     #[arg(long = "watch-hw", value_name = "SPEC")]
     pub watch_hw: Vec<String>,
+    /// Record an `at` event each time a thread reaches a program point:
+    /// `file.c:LINE`, `function` or `function+OFFSET` (repeatable; schedules name
+    /// it `T:at(function+OFFSET)#N`).
+    #[arg(long, value_name = "SPEC")]
+    pub mark: Vec<String>,
     /// Extra environment variable for the launched program (KEY=VALUE, repeatable).
     #[arg(long = "env", value_name = "KEY=VALUE", value_parser = parse_env)]
     pub env: Vec<(OsString, OsString)>,
@@ -154,6 +160,7 @@ pub fn run(args: RecordArgs) -> Result<u8> {
         buffer_size: args.buffer_size,
         watch: args.watch,
         watch_hw: args.watch_hw,
+        mark: args.mark,
         env: args.env,
         duration: args.duration,
         probes: match args.probes {

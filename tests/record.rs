@@ -390,6 +390,25 @@ fn cxx_std_mutex_is_seen_through_pthread(probes: &str) {
     let each = counts(&[("1", 2000), ("2", 2000), ("3", 2000), ("4", 2000)]);
     assert_eq!(count_by_thread(&events, "mutex_lock", &m), each);
     assert_eq!(count_by_thread(&events, "mutex_unlock", &m), each);
+    // std::mutex::lock inlines libstdc++'s __gthread_mutex_lock into the caller:
+    // the site is the program's own line, the JSON keeps the inline chain.
+    let lock = events
+        .iter()
+        .find(|e| e["kind"] == "mutex_lock" && e["addr"] == m.as_str())
+        .unwrap();
+    let site = lock["site"].as_str().unwrap();
+    assert!(site.contains("(record_cxx_mutex.cpp:"), "{lock}");
+    let chain: Vec<&str> = lock["site_chain"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no site_chain: {lock}"))
+        .iter()
+        .map(|f| f.as_str().unwrap())
+        .collect();
+    assert!(chain[0].contains("gthr-default.h"), "{chain:?}");
+    assert!(
+        chain.iter().any(|f| f.contains("record_cxx_mutex.cpp:")),
+        "{chain:?}"
+    );
 }
 
 fn rust_std_mutex_contention_shows_as_futex_events(probes: &str) {
@@ -1244,4 +1263,51 @@ fn an_existing_trace_is_replaced_only_with_force() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(dump_json(&trace).iter().any(|e| e["kind"] == "thread_exit"));
+}
+
+/// CAP_BPF and CAP_PERFMON are enough to record (README): a non-root user holding
+/// only those two, as ambient capabilities, records a symbolized trace on both
+/// paths; without them the error says exactly what is missing.
+#[test]
+fn cap_bpf_and_cap_perfmon_are_enough_to_record() {
+    if !have_root("cap_bpf_and_cap_perfmon_are_enough_to_record") {
+        return;
+    }
+    let program = build_program("record_short");
+    let dir = scratch("unprivileged");
+    // `nobody` writes its traces here.
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    let as_nobody = |caps: &str, probes: &str, trace: &std::path::Path| {
+        Command::new("setpriv")
+            .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups"])
+            .arg(format!("--inh-caps={caps}"))
+            .arg(format!("--ambient-caps={caps}"))
+            .arg(ordo())
+            .args(["record", "--probes", probes, "-o"])
+            .arg(trace)
+            .arg("--")
+            .arg(&program)
+            .output()
+            .expect("run setpriv (util-linux)")
+    };
+    for probes in ["ebpf", "inproc"] {
+        let trace = dir.join(format!("{probes}.ordo"));
+        let out = as_nobody("+bpf,+perfmon", probes, &trace);
+        assert!(
+            out.status.success(),
+            "{probes}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let events = dump_json(&trace);
+        let locks = events
+            .iter()
+            .filter(|e| e["kind"] == "mutex_lock" && e["object"] == "short_lock")
+            .count();
+        assert_eq!(locks, 2, "{probes}");
+    }
+    let out = as_nobody("-all", "auto", &dir.join("none.ordo"));
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("CAP_BPF and CAP_PERFMON"), "{err}");
 }

@@ -18,8 +18,12 @@
 //! return of a wait that was in progress (joining only signals issued after the wait
 //! began); sem post → later successful waits; barrier arrivals of a generation → its
 //! returns; create → child start; child exit → join; futex wake that woke someone →
-//! later successful futex waits on the same word. Clocks advance only at releases
-//! (FastTrack), so an event's epoch is one number.
+//! later successful futex waits on the same word; an atomic write or read-modify-write
+//! of a watched variable → later atomic reads and read-modify-writes of it by other
+//! threads (release/acquire, as ThreadSanitizer models C++ and C11 atomics; x86 code
+//! does not say which memory order was asked for, so every atomic access counts as
+//! acquire-release). Clocks advance only at releases (FastTrack), so an event's epoch
+//! is one number.
 
 use std::rc::Rc;
 
@@ -182,6 +186,16 @@ struct Generation {
 struct VarState {
     write: Option<Access>,
     reads: Vec<Access>,
+    /// Read-after-write races not offered yet, one per reading thread: (the write,
+    /// the thread's latest read racing with it). A thread that reads the variable
+    /// several times while the write is unordered with it (a two-field struct read
+    /// field by field) is offered once, with its last such read: holding the write
+    /// until after that read shows the reader the whole old state, while holding it
+    /// only until the first read leaves the rest of the reads racing with it.
+    read_races: Vec<(EventId, EventId)>,
+    /// What atomic writes and read-modify-writes released (absent until the first):
+    /// atomic reads and read-modify-writes acquire it. Plain accesses never touch it.
+    released: Option<Box<VectorClock>>,
 }
 
 #[derive(Clone, Copy)]
@@ -659,6 +673,8 @@ impl<'a> Engine<'a> {
             Kind::MutexLockFailed | Kind::RwlockLockFailed | Kind::SemWaitFailed => {}
             // Filtered out before the pass (lib.rs): blocking orders nothing.
             Kind::MutexBlock => {}
+            // A marked program point (`--mark`) orders nothing; it is only named.
+            Kind::At => {}
             Kind::CondWaitBegin => self.wait_begin(t, e, id),
             Kind::CondWait => self.wait_return(t, e, id),
             Kind::CondSignal | Kind::CondBroadcast => {
@@ -1042,17 +1058,12 @@ impl<'a> Engine<'a> {
                 }
             }
         }
-        // Chains: a1 a2 b1 b2 recorded, each pair at one site (two loops handing
-        // off, as a producer and a consumer do; pairs at two sites are the
-        // atomicity shapes).
+        // Chains: a1 a2 b1 b2 recorded (two threads handing off, as a producer and
+        // a consumer do; a loop of two may be unrolled, so the pairs' sites may
+        // differ).
         if let [Some(b1), Some(a2), Some(a1), _] = p {
             let a = a1.acq.thread;
-            if b1.acq.thread == b
-                && a2.acq.thread == a
-                && a != b
-                && a1.acq.site == a2.acq.site
-                && b1.acq.site == cur.acq.site
-            {
+            if b1.acq.thread == b && a2.acq.thread == a && a != b {
                 if b1.unknown & 1 != 0 {
                     found |= self.offer(
                         FindingKind::Chain,
@@ -1399,16 +1410,36 @@ impl<'a> Engine<'a> {
     }
 
     fn access(&mut self, t: u32, id: EventId, atomic: bool) {
-        let th = &self.states[self.slot_of[t as usize] as usize];
+        let th = &mut self.states[self.slot_of[t as usize] as usize];
         let State::Var(var) = &mut self.objects[id.obj as usize].state else {
             return;
         };
         let writes = id.kind != Kind::Read;
+        if atomic && id.kind != Kind::Write {
+            // Acquire: the access and its acquire are one step, so what the earlier
+            // release covered happens before this access.
+            if let Some(released) = &var.released {
+                th.vc.join(released);
+            }
+        }
         let mut races: Vec<EventId> = Vec::new();
+        let mut offers: Vec<(EventId, EventId)> = Vec::new();
         if let Some(w) = var.write {
             if w.ev.thread != t && !(w.atomic && atomic) && !w.epoch.happens_before(&th.vc) {
-                races.push(w.ev);
+                if writes {
+                    races.push(w.ev);
+                } else {
+                    match var.read_races.iter_mut().find(|(_, r)| r.thread == t) {
+                        Some(pending) if pending.0 == w.ev => pending.1 = id,
+                        Some(pending) => offers.push(std::mem::replace(pending, (w.ev, id))),
+                        None => var.read_races.push((w.ev, id)),
+                    }
+                }
             }
+        }
+        if writes {
+            // A new write: the reads racing with the previous one are complete.
+            offers.append(&mut var.read_races);
         }
         let me = Access {
             epoch: th.epoch(),
@@ -1429,9 +1460,29 @@ impl<'a> Engine<'a> {
                 None => var.reads.push(me),
             }
         }
-        for earlier in races {
-            self.offer(FindingKind::Race, &[earlier, id], &[(&[id], earlier)], "");
+        if atomic && writes {
+            // Release: later acquirers see everything up to here; the thread's clock
+            // advances so its later events are not covered.
+            var.released.get_or_insert_with(Box::default).join(&th.vc);
+            th.vc.tick(th.slot);
         }
+        for (write, read) in offers {
+            self.offer_race(write, read);
+        }
+        for earlier in races {
+            self.offer_race(earlier, id);
+        }
+    }
+
+    /// Offers a race between an earlier access and a later one, flipped: the later
+    /// one (by its occurrence number) before the earlier.
+    fn offer_race(&mut self, earlier: EventId, later: EventId) {
+        self.offer(
+            FindingKind::Race,
+            &[earlier, later],
+            &[(&[later], earlier)],
+            "",
+        );
     }
 
     /// Offers a candidate: `events` in report order, `orderings` as (before, after).
@@ -1490,6 +1541,15 @@ impl<'a> Engine<'a> {
     /// Ends the pass: closes the lock-order graph into deadlock findings and drops
     /// barging candidates whose wait is seen re-checking its predicate in a loop.
     pub fn finish(mut self) -> PassResult {
+        let mut pending = Vec::new();
+        for o in &mut self.objects {
+            if let State::Var(var) = &mut o.state {
+                pending.append(&mut var.read_races);
+            }
+        }
+        for (write, read) in pending {
+            self.offer_race(write, read);
+        }
         let cycles = self.graph.cycles();
         for f in cycles {
             self.stats.candidates_offered += 1;

@@ -386,6 +386,40 @@ fn race_on_unsynchronized_accesses_and_none_under_a_lock() {
 }
 
 #[test]
+fn a_run_of_reads_racing_with_one_write_is_one_candidate_with_the_last_read() {
+    // A two-field struct written field by field, then read field by field by a
+    // thread unordered with the writer: holding the second write until after the
+    // second read is what shows the torn state deterministically.
+    let torn = two_threads(|b, t1, t2| {
+        b.write(t1, V, 0x500);
+        b.write(t1, V, 0x501);
+        b.read(t2, V, 0x600);
+        b.read(t2, V, 0x601);
+    });
+    let a = analyze(&torn);
+    let r = of(&a, FindingKind::Race);
+    assert_eq!(r.len(), 1, "{:#?}", a.findings);
+    assert_eq!(r[0].schedule, "2:read(@1)#2 -> 1:write(@1)#2\n");
+    // A new write in between: the reads before it and after it are two candidates.
+    let split = two_threads(|b, t1, t2| {
+        b.write(t1, V, 0x500);
+        b.read(t2, V, 0x600);
+        b.write(t1, V, 0x501);
+        b.read(t2, V, 0x601);
+    });
+    let a = analyze(&split);
+    let schedules: Vec<&str> = of(&a, FindingKind::Race)
+        .iter()
+        .map(|f| f.schedule.as_str())
+        .collect();
+    assert!(
+        schedules.contains(&"2:read(@1)#1 -> 1:write(@1)#1\n")
+            && schedules.contains(&"2:read(@1)#2 -> 1:write(@1)#2\n"),
+        "{schedules:?}"
+    );
+}
+
+#[test]
 fn atomic_read_modify_writes_do_not_race_with_each_other_but_plain_ones_do() {
     let atomic = two_threads(|b, t1, t2| {
         b.rmw(t1, V, 0x500, true);
@@ -406,6 +440,66 @@ fn atomic_read_modify_writes_do_not_race_with_each_other_but_plain_ones_do() {
         b.rmw(t1, V, 0x501, true);
     });
     assert_eq!(of(&analyze(&mixed), FindingKind::Race).len(), 2);
+}
+
+/// Release/acquire through atomics, as ThreadSanitizer models them: an atomic write
+/// or read-modify-write orders what came before it in its thread before a later
+/// atomic read or read-modify-write of the same variable in another thread.
+#[test]
+fn atomics_order_the_plain_accesses_around_them() {
+    const FLAG: u64 = 0x3100;
+    // Message passing: data written, flag published; the reader sees the flag, reads data.
+    let published = two_threads(|b, t1, t2| {
+        b.write(t1, V, 0x500);
+        b.atomic(t1, Kind::Write, FLAG, 0x501);
+        b.atomic(t2, Kind::Read, FLAG, 0x600);
+        b.read(t2, V, 0x601);
+    });
+    let a = analyze(&published);
+    assert!(of(&a, FindingKind::Race).is_empty(), "{:#?}", a.findings);
+    // The same with a plain flag: both the flag and the data race.
+    let plain = two_threads(|b, t1, t2| {
+        b.write(t1, V, 0x500);
+        b.write(t1, FLAG, 0x501);
+        b.read(t2, FLAG, 0x600);
+        b.read(t2, V, 0x601);
+    });
+    assert_eq!(of(&analyze(&plain), FindingKind::Race).len(), 2);
+    // Reading the data before the acquire is still a race (the edge is not global).
+    let early = two_threads(|b, t1, t2| {
+        b.write(t1, V, 0x500);
+        b.atomic(t1, Kind::Write, FLAG, 0x501);
+        b.read(t2, V, 0x601);
+        b.atomic(t2, Kind::Read, FLAG, 0x600);
+    });
+    assert_eq!(of(&analyze(&early), FindingKind::Race).len(), 1);
+    // What the publisher writes after its release is not covered either.
+    let late = two_threads(|b, t1, t2| {
+        b.atomic(t1, Kind::Write, FLAG, 0x501);
+        b.write(t1, V, 0x502);
+        b.atomic(t2, Kind::Read, FLAG, 0x600);
+        b.read(t2, V, 0x601);
+    });
+    assert_eq!(of(&analyze(&late), FindingKind::Race).len(), 1);
+    // A reference count: each thread uses the object, then decrements; the one that
+    // drops the count to zero frees (writes) the object after its decrement.
+    let refcount = two_threads(|b, t1, t2| {
+        b.read(t1, V, 0x500);
+        b.atomic(t1, Kind::Rmw, FLAG, 0x501);
+        b.read(t2, V, 0x600);
+        b.atomic(t2, Kind::Rmw, FLAG, 0x601);
+        b.write(t2, V, 0x602);
+    });
+    let a = analyze(&refcount);
+    assert!(of(&a, FindingKind::Race).is_empty(), "{:#?}", a.findings);
+    // Two atomic reads order nothing: a plain write before one still races.
+    let reads = two_threads(|b, t1, t2| {
+        b.write(t1, V, 0x500);
+        b.atomic(t1, Kind::Read, FLAG, 0x501);
+        b.atomic(t2, Kind::Read, FLAG, 0x600);
+        b.read(t2, V, 0x601);
+    });
+    assert_eq!(of(&analyze(&reads), FindingKind::Race).len(), 1);
 }
 
 #[test]

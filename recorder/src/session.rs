@@ -31,6 +31,8 @@ pub struct SessionOptions {
     pub watch: Vec<String>,
     /// `--watch-hw` specs.
     pub watch_hw: Vec<String>,
+    /// `--mark` specs: program points recorded as `at` events.
+    pub mark: Vec<String>,
     /// Extra environment for a launched program.
     pub env: Vec<(OsString, OsString)>,
     /// When attached: stop after this long.
@@ -237,7 +239,7 @@ pub fn record_launched(
 /// When the program could not be held at its entry point: hands the trace its
 /// modules as soon as the dynamic loader has mapped libc (at most [`SNAPSHOT_WAIT`] after `exec`), so even a program that
 /// exits within milliseconds leaves a symbolized trace.
-fn snapshot_after_exec(recording: &Recording, pid: u32, is_static: bool) {
+pub fn snapshot_after_exec(recording: &Recording, pid: u32, is_static: bool) {
     let started = std::time::Instant::now();
     loop {
         let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
@@ -334,6 +336,11 @@ fn plan_watches(
     }
     record.watch_sites = watches.sites;
     record.hw_watches = watches.hw;
+    let (marks, notes) = watching::plan_marks(&options.mark, binary)?;
+    for note in &notes {
+        say(&format!("ordo: {note}"));
+    }
+    record.watch_sites.extend(marks);
     Ok(())
 }
 

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering::*};
 use crate::shm::*;
 use crate::{
     die, dl_iterate_phdr, dlsym, dup2, futex, futex_wait_ns, getenv, getpid, pthread_atfork,
-    raw_syscall3, tid, unsetenv, DlPhdrInfo, FUTEX_WAIT, FUTEX_WAKE,
+    raw_syscall3, tid, unsetenv, DlPhdrInfo, FUTEX_WAKE,
 };
 
 const RTLD_DEFAULT: *mut c_void = null_mut();
@@ -184,10 +184,28 @@ fn thread_asleep(tid: u32) -> bool {
     }
 }
 
-fn shared() -> &'static Shared {
+pub(crate) fn shared() -> &'static Shared {
     // SAFETY: only called while ACTIVE, after SHARED was set to a live mapping that is
     // never unmapped.
     unsafe { &*SHARED.load(Relaxed) }
+}
+
+/// The process that started the program (`ordo replay`): while a thread is held it
+/// checks, every [`DRIVER_CHECK_NS`], that this is still its parent.
+static DRIVER: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+
+/// How often a held thread checks that the driver is alive.
+const DRIVER_CHECK_NS: i64 = 250_000_000;
+
+const SYS_GETPPID: isize = 110;
+
+/// Whether the driver died: the program was reparented (a killed `ordo replay`
+/// cannot release its gates; a death signal would not do, since the thread that
+/// forked the program exits long before the replay ends).
+fn driver_gone() -> bool {
+    // SAFETY: getppid has no arguments and cannot fail.
+    let parent = unsafe { raw_syscall3(SYS_GETPPID, 0, 0, 0) } as i32;
+    parent != DRIVER.load(Relaxed)
 }
 
 /// Maps the replay plan (descriptor `fd`) and starts gating in this process.
@@ -215,6 +233,7 @@ pub(crate) unsafe fn start(fd: c_int) {
         dup2(2, 1);
     }
     SHARED.store(p as *mut Shared, Relaxed);
+    DRIVER.store(raw_syscall3(SYS_GETPPID, 0, 0, 0) as i32, Relaxed);
     let mut base = 0u64;
     dl_iterate_phdr(main_base, (&mut base as *mut u64).cast());
     sh.main_base.store(base, Relaxed);
@@ -330,6 +349,7 @@ pub(crate) fn thread_begin(depth: u32, path: [u32; MAX_DEPTH]) {
         c.gate(kind::THREAD_START, 0, GateObject::Any);
         c.happened(kind::THREAD_START, 0, None);
     }
+    crate::trap::arm_thread();
 }
 
 /// A thread ends (its routine returned, it called `pthread_exit`, or main returned).
@@ -339,6 +359,7 @@ pub(crate) fn thread_end() {
         return;
     }
     c.gate(kind::THREAD_EXIT, 0, GateObject::Any);
+    crate::trap::disarm_thread();
     let stamp = c.stamp_before(kind::THREAD_EXIT);
     // The exit takes effect when the kernel has finished the thread.
     c.begins(kind::THREAD_EXIT, 0, stamp);
@@ -520,6 +541,12 @@ impl Caller {
     /// Holds the thread until the predecessors of its next event of `kind` on `addr`
     /// have happened. Call it before the call takes effect, once per kind the call can
     /// turn out to be.
+    ///
+    /// This is the one place where a thread about to perform a synchronization event
+    /// decides whether to proceed: every wrapper calls it (a try calls it again after
+    /// backing out, a condvar wait after giving its mutex back, a new thread before
+    /// its start routine, an ending thread before its exit). A scheduling strategy
+    /// that holds threads by other rules (PCT, random walk) hooks in here.
     pub(crate) fn gate(&self, kind: u16, addr: u64, how: GateObject) {
         let sh = shared();
         self.next_gated(kind, addr, how, |index, e| self.wait_for(sh, index, e));
@@ -574,12 +601,28 @@ impl Caller {
                 unsafe { futex_wait_ns(&sh.epoch, epoch, 200_000) };
             } else {
                 // SAFETY: the word lives in the shared mapping; a changed epoch returns at once.
-                unsafe { futex(&sh.epoch, FUTEX_WAIT, epoch) };
+                unsafe { futex_wait_ns(&sh.epoch, epoch, DRIVER_CHECK_NS) };
+                if driver_gone() {
+                    // Nobody will ever release this gate (`ordo replay` was killed):
+                    // open them all, so the program does not wait forever.
+                    sh.flags.fetch_or(FLAG_RELEASED, AcqRel);
+                }
             }
         }
         if held {
             self.set_state(STATE_RUNNING, 0);
         }
+    }
+
+    /// Whether this thread's next event of `kind` on `addr` (a symbol) is the
+    /// occurrence some named event waits for.
+    pub(crate) fn completes_occurrence(&self, kind: u16, addr: u64) -> bool {
+        let Some(t) = self.plan() else { return false };
+        self.events(t).iter().any(|e| {
+            e.kind == kind
+                && e.count.load(Relaxed) + 1 == e.occurrence
+                && self.matches(e, None, addr, GateObject::Addr)
+        })
     }
 
     /// An order stamp taken before a call, for kinds stamped at entry.

@@ -26,6 +26,7 @@ pub mod gate;
 pub mod interpose;
 pub mod record;
 pub mod shm;
+pub mod trap;
 
 pub use shm::probe_common;
 
@@ -153,7 +154,7 @@ fn set_errno(value: c_int) {
     unsafe { *__errno_location() = value }
 }
 
-fn tid() -> u32 {
+pub(crate) fn tid() -> u32 {
     // SAFETY: plain syscall wrapper.
     unsafe { gettid() as u32 }
 }
