@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 
 mod analyze;
 mod dump;
+mod hunt;
 mod record;
 mod replay;
 
@@ -31,6 +32,9 @@ enum Command {
     Export(analyze::ExportArgs),
     /// Rerun a program enforcing a schedule.
     Replay(replay::ReplayArgs),
+    /// Find a concurrency bug by itself: record, analyze, replay candidates (or
+    /// PCT / random-walk runs) until one fails, then pin it as a schedule file.
+    Hunt(hunt::HuntArgs),
 }
 
 /// Writes one line to stderr, ignoring failure: `eprintln!` panics when stderr is
@@ -64,6 +68,7 @@ fn main() -> ExitCode {
         Command::Analyze(args) => analyze::run(args),
         Command::Export(args) => analyze::export(args),
         Command::Replay(args) => replay::run(args),
+        Command::Hunt(args) => hunt::run(args),
     };
     match result {
         Ok(code) => ExitCode::from(code),

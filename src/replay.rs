@@ -81,6 +81,7 @@ pub fn run(args: ReplayArgs) -> Result<u8> {
         record: args.record,
         buffer_size: args.buffer_size,
         stdout_to_stderr: args.json,
+        env: Vec::new(),
     };
     let outcome = replay(&options)?;
     if args.json {

@@ -70,6 +70,9 @@ pub struct ReplayOptions {
     pub buffer_size: usize,
     /// Send the program's stdout to stderr (keeps stdout for a machine-readable outcome).
     pub stdout_to_stderr: bool,
+    /// Extra environment for the program and its agent (e.g. the agent's
+    /// scheduling strategy, `shm::ENV_STRATEGY`, which `ordo hunt` sets).
+    pub env: Vec<(OsString, OsString)>,
 }
 
 /// The outcome class.
@@ -226,6 +229,7 @@ pub fn replay(options: &ReplayOptions) -> Result<ReplayOutcome> {
     if options.stdout_to_stderr {
         env.push((shm::ENV_STDOUT_TO_STDERR.into(), "1".into()));
     }
+    env.extend(options.env.iter().cloned());
 
     let stopped = spawn_stopped(&options.command, &env)?;
     let pid = stopped.pid();
