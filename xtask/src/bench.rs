@@ -6,12 +6,13 @@
 //!   helgrind and LTTng-UST, on micro-benchmarks, pigz and memcached
 //!   (`record [--quick] [--only W,...] [--reps N] [--recorders R,...]`; docs/BENCHMARKS.md).
 //! - `watch`: the per-access cost of each watch mechanism.
+//! - `hunt`: what one `ordo hunt` iteration costs beyond the program's run time.
 //!
 //! `cargo xtask bench` runs them all; `cargo xtask bench NAME [OPTIONS]…` runs some.
 
 use anyhow::{bail, Result};
 
-const ALL: [&str; 3] = ["record", "watch", "analysis"];
+const ALL: [&str; 4] = ["record", "watch", "analysis", "hunt"];
 
 /// Splits `NAME [--options…] NAME …` into (name, its options).
 fn groups(args: &[String]) -> Result<Vec<(String, Vec<String>)>> {
@@ -40,6 +41,7 @@ pub fn run(args: &[String]) -> Result<()> {
             "analysis" => crate::bench_analysis::run()?,
             "record" => crate::bench_record::run_record(&options)?,
             "watch" => crate::bench_watch::run_watch()?,
+            "hunt" => crate::bench_hunt::run_hunt()?,
             other => bail!(
                 "unknown benchmark `{other}` (choose from {})",
                 ALL.join(", ")
