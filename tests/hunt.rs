@@ -186,3 +186,33 @@ fn bad_options_and_programs_are_one_line_errors_with_exit_2() {
         assert!(stderr.starts_with("ordo: "), "{args:?}: {stderr}");
     }
 }
+
+#[test]
+fn baselines_cannot_deadlock_spinning_and_handshaking_threads() {
+    if !have_root("baselines_cannot_deadlock_spinning_and_handshaking_threads") {
+        return;
+    }
+    // Threads spinning on trylock and on a plain flag, and a condvar ping-pong: a
+    // strategy that waited for a spinning higher-priority thread without bound
+    // would hang here (each run would end as a hang at --timeout, a failure).
+    let program = build_program("hunt_spin");
+    for strategy in ["pct", "random"] {
+        let dir = scratch(&format!("hunt_spin_{strategy}"));
+        let (code, json, stderr) = hunt(
+            &[
+                "--strategy",
+                strategy,
+                "--seed",
+                "3",
+                "--budget",
+                "4",
+                "--timeout",
+                "20",
+            ],
+            &dir,
+            &program,
+        );
+        assert_eq!(code, 0, "{strategy}: {json}\n{stderr}");
+        assert_eq!(json["runs"], 4, "{strategy}: {json}");
+    }
+}
