@@ -101,3 +101,68 @@ impl CandidateQueue {
         self.pending.first().map(|(_, c)| c)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ordo_analysis::FindingKind;
+
+    fn finding(kind: FindingKind, v: u32, schedule: &str) -> Finding {
+        Finding {
+            kind,
+            threads: vec!["1".into(), "2".into()],
+            objects: Vec::new(),
+            sites: Vec::new(),
+            schedule: schedule.to_string(),
+            rank: Rank {
+                v,
+                t: 2,
+                distance: 1,
+            },
+            message: String::new(),
+            details: Vec::new(),
+            possibly_affected_by_drops: false,
+        }
+    }
+
+    const AB: &str =
+        "1:mutex_lock(a)#1 -> 2:mutex_lock(a)#1\n2:mutex_lock(b)#1 -> 1:mutex_lock(b)#1\n";
+    const BA: &str = "# the same orderings, the other way round\n2:mutex_lock(b)#1 -> 1:mutex_lock(b)#1\n1:mutex_lock(a)#1 -> 2:mutex_lock(a)#1\n";
+
+    #[test]
+    fn the_same_order_is_queued_once_over_the_whole_hunt() {
+        let mut q = CandidateQueue::default();
+        assert_eq!(q.extend(&[finding(FindingKind::Reorder, 1, AB)], 0), 1);
+        assert_eq!(q.extend(&[finding(FindingKind::Atomicity, 1, BA)], 3), 0);
+        q.pop().unwrap();
+        // Tried already: a later run proposing it again adds nothing.
+        assert_eq!(q.extend(&[finding(FindingKind::Reorder, 1, AB)], 4), 0);
+        assert!(q.is_empty());
+    }
+
+    #[test]
+    fn candidates_come_best_rank_first_and_predicted_bugs_first_among_equals() {
+        let mut q = CandidateQueue::default();
+        let c = |n: u32| format!("1:mutex_lock(m)#{n} -> 2:mutex_lock(m)#1\n");
+        q.extend(
+            &[
+                finding(FindingKind::Reorder, 2, &c(1)),
+                finding(FindingKind::Reorder, 1, &c(2)),
+                finding(FindingKind::Deadlock, 1, &c(3)),
+                finding(FindingKind::Reorder, 1, ""),
+            ],
+            0,
+        );
+        let order: Vec<(u64, FindingKind, u32)> = std::iter::from_fn(|| q.pop())
+            .map(|(i, c)| (i, c.finding.kind, c.finding.rank.v))
+            .collect();
+        assert_eq!(
+            order,
+            vec![
+                (0, FindingKind::Deadlock, 1),
+                (1, FindingKind::Reorder, 1),
+                (2, FindingKind::Reorder, 2)
+            ]
+        );
+    }
+}
