@@ -15,6 +15,9 @@ use std::thread::JoinHandle;
 
 use anyhow::{anyhow, bail, Context, Result};
 
+mod entry_stop;
+pub use entry_stop::EntryStop;
+
 /// A forked child waiting, before `exec`, for [`StoppedChild::release`].
 pub struct StoppedChild {
     pid: u32,
@@ -29,12 +32,41 @@ impl StoppedChild {
     }
 
     /// Lets the child `exec` the program; returns it once `exec` succeeded.
-    pub fn release(mut self) -> Result<Child> {
+    pub fn release(self) -> Result<Child> {
+        self.release_and_join()
+    }
+
+    /// Like [`release`](Self::release), and holds the program at its entry point
+    /// (its libraries mapped, none of its own code run yet) while `at_entry` runs;
+    /// says whether it could (see [`EntryStop`]: when it could not, `at_entry` did
+    /// not run and the program runs on normally).
+    pub fn release_held_at_entry(
+        mut self,
+        at_entry: &mut dyn FnMut(),
+    ) -> Result<(Child, EntryStop)> {
+        let pid = self.pid as i32;
+        if !entry_stop::seize(pid) {
+            return Ok((self.release_and_join()?, EntryStop::NotHeld));
+        }
+        self.write_release();
+        let held = entry_stop::run_to_entry(pid, at_entry);
+        Ok((self.join_spawner()?, held))
+    }
+
+    fn release_and_join(mut self) -> Result<Child> {
+        self.write_release();
+        self.join_spawner()
+    }
+
+    fn write_release(&mut self) {
         let fd = self.release.take().expect("released once");
         let byte = [1u8];
         // SAFETY: writing one byte to a pipe we own.
         unsafe { libc::write(fd.as_raw_fd(), byte.as_ptr().cast(), 1) };
         drop(fd);
+    }
+
+    fn join_spawner(mut self) -> Result<Child> {
         let spawner = self.spawner.take().expect("released once");
         spawner
             .join()

@@ -198,15 +198,20 @@ pub fn record_launched(
     install_signal_handlers();
     let stopped = launch::spawn_stopped_inheriting(command, &env, no_aslr, &inherit)?;
     let recording = start(stopped.pid(), &record, say)?;
-    let mut child = match stopped.release() {
-        Ok(child) => child,
+    // The module map is read while the program is held at its entry point, so even
+    // a program that is over within a millisecond leaves a symbolized trace.
+    let released = stopped.release_held_at_entry(&mut || recording.snapshot_modules());
+    let (mut child, held) = match released {
+        Ok(released) => released,
         Err(e) => {
             let _ = recording.finish(None);
             return Err(e);
         }
     };
     CHILD.store(child.id() as i32, Ordering::SeqCst);
-    snapshot_after_exec(&recording, child.id(), !launch::is_dynamic(&program));
+    if held == launch::EntryStop::NotHeld {
+        snapshot_after_exec(&recording, child.id(), !launch::is_dynamic(&program));
+    }
     let early = EARLY_SIGNAL.swap(0, Ordering::SeqCst);
     if early != 0 {
         // Asked to stop while the probes were being attached: pass it on now.
@@ -223,8 +228,8 @@ pub fn record_launched(
     })
 }
 
-/// Hands the trace the launched program's modules as soon as the dynamic loader has
-/// mapped libc (at most [`SNAPSHOT_WAIT`] after `exec`), so even a program that
+/// When the program could not be held at its entry point: hands the trace its
+/// modules as soon as the dynamic loader has mapped libc (at most [`SNAPSHOT_WAIT`] after `exec`), so even a program that
 /// exits within milliseconds leaves a symbolized trace.
 fn snapshot_after_exec(recording: &Recording, pid: u32, is_static: bool) {
     let started = std::time::Instant::now();
