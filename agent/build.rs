@@ -15,6 +15,10 @@ fn main() {
         "cargo:rerun-if-changed={}",
         manifest.join("preload/src").display()
     );
+    println!(
+        "cargo:rerun-if-changed={}",
+        manifest.join("preload/glibc_versions.map").display()
+    );
     // The agent compiles the shared event and ring layout in as a module.
     println!(
         "cargo:rerun-if-changed={}",
@@ -44,7 +48,15 @@ fn main() {
             // Call sites are read from the wrapper's frame (`[rbp + 8]`).
             "-C",
             "force-frame-pointers=yes",
+            // One object, so the `.symver` aliases in lib.rs can name the wrappers.
+            "-C",
+            "codegen-units=1",
         ])
+        .arg("-C")
+        .arg(format!(
+            "link-arg=-Wl,--version-script={}",
+            manifest.join("preload/glibc_versions.map").display()
+        ))
         .arg("-o")
         .arg(&library)
         .arg(&source)

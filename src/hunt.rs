@@ -14,6 +14,8 @@ use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use ordo_hunt::{hunt, HuntOptions, Shard, Status, Strategy};
 
+use crate::oracle_args::OracleArgs;
+
 /// `--strategy`.
 #[derive(Clone, Copy, Debug, ValueEnum)]
 pub enum StrategyArg {
@@ -69,6 +71,9 @@ pub struct HuntArgs {
     /// Every thread blocked this many milliseconds: a deadlock (or an infeasible schedule).
     #[arg(long, value_name = "MS", default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..))]
     pub stall_ms: u64,
+    /// What counts as a failing run, as for `ordo replay`.
+    #[command(flatten)]
+    pub oracle: OracleArgs,
     /// The command to run.
     #[arg(last = true, required = true)]
     pub command: Vec<String>,
@@ -101,6 +106,7 @@ pub fn run(args: HuntArgs) -> Result<u8> {
     options.confirm_runs = args.confirm;
     options.timeout = Duration::from_secs_f64(args.timeout);
     options.stall = Duration::from_millis(args.stall_ms);
+    options.oracle = args.oracle.into();
 
     // The programs' own output, from every run, goes to a log in the hunt's
     // directory: dozens of runs would bury the report (and --json's stdout).

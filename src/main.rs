@@ -9,6 +9,7 @@ use clap::{Parser, Subcommand};
 mod analyze;
 mod dump;
 mod hunt;
+mod oracle_args;
 mod record;
 mod replay;
 

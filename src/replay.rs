@@ -1,5 +1,6 @@
 //! `ordo replay`: rerun a program enforcing (or only checking) a schedule, and say
-//! whether the bug showed: exit status 0 passed, 1 reproduced, 3 infeasible.
+//! whether the bug showed: exit status 0 passed, 1 reproduced, 2 error, 3 infeasible,
+//! 4 not exercised (docs/REPLAY.md).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -9,6 +10,8 @@ use clap::{Args, ValueEnum};
 use ordo_recorder::parse_buffer_size;
 use ordo_replayer::run::read_schedule;
 use ordo_replayer::{replay, Mode, OnInfeasible, ReplayOptions};
+
+use crate::oracle_args::OracleArgs;
 
 /// What to do when the schedule proves infeasible.
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -48,6 +51,9 @@ pub struct ReplayArgs {
     /// Passive mode: gate nothing, only report whether the run happened to follow the schedule.
     #[arg(long)]
     pub check: bool,
+    /// What counts as the bug showing.
+    #[command(flatten)]
+    pub oracle: OracleArgs,
     /// The command to run.
     #[arg(last = true, required = true)]
     pub command: Vec<String>,
@@ -81,6 +87,7 @@ pub fn run(args: ReplayArgs) -> Result<u8> {
         record: args.record,
         buffer_size: args.buffer_size,
         stdout_to_stderr: args.json,
+        oracle: args.oracle.into(),
         env: Vec::new(),
     };
     let outcome = replay(&options)?;

@@ -7,7 +7,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::{build_program, have_root, ordo, record, replay_json, scratch};
+use common::{build_program, dump_json, have_root, ordo, record, replay_json, scratch};
 
 fn programs_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/programs")
@@ -168,4 +168,112 @@ fn recording_check_fails_when_the_order_did_not_happen() {
             .contains("2:mutex_lock(cfg_lock)#1"),
         "{json}"
     );
+}
+
+#[test]
+fn a_recorded_replay_shows_the_program_and_not_the_agent() {
+    if !have_root("a_recorded_replay_shows_the_program_and_not_the_agent") {
+        return;
+    }
+    let program = build_program("replay_atomicity");
+    let dir = scratch("replay_record_sites");
+    // Both of thread 2's sections between thread 1's: the recording then shows
+    // thread 1's section as one that could split thread 2's two (an atomicity
+    // candidate, which needs two different program sites of one thread).
+    let schedule = dir.join("both.sched");
+    std::fs::write(
+        &schedule,
+        "1:mutex_unlock(account_lock)#1 -> 2:mutex_lock(account_lock)#1\n\
+         2:mutex_unlock(account_lock)#2 -> 1:mutex_lock(account_lock)#2\n",
+    )
+    .unwrap();
+    for run in 0..3 {
+        let trace = dir.join(format!("replay{run}.ordo"));
+        let (_, json) = replay_json(
+            &["--timeout", "20", "--record", trace.to_str().unwrap()],
+            &schedule,
+            &program,
+        );
+        assert_eq!(json["verdict"], "reproduced", "{json}");
+        assert_eq!(json["schedule_held"], true, "{json}");
+        let events = dump_json(&trace);
+        let mut mutexes = std::collections::BTreeSet::new();
+        for e in &events {
+            let kind = e["kind"].as_str().unwrap();
+            let site = e["site"].as_str().unwrap_or("");
+            // Symbolized, in the program: never the agent, never a bare address.
+            assert!(
+                !site.contains("ordo") && !site.contains("+0x"),
+                "run {run}: an event in the agent or unsymbolized: {e}"
+            );
+            if kind.starts_with("mutex_") {
+                assert!(site.contains("replay_atomicity.c"), "run {run}: {e}");
+                mutexes.insert(e["addr"].as_str().unwrap().to_string());
+            }
+        }
+        // Only the program's lock: no loader lock taken by the agent (dlsym,
+        // dl_iterate_phdr) shows up as the program's.
+        assert_eq!(mutexes.len(), 1, "run {run}: {mutexes:?}");
+        // The atomicity finding needs two different program sites of one thread.
+        let out = Command::new(ordo())
+            .args(["analyze", "--json"])
+            .arg(&trace)
+            .output()
+            .unwrap();
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let atomicity: Vec<&serde_json::Value> = report["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|f| f["kind"] == "atomicity")
+            .collect();
+        assert!(!atomicity.is_empty(), "run {run}: {report}");
+        let sites: std::collections::BTreeSet<&str> = atomicity[0]["sites"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s.as_str().unwrap())
+            .collect();
+        assert_eq!(sites.len(), 2, "run {run}: {sites:?}");
+        assert!(sites.iter().all(|s| s.contains("replay_atomicity.c")));
+    }
+}
+
+#[test]
+fn recording_a_replay_does_not_change_its_verdict() {
+    if !have_root("recording_a_replay_does_not_change_its_verdict") {
+        return;
+    }
+    let dir = scratch("replay_record_same_verdict");
+    let cases = [
+        ("replay_queue", "replay_queue_consumer_first"),
+        ("replay_queue", "replay_queue_interleaved"),
+        ("replay_queue", "replay_queue_infeasible"),
+        ("replay_lost_wakeup", "replay_lost_wakeup"),
+        ("replay_trylock", "replay_trylock"),
+        ("replay_start", "replay_start"),
+        ("replay_barging", "replay_barging"),
+    ];
+    for (name, schedule) in cases {
+        let program = build_program(name);
+        let file = programs_dir().join(format!("{schedule}.sched"));
+        for run in 0..3 {
+            let (_, plain) = replay_json(&["--timeout", "20"], &file, &program);
+            let trace = dir.join(format!("{schedule}{run}.ordo"));
+            let (_, recorded) = replay_json(
+                &["--timeout", "20", "--record", trace.to_str().unwrap()],
+                &file,
+                &program,
+            );
+            assert_eq!(
+                plain["verdict"], recorded["verdict"],
+                "{schedule} run {run}: without --record {plain}\nwith --record {recorded}"
+            );
+            assert_eq!(
+                plain["pending"], recorded["pending"],
+                "{schedule} run {run}: without --record {plain}\nwith --record {recorded}"
+            );
+            assert_eq!(recorded["schedule_held"], true, "{recorded}");
+        }
+    }
 }

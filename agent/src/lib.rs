@@ -54,14 +54,32 @@ impl AgentFile {
     }
 
     /// The environment that preloads the agent ahead of the user's own `LD_PRELOAD`
-    /// (kept after ours, and restored by the agent at start-up).
-    pub fn preload_env(&self) -> Vec<(OsString, OsString)> {
-        self.preload_env_over(std::env::var_os("LD_PRELOAD"))
+    /// (kept after ours, and restored by the agent at start-up), with the program's
+    /// sanitizer runtimes `runtimes` ahead of the agent (see [`AgentFile::preload_env_over`]).
+    pub fn preload_env(&self, runtimes: &[PathBuf]) -> Vec<(OsString, OsString)> {
+        self.preload_env_over(runtimes, std::env::var_os("LD_PRELOAD"))
     }
 
     /// Like [`AgentFile::preload_env`], with `original` as the user's `LD_PRELOAD`.
-    pub fn preload_env_over(&self, original: Option<OsString>) -> Vec<(OsString, OsString)> {
-        let mut preload = self.path.as_os_str().to_owned();
+    ///
+    /// `LD_PRELOAD` becomes `RUNTIMES:AGENT:ORIGINAL`. A sanitizer runtime the program
+    /// links dynamically (gcc's `libasan.so.8`, `libtsan.so.2`, `libubsan.so.1`) must
+    /// be the first library loaded (ASan refuses to start otherwise); preloaded first,
+    /// it still intercepts the program's calls first and finds the agent's wrappers
+    /// as the "real" functions (`dlsym(RTLD_NEXT)`), so the agent sees every call the
+    /// program makes, after the sanitizer did. The agent restores `ORIGINAL` at
+    /// start-up, so nothing the program runs inherits the runtimes or the agent.
+    pub fn preload_env_over(
+        &self,
+        runtimes: &[PathBuf],
+        original: Option<OsString>,
+    ) -> Vec<(OsString, OsString)> {
+        let mut preload = OsString::new();
+        for runtime in runtimes {
+            preload.push(runtime.as_os_str());
+            preload.push(":");
+        }
+        preload.push(self.path.as_os_str());
         if let Some(orig) = &original {
             preload.push(":");
             preload.push(orig);

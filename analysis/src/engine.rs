@@ -182,9 +182,10 @@ struct ThreadState {
     condwait_release: Option<(u64, u32)>,
     /// The thread's last mutex release outside a cond wait: (address, epoch).
     last_release: Option<(u64, Epoch)>,
-    /// After a woken cond wait: (mutex address, waking signal, wait site), for the
-    /// reacquire that follows.
-    woken: Option<(u64, Option<EventId>, u64)>,
+    /// After a cond wait returned: (mutex address, waking signal, wait site, the
+    /// `cond_wait` event), for the reacquire that follows. Schedules name the
+    /// reacquire by the `cond_wait` event (`ordo_schedule::namer`).
+    woken: Option<(u64, Option<EventId>, u64, EventId)>,
     /// After a cond wait returned, until the thread releases a mutex: (condvar, wait
     /// site). A new wait at the same site meanwhile means the wait is in a loop.
     after_wake: Option<(ObjId, u64)>,
@@ -502,12 +503,15 @@ impl<'a> Engine<'a> {
     }
 
     /// Names the event (object, occurrence) and advances the per-thread counters.
-    /// Events of glibc-internal sites and of threads the table does not know get
-    /// occurrence 0: no schedule can name them, and they do not count.
+    /// Events of glibc-internal sites, of threads the table does not know, and the
+    /// mutex side of a condvar wait (named through the condvar's events, see
+    /// `ordo_schedule::namer`) get occurrence 0: no schedule can name them, and they
+    /// do not count.
     fn name(&mut self, t: u32, e: &Event) -> EventId {
         let slot = kind_slot(e.kind);
         let mut nth = 0;
-        if t as usize >= self.table_len || self.internal(e) {
+        let cond_wait_mutex = e.via == Via::CondWait && Family::of(e.kind) == Some(Family::Mutex);
+        if t as usize >= self.table_len || cond_wait_mutex || self.internal(e) {
             let obj = Family::of(e.kind)
                 .map(|f| self.intern(f, e.addr))
                 .unwrap_or(NO_OBJECT);
@@ -662,13 +666,13 @@ impl<'a> Engine<'a> {
         if via != Via::Try {
             self.graph.acquired(&mut th.held, node, slot, id, epoch);
         }
-        let woken_by = match th.woken.take() {
-            Some((mutex, Some(signal), site))
+        let (woken_by, named_as) = match th.woken.take() {
+            Some((mutex, signal, site, wait))
                 if via == Via::CondWait && mutex == self.objects[id.obj as usize].addr =>
             {
-                Some((signal, site))
+                (signal.map(|signal| (signal, site)), wait)
             }
-            _ => None,
+            _ => (None, id),
         };
         let State::Lock(lock) = &mut self.objects[id.obj as usize].state else {
             return;
@@ -685,7 +689,7 @@ impl<'a> Engine<'a> {
             th.vc.join(&lock.read_release);
         }
         let cur = CsRec {
-            acq: id,
+            acq: named_as,
             slot,
             epoch,
             mode,
@@ -893,7 +897,7 @@ impl<'a> Engine<'a> {
             return;
         };
         let Some(i) = cond.waiters.iter().position(|w| w.thread == t) else {
-            th.woken = Some((e.addr2, None, e.site));
+            th.woken = Some((e.addr2, None, e.site, id));
             return;
         };
         let w = cond.waiters.swap_remove(i);
@@ -904,6 +908,7 @@ impl<'a> Engine<'a> {
             e.addr2,
             if e.result == 0 { w.woken_by } else { None },
             w.begin.site,
+            id,
         ));
         th.after_wake = Some((id.obj, w.begin.site));
     }

@@ -97,7 +97,7 @@ impl<'a> Namer<'a> {
             return None;
         }
         Some(EventRef {
-            thread: self.logical(e.thread)?,
+            thread: self.logical(e.thread)?.into(),
             kind: e.kind,
             object: self.object_ref(e),
             occurrence: e.occurrence,

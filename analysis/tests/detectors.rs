@@ -341,7 +341,7 @@ fn barging_is_predicted_between_signal_and_reacquire() {
     assert_eq!(g.len(), 1, "{:#?}", a.findings);
     assert_eq!(
         g[0].schedule,
-        "2:cond_signal(@1)#1 -> 3:mutex_lock(@1)#1\n3:mutex_lock(@1)#1 -> 1:mutex_lock(@1)#2\n"
+        "2:cond_signal(@1)#1 -> 3:mutex_lock(@1)#1\n3:mutex_lock(@1)#1 -> 1:cond_wait(@1)#1\n"
     );
     assert_eq!((g[0].rank.v, g[0].rank.t), (2, 3));
 }

@@ -32,7 +32,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use ordo_replayer::{replay, Verdict};
+use ordo_replayer::{replay, FailOn, Oracle, Verdict};
 use ordo_schedule::Schedule;
 use serde_json::{json, Value};
 
@@ -126,6 +126,8 @@ pub struct HuntOptions {
     pub shard: Shard,
     /// Send the program's stdout to stderr (keeps stdout for `--json`).
     pub program_stdout_to_stderr: bool,
+    /// What counts as a failing run (`--expect-exit`, `--fail-on`), as for `ordo replay`.
+    pub oracle: Oracle,
 }
 
 impl HuntOptions {
@@ -146,6 +148,7 @@ impl HuntOptions {
             stall: Duration::from_millis(300),
             shard: Shard::ALL,
             program_stdout_to_stderr: false,
+            oracle: Oracle::default(),
         }
     }
 }
@@ -311,7 +314,11 @@ pub fn hunt(options: &HuntOptions, progress: &mut dyn FnMut(&Status)) -> Result<
     let mut confirm = None;
     let mut replay_command = None;
     if let Some(f) = &found {
-        replay_command = Some(replay_command_line(&f.schedule, &options.command));
+        replay_command = Some(replay_command_line(
+            &f.schedule,
+            &options.oracle,
+            &options.command,
+        ));
         confirm = Some((options.confirm_runs, hunter.confirm(&f.schedule)?));
     }
     Ok(HuntOutcome {
@@ -359,6 +366,10 @@ impl Hunter<'_> {
     fn search(&mut self) -> Result<Option<Found>> {
         let first = runs::run(self.options, 0, Job::Record)?;
         self.runs = 1;
+        if first.verdict == Verdict::Error {
+            // Every later run would end the same way: nothing to hunt in.
+            bail!("the first run could not be judged: {}", first.reason);
+        }
         if let Some(a) = &first.analysis {
             self.k = a.stats.pass.events.max(1);
         }
@@ -582,16 +593,29 @@ fn run_seed(seed: u64, n: u64) -> u64 {
     (z ^ (z >> 31)) >> 1
 }
 
-/// `ordo replay --schedule FILE -- CMD ARGS`, quoted for a POSIX shell.
-pub fn replay_command_line(schedule: &Path, command: &[String]) -> String {
+/// `ordo replay --schedule FILE [ORACLE OPTIONS] -- CMD ARGS`, quoted for a POSIX
+/// shell: the oracle's options only where they differ from the defaults.
+pub fn replay_command_line(schedule: &Path, oracle: &Oracle, command: &[String]) -> String {
     let schedule = std::fs::canonicalize(schedule).unwrap_or_else(|_| schedule.to_path_buf());
     let mut words = vec![
         "ordo".to_string(),
         "replay".to_string(),
         "--schedule".to_string(),
         shell_quote(&schedule.display().to_string()),
-        "--".to_string(),
     ];
+    if oracle.expect_exit != 0 {
+        words.push("--expect-exit".to_string());
+        words.push(oracle.expect_exit.to_string());
+    }
+    let kinds: Vec<String> = oracle.fail_on.iter().map(|f| f.to_string()).collect();
+    let defaults: Vec<String> = FailOn::DEFAULT.iter().map(|f| f.to_string()).collect();
+    if kinds != defaults {
+        for kind in kinds {
+            words.push("--fail-on".to_string());
+            words.push(shell_quote(&kind));
+        }
+    }
+    words.push("--".to_string());
     words.extend(command.iter().map(|w| shell_quote(w)));
     words.join(" ")
 }
@@ -630,6 +654,26 @@ mod tests {
         assert_eq!(shell_quote("a b"), "'a b'");
         assert_eq!(shell_quote("it's"), "'it'\\''s'");
         assert_eq!(shell_quote(""), "''");
+    }
+
+    #[test]
+    fn the_replay_command_carries_a_non_default_oracle() {
+        let cmd = |oracle: &Oracle| {
+            replay_command_line(
+                Path::new("/x/r.sched"),
+                oracle,
+                &["./p".into(), "a b".into()],
+            )
+        };
+        assert_eq!(
+            cmd(&Oracle::default()),
+            "ordo replay --schedule /x/r.sched -- ./p 'a b'"
+        );
+        let oracle = Oracle::new(3, vec!["stderr:bad (x)".parse().unwrap()]);
+        assert_eq!(
+            cmd(&oracle),
+            "ordo replay --schedule /x/r.sched --expect-exit 3 --fail-on 'stderr:bad (x)' -- ./p 'a b'"
+        );
     }
 
     #[test]

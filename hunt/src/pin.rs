@@ -12,9 +12,9 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use anyhow::{Context, Result};
-use ordo_schedule::{EventNamer, EventRef, Family, Ordering, Schedule};
+use ordo_schedule::{EventNamer, EventRef, Family, Ordering, Schedule, ThreadRef};
 use ordo_trace::symbolize::Symbolizer;
-use ordo_trace::{global_order, read_trace, Event, Kind, LogicalId, ReadMode, Via};
+use ordo_trace::{global_order, read_trace, Event, Kind, ReadMode, Via};
 
 /// Most distinct events a pinned schedule names (the replay plan holds 512).
 pub const MAX_PINNED_EVENTS: usize = 400;
@@ -70,7 +70,7 @@ fn gated_before(e: &Event) -> bool {
 /// The longest suffix of `orderings` that fits a replay plan.
 fn keep_last_fitting(orderings: Vec<Ordering>) -> Vec<Ordering> {
     let mut events: Vec<&EventRef> = Vec::new();
-    let mut threads: Vec<&LogicalId> = Vec::new();
+    let mut threads: Vec<&ThreadRef> = Vec::new();
     let mut first_kept = orderings.len();
     for (i, o) in orderings.iter().enumerate().rev() {
         for e in o.before.iter().chain(std::iter::once(&o.after)) {

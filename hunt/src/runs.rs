@@ -2,14 +2,16 @@
 //! (PCT, random walk), each recorded, and what it showed.
 
 use std::ffi::OsString;
+use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use ordo_analysis::Analysis;
 use ordo_recorder::{record_launched, ProbeChoice, SessionOptions};
+use ordo_replayer::oracle::Ending;
 use ordo_replayer::shm::ENV_STRATEGY;
-use ordo_replayer::{replay, Mode, OnInfeasible, ReplayOptions, Verdict};
+use ordo_replayer::{replay, ReplayOptions, Verdict};
 use ordo_schedule::Schedule;
 
 use crate::queue::Candidate;
@@ -91,18 +93,12 @@ pub struct RunResult {
 /// The replay options every run of the hunt shares; `schedule`, `env` and `record`
 /// are set per run.
 pub fn replay_template(options: &HuntOptions) -> ReplayOptions {
-    ReplayOptions {
-        command: options.command.clone(),
-        schedule: Schedule::default(),
-        mode: Mode::Enforce,
-        timeout: options.timeout,
-        stall: options.stall,
-        on_infeasible: OnInfeasible::Kill,
-        record: None,
-        buffer_size: ordo_recorder::DEFAULT_BUFFER_SIZE,
-        stdout_to_stderr: options.program_stdout_to_stderr,
-        env: Vec::new(),
-    }
+    let mut replay = ReplayOptions::new(options.command.clone(), Schedule::default());
+    replay.timeout = options.timeout;
+    replay.stall = options.stall;
+    replay.stdout_to_stderr = options.program_stdout_to_stderr;
+    replay.oracle = options.oracle.clone();
+    replay
 }
 
 /// Runs `job` as run `number`, recording it into the hunt's directory.
@@ -168,8 +164,20 @@ fn record_with_watches(
     };
     let end =
         record_launched(&options.command, &session, &mut |_| {}).context("record the first run")?;
-    Ok(match end.exit_code {
-        0 => (Verdict::Passed, "exit code 0".to_string()),
-        code => (Verdict::Reproduced, format!("exit status {code}")),
-    })
+    // The same oracle as the replays: the exit status or signal, judged.
+    let ending = match end.summary.exit {
+        Some(status) => match (status.code(), status.signal()) {
+            (Some(code), _) => Ending::Exited { code },
+            (None, Some(signal)) => Ending::Signaled { signal },
+            _ => Ending::Exited { code: -1 },
+        },
+        None => Ending::Exited { code: -1 },
+    };
+    let judgement = options.oracle.judge(&ending, None);
+    let verdict = if judgement.failed {
+        Verdict::Reproduced
+    } else {
+        Verdict::Passed
+    };
+    Ok((verdict, judgement.reason))
 }

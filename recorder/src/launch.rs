@@ -152,6 +152,27 @@ pub fn spawn_stopped_inheriting(
     no_aslr: bool,
     inherit: &[i32],
 ) -> Result<StoppedChild> {
+    spawn_stopped_redirected(command, env, no_aslr, inherit, ChildOutput::default())
+}
+
+/// Where a started program's stdout and stderr go: each `None` is inherited.
+#[derive(Debug, Default)]
+pub struct ChildOutput {
+    /// The program's standard output.
+    pub stdout: Option<OwnedFd>,
+    /// The program's standard error.
+    pub stderr: Option<OwnedFd>,
+}
+
+/// Like [`spawn_stopped_inheriting`], with the program's stdout and stderr sent
+/// where `output` says (e.g. a pipe `ordo replay` reads sanitizer reports from).
+pub fn spawn_stopped_redirected(
+    command: &[String],
+    env: &[(OsString, OsString)],
+    no_aslr: bool,
+    inherit: &[i32],
+    output: ChildOutput,
+) -> Result<StoppedChild> {
     let inherit = inherit.to_vec();
     let Some(program) = command.first() else {
         bail!("no command given");
@@ -163,6 +184,12 @@ pub fn spawn_stopped_inheriting(
     cmd.arg0(program).args(&command[1..]);
     for (k, v) in env {
         cmd.env(k, v);
+    }
+    if let Some(fd) = output.stdout {
+        cmd.stdout(fd);
+    }
+    if let Some(fd) = output.stderr {
+        cmd.stderr(fd);
     }
     let (pid_w, rel_r) = (pid_write.as_raw_fd(), release_read.as_raw_fd());
     let (pid_r, rel_w) = (pid_read.as_raw_fd(), release_write.as_raw_fd());
@@ -324,4 +351,59 @@ pub fn needed_libraries(binary: &Path) -> Vec<PathBuf> {
         .iter()
         .filter_map(|name| search.iter().map(|dir| dir.join(name)).find(|p| p.exists()))
         .collect()
+}
+
+/// Whether a library's file name is a sanitizer runtime (gcc's `libasan.so.8`,
+/// `libtsan.so.2`, `libubsan.so.1`, `liblsan.so.0`, `libhwasan.so.0`; clang's
+/// `libclang_rt.asan-x86_64.so` and relatives).
+fn is_sanitizer_runtime(name: &str) -> bool {
+    [
+        "libasan.so",
+        "libtsan.so",
+        "libubsan.so",
+        "liblsan.so",
+        "libhwasan.so",
+    ]
+    .iter()
+    .any(|p| name.starts_with(p))
+        || (name.starts_with("libclang_rt.") && name.contains(".so"))
+}
+
+/// The sanitizer runtimes `binary` links dynamically (its `DT_NEEDED`), resolved the
+/// way the loader finds them. A preloaded library must come after them: ASan
+/// refuses to start unless its runtime is the first library loaded.
+pub fn sanitizer_runtimes(binary: &Path) -> Vec<PathBuf> {
+    needed_libraries(binary)
+        .into_iter()
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(is_sanitizer_runtime)
+        })
+        .collect()
+}
+
+/// Whether `binary` is a sanitizer build: it links a sanitizer runtime dynamically,
+/// or refers to (or, linked statically as clang does by default, defines) a
+/// runtime entry point such as `__asan_init`, `__tsan_init` or a
+/// `__ubsan_handle_…` handler. Its reports then go to stderr.
+pub fn is_sanitizer_build(binary: &Path) -> bool {
+    use object::{Object, ObjectSymbol};
+    if !sanitizer_runtimes(binary).is_empty() {
+        return true;
+    }
+    let Ok(data) = std::fs::read(binary) else {
+        return false;
+    };
+    let Ok(file) = object::File::parse(data.as_slice()) else {
+        return false;
+    };
+    file.dynamic_symbols().chain(file.symbols()).any(|s| {
+        s.name().is_ok_and(|n| {
+            n.starts_with("__asan_init")
+                || n == "__tsan_init"
+                || n.starts_with("__ubsan_handle_")
+                || n.starts_with("__hwasan_init")
+        })
+    })
 }

@@ -189,7 +189,7 @@ pub fn record_launched(
             .position(|(k, _)| k == "LD_PRELOAD")
             .map(|i| env.remove(i).1)
             .or_else(|| std::env::var_os("LD_PRELOAD"));
-        env.extend(file.preload_env_over(user_preload));
+        env.extend(file.preload_env_over(&launch::sanitizer_runtimes(&program), user_preload));
         env.push(mapping.env());
         inherit.push(mapping.raw_fd());
         record.inproc = Some(mapping);

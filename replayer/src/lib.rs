@@ -6,16 +6,20 @@
 //!   one file compiled into both).
 //! - the agent library comes from `ordo-agent` (built and embedded there; the
 //!   recorder preloads the same library for in-process recording).
+//! - [`oracle`]: what counts as the bug showing (`--expect-exit`, `--fail-on`),
+//!   and the evidence of a run; shared with `ordo hunt`.
 //! - [`run`]: spawning the program with the agent, watching it for deadlocks and
 //!   infeasible schedules, the verdict, and verification by recording.
 //!
 //! `docs/REPLAY.md` explains the mechanism and why it was chosen.
 
+pub mod oracle;
 pub mod plan;
 pub mod run;
 pub mod shared;
 #[path = "../../agent/preload/src/shm.rs"]
 pub mod shm;
 
+pub use oracle::{Evidence, FailOn, Oracle};
 pub use plan::Plan;
 pub use run::{replay, Mode, OnInfeasible, ReplayOptions, ReplayOutcome, Verdict};

@@ -1,8 +1,9 @@
 //! A schedule compiled for the agent: its named events grouped by thread, each with
 //! the events that must happen before it, symbols resolved against the program.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
+use std::sync::atomic::Ordering;
 
 use anyhow::{bail, Result};
 use ordo_schedule::{EventRef, Family, ObjectRef, Schedule};
@@ -39,18 +40,26 @@ pub struct PlanSymbol {
 /// One named event.
 #[derive(Clone, Debug)]
 pub struct PlanEvent {
-    /// The event.
+    /// The event (thread `*` for a `*` successor).
     pub event: EventRef,
-    /// Index into [`Plan::threads`].
+    /// Index into [`Plan::threads`]; [`shm::EVERY_OTHER_THREAD`] for a `*` successor.
     pub thread: usize,
     /// Indices into [`Plan::events`] that must happen before it.
     pub preds: Vec<usize>,
 }
 
+impl PlanEvent {
+    /// Whether this is a `*` successor.
+    pub fn is_wild(&self) -> bool {
+        self.event.thread.is_others()
+    }
+}
+
 /// A schedule ready to be written into the agent's shared memory.
 #[derive(Clone, Debug, Default)]
 pub struct Plan {
-    /// Named events, grouped by thread (in [`Plan::threads`] order).
+    /// Named events, grouped by thread (in [`Plan::threads`] order), then the `*`
+    /// successors, one per ordering that has one.
     pub events: Vec<PlanEvent>,
     /// The named threads.
     pub threads: Vec<LogicalId>,
@@ -64,7 +73,10 @@ impl Plan {
     /// `skip_unobservable`, when they are left out (a recording checks them).
     pub fn compile(schedule: &Schedule, program: &Path, skip_unobservable: bool) -> Result<Plan> {
         let mut named: Vec<&EventRef> = Vec::new();
-        for o in &schedule.orderings {
+        // `*` successors: (ordering index, event).
+        let mut wild: Vec<(usize, &EventRef)> = Vec::new();
+        let mut seen: std::collections::HashSet<&EventRef> = std::collections::HashSet::new();
+        for (i, o) in schedule.orderings.iter().enumerate() {
             for e in o.before.iter().chain(std::iter::once(&o.after)) {
                 if !agent_can_observe(e.kind) {
                     if skip_unobservable {
@@ -77,40 +89,62 @@ impl Plan {
                         e.kind.name()
                     );
                 }
-                if !named.contains(&e) {
+                if e.thread.is_others() {
+                    wild.push((i, e));
+                } else if seen.insert(e) {
                     named.push(e);
                 }
             }
         }
-        // Threads, and events grouped by thread (stable within a thread).
+        // Threads, and events grouped by thread (stable within a thread). Names are
+        // looked up in hash maps: a schedule may name thousands of threads.
         let mut threads: Vec<LogicalId> = Vec::new();
+        let mut thread_index: HashMap<&LogicalId, usize> = HashMap::new();
         for e in &named {
-            if e.thread.0.len() > shm::MAX_DEPTH {
+            let Some(id) = e.thread.id() else { continue };
+            if id.0.len() > shm::MAX_DEPTH {
                 bail!(
                     "`{e}`: thread ids deeper than {} levels are not supported",
                     shm::MAX_DEPTH
                 );
             }
-            if !threads.contains(&e.thread) {
-                threads.push(e.thread.clone());
+            if !thread_index.contains_key(id) {
+                thread_index.insert(id, threads.len());
+                threads.push(id.clone());
             }
         }
-        named.sort_by_key(|e| threads.iter().position(|t| t == &e.thread));
-        let index_of = |e: &EventRef| named.iter().position(|n| *n == e);
+        let thread_of = |e: &EventRef| e.thread.id().map(|id| thread_index[id]).unwrap_or(0);
+        named.sort_by_key(|e| thread_of(e));
         let mut events: Vec<PlanEvent> = named
             .iter()
             .map(|e| PlanEvent {
                 event: (*e).clone(),
-                thread: threads.iter().position(|t| t == &e.thread).unwrap_or(0),
+                thread: thread_of(e),
                 preds: Vec::new(),
             })
             .collect();
-        for o in &schedule.orderings {
-            let Some(after) = index_of(&o.after) else {
+        let index: HashMap<&EventRef, usize> =
+            named.iter().enumerate().map(|(i, e)| (*e, i)).collect();
+        let mut wild_index: HashMap<usize, usize> = HashMap::new();
+        for (o, e) in &wild {
+            wild_index.insert(*o, events.len());
+            events.push(PlanEvent {
+                event: (*e).clone(),
+                thread: shm::EVERY_OTHER_THREAD as usize,
+                preds: Vec::new(),
+            });
+        }
+        for (i, o) in schedule.orderings.iter().enumerate() {
+            let after = if o.after.thread.is_others() {
+                wild_index.get(&i).copied()
+            } else {
+                index.get(&o.after).copied()
+            };
+            let Some(after) = after else {
                 continue;
             };
             for b in &o.before {
-                if let Some(before) = index_of(b) {
+                if let Some(&before) = index.get(b) {
                     if !events[after].preds.contains(&before) {
                         events[after].preds.push(before);
                     }
@@ -121,7 +155,7 @@ impl Plan {
         // the dynamic linker for the others.
         let mut symbols: Vec<PlanSymbol> = Vec::new();
         let mut elf: Option<Option<Vec<u8>>> = None;
-        for e in &named {
+        for e in named.iter().copied().chain(wild.iter().map(|(_, e)| *e)) {
             let Some((name, offset)) = e.object.symbol_parts() else {
                 continue;
             };
@@ -177,6 +211,13 @@ impl Plan {
                 shm::MAX_PLAN_THREADS
             );
         }
+        let wild = self.events.iter().filter(|e| e.is_wild()).count();
+        if wild > shm::MAX_WILD {
+            bail!(
+                "the schedule has {wild} orderings with a `*` successor; the replayer handles at most {}",
+                shm::MAX_WILD
+            );
+        }
         if self.symbols.len() > shm::MAX_SYMBOLS {
             bail!(
                 "the schedule names {} symbols; the replayer handles at most {}",
@@ -207,6 +248,13 @@ impl Plan {
         sh.n_events = self.events.len() as u32;
         sh.n_threads = self.threads.len() as u32;
         sh.n_symbols = self.symbols.len() as u32;
+        let wild_first = self
+            .events
+            .iter()
+            .position(PlanEvent::is_wild)
+            .unwrap_or(self.events.len());
+        sh.wild_first = wild_first as u32;
+        sh.n_wild = (self.events.len() - wild_first) as u32;
         for (i, s) in self.symbols.iter().enumerate() {
             let slot = &mut sh.symbols[i];
             slot.name = [0; shm::SYMBOL_LEN];
@@ -214,11 +262,17 @@ impl Plan {
             slot.vaddr = s.vaddr.unwrap_or(0);
             slot.offset = s.offset;
         }
+        let mut awaited = vec![false; self.events.len()];
+        for p in self.events.iter().flat_map(|e| &e.preds) {
+            awaited[*p] = true;
+        }
         let mut per_thread: BTreeMap<usize, (u32, u32)> = BTreeMap::new();
         let mut pred_next = 0usize;
         for (i, e) in self.events.iter().enumerate() {
-            let entry = per_thread.entry(e.thread).or_insert((i as u32, 0));
-            entry.1 += 1;
+            if !e.is_wild() {
+                let entry = per_thread.entry(e.thread).or_insert((i as u32, 0));
+                entry.1 += 1;
+            }
             let family = Family::of(e.event.kind);
             let (object_kind, object) = match &e.event.object {
                 ObjectRef::None => (shm::OBJ_NONE, 0),
@@ -239,6 +293,7 @@ impl Plan {
             out.object = object;
             out.occurrence = e.event.occurrence;
             out.gated = u32::from(!e.preds.is_empty());
+            out.awaited = u32::from(awaited[i]);
             out.pred_start = pred_next as u32;
             out.pred_count = e.preds.len() as u32;
             for p in &e.preds {
@@ -246,8 +301,8 @@ impl Plan {
                 pred_next += 1;
             }
             if let ObjectRef::Nth(k) = e.event.object {
-                let t = &mut sh.threads[e.thread];
-                t.kmax[family.index()] = t.kmax[family.index()].max(k);
+                let kmax = &mut sh.kmax[family.index()];
+                *kmax = (*kmax).max(k);
             }
         }
         sh.n_preds = pred_next as u32;
@@ -261,6 +316,41 @@ impl Plan {
             t.first_event = first;
             t.event_count = count;
         }
+    }
+
+    /// The named events the agent saw happen, in the order it stamped them: each
+    /// thread's instance of a `*` successor under the thread's own id.
+    pub fn observed(&self, sh: &shm::Shared) -> Vec<EventRef> {
+        let mut done: Vec<(u64, EventRef)> = Vec::new();
+        for (i, e) in self.events.iter().enumerate() {
+            if !e.is_wild() && sh.events[i].done.load(Ordering::Acquire) != 0 {
+                done.push((sh.events[i].stamp.load(Ordering::Relaxed), e.event.clone()));
+            }
+        }
+        let wild: Vec<&PlanEvent> = self.events.iter().filter(|e| e.is_wild()).collect();
+        if !wild.is_empty() {
+            let n = (sh.n_slots.load(Ordering::Acquire) as usize).min(shm::MAX_SLOTS);
+            for slot in &sh.slots[..n] {
+                let depth = slot.depth.load(Ordering::Relaxed) as usize;
+                if depth > shm::MAX_DEPTH || slot.tid.load(Ordering::Acquire) == 0 {
+                    continue;
+                }
+                let id = LogicalId(
+                    slot.path[..depth]
+                        .iter()
+                        .map(|p| p.load(Ordering::Relaxed))
+                        .collect(),
+                );
+                for (w, e) in wild.iter().enumerate() {
+                    let stamp = slot.wild_stamp[w].load(Ordering::Acquire);
+                    if stamp != 0 {
+                        done.push((stamp, e.event.in_thread(id.clone())));
+                    }
+                }
+            }
+        }
+        done.sort_by_key(|(stamp, _)| *stamp);
+        done.into_iter().map(|(_, e)| e).collect()
     }
 }
 
@@ -315,6 +405,46 @@ mod tests {
     }
 
     #[test]
+    fn star_successors_follow_the_named_threads() {
+        let s = Schedule::parse(
+            "1:mutex_unlock(@1)#1 -> *:mutex_lock(@1)#1\n\
+             1:mutex_unlock(@1)#1 && 2:sem_post(@1)#1 -> *:thread_start()#1\n\
+             2:mutex_lock(@1)#1 -> 1:mutex_lock(@1)#2\n",
+        )
+        .unwrap();
+        let plan = Plan::compile(&s, Path::new("/nonexistent"), false).unwrap();
+        let names: Vec<String> = plan.events.iter().map(|e| e.event.to_string()).collect();
+        assert_eq!(
+            names,
+            [
+                "1:mutex_unlock(@1)#1",
+                "1:mutex_lock(@1)#2",
+                "2:sem_post(@1)#1",
+                "2:mutex_lock(@1)#1",
+                "*:mutex_lock(@1)#1",
+                "*:thread_start()#1",
+            ]
+        );
+        assert_eq!(plan.threads.len(), 2);
+        assert!(plan.events[4].is_wild() && plan.events[4].preds == [0]);
+        assert_eq!(plan.events[5].preds, [0, 2]);
+        assert_eq!(plan.events[1].preds, [3]);
+    }
+
+    #[test]
+    fn a_thousand_named_threads_fit() {
+        let text: String = (1..=1024)
+            .map(|t| format!("0:mutex_unlock(m)#1 -> {t}:mutex_lock(m)#1\n{t}:mutex_unlock(m)#1 -> 0:thread_join(@{})#1\n", (t - 1) % 32 + 1))
+            .collect();
+        let s = Schedule::parse(&text).unwrap();
+        let plan = Plan::compile(&s, Path::new("/nonexistent"), false).unwrap();
+        assert_eq!(plan.threads.len(), 1025);
+        let mut memory = crate::shared::SharedMemory::create().unwrap();
+        plan.write_to(memory.get_mut(), false);
+        assert_eq!(memory.get().n_threads, 1025);
+    }
+
+    #[test]
     fn rejects_what_the_agent_cannot_see() {
         let s = Schedule::parse("1:write(flag)#1 -> 2:read(flag)#1").unwrap();
         let err = Plan::compile(&s, Path::new("/nonexistent"), false)
@@ -328,7 +458,7 @@ mod tests {
             .unwrap()
             .events
             .is_empty());
-        let deep = Schedule::parse("1:mutex_lock(@17)#1 -> 2:mutex_lock(@1)#1").unwrap();
+        let deep = Schedule::parse("1:mutex_lock(@33)#1 -> 2:mutex_lock(@1)#1").unwrap();
         assert!(Plan::compile(&deep, Path::new("/nonexistent"), false).is_err());
     }
 }

@@ -10,19 +10,25 @@
 
 use std::collections::HashMap;
 use std::ffi::OsString;
+use std::io::{Read, Write};
+use std::os::fd::{FromRawFd, OwnedFd};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ExitStatus};
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use ordo_recorder::{launch, spawn_stopped, RecordOptions, Recording};
+use ordo_recorder::inproc::InprocMapping;
+use ordo_recorder::launch::{self, ChildOutput};
+use ordo_recorder::{RecordOptions, Recording};
 use ordo_schedule::{Checker, EventNamer, Schedule};
 use ordo_trace::symbolize::Symbolizer;
 use ordo_trace::{global_order, read_trace, Kind, LogicalId, ReadMode};
 use serde_json::json;
 
+use crate::oracle::{Ending, Evidence, Oracle};
 use crate::plan::Plan;
 use crate::shared::SharedMemory;
 use crate::shm;
@@ -70,21 +76,54 @@ pub struct ReplayOptions {
     pub buffer_size: usize,
     /// Send the program's stdout to stderr (keeps stdout for a machine-readable outcome).
     pub stdout_to_stderr: bool,
+    /// What counts as the bug showing.
+    pub oracle: Oracle,
     /// Extra environment for the program and its agent (e.g. the agent's
     /// scheduling strategy, `shm::ENV_STRATEGY`, which `ordo hunt` sets).
     pub env: Vec<(OsString, OsString)>,
 }
 
-/// The outcome class.
+impl ReplayOptions {
+    /// Enforce `schedule` on `command` with the CLI's defaults: 60 s timeout, 300 ms
+    /// stall window, kill when infeasible, no recording, the default [`Oracle`].
+    pub fn new(command: Vec<String>, schedule: Schedule) -> ReplayOptions {
+        ReplayOptions {
+            command,
+            schedule,
+            mode: Mode::Enforce,
+            timeout: Duration::from_secs(60),
+            stall: Duration::from_millis(300),
+            on_infeasible: OnInfeasible::Kill,
+            record: None,
+            buffer_size: 16 << 20,
+            stdout_to_stderr: false,
+            oracle: Oracle::default(),
+            env: Vec::new(),
+        }
+    }
+}
+
+/// The outcome class. Only [`Verdict::Passed`] says the schedule ran to its end
+/// without the bug showing; only [`Verdict::Reproduced`] says the bug showed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Verdict {
-    /// The program finished normally.
+    /// The program finished, every ordering of the schedule happened, and the
+    /// oracle saw no failure.
     Passed,
-    /// The program failed: non-zero exit, a signal, a deadlock or a hang.
+    /// The oracle saw a failure (by default: an unexpected exit status, a signal, a
+    /// deadlock or hang, a sanitizer report).
     Reproduced,
+    /// The run could not be judged: the agent never started in the program, or the
+    /// program ended before reaching `main` (e.g. a sanitizer runtime refused to
+    /// start). Never a reproduction.
+    Error,
     /// The schedule cannot be followed: threads were held at gates whose
     /// predecessors could not happen.
     Infeasible,
+    /// The program finished without a failure but some ordering of the schedule
+    /// never happened (it exited first): the schedule was not exercised, so this
+    /// is no evidence the bug is absent.
+    NotExercised,
 }
 
 impl Verdict {
@@ -93,16 +132,21 @@ impl Verdict {
         match self {
             Verdict::Passed => "passed",
             Verdict::Reproduced => "reproduced",
+            Verdict::Error => "error",
             Verdict::Infeasible => "infeasible",
+            Verdict::NotExercised => "not_exercised",
         }
     }
 
-    /// `ordo replay`'s exit status for this verdict.
+    /// `ordo replay`'s exit status for this verdict: passed 0, reproduced 1, error 2
+    /// (also every other error of `ordo`), infeasible 3, not_exercised 4.
     pub fn exit_status(self) -> u8 {
         match self {
             Verdict::Passed => 0,
             Verdict::Reproduced => 1,
+            Verdict::Error => 2,
             Verdict::Infeasible => 3,
+            Verdict::NotExercised => 4,
         }
     }
 }
@@ -118,6 +162,8 @@ pub struct ReplayOutcome {
     pub exit_code: Option<i32>,
     /// The signal that ended it, if one did (ours included when we killed it).
     pub signal: Option<i32>,
+    /// What the run showed: exit code, signal name, sanitizer report, stderr match.
+    pub evidence: Evidence,
     /// No ordering of the schedule was violated in the run.
     pub schedule_held: bool,
     /// Whether `schedule_held` comes from a recording of the run (else: the agent's
@@ -140,10 +186,8 @@ pub struct ReplayOutcome {
 impl ReplayOutcome {
     /// The `--json` object.
     pub fn to_json(&self) -> serde_json::Value {
-        json!({
+        let mut object = json!({
             "verdict": self.verdict.name(),
-            "exit_code": self.exit_code,
-            "signal": self.signal,
             "schedule_held": self.schedule_held,
             "pending": self.pending,
             "reason": self.reason,
@@ -153,12 +197,27 @@ impl ReplayOutcome {
             "warnings": self.warnings,
             "elapsed_ms": self.elapsed.as_millis() as u64,
             "trace": self.trace.as_ref().map(|p| p.display().to_string()),
-        })
+        });
+        // The evidence's fields (`exit_code`, `signal`, `signal_name`, `sanitizer`,
+        // `stderr_match`) sit at the top level.
+        if let (Some(out), serde_json::Value::Object(evidence)) =
+            (object.as_object_mut(), self.evidence.to_json())
+        {
+            out.extend(evidence);
+        }
+        object
     }
 
     /// Human-readable summary, several lines.
     pub fn render(&self) -> String {
         let mut out = format!("ordo replay: {} ({})\n", self.verdict.name(), self.reason);
+        let evidence = self.evidence.summary();
+        if !evidence.is_empty() {
+            out.push_str(&format!("  evidence: {evidence}\n"));
+        }
+        if let Some(report) = &self.evidence.sanitizer {
+            out.push_str(&format!("  sanitizer: {}\n", report.first_line));
+        }
         let by = if self.verified_by_recording {
             "checked on the recording"
         } else {
@@ -224,30 +283,57 @@ pub fn replay(options: &ReplayOptions) -> Result<ReplayOutcome> {
     plan.write_to(memory.get_mut(), check_only);
     let agent = AgentFile::write()?;
 
-    let mut env: Vec<(OsString, OsString)> = agent.preload_env();
+    let mut env: Vec<(OsString, OsString)> = agent.preload_env(&launch::sanitizer_runtimes(&path));
     env.push((shm::ENV_SHM_FD.into(), memory.raw_fd().to_string().into()));
-    if options.stdout_to_stderr {
+    let mut output = ChildOutput::default();
+    let sanitized = launch::is_sanitizer_build(&path);
+    let capture = options
+        .oracle
+        .needs_stderr(sanitized)
+        .then(StderrTee::new)
+        .transpose()?;
+    if let Some(tee) = &capture {
+        output.stderr = Some(tee.program_end()?);
+        if options.stdout_to_stderr {
+            // Straight to our stderr, not into the pipe: a `stderr:REGEX` must not
+            // match what the program printed on stdout.
+            output.stdout = Some(dup(2)?);
+        }
+    } else if options.stdout_to_stderr {
         env.push((shm::ENV_STDOUT_TO_STDERR.into(), "1".into()));
     }
     env.extend(options.env.iter().cloned());
 
-    let stopped = spawn_stopped(&options.command, &env)?;
+    // `--record`: the replay is recorded in process by the same agent (see
+    // docs/REPLAY.md, "Recording a replay"): call sites are the program's, and the
+    // agent's own work (its loader calls, its gates' futexes) is never recorded.
+    let mut record_options = None;
+    let mut inherit = Vec::new();
+    if let Some(out) = &options.record {
+        let mut record = RecordOptions::new(
+            out.clone(),
+            options.buffer_size,
+            options.command.clone(),
+            false,
+        );
+        record.inputs.push(path.clone());
+        let mapping = std::sync::Arc::new(InprocMapping::create()?);
+        env.push(mapping.env());
+        inherit.push(mapping.raw_fd());
+        record.inproc = Some(mapping);
+        record_options = Some(record);
+    }
+    let stopped =
+        launch::spawn_stopped_redirected(&options.command, &env, false, &inherit, output)?;
     let pid = stopped.pid();
-    let recording = match &options.record {
-        Some(out) => {
-            let record_options = RecordOptions::new(
-                out.clone(),
-                options.buffer_size,
-                options.command.clone(),
-                false,
-            );
-            Some(Recording::start(pid, &record_options).context("record the replay")?)
-        }
+    let recording = match &record_options {
+        Some(record) => Some(Recording::start(pid, record).context("record the replay")?),
         None => None,
     };
     let start = Instant::now();
     let mut child = stopped.release()?;
-    let (end, held) = watch(&mut child, pid, &memory, &plan, options, start)?;
+    let capture = capture.map(StderrTee::start);
+    let (end, held) = watch(&mut child, pid, &memory, &plan, options, start, sanitized)?;
     let elapsed = start.elapsed();
     let status = match &end {
         End::Exited(status) => Some(*status),
@@ -261,13 +347,11 @@ pub fn replay(options: &ReplayOptions) -> Result<ReplayOutcome> {
         None => None,
     };
     drop(agent);
+    let stderr = capture.map(|c| c.finish());
 
     let sh = memory.get();
+    let started = sh.attached.load(Ordering::Acquire);
     let mut warnings = Vec::new();
-    if sh.attached.load(Ordering::Acquire) == 0 && !options.schedule.is_empty() {
-        warnings
-            .push("the replay agent never started in the program: nothing was gated".to_string());
-    }
     for s in plan.unresolved_symbols() {
         let idx = plan.symbols.iter().position(|p| p == s).unwrap_or(0);
         if sh.symbols[idx].addr.load(Ordering::Relaxed) == 0 {
@@ -280,14 +364,9 @@ pub fn replay(options: &ReplayOptions) -> Result<ReplayOutcome> {
     }
 
     // What the agent saw, in its order stamps.
-    let mut done: Vec<(u64, usize)> = (0..plan.events.len())
-        .filter(|&i| sh.events[i].done.load(Ordering::Acquire) != 0)
-        .map(|i| (sh.events[i].stamp.load(Ordering::Relaxed), i))
-        .collect();
-    done.sort();
     let mut checker = Checker::new(&options.schedule);
-    for (_, i) in &done {
-        checker.observe(&plan.events[*i].event);
+    for event in plan.observed(sh) {
+        checker.observe(&event);
     }
     let mut report = checker.report();
     let mut verified_by_recording = false;
@@ -311,61 +390,110 @@ pub fn replay(options: &ReplayOptions) -> Result<ReplayOutcome> {
         Some(s) => (s.code(), s.signal()),
         None => (None, None),
     };
-    let (verdict, reason) = match &end {
-        End::Exited(s) => {
-            if let Some(sig) = s.signal() {
-                (
-                    Verdict::Reproduced,
-                    format!("killed by signal {} ({})", sig, signal_name(sig)),
-                )
-            } else if s.code() != Some(0) {
-                (
-                    Verdict::Reproduced,
-                    format!("exit code {}", s.code().unwrap_or(-1)),
-                )
-            } else if !held.is_empty() && !check_only {
+    let ending = match &end {
+        End::Exited(s) => Some(match s.signal() {
+            Some(signal) => Ending::Signaled { signal },
+            None => Ending::Exited {
+                code: s.code().unwrap_or(-1),
+            },
+        }),
+        End::Deadlock(what) => Some(Ending::Deadlock(what.clone())),
+        End::Timeout if held.is_empty() => Some(Ending::Hang {
+            secs: options.timeout.as_secs_f64(),
+        }),
+        End::Timeout | End::Infeasible => None,
+    };
+    let judgement = ending
+        .as_ref()
+        .map(|e| options.oracle.judge(e, stderr.as_deref()));
+    let evidence = match &judgement {
+        Some(j) => j.evidence.clone(),
+        None => {
+            // Killed by us as infeasible: the evidence is what we did.
+            let ending = match signal {
+                Some(signal) => Ending::Signaled { signal },
+                None => Ending::Exited {
+                    code: exit_code.unwrap_or(-1),
+                },
+            };
+            options.oracle.judge(&ending, stderr.as_deref()).evidence
+        }
+    };
+    let pending: Vec<String> = report.pending.iter().map(|u| u.to_string()).collect();
+    let first_stderr_line = || {
+        stderr
+            .as_deref()
+            .and_then(|t| t.lines().map(str::trim).find(|l| !l.is_empty()))
+            .map(|l| format!(": the program said {l:?}"))
+            .unwrap_or_default()
+    };
+    let ended_by_itself = matches!(end, End::Exited(_));
+    let (verdict, reason) = if started == 0 {
+        (
+            Verdict::Error,
+            format!(
+                "the replay agent never started in the program{}",
+                first_stderr_line()
+            ),
+        )
+    } else if started == shm::ATTACHED_STARTED && ended_by_itself {
+        (
+            Verdict::Error,
+            format!(
+                "the program ended before reaching main ({}){}",
+                evidence.summary(),
+                first_stderr_line()
+            ),
+        )
+    } else {
+        match (&end, judgement) {
+            (_, Some(j)) if j.failed => (Verdict::Reproduced, j.reason),
+            (End::Infeasible, _) => {
+                let what = match options.on_infeasible {
+                    OnInfeasible::Kill => "killed",
+                    OnInfeasible::Release => "released to finish freely",
+                };
                 (
                     Verdict::Infeasible,
-                    "the program finished while threads were held at gates".to_string(),
+                    format!("every live thread was held at a gate or blocked; {what}"),
                 )
-            } else {
-                (Verdict::Passed, "exit code 0".to_string())
+            }
+            (End::Timeout, _) => (
+                Verdict::Infeasible,
+                format!(
+                    "threads still held at gates after {} s; killed",
+                    options.timeout.as_secs_f64()
+                ),
+            ),
+            (End::Exited(_), _) if !held.is_empty() && !check_only => (
+                Verdict::Infeasible,
+                "the program finished while threads were held at gates".to_string(),
+            ),
+            (_, j) => {
+                let what = j.map(|j| j.reason).unwrap_or_default();
+                if pending.is_empty() {
+                    (Verdict::Passed, what)
+                } else {
+                    (
+                        Verdict::NotExercised,
+                        format!(
+                            "{what}, but {} ordering(s) of the schedule never happened: not a pass",
+                            pending.len()
+                        ),
+                    )
+                }
             }
         }
-        End::Deadlock(what) => (Verdict::Reproduced, format!("deadlock: {what}")),
-        End::Infeasible => {
-            let what = match options.on_infeasible {
-                OnInfeasible::Kill => "killed",
-                OnInfeasible::Release => "released to finish freely",
-            };
-            (
-                Verdict::Infeasible,
-                format!("every live thread was held at a gate or blocked; {what}"),
-            )
-        }
-        End::Timeout if !held.is_empty() => (
-            Verdict::Infeasible,
-            format!(
-                "threads still held at gates after {} s; killed",
-                options.timeout.as_secs_f64()
-            ),
-        ),
-        End::Timeout => (
-            Verdict::Reproduced,
-            format!(
-                "hang: still running after {} s; killed",
-                options.timeout.as_secs_f64()
-            ),
-        ),
     };
     Ok(ReplayOutcome {
         verdict,
         reason,
         exit_code,
         signal,
+        evidence,
         schedule_held: report.held,
         verified_by_recording,
-        pending: report.pending.iter().map(|u| u.to_string()).collect(),
+        pending,
         violated: report.violated.iter().map(|u| u.to_string()).collect(),
         held,
         warnings,
@@ -383,6 +511,7 @@ fn watch(
     plan: &Plan,
     options: &ReplayOptions,
     start: Instant,
+    sanitized: bool,
 ) -> Result<(End, Vec<String>)> {
     let mut stuck_since: Option<(Instant, Vec<ThreadView>, u64)> = None;
     let mut infeasible_seen = false;
@@ -405,7 +534,7 @@ fn watch(
             kill(child, pid);
             return Ok((End::Timeout, held));
         }
-        let threads = snapshot(pid, memory);
+        let threads = snapshot(pid, memory, sanitized);
         let progress = progress_of(memory);
         let live: Vec<&ThreadView> = threads
             .iter()
@@ -503,7 +632,36 @@ fn snapshot_slots(memory: &SharedMemory) -> HashMap<u32, (u32, u32, Option<Logic
     out
 }
 
-fn snapshot(pid: u32, memory: &SharedMemory) -> Vec<ThreadView> {
+/// Whether a thread of a sanitizer build is the runtime's own (ThreadSanitizer's
+/// background thread): sanitizer runtimes start their threads with every signal
+/// blocked, synchronous faults included, which program threads practically never
+/// do. Such a thread wakes up periodically forever, so counting it as a program
+/// thread that makes progress would hide every deadlock and infeasible schedule.
+fn is_runtime_thread(task: &Path) -> bool {
+    let Ok(status) = std::fs::read_to_string(task.join("status")) else {
+        return false;
+    };
+    let Some(blocked) = status
+        .lines()
+        .find_map(|l| l.strip_prefix("SigBlk:"))
+        .and_then(|m| u64::from_str_radix(m.trim(), 16).ok())
+    else {
+        return false;
+    };
+    [
+        libc::SIGSEGV,
+        libc::SIGBUS,
+        libc::SIGFPE,
+        libc::SIGILL,
+        libc::SIGABRT,
+    ]
+    .iter()
+    .all(|&sig| blocked & (1u64 << (sig - 1)) != 0)
+}
+
+/// The program's threads as the kernel and the agent see them; with `sanitized`,
+/// the sanitizer runtime's own threads are left out.
+fn snapshot(pid: u32, memory: &SharedMemory, sanitized: bool) -> Vec<ThreadView> {
     let slots = snapshot_slots(memory);
     let mut out = Vec::new();
     let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
@@ -520,6 +678,9 @@ fn snapshot(pid: u32, memory: &SharedMemory) -> Vec<ThreadView> {
         let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
             continue;
         };
+        if sanitized && is_runtime_thread(&entry.path()) {
+            continue;
+        }
         // The state follows the command name, which is in parentheses and may hold any byte.
         let Some(state) = stat
             .rfind(')')
@@ -600,18 +761,98 @@ fn held_threads(
     out
 }
 
-fn signal_name(sig: i32) -> &'static str {
-    match sig {
-        libc::SIGABRT => "SIGABRT",
-        libc::SIGSEGV => "SIGSEGV",
-        libc::SIGBUS => "SIGBUS",
-        libc::SIGFPE => "SIGFPE",
-        libc::SIGILL => "SIGILL",
-        libc::SIGKILL => "SIGKILL",
-        libc::SIGTERM => "SIGTERM",
-        libc::SIGINT => "SIGINT",
-        libc::SIGTRAP => "SIGTRAP",
-        _ => "signal",
+/// A duplicate of our descriptor `fd`, close-on-exec.
+fn dup(fd: i32) -> Result<OwnedFd> {
+    // SAFETY: F_DUPFD_CLOEXEC returns a new descriptor we then own.
+    let new = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 3) };
+    if new < 0 {
+        bail!(
+            "duplicate descriptor {fd}: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+    // SAFETY: just created, owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(new) })
+}
+
+/// Most of the program's stderr kept for the oracle; beyond it, output is still
+/// passed through but not kept (sanitizer reports come early enough in practice).
+const STDERR_KEEP: usize = 8 << 20;
+
+/// The program's stderr, passed through to ours as it comes (a tee) and kept for
+/// the oracle: sanitizer reports and `stderr:REGEX`.
+struct StderrTee {
+    read: OwnedFd,
+    write: Option<OwnedFd>,
+}
+
+/// A running [`StderrTee`].
+struct RunningTee {
+    kept: Arc<Mutex<Vec<u8>>>,
+    done: std::sync::mpsc::Receiver<()>,
+}
+
+impl StderrTee {
+    fn new() -> Result<StderrTee> {
+        let mut fds = [0; 2];
+        // SAFETY: fds is a valid array of two ints.
+        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+            bail!(
+                "pipe for the program's stderr: {}",
+                std::io::Error::last_os_error()
+            );
+        }
+        // SAFETY: pipe2 returned two new descriptors we now own.
+        let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        Ok(StderrTee {
+            read,
+            write: Some(write),
+        })
+    }
+
+    /// The write end, for the program's stderr (the spawn dups it to fd 2).
+    fn program_end(&self) -> Result<OwnedFd> {
+        let write = self.write.as_ref().expect("before start");
+        Ok(write.try_clone()?)
+    }
+
+    /// Starts passing the output through; our copy of the write end is closed, so
+    /// the reader sees end-of-file when the program (and whatever inherited its
+    /// stderr) is gone.
+    fn start(mut self) -> RunningTee {
+        self.write.take();
+        let kept = Arc::new(Mutex::new(Vec::new()));
+        let (tx, done) = std::sync::mpsc::channel();
+        let sink = kept.clone();
+        let mut pipe = std::fs::File::from(self.read);
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 16 << 10];
+            loop {
+                match pipe.read(&mut buf) {
+                    Ok(0) => break,
+                    Ok(n) => {
+                        let _ = std::io::stderr().write_all(&buf[..n]);
+                        let mut kept = sink.lock().unwrap_or_else(|e| e.into_inner());
+                        let room = STDERR_KEEP.saturating_sub(kept.len()).min(n);
+                        kept.extend_from_slice(&buf[..room]);
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(_) => break,
+                }
+            }
+            let _ = tx.send(());
+        });
+        RunningTee { kept, done }
+    }
+}
+
+impl RunningTee {
+    /// What the program wrote to stderr. Waits briefly for the end of the output:
+    /// a process the program started may keep the pipe open long after.
+    fn finish(self) -> String {
+        let _ = self.done.recv_timeout(Duration::from_millis(500));
+        let kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
+        String::from_utf8_lossy(&kept).into_owned()
     }
 }
 

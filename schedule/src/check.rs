@@ -3,10 +3,14 @@
 //! An ordering `A && B -> C` holds in a run when C did not happen, or when A and B
 //! both happened before C (IMUnit's semantics). It is *violated* when C happened
 //! without all of them before it, and *pending* when C has not happened (yet).
+//!
+//! A `*` successor (`A -> *:KIND(OBJ)#N`) is checked for each thread (other than
+//! the left-hand events' threads) that did KIND(OBJ)#N: violated for each that did
+//! it without A before it; pending while no such thread did it.
 
 use std::collections::HashMap;
 
-use ordo_trace::Event;
+use ordo_trace::{Event, Kind, LogicalId};
 
 use crate::{EventNamer, EventRef, Ordering, Schedule};
 
@@ -61,37 +65,85 @@ pub struct Checker<'s> {
     schedule: &'s Schedule,
     /// Position of each named event in the run, once it happened.
     happened: HashMap<&'s EventRef, u64>,
+    /// Per ordering with a `*` successor: each thread's instance of it and when.
+    instances: HashMap<usize, Vec<(LogicalId, u64)>>,
+    /// Every event the schedule names directly.
+    named: std::collections::HashSet<&'s EventRef>,
+    /// The orderings with a `*` successor: index, and the threads it leaves out.
+    wild: Vec<(usize, Vec<&'s LogicalId>)>,
     next: u64,
 }
 
 impl<'s> Checker<'s> {
     /// A checker for `schedule`.
     pub fn new(schedule: &'s Schedule) -> Checker<'s> {
+        let named = schedule
+            .orderings
+            .iter()
+            .flat_map(|o| o.before.iter().chain(std::iter::once(&o.after)))
+            .filter(|e| !e.thread.is_others())
+            .collect();
+        let wild = schedule
+            .orderings
+            .iter()
+            .enumerate()
+            .filter(|(_, o)| o.after.thread.is_others())
+            .map(|(i, o)| (i, o.before_threads()))
+            .collect();
         Checker {
             schedule,
             happened: HashMap::new(),
+            instances: HashMap::new(),
+            named,
+            wild,
             next: 0,
         }
     }
 
-    /// Records that `event` happened now (after everything observed before). Events the
-    /// schedule does not name are ignored. Returns whether the schedule names it.
+    /// Records that `event` (an event of one thread) happened now, after everything
+    /// observed before. Events the schedule does not name are ignored. Returns
+    /// whether the schedule names it (directly or through a `*` successor).
     pub fn observe(&mut self, event: &EventRef) -> bool {
+        self.observe_spellings(std::slice::from_ref(event))
+    }
+
+    /// Like [`Checker::observe`] for one event with several spellings (a named
+    /// object's symbol and its `@K`): all at the same moment.
+    pub fn observe_spellings(&mut self, spellings: &[EventRef]) -> bool {
         let pos = self.next;
         self.next += 1;
-        for o in &self.schedule.orderings {
-            for e in o.before.iter().chain(std::iter::once(&o.after)) {
-                if e == event {
-                    self.happened.entry(e).or_insert(pos);
-                    return true;
+        let mut named = false;
+        for event in spellings {
+            let Some(thread) = event.thread.id() else {
+                continue;
+            };
+            if let Some(e) = self.named.get(event) {
+                self.happened.entry(e).or_insert(pos);
+                named = true;
+            }
+            for (i, excluded) in &self.wild {
+                if self.schedule.orderings[*i]
+                    .after
+                    .matches_others(event, excluded)
+                {
+                    let list = self.instances.entry(*i).or_default();
+                    if !list.iter().any(|(t, _)| t == thread) {
+                        list.push((thread.clone(), pos));
+                    }
+                    named = true;
                 }
             }
         }
-        false
+        named
     }
 
-    /// Whether a named event has been observed.
+    /// Whether a named event has been observed (for a `*` pattern: in some thread).
     pub fn has_happened(&self, event: &EventRef) -> bool {
+        if event.thread.is_others() {
+            return self.schedule.orderings.iter().enumerate().any(|(i, o)| {
+                &o.after == event && self.instances.get(&i).is_some_and(|l| !l.is_empty())
+            });
+        }
         self.happened.contains_key(event)
     }
 
@@ -111,6 +163,40 @@ impl<'s> Checker<'s> {
             ..Default::default()
         };
         for (i, o) in self.schedule.orderings.iter().enumerate() {
+            if o.after.thread.is_others() {
+                let instances = self.instances.get(&i).map(Vec::as_slice).unwrap_or(&[]);
+                for (thread, at) in instances {
+                    let late: Vec<EventRef> = o
+                        .before
+                        .iter()
+                        .filter(|b| self.happened.get(b).is_none_or(|pos| pos > at))
+                        .cloned()
+                        .collect();
+                    if !late.is_empty() {
+                        report.held = false;
+                        let instance = Ordering {
+                            after: o.after.in_thread(thread.clone()),
+                            ..o.clone()
+                        };
+                        report.violated.push(Unmet {
+                            ordering: i,
+                            line: o.line,
+                            text: format!("{instance} (from `{o}`)"),
+                            missing: late,
+                        });
+                    }
+                }
+                if instances.is_empty() {
+                    let missing = o
+                        .before
+                        .iter()
+                        .filter(|b| !self.happened.contains_key(b))
+                        .cloned()
+                        .collect();
+                    report.pending.push(self.unmet(i, o, missing));
+                }
+                continue;
+            }
             match self.happened.get(&o.after) {
                 Some(&at) => {
                     let late: Vec<EventRef> = o
@@ -139,7 +225,7 @@ impl<'s> Checker<'s> {
             .schedule
             .events()
             .into_iter()
-            .filter(|e| !self.happened.contains_key(e))
+            .filter(|e| !self.has_happened(e))
             .cloned()
             .collect();
         report
@@ -148,16 +234,37 @@ impl<'s> Checker<'s> {
 
 /// Checks a run: `events` in a global order consistent with happens-before (e.g. from
 /// [`ordo_trace::global_order`]), named by `namer`.
+///
+/// A named object's events match both its symbol and its `@K` spelling. A
+/// `thread_start` counts as happening right before the thread's next recorded event
+/// (or at the end): it stands for the start of the thread's start routine, which a
+/// recording does not see (its `thread_start` is the kernel's, which the replayer
+/// cannot delay).
 pub fn check<'e>(
     schedule: &Schedule,
     events: impl IntoIterator<Item = &'e Event>,
     namer: &mut EventNamer<'_>,
 ) -> CheckReport {
     let mut checker = Checker::new(schedule);
+    let mut starting: HashMap<u32, Vec<EventRef>> = HashMap::new();
     for e in events {
-        if let Some(name) = namer.name(e) {
-            checker.observe(&name);
+        if let Some(start) = starting.remove(&e.tid) {
+            checker.observe_spellings(&start);
         }
+        let names = namer.name_all(e);
+        if names.is_empty() {
+            continue;
+        }
+        if e.kind == Kind::ThreadStart {
+            starting.insert(e.tid, names);
+        } else {
+            checker.observe_spellings(&names);
+        }
+    }
+    let mut rest: Vec<(u32, Vec<EventRef>)> = starting.into_iter().collect();
+    rest.sort_by_key(|(tid, _)| *tid);
+    for (_, start) in rest {
+        checker.observe_spellings(&start);
     }
     checker.report()
 }
@@ -205,6 +312,71 @@ mod tests {
         // A before event that never happened violates the ordering if the after did.
         let missing = Schedule::parse("2:mutex_lock(@1)#1 -> 1:mutex_lock(@1)#1").unwrap();
         let r = check(&missing, &run, &mut EventNamer::new(&threads, &sym));
+        assert!(!r.held);
+    }
+
+    #[test]
+    fn star_successor_is_checked_per_thread() {
+        let threads = table();
+        let sym = Symbolizer::new(&[]);
+        let s = Schedule::parse("1:mutex_unlock(@1)#1 -> *:mutex_lock(@1)#1").unwrap();
+        // Thread 1 unlocks, then 1.1 and 0 lock: held, and thread 1's own lock is excluded.
+        let held = [
+            ev(101, Kind::MutexLock, 0x10),
+            ev(101, Kind::MutexUnlock, 0x10),
+            ev(102, Kind::MutexLock, 0x10),
+            ev(100, Kind::MutexLock, 0x10),
+        ];
+        let r = check(&s, &held, &mut EventNamer::new(&threads, &sym));
+        assert!(r.held && r.complete(), "{r:?}");
+        assert!(r.never_happened.is_empty());
+        // 0 locks before thread 1's unlock: violated for 0 only, named concretely.
+        let early = [
+            ev(101, Kind::MutexLock, 0x10),
+            ev(100, Kind::MutexLock, 0x10),
+            ev(101, Kind::MutexUnlock, 0x10),
+            ev(102, Kind::MutexLock, 0x10),
+        ];
+        let r = check(&s, &early, &mut EventNamer::new(&threads, &sym));
+        assert!(!r.held);
+        assert_eq!(r.violated.len(), 1);
+        assert_eq!(
+            r.violated[0].to_string(),
+            "line 1: 1:mutex_unlock(@1)#1 -> 0:mutex_lock(@1)#1 (from `1:mutex_unlock(@1)#1 -> *:mutex_lock(@1)#1`) (waiting for 1:mutex_unlock(@1)#1)"
+        );
+        // No other thread locked: pending.
+        let alone = [
+            ev(101, Kind::MutexLock, 0x10),
+            ev(101, Kind::MutexUnlock, 0x10),
+        ];
+        let r = check(&s, &alone, &mut EventNamer::new(&threads, &sym));
+        assert!(r.held && !r.complete());
+        assert_eq!(r.pending.len(), 1);
+        assert_eq!(r.never_happened.len(), 1);
+        // With `&&`, both left-hand threads are excluded.
+        let s2 =
+            Schedule::parse("1:mutex_unlock(@1)#1 && 1.1:mutex_lock(@1)#1 -> *:mutex_lock(@1)#1")
+                .unwrap();
+        let r = check(&s2, &held, &mut EventNamer::new(&threads, &sym));
+        assert!(r.held && r.complete(), "{r:?}");
+    }
+
+    #[test]
+    fn thread_start_counts_at_the_threads_first_event() {
+        let threads = table();
+        let sym = Symbolizer::new(&[]);
+        // The kernel starts 1.1 before 0's unlock; its first event comes after it.
+        let run = [
+            ev(100, Kind::MutexLock, 0x10),
+            ev(102, Kind::ThreadStart, 0),
+            ev(100, Kind::MutexUnlock, 0x10),
+            ev(102, Kind::MutexLock, 0x10),
+        ];
+        let s = Schedule::parse("0:mutex_unlock(@1)#1 -> 1.1:thread_start()#1").unwrap();
+        let r = check(&s, &run, &mut EventNamer::new(&threads, &sym));
+        assert!(r.held && r.complete(), "{r:?}");
+        let s = Schedule::parse("1.1:thread_start()#1 -> 0:mutex_unlock(@1)#1").unwrap();
+        let r = check(&s, &run, &mut EventNamer::new(&threads, &sym));
         assert!(!r.held);
     }
 

@@ -9,7 +9,9 @@
 //! ```
 //!
 //! `A -> B` means event B may not take effect before event A has happened; `A && B -> C`
-//! makes C wait for both. An event is `THREAD:KIND(OBJECT)#N` (see [`EventRef`]).
+//! makes C wait for both. An event is `THREAD:KIND(OBJECT)#N` (see [`EventRef`]);
+//! `A -> *:KIND(OBJECT)#N` makes every thread other than A's wait for A before its
+//! own N-th KIND(OBJECT).
 //! Events a schedule does not name are free. `docs/SCHEDULE.md` has the full grammar.
 //!
 //! - [`parse`]: text to [`Schedule`] (errors carry line and column), and back via `Display`.
@@ -26,7 +28,7 @@ use std::fmt;
 use ordo_trace::{Kind, LogicalId};
 
 pub use check::{check, CheckReport, Checker, Unmet};
-pub use namer::{is_glibc_internal_module, EventNamer};
+pub use namer::{is_cond_wait_mutex_event, is_glibc_internal_module, EventNamer};
 pub use parse::ParseError;
 
 /// The family of objects a kind acts on; `@K` numbers objects within one family.
@@ -133,12 +135,59 @@ impl fmt::Display for ObjectRef {
     }
 }
 
+/// The thread part of an event name.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ThreadRef {
+    /// One thread, by logical id (`0`, `2`, `1.3`).
+    Id(LogicalId),
+    /// `*`, only as the successor of an ordering: every thread other than the
+    /// threads of the ordering's left-hand events, each on its own event.
+    Others,
+}
+
+impl ThreadRef {
+    /// The logical id, unless this is `*`.
+    pub fn id(&self) -> Option<&LogicalId> {
+        match self {
+            ThreadRef::Id(id) => Some(id),
+            ThreadRef::Others => None,
+        }
+    }
+
+    /// Whether this is `*`.
+    pub fn is_others(&self) -> bool {
+        matches!(self, ThreadRef::Others)
+    }
+}
+
+impl From<LogicalId> for ThreadRef {
+    fn from(id: LogicalId) -> ThreadRef {
+        ThreadRef::Id(id)
+    }
+}
+
+impl PartialEq<LogicalId> for ThreadRef {
+    fn eq(&self, other: &LogicalId) -> bool {
+        self.id() == Some(other)
+    }
+}
+
+impl fmt::Display for ThreadRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ThreadRef::Id(id) => write!(f, "{id}"),
+            ThreadRef::Others => f.write_str("*"),
+        }
+    }
+}
+
 /// One event of a run, named so the name means the same event on every run:
-/// `THREAD:KIND(OBJECT)#N`.
+/// `THREAD:KIND(OBJECT)#N`. With thread `*` ([`ThreadRef::Others`]) it is a pattern
+/// for the same event in each of several threads (successors only).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct EventRef {
-    /// The thread's logical id.
-    pub thread: LogicalId,
+    /// The thread's logical id, or `*`.
+    pub thread: ThreadRef,
     /// The event kind.
     pub kind: Kind,
     /// The object.
@@ -157,6 +206,26 @@ impl fmt::Display for EventRef {
             self.object,
             self.occurrence
         )
+    }
+}
+
+impl EventRef {
+    /// The same event in thread `thread` (how a `*` successor is instantiated).
+    pub fn in_thread(&self, thread: LogicalId) -> EventRef {
+        EventRef {
+            thread: ThreadRef::Id(thread),
+            ..self.clone()
+        }
+    }
+
+    /// Whether `concrete` (an event of one thread) is an instance of this `*`
+    /// pattern: same kind, object and occurrence, in a thread not in `excluded`.
+    pub fn matches_others(&self, concrete: &EventRef, excluded: &[&LogicalId]) -> bool {
+        self.thread.is_others()
+            && concrete.kind == self.kind
+            && concrete.object == self.object
+            && concrete.occurrence == self.occurrence
+            && concrete.thread.id().is_some_and(|t| !excluded.contains(&t))
     }
 }
 
@@ -179,6 +248,22 @@ pub struct Ordering {
     pub after: EventRef,
     /// 1-based line in the schedule text (0 when built in code).
     pub line: usize,
+}
+
+impl Ordering {
+    /// The threads of the left-hand events: a `*` successor means every thread but
+    /// these.
+    pub fn before_threads(&self) -> Vec<&LogicalId> {
+        let mut out: Vec<&LogicalId> = Vec::new();
+        for e in &self.before {
+            if let Some(t) = e.thread.id() {
+                if !out.contains(&t) {
+                    out.push(t);
+                }
+            }
+        }
+        out
+    }
 }
 
 impl fmt::Display for Ordering {
@@ -213,15 +298,12 @@ impl Schedule {
 
     /// Every distinct event the schedule names, in order of first mention.
     pub fn events(&self) -> Vec<&EventRef> {
-        let mut out: Vec<&EventRef> = Vec::new();
-        for o in &self.orderings {
-            for e in o.before.iter().chain(std::iter::once(&o.after)) {
-                if !out.contains(&e) {
-                    out.push(e);
-                }
-            }
-        }
-        out
+        let mut seen = std::collections::HashSet::new();
+        self.orderings
+            .iter()
+            .flat_map(|o| o.before.iter().chain(std::iter::once(&o.after)))
+            .filter(|e| seen.insert(*e))
+            .collect()
     }
 }
 

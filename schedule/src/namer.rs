@@ -5,6 +5,13 @@
 //! counts, per thread, the distinct objects of each [`Family`] (for `@K`) and the
 //! occurrences of each kind on each object (for `#N`).
 //!
+//! The mutex release and reacquisition inside `pthread_cond_wait` (and its timed
+//! variants; recorded with `via` = cond_wait) get no name either and count in no
+//! `mutex_*` occurrence: whether a thread waits at all depends on timing, so
+//! counting them would make `mutex_lock(m)#N` name different acquisitions on
+//! different runs. The condvar events `cond_wait_begin(cv)#k` / `cond_wait(cv)#k`
+//! name them.
+//!
 //! Events glibc makes on its own behalf (a pthread call whose call site lies inside
 //! libc or the dynamic loader, e.g. the loader's recursive lock) get no name: the
 //! replayer's agent interposes the pthread API at the program's calls and never sees
@@ -13,9 +20,15 @@
 use std::collections::HashMap;
 
 use ordo_trace::symbolize::Symbolizer;
-use ordo_trace::{Event, Kind, LogicalId, ThreadTable};
+use ordo_trace::{Event, Kind, LogicalId, ThreadTable, Via};
 
-use crate::{EventRef, Family, ObjectRef};
+use crate::{EventRef, Family, ObjectRef, ThreadRef};
+
+/// Whether `e` is the mutex release or reacquisition inside a condvar wait, which
+/// schedules name through the condvar's events (see the module docs).
+pub fn is_cond_wait_mutex_event(e: &Event) -> bool {
+    e.via == Via::CondWait && Family::of(e.kind) == Family::Mutex
+}
 
 /// Whether a module file name is glibc's C library or dynamic loader, whose internal
 /// pthread calls the replayer cannot see.
@@ -88,11 +101,12 @@ impl<'a> EventNamer<'a> {
     }
 
     /// The event's name, or `None` for an event no schedule can name: a thread missing
-    /// from the thread table, or a pthread call glibc made internally. Call it once per
-    /// event, in each thread's program order: it counts.
+    /// from the thread table, a pthread call glibc made internally, or the mutex side
+    /// of a condvar wait. Call it once per event, in each thread's program order: it
+    /// counts.
     pub fn name(&mut self, e: &Event) -> Option<EventRef> {
         let thread = self.logical_of(e)?;
-        if self.is_internal(e) {
+        if self.is_internal(e) || is_cond_wait_mutex_event(e) {
             return None;
         }
         let family = Family::of(e.kind);
@@ -124,11 +138,27 @@ impl<'a> EventNamer<'a> {
         let occ = counts.occurrences.entry((e.kind, key)).or_insert(0);
         *occ += 1;
         Some(EventRef {
-            thread,
+            thread: ThreadRef::Id(thread),
             kind: e.kind,
             object,
             occurrence: *occ,
         })
+    }
+
+    /// Every spelling of the event's name ([`EventNamer::name`]'s, then, for an
+    /// object named by symbol, its `@K` spelling); empty when it has no name.
+    pub fn name_all(&mut self, e: &Event) -> Vec<EventRef> {
+        let Some(name) = self.name(e) else {
+            return Vec::new();
+        };
+        let alias = match name.object {
+            ObjectRef::Symbol(_) => self.nth_of(e.tid, e.kind, e.addr).map(|k| EventRef {
+                object: ObjectRef::Nth(k),
+                ..name.clone()
+            }),
+            _ => None,
+        };
+        std::iter::once(name).chain(alias).collect()
     }
 
     /// The `@K` name of an object for a thread, if the thread has acted on it (useful
@@ -223,6 +253,58 @@ pub(crate) mod tests {
         assert_eq!(namer.nth_of(101, Kind::MutexUnlock, 0x20), Some(2));
         // A thread missing from the table gets no name.
         assert!(namer.name(&ev(999, Kind::MutexLock, 0x10)).is_none());
+    }
+
+    #[test]
+    fn a_cond_wait_does_not_shift_mutex_occurrences() {
+        let threads = table();
+        let sym = Symbolizer::new(&[]);
+        let in_wait = |kind, addr, cond| Event {
+            via: Via::CondWait,
+            addr2: cond,
+            ..ev(101, kind, addr)
+        };
+        // lock; wait (release + reacquire inside); unlock; lock; unlock.
+        let run = [
+            ev(101, Kind::MutexLock, 0x10),
+            ev(101, Kind::CondWaitBegin, 0x50),
+            in_wait(Kind::MutexUnlock, 0x10, 0x50),
+            ev(101, Kind::CondWait, 0x50),
+            in_wait(Kind::MutexLock, 0x10, 0x50),
+            ev(101, Kind::MutexUnlock, 0x10),
+            ev(101, Kind::MutexLock, 0x10),
+        ];
+        let mut namer = EventNamer::new(&threads, &sym);
+        let names: Vec<Option<String>> = run
+            .iter()
+            .map(|e| namer.name(e).map(|n| n.to_string()))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                Some("1:mutex_lock(@1)#1".to_string()),
+                Some("1:cond_wait_begin(@1)#1".to_string()),
+                None,
+                Some("1:cond_wait(@1)#1".to_string()),
+                None,
+                Some("1:mutex_unlock(@1)#1".to_string()),
+                Some("1:mutex_lock(@1)#2".to_string()),
+            ]
+        );
+        // The same thread without the wait names its explicit calls the same way.
+        let mut namer = EventNamer::new(&threads, &sym);
+        let plain: Vec<String> = [run[0], run[5], run[6]]
+            .iter()
+            .map(|e| namer.name(e).unwrap().to_string())
+            .collect();
+        assert_eq!(
+            plain,
+            [
+                names[0].clone().unwrap(),
+                names[5].clone().unwrap(),
+                names[6].clone().unwrap()
+            ]
+        );
     }
 
     #[test]

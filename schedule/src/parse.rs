@@ -5,7 +5,7 @@
 //! line     = [ ordering ] [ "#" comment ]
 //! ordering = event { "&&" event } "->" event
 //! event    = thread ":" kind "(" object ")" "#" occurrence
-//! thread   = "0" | n { "." n }            (n ≥ 1)
+//! thread   = "0" | n { "." n } | "*"      (n ≥ 1; `*` only after `->`)
 //! kind     = a trace kind name            (mutex_lock, cond_signal, …)
 //! object   = "" | "@" k | symbol [ "+" offset ]
 //! ```
@@ -18,7 +18,7 @@ use std::fmt;
 
 use ordo_trace::{Kind, LogicalId};
 
-use crate::{EventRef, Family, ObjectRef, Ordering, Schedule};
+use crate::{EventRef, Family, ObjectRef, Ordering, Schedule, ThreadRef};
 
 /// A schedule that does not parse: where, and what is wrong.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -129,12 +129,12 @@ impl<'a> LineParser<'a> {
         if self.at_line_end() {
             return Ok(None);
         }
-        let mut before = vec![self.event()?];
+        let mut before = vec![self.before_event()?];
         loop {
             self.skip_ws();
             if self.eat("&&") {
                 self.skip_ws();
-                before.push(self.event()?);
+                before.push(self.before_event()?);
             } else if self.eat("->") {
                 self.skip_ws();
                 break;
@@ -170,6 +170,19 @@ impl<'a> LineParser<'a> {
         }))
     }
 
+    /// An event left of `->`: `*` names successors only.
+    fn before_event(&mut self) -> Result<EventRef, ParseError> {
+        let start = self.pos;
+        let e = self.event()?;
+        if e.thread.is_others() {
+            return Err(self.error_at(
+                start,
+                "`*` only names successors: write it right of `->` (`A -> *:KIND(OBJ)#N`)",
+            ));
+        }
+        Ok(e)
+    }
+
     fn number(&mut self, what: &str) -> Result<u32, ParseError> {
         let start = self.pos;
         while self.peek().is_some_and(|c| c.is_ascii_digit()) {
@@ -186,14 +199,19 @@ impl<'a> LineParser<'a> {
     fn event(&mut self) -> Result<EventRef, ParseError> {
         // Thread id.
         let start = self.pos;
-        while self.peek().is_some_and(|c| c.is_ascii_digit() || c == '.') {
-            self.pos += 1;
-        }
-        if start == self.pos {
-            return Err(self.error("expected an event `THREAD:KIND(OBJECT)#N` (THREAD is a logical id like 0, 2 or 1.3)"));
-        }
-        let text: String = self.chars[start..self.pos].iter().collect();
-        let thread: LogicalId = text.parse().map_err(|e: String| self.error_at(start, e))?;
+        let thread = if self.eat("*") {
+            ThreadRef::Others
+        } else {
+            while self.peek().is_some_and(|c| c.is_ascii_digit() || c == '.') {
+                self.pos += 1;
+            }
+            if start == self.pos {
+                return Err(self.error("expected an event `THREAD:KIND(OBJECT)#N` (THREAD is a logical id like 0, 2 or 1.3, or `*` after `->`)"));
+            }
+            let text: String = self.chars[start..self.pos].iter().collect();
+            let id: LogicalId = text.parse().map_err(|e: String| self.error_at(start, e))?;
+            ThreadRef::Id(id)
+        };
         if !self.eat(":") {
             return Err(self.error("expected `:` after the thread id"));
         }
@@ -306,6 +324,7 @@ mod tests {
         assert_eq!(o.before[0].object, ObjectRef::Nth(1));
         assert_eq!(o.before[0].occurrence, 2);
         assert_eq!(o.after.thread, LogicalId::main());
+        assert_eq!(o.after.thread.id(), Some(&LogicalId::main()));
         assert_eq!(o.after.kind, Kind::CondSignal);
         let third = &s.orderings[2];
         assert_eq!(third.before[0].thread, LogicalId(vec![1, 3]));
@@ -325,6 +344,44 @@ mod tests {
             s.orderings[0].to_string(),
             "1:mutex_lock(queue_lock)#1 -> 2:mutex_lock(queue_lock)#1"
         );
+    }
+
+    #[test]
+    fn star_names_every_other_thread_as_successor() {
+        let s = Schedule::parse(
+            "1:mutex_unlock(m)#1 -> *:mutex_lock(m)#1\n\
+             1:mutex_unlock(@2)#3 && 2.1:sem_post(s)#1 -> *:thread_start()#1 # all later starts\n",
+        )
+        .unwrap();
+        assert_eq!(s.orderings.len(), 2);
+        assert_eq!(s.orderings[0].after.thread, ThreadRef::Others);
+        assert!(s.orderings[0].after.thread.id().is_none());
+        assert_eq!(
+            s.orderings[1].before_threads(),
+            [&LogicalId(vec![1]), &LogicalId(vec![2, 1])]
+        );
+        assert_eq!(
+            s.to_string(),
+            "1:mutex_unlock(m)#1 -> *:mutex_lock(m)#1\n\
+             1:mutex_unlock(@2)#3 && 2.1:sem_post(s)#1 -> *:thread_start()#1\n"
+        );
+        assert_eq!(Schedule::parse(&s.to_string()).unwrap().orderings[0], {
+            let mut o = s.orderings[0].clone();
+            o.line = 1;
+            o
+        });
+        // `*` on the left is an error pointing at it.
+        let e = err("*:mutex_lock(m)#1 -> 1:mutex_lock(m)#1");
+        assert_eq!((e.line, e.column), (1, 1));
+        assert_eq!(
+            e.to_string(),
+            "1:1: `*` only names successors: write it right of `->` (`A -> *:KIND(OBJ)#N`)"
+        );
+        let e = err("1:mutex_lock(m)#1 && *:sem_post(s)#1 -> 2:mutex_lock(m)#1");
+        assert_eq!((e.line, e.column), (1, 22));
+        assert!(err("1:mutex_lock(m)#1 -> **:mutex_lock(m)#1")
+            .message
+            .contains("expected `:`"));
     }
 
     #[test]

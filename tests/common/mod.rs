@@ -23,6 +23,21 @@ pub fn build_program(name: &str) -> PathBuf {
     built_once(name, compile_program)
 }
 
+/// Compiles `tests/programs/NAME.c` (or `.cpp`) with `compiler` (`gcc`, `clang`;
+/// the C++ driver is derived) and extra `flags` (e.g. `-fsanitize=address`) into
+/// the binary `NAME-TAG`; built once per test process like [`build_program`].
+pub fn build_program_variant(name: &str, tag: &str, compiler: &str, flags: &[&str]) -> PathBuf {
+    let key = format!("{name}-{tag}");
+    static BUILT: std::sync::Mutex<Vec<(String, PathBuf)>> = std::sync::Mutex::new(Vec::new());
+    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, path)) = built.iter().find(|(n, _)| *n == key) {
+        return path.clone();
+    }
+    let path = compile(name, &key, Some(compiler), flags);
+    built.push((key, path.clone()));
+    path
+}
+
 /// Builds each test program once per test process: tests run in parallel, and
 /// replacing a binary (a new inode) while another test has attached uprobes to it
 /// by path would leave that test's probes on the old file, recording nothing.
@@ -38,26 +53,38 @@ fn built_once(name: &str, build: fn(&str) -> PathBuf) -> PathBuf {
 }
 
 fn compile_program(name: &str) -> PathBuf {
+    compile(name, name, None, &[])
+}
+
+fn compile(name: &str, out_name: &str, compiler: Option<&str>, flags: &[&str]) -> PathBuf {
     let src_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/programs");
     let out_dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("programs");
     std::fs::create_dir_all(&out_dir).unwrap();
     let c = src_dir.join(format!("{name}.c"));
     let cpp = src_dir.join(format!("{name}.cpp"));
-    let (src, compiler, std) = if c.exists() {
+    let (src, default_compiler, std) = if c.exists() {
         (c, "cc", "-std=gnu11")
     } else {
         (cpp, "c++", "-std=c++17")
     };
-    let out = out_dir.join(name);
+    let compiler = match (compiler, std) {
+        (None, _) => default_compiler.to_string(),
+        (Some("gcc"), "-std=c++17") => "g++".to_string(),
+        (Some(cc), "-std=c++17") => format!("{cc}++"),
+        (Some(cc), _) => cc.to_string(),
+    };
+    let out = out_dir.join(out_name);
     // Tests run in parallel and share programs: compile to a private name, then
     // rename into place atomically, so nobody executes a half-written binary.
     let tmp = out_dir.join(format!(
-        ".{name}.{}.{:?}",
+        ".{out_name}.{}.{:?}",
         std::process::id(),
         std::thread::current().id()
     ));
-    let status = Command::new(compiler)
-        .args(["-O1", "-g", std, "-pthread", "-o"])
+    let status = Command::new(&compiler)
+        .args(["-O1", "-g", std, "-pthread"])
+        .args(flags)
+        .arg("-o")
         .arg(&tmp)
         .arg(&src)
         .status()
@@ -197,6 +224,26 @@ pub fn count_by_thread(
 
 /// Runs `ordo replay --json ARGS --schedule SCHEDULE -- PROGRAM`; returns the exit
 /// status and the JSON outcome (the last line of stdout).
+/// `ordo replay ARGS --schedule SCHEDULE -- COMMAND…`, with `env` added to the
+/// environment ordo (and so the program) runs in.
+pub fn replay_output(
+    args: &[&str],
+    schedule: &Path,
+    command: &[&str],
+    env: &[(&str, &str)],
+) -> Output {
+    Command::new(ordo())
+        .arg("replay")
+        .args(args)
+        .arg("--schedule")
+        .arg(schedule)
+        .arg("--")
+        .args(command)
+        .envs(env.iter().copied())
+        .output()
+        .expect("run ordo replay")
+}
+
 pub fn replay_json(args: &[&str], schedule: &Path, program: &Path) -> (i32, serde_json::Value) {
     let out = Command::new(ordo())
         .args(["replay", "--json"])

@@ -8,7 +8,7 @@
 //! Results go to `bench/results/record-YYYYMMDD-HHMMSS.json` and `record-latest.json`.
 //! docs/BENCHMARKS.md says what each workload and recorder is.
 
-mod report;
+pub(crate) mod report;
 mod sites;
 
 use std::io::{BufRead, BufReader, Read, Write};

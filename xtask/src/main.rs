@@ -1,4 +1,4 @@
-//! ordo's developer tasks: `cargo xtask setup | test | demo | bench`.
+//! ordo's developer tasks: `cargo xtask setup | test | demo | bench | eval`.
 //!
 //! `setup` installs what the eBPF build needs on a fresh Debian 12 machine and is
 //! fast when everything is present; `test` and `demo` run it first, so the README's
@@ -15,6 +15,7 @@ mod bench_analysis;
 mod bench_hunt;
 mod bench_record;
 mod bench_watch;
+mod eval;
 mod setup;
 
 fn root() -> PathBuf {
@@ -31,7 +32,8 @@ fn usage() -> ExitCode {
          setup   install the eBPF toolchain (Debian rustc-web, libstd-rust-web-dev-bpf, bpf-linker)\n  \
          test    setup, then run every test\n  \
          demo    setup, then record, analyze and replay the bundled demo program\n  \
-         bench   setup, then run the benchmarks"
+         bench   setup, then run the benchmarks\n  \
+         eval    run `ordo hunt` on the evaluation suite tests/eval, write docs/EVALUATION.md (--help)"
     );
     ExitCode::from(2)
 }
@@ -43,6 +45,9 @@ fn main() -> ExitCode {
         Some("test") => setup::run().and_then(|_| test(&args[1..])),
         Some("demo") => setup::run().and_then(|_| demo()),
         Some("bench") => setup::run().and_then(|_| bench::run(&args[1..])),
+        // eval parses its options first (so `--help` needs nothing installed) and
+        // runs setup itself when it builds ordo.
+        Some("eval") => eval::run(&args[1..]),
         _ => return usage(),
     };
     match result {

@@ -18,6 +18,13 @@ const APT_PACKAGES: &[&str] = &[
     "gcc",
     "g++",
     "make",
+    // Sanitizer builds in the replay tests (tests/replay_verdicts.rs): gcc's runtimes
+    // (linked dynamically) and clang with its own (linked statically).
+    "libasan8",
+    "libtsan2",
+    "libubsan1",
+    "clang",
+    "libclang-rt-14-dev",
 ];
 const TOOLCHAIN: &str = "debian-web";
 const BPF_LINKER_VERSION: &str = "0.13.0";

@@ -6,7 +6,7 @@
 //! (layout in [`crate::shm`]). Everything the schedule does not name runs at full
 //! speed, in parallel; with an empty plan the wrappers only count calls.
 
-use std::cell::Cell;
+use std::cell::{Cell, UnsafeCell};
 use std::ffi::{c_int, c_void};
 use std::ptr::null_mut;
 use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering::*};
@@ -37,6 +37,43 @@ fn in_progress_finished(e: &PlanEvent) -> bool {
     }
 }
 
+/// Where a predecessor stands, for a thread waiting on it.
+enum PredState {
+    Done,
+    /// Taking effect inside another thread's blocking call or exit, not yet surely.
+    InProgress,
+    NotYet,
+}
+
+/// A predecessor's state; an in-progress one that has surely finished is marked
+/// done (and the waiters woken).
+fn pred_state(sh: &Shared, pred: &PlanEvent) -> PredState {
+    match pred.done.load(Acquire) {
+        DONE => PredState::Done,
+        IN_PROGRESS if in_progress_finished(pred) => {
+            if pred
+                .done
+                .compare_exchange(IN_PROGRESS, DONE, AcqRel, Acquire)
+                .is_ok()
+            {
+                sh.epoch.fetch_add(1, Release);
+                // SAFETY: a futex word in the shared mapping.
+                unsafe { futex(&sh.epoch, FUTEX_WAKE, i32::MAX as u32) };
+            }
+            PredState::Done
+        }
+        IN_PROGRESS => PredState::InProgress,
+        _ => PredState::NotYet,
+    }
+}
+
+/// Whether every predecessor of `e` has happened.
+fn preds_done(sh: &Shared, e: &PlanEvent) -> bool {
+    sh.preds[e.pred_start as usize..(e.pred_start + e.pred_count) as usize]
+        .iter()
+        .all(|&p| matches!(pred_state(sh, &sh.events[p as usize]), PredState::Done))
+}
+
 pub(crate) static SHARED: AtomicPtr<Shared> = AtomicPtr::new(null_mut());
 pub(crate) static ACTIVE: AtomicBool = AtomicBool::new(false);
 
@@ -61,6 +98,12 @@ pub(crate) struct ThreadState {
     pub(crate) busy: Cell<bool>,
     /// The exit event was handled.
     pub(crate) exited: Cell<bool>,
+    /// Distinct objects seen per family, for `@K` (capped at the plan's `kmax`).
+    pub(crate) nobjects: Cell<[u32; FAMILIES]>,
+    /// The first `kmax` distinct objects per family, in order of first event.
+    pub(crate) objects: UnsafeCell<[[u64; MAX_K]; FAMILIES]>,
+    /// Per `*` successor: this thread's matching events so far.
+    pub(crate) wild_counts: UnsafeCell<[u32; MAX_WILD]>,
 }
 
 thread_local! {
@@ -73,6 +116,9 @@ thread_local! {
             children: Cell::new(0),
             busy: Cell::new(false),
             exited: Cell::new(false),
+            nobjects: Cell::new([0; FAMILIES]),
+            objects: UnsafeCell::new([[0; MAX_K]; FAMILIES]),
+            wild_counts: UnsafeCell::new([0; MAX_WILD]),
         }
     };
 }
@@ -175,9 +221,16 @@ pub(crate) unsafe fn start(fd: c_int) {
     resolve_symbols(sh);
     pthread_atfork(None, None, Some(after_fork_in_child));
     ACTIVE.store(true, Release);
-    sh.attached.store(1, Release);
+    sh.attached.store(ATTACHED_STARTED, Release);
     // The main thread is `0`.
     thread_begin(0, [0; MAX_DEPTH]);
+}
+
+/// The program's `main` is about to run: the runtimes it links started.
+pub(crate) fn main_entered() {
+    if ACTIVE.load(Relaxed) {
+        shared().attached.store(ATTACHED_IN_MAIN, Release);
+    }
 }
 
 /// The program returned from `main` (the agent's destructor runs).
@@ -262,6 +315,9 @@ pub(crate) fn thread_begin(depth: u32, path: [u32; MAX_DEPTH]) {
         me.path.set(path);
         me.children.set(0);
         me.exited.set(false);
+        me.nobjects.set([0; FAMILIES]);
+        // SAFETY: this thread's own state; no reference to it is live.
+        unsafe { *me.wild_counts.get() = [0; MAX_WILD] };
         me.slot.set(take_slot(depth, path));
         me.plan.set(plan_thread_of(depth, &path));
     });
@@ -354,24 +410,29 @@ impl Caller {
     }
 
     /// The `@K` of `addr` in its family for this thread, registering it when it is
-    /// new (objects count in order of the thread's first event on them).
-    pub(crate) fn nth(&self, t: &PlanThread, family: usize, addr: u64) -> Option<u32> {
-        let kmax = t.kmax[family] as usize;
+    /// new (objects count in order of the thread's first event on them). `None` when
+    /// the plan names no `@K` that far in this family.
+    pub(crate) fn nth(&self, family: usize, addr: u64) -> Option<u32> {
+        let kmax = shared().kmax[family] as usize;
         if kmax == 0 {
             return None;
         }
-        let n = t.nobjects[family].load(Relaxed) as usize;
-        for k in 0..n {
-            if t.objects[family][k].load(Relaxed) == addr {
+        ME.with(|me| {
+            let mut counts = me.nobjects.get();
+            let n = counts[family] as usize;
+            // SAFETY: this thread's own state; no other reference to it is live.
+            let objects = unsafe { &mut (*me.objects.get())[family] };
+            if let Some(k) = objects[..n].iter().position(|&a| a == addr) {
                 return Some(k as u32 + 1);
             }
-        }
-        if n < kmax {
-            t.objects[family][n].store(addr, Relaxed);
-            t.nobjects[family].store(n as u32 + 1, Relaxed);
-            return Some(n as u32 + 1);
-        }
-        None
+            if n < kmax {
+                objects[n] = addr;
+                counts[family] = n as u32 + 1;
+                me.nobjects.set(counts);
+                return Some(n as u32 + 1);
+            }
+            None
+        })
     }
 
     pub(crate) fn matches(
@@ -399,26 +460,84 @@ impl Caller {
         &sh.events[t.first_event as usize..(t.first_event + t.event_count) as usize]
     }
 
-    /// Holds the thread until the predecessors of its next event of `kind` on `addr`
-    /// have happened. Call it before the call takes effect, once per kind the call can
-    /// turn out to be (a trylock is a lock or a failed lock).
-    pub(crate) fn gate(&self, kind: u16, addr: u64, how: GateObject) {
-        let Some(t) = self.plan() else { return };
+    /// The plan's `*` successors.
+    fn wild_events(&self) -> &'static [PlanEvent] {
+        let sh = shared();
+        &sh.events[sh.wild_first as usize..(sh.wild_first + sh.n_wild) as usize]
+    }
+
+    /// Whether a `*` successor leaves this thread out (it owns a predecessor).
+    fn excluded(&self, e: &PlanEvent) -> bool {
+        let sh = shared();
+        self.plan != NONE
+            && sh.preds[e.pred_start as usize..(e.pred_start + e.pred_count) as usize]
+                .iter()
+                .any(|&p| sh.events[p as usize].plan_thread == self.plan)
+    }
+
+    /// Calls `f(index, event)` for each gated plan event the thread's next event of
+    /// `kind` on `addr` would be: its own named event and the `*` successors that
+    /// apply to it. This is the one place deciding which events a call is.
+    fn next_gated(
+        &self,
+        kind: u16,
+        addr: u64,
+        how: GateObject,
+        mut f: impl FnMut(u32, &PlanEvent),
+    ) {
+        let sh = shared();
+        let t = self.plan();
+        if t.is_none() && sh.n_wild == 0 {
+            return;
+        }
         let nth = match how {
-            GateObject::Addr => self.nth(t, family_of(kind), addr),
+            GateObject::Addr => self.nth(family_of(kind), addr),
             GateObject::Any => None,
         };
-        let sh = shared();
-        let first = t.first_event;
-        for (i, e) in self.events(t).iter().enumerate() {
-            if e.kind != kind || e.gated == 0 || e.count.load(Relaxed) + 1 != e.occurrence {
-                continue;
+        if let Some(t) = t {
+            for (i, e) in self.events(t).iter().enumerate() {
+                if e.kind != kind || e.gated == 0 || e.count.load(Relaxed) + 1 != e.occurrence {
+                    continue;
+                }
+                if self.matches(e, nth, addr, how) {
+                    f(t.first_event + i as u32, e);
+                }
             }
-            if !self.matches(e, nth, addr, how) {
-                continue;
-            }
-            self.wait_for(sh, first + i as u32, e);
         }
+        if sh.n_wild != 0 {
+            // SAFETY: this thread's own counters, copied out.
+            let counts = ME.with(|me| unsafe { *me.wild_counts.get() });
+            for (w, e) in self.wild_events().iter().enumerate() {
+                if e.kind != kind || e.gated == 0 || counts[w] + 1 != e.occurrence {
+                    continue;
+                }
+                if self.matches(e, nth, addr, how) && !self.excluded(e) {
+                    f(sh.wild_first + w as u32, e);
+                }
+            }
+        }
+    }
+
+    /// Holds the thread until the predecessors of its next event of `kind` on `addr`
+    /// have happened. Call it before the call takes effect, once per kind the call can
+    /// turn out to be.
+    pub(crate) fn gate(&self, kind: u16, addr: u64, how: GateObject) {
+        let sh = shared();
+        self.next_gated(kind, addr, how, |index, e| self.wait_for(sh, index, e));
+    }
+
+    /// Whether the thread's next event of `kind` on `addr` would be held now (some
+    /// predecessor has not happened): a trylock that succeeded too early backs out.
+    pub(crate) fn would_wait(&self, kind: u16, addr: u64) -> bool {
+        let sh = shared();
+        if sh.flags.load(Acquire) & (FLAG_CHECK_ONLY | FLAG_RELEASED) != 0 {
+            return false;
+        }
+        let mut wait = false;
+        self.next_gated(kind, addr, GateObject::Addr, |_, e| {
+            wait |= !preds_done(sh, e);
+        });
+        wait
     }
 
     pub(crate) fn wait_for(&self, sh: &Shared, index: u32, e: &PlanEvent) {
@@ -432,25 +551,13 @@ impl Caller {
             let mut in_progress = false;
             let mut all_done = true;
             for &p in preds {
-                let pred = &sh.events[p as usize];
-                match pred.done.load(Acquire) {
-                    DONE => {}
-                    IN_PROGRESS if in_progress_finished(pred) => {
-                        if pred
-                            .done
-                            .compare_exchange(IN_PROGRESS, DONE, AcqRel, Acquire)
-                            .is_ok()
-                        {
-                            sh.epoch.fetch_add(1, Release);
-                            // SAFETY: as below.
-                            unsafe { futex(&sh.epoch, FUTEX_WAKE, i32::MAX as u32) };
-                        }
-                    }
-                    IN_PROGRESS => {
+                match pred_state(sh, &sh.events[p as usize]) {
+                    PredState::Done => {}
+                    PredState::InProgress => {
                         in_progress = true;
                         all_done = false;
                     }
-                    _ => all_done = false,
+                    PredState::NotYet => all_done = false,
                 }
             }
             if all_done {
@@ -473,22 +580,6 @@ impl Caller {
         }
         if held {
             self.set_state(STATE_RUNNING, 0);
-        }
-    }
-
-    /// Holds the creating thread until the named start of the child with this id may
-    /// happen.
-    pub(crate) fn gate_child_start(&self, depth: u32, path: &[u32; MAX_DEPTH]) {
-        let sh = shared();
-        for t in &sh.threads[..sh.n_threads as usize] {
-            if t.depth != depth || t.path[..depth as usize] != path[..depth as usize] {
-                continue;
-            }
-            for (i, e) in self.events(t).iter().enumerate() {
-                if e.kind == kind::THREAD_START && e.occurrence == 1 && e.gated != 0 {
-                    self.wait_for(sh, t.first_event + i as u32, e);
-                }
-            }
         }
     }
 
@@ -521,7 +612,7 @@ impl Caller {
                     .compare_exchange(IN_PROGRESS, DONE, AcqRel, Relaxed)
                     .is_ok()
             {
-                any = true;
+                any |= e.awaited != 0;
             }
         }
         if any {
@@ -532,22 +623,53 @@ impl Caller {
     }
 
     pub(crate) fn mark(&self, kind: u16, addr: u64, stamp: Option<u64>, state: u32) {
-        let Some(t) = self.plan() else { return };
-        let nth = self.nth(t, family_of(kind), addr);
         let sh = shared();
+        let t = self.plan();
+        if t.is_none() && sh.n_wild == 0 {
+            return;
+        }
+        let nth = self.nth(family_of(kind), addr);
         let mut any = false;
-        for e in self.events(t) {
-            if e.kind != kind || !self.matches(e, nth, addr, GateObject::Addr) {
-                continue;
+        let mut stamp = stamp;
+        let mut stamp_now = || *stamp.get_or_insert_with(|| sh.stamp.fetch_add(1, AcqRel) + 1);
+        if let Some(t) = t {
+            for e in self.events(t) {
+                if e.kind != kind || !self.matches(e, nth, addr, GateObject::Addr) {
+                    continue;
+                }
+                let n = e.count.load(Relaxed) + 1;
+                e.count.store(n, Relaxed);
+                if n == e.occurrence {
+                    e.stamp.store(stamp_now(), Relaxed);
+                    e.done_tid.store(tid(), Relaxed);
+                    e.done.store(state, Release);
+                    // Only threads held for it need to look: with a thousand held
+                    // threads, waking them all for every named event would cost
+                    // a million wake-ups.
+                    any |= e.awaited != 0;
+                }
             }
-            let n = e.count.load(Relaxed) + 1;
-            e.count.store(n, Relaxed);
-            if n == e.occurrence {
-                let s = stamp.unwrap_or_else(|| sh.stamp.fetch_add(1, AcqRel) + 1);
-                e.stamp.store(s, Relaxed);
-                e.done_tid.store(tid(), Relaxed);
-                e.done.store(state, Release);
-                any = true;
+        }
+        if sh.n_wild != 0 {
+            for (w, e) in self.wild_events().iter().enumerate() {
+                if e.kind != kind
+                    || !self.matches(e, nth, addr, GateObject::Addr)
+                    || self.excluded(e)
+                {
+                    continue;
+                }
+                // SAFETY: this thread's own counters; no other reference is live.
+                let n = ME.with(|me| unsafe {
+                    let counts = &mut *me.wild_counts.get();
+                    counts[w] += 1;
+                    counts[w]
+                });
+                if n == e.occurrence {
+                    e.count.fetch_add(1, Relaxed);
+                    if let Some(slot) = self.slot() {
+                        slot.wild_stamp[w].store(stamp_now(), Release);
+                    }
+                }
             }
         }
         if any {

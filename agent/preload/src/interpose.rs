@@ -129,6 +129,26 @@ fn acquire(
         }
     }
     let r = call();
+    if let Some(c) = gate {
+        if blocking != STATE_RUNNING {
+            c.set_state(STATE_RUNNING, 0);
+        }
+    }
+    acquired(ok_kind, failed_kind, via, addr, site, r, gate)
+}
+
+/// After an acquisition call returned `r`: records it and counts it as the kind it
+/// turned out to be (errno preserved).
+#[inline(always)]
+fn acquired(
+    ok_kind: u16,
+    failed_kind: u16,
+    via: u8,
+    addr: u64,
+    site: u64,
+    r: c_int,
+    gate: Option<Caller>,
+) -> c_int {
     let saved = errno();
     if record::on() {
         if r == 0 {
@@ -138,13 +158,42 @@ fn acquire(
         }
     }
     if let Some(c) = gate {
-        if blocking != STATE_RUNNING {
-            c.set_state(STATE_RUNNING, 0);
-        }
         c.happened(if r == 0 { ok_kind } else { failed_kind }, addr, None);
     }
     set_errno(saved);
     r
+}
+
+/// A non-blocking acquisition (`trylock`, `trywait`): tried first, because a failed
+/// try is no acquisition and must not wait for the gates of the thread's next one
+/// (a thread that tries a mutex it already holds fails with EBUSY and goes on).
+/// A named failure is gated before the try. A success that came too early for the
+/// thread's next gated acquisition is backed out (`undo`), held at that gate, and
+/// tried again, whose result the program gets: a try may fail at any moment.
+#[inline(always)]
+fn try_acquire(
+    ok_kind: u16,
+    failed_kind: u16,
+    via: u8,
+    addr: P,
+    site: u64,
+    call: impl Fn() -> c_int,
+    undo: impl FnOnce(),
+) -> c_int {
+    let addr = addr as u64;
+    let gate = enter();
+    if let Some(c) = gate {
+        c.gate(failed_kind, addr, GateObject::Addr);
+    }
+    let mut r = call();
+    if let Some(c) = gate {
+        if r == 0 && c.would_wait(ok_kind, addr) {
+            undo();
+            c.gate(ok_kind, addr, GateObject::Addr);
+            r = call();
+        }
+    }
+    acquired(ok_kind, failed_kind, via, addr, site, r, gate)
 }
 
 // ---------------------------------------------------------------------------------
@@ -171,12 +220,26 @@ mutex_acquire!(
     via::PLAIN,
     STATE_BLOCKED
 );
-mutex_acquire!(
-    pthread_mutex_trylock,
-    "pthread_mutex_trylock",
-    via::TRY,
-    STATE_RUNNING
-);
+#[no_mangle]
+pub unsafe extern "C-unwind" fn pthread_mutex_trylock(m: P) -> c_int {
+    let real = real!("pthread_mutex_trylock", fn(P) -> c_int);
+    if !record::on() && !crate::gate::on() {
+        return real(m);
+    }
+    let site = site!();
+    let unlock = real!("pthread_mutex_unlock", fn(P) -> c_int);
+    try_acquire(
+        kind::MUTEX_LOCK,
+        kind::MUTEX_LOCK_FAILED,
+        via::TRY,
+        m,
+        site,
+        || real(m),
+        || {
+            unlock(m);
+        },
+    )
+}
 mutex_acquire!(pthread_mutex_timedlock, "pthread_mutex_timedlock", via::TIMED, STATE_TIMED, ts: P);
 mutex_acquire!(pthread_mutex_clocklock, "pthread_mutex_clocklock", via::TIMED, STATE_TIMED, clock: c_int, ts: P);
 
@@ -194,10 +257,13 @@ pub unsafe extern "C-unwind" fn pthread_mutex_unlock(m: P) -> c_int {
 // Condition variables
 // ---------------------------------------------------------------------------------
 
-/// `pthread_cond_*wait`: the release of the mutex and the start of the wait are
-/// gated and recorded before the call; the wake-up and the reacquisition happen
-/// inside it, so their gates can only hold the thread after it returns (with the
-/// mutex held), and they are recorded then.
+/// `pthread_cond_*wait`: the start of the wait (which releases the mutex) is gated
+/// and recorded before the call; the wake-up and the reacquisition happen inside
+/// it, so its gate can only hold the thread after it returns (with the mutex held),
+/// and they are recorded then. The mutex release and reacquisition are recorded
+/// (`via` = cond_wait) but are no `mutex_*` events for schedules: they count in no
+/// `mutex_unlock#N`/`mutex_lock#N` (`ordo_schedule::namer`), the condvar's
+/// `cond_wait_begin`/`cond_wait` name them.
 unsafe fn cond_wait(
     c: P,
     m: P,
@@ -210,12 +276,9 @@ unsafe fn cond_wait(
     let gate = enter();
     if let Some(me) = gate {
         me.gate(kind::COND_WAIT_BEGIN, cond, GateObject::Addr);
-        me.gate(kind::MUTEX_UNLOCK, mutex, GateObject::Addr);
-        let s1 = me.stamp_before(kind::COND_WAIT_BEGIN);
-        let s2 = me.stamp_before(kind::MUTEX_UNLOCK);
-        // Both take effect inside the call: done for others once this thread sleeps in it.
-        me.begins(kind::COND_WAIT_BEGIN, cond, s1);
-        me.begins(kind::MUTEX_UNLOCK, mutex, s2);
+        let stamp = me.stamp_before(kind::COND_WAIT_BEGIN);
+        // It takes effect inside the call: done for others once this thread sleeps in it.
+        me.begins(kind::COND_WAIT_BEGIN, cond, stamp);
         me.set_state(blocking, kind::COND_WAIT as u32);
     }
     if record::on() {
@@ -231,6 +294,25 @@ unsafe fn cond_wait(
     }
     let r = call();
     let saved = errno();
+    if let Some(me) = gate {
+        me.set_state(STATE_RUNNING, 0);
+        me.finish_in_progress();
+        if me.would_wait(kind::COND_WAIT, cond) {
+            // The wait returned too early for the schedule: give the mutex back, wait
+            // at the gate, and take it again, as if the wake-up had come later (which
+            // a wait may always do). So `X -> T:cond_wait(cv)#k` can order another
+            // thread's critical section on the mutex between the wake-up and the
+            // reacquisition.
+            let unlock = real!("pthread_mutex_unlock", fn(P) -> c_int);
+            let lock = real!("pthread_mutex_lock", fn(P) -> c_int);
+            unlock(m);
+            me.gate(kind::COND_WAIT, cond, GateObject::Addr);
+            me.set_state(STATE_BLOCKED, kind::MUTEX_LOCK as u32);
+            lock(m);
+            me.set_state(STATE_RUNNING, 0);
+        }
+    }
+    // Recorded once the mutex is held for good (after a gate's give-back too).
     if record::on() {
         record_cond_pair(
             kind::COND_WAIT,
@@ -243,12 +325,7 @@ unsafe fn cond_wait(
         );
     }
     if let Some(me) = gate {
-        me.set_state(STATE_RUNNING, 0);
-        me.finish_in_progress();
-        me.gate(kind::COND_WAIT, cond, GateObject::Addr);
         me.happened(kind::COND_WAIT, cond, None);
-        me.gate(kind::MUTEX_LOCK, mutex, GateObject::Addr);
-        me.happened(kind::MUTEX_LOCK, mutex, None);
     }
     set_errno(saved);
     r
@@ -331,12 +408,33 @@ rwlock_acquire!(
     via::PLAIN,
     STATE_BLOCKED
 );
-rwlock_acquire!(
+/// `pthread_rwlock_try*lock`: see [`try_acquire`].
+macro_rules! rwlock_try {
+    ($name:ident, $real:literal, $ok:expr) => {
+        #[no_mangle]
+        pub unsafe extern "C-unwind" fn $name(l: P) -> c_int {
+            let real = real!($real, fn(P) -> c_int);
+            let site = site!();
+            let unlock = real!("pthread_rwlock_unlock", fn(P) -> c_int);
+            try_acquire(
+                $ok,
+                kind::RWLOCK_LOCK_FAILED,
+                via::TRY,
+                l,
+                site,
+                || real(l),
+                || {
+                    unlock(l);
+                },
+            )
+        }
+    };
+}
+
+rwlock_try!(
     pthread_rwlock_tryrdlock,
     "pthread_rwlock_tryrdlock",
-    kind::RWLOCK_RDLOCK,
-    via::TRY,
-    STATE_RUNNING
+    kind::RWLOCK_RDLOCK
 );
 rwlock_acquire!(pthread_rwlock_timedrdlock, "pthread_rwlock_timedrdlock", kind::RWLOCK_RDLOCK, via::TIMED, STATE_TIMED, ts: P);
 rwlock_acquire!(pthread_rwlock_clockrdlock, "pthread_rwlock_clockrdlock", kind::RWLOCK_RDLOCK, via::TIMED, STATE_TIMED, clock: c_int, ts: P);
@@ -347,12 +445,10 @@ rwlock_acquire!(
     via::PLAIN,
     STATE_BLOCKED
 );
-rwlock_acquire!(
+rwlock_try!(
     pthread_rwlock_trywrlock,
     "pthread_rwlock_trywrlock",
-    kind::RWLOCK_WRLOCK,
-    via::TRY,
-    STATE_RUNNING
+    kind::RWLOCK_WRLOCK
 );
 rwlock_acquire!(pthread_rwlock_timedwrlock, "pthread_rwlock_timedwrlock", kind::RWLOCK_WRLOCK, via::TIMED, STATE_TIMED, ts: P);
 rwlock_acquire!(pthread_rwlock_clockwrlock, "pthread_rwlock_clockwrlock", kind::RWLOCK_WRLOCK, via::TIMED, STATE_TIMED, clock: c_int, ts: P);
@@ -380,7 +476,23 @@ macro_rules! sem_acquire {
 }
 
 sem_acquire!(sem_wait, "sem_wait", via::PLAIN, STATE_BLOCKED);
-sem_acquire!(sem_trywait, "sem_trywait", via::TRY, STATE_RUNNING);
+#[no_mangle]
+pub unsafe extern "C-unwind" fn sem_trywait(s: P) -> c_int {
+    let real = real!("sem_trywait", fn(P) -> c_int);
+    let site = site!();
+    let post = real!("sem_post", fn(P) -> c_int);
+    try_acquire(
+        kind::SEM_WAIT,
+        kind::SEM_WAIT_FAILED,
+        via::TRY,
+        s,
+        site,
+        || real(s),
+        || {
+            post(s);
+        },
+    )
+}
 sem_acquire!(sem_timedwait, "sem_timedwait", via::TIMED, STATE_TIMED, ts: P);
 sem_acquire!(sem_clockwait, "sem_clockwait", via::TIMED, STATE_TIMED, clock: c_int, ts: P);
 
@@ -523,12 +635,9 @@ unsafe fn gated_create(
         path,
     });
     // The handle is unknown until the call returns: gate on the occurrence alone.
+    // The child's own `thread_start` is gated in the child (start_thread), before
+    // the program's start routine runs: the parent goes on meanwhile.
     c.gate(kind::THREAD_CREATE, 0, GateObject::Any);
-    // The child's start takes effect in the kernel as soon as it is created: hold
-    // its creation until the child's start may happen.
-    if child_depth != NONE {
-        c.gate_child_start(child_depth, &path);
-    }
     let stamp = c.stamp_before(kind::THREAD_CREATE);
     let r = real(th, attr, start_thread, block.cast());
     let saved = errno();

@@ -202,6 +202,83 @@ unsafe extern "C" fn agent_init() {
     }
 }
 
+// The condition-variable wrappers also answer to their glibc version: ThreadSanitizer
+// finds the functions it wraps with `dlvsym(RTLD_NEXT, name, "GLIBC_2.3.2")`, which
+// skips an unversioned definition and would go straight to libc, past the agent.
+// Each alias is the wrapper itself (same address), so call sites stay the caller's.
+std::arch::global_asm!(
+    ".globl ordo_v232_pthread_cond_wait",
+    ".set ordo_v232_pthread_cond_wait, pthread_cond_wait",
+    ".symver ordo_v232_pthread_cond_wait, pthread_cond_wait@GLIBC_2.3.2",
+    ".globl ordo_v232_pthread_cond_timedwait",
+    ".set ordo_v232_pthread_cond_timedwait, pthread_cond_timedwait",
+    ".symver ordo_v232_pthread_cond_timedwait, pthread_cond_timedwait@GLIBC_2.3.2",
+    ".globl ordo_v232_pthread_cond_signal",
+    ".set ordo_v232_pthread_cond_signal, pthread_cond_signal",
+    ".symver ordo_v232_pthread_cond_signal, pthread_cond_signal@GLIBC_2.3.2",
+    ".globl ordo_v232_pthread_cond_broadcast",
+    ".set ordo_v232_pthread_cond_broadcast, pthread_cond_broadcast",
+    ".symver ordo_v232_pthread_cond_broadcast, pthread_cond_broadcast@GLIBC_2.3.2",
+);
+
+/// The signature of a program's `main`.
+type MainFn = unsafe extern "C" fn(c_int, *mut *mut c_char, *mut *mut c_char) -> c_int;
+
+/// The program's own `main`, called by [`main_through_agent`].
+static PROGRAM_MAIN: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Wraps glibc's `__libc_start_main` (which every dynamically linked C, C++ and Rust
+/// program calls from `_start`) to learn that `main` was reached: everything the
+/// program links, sanitizer runtimes included, initialized. `ordo replay` tells "the
+/// program died before main" (e.g. a runtime refused to start) from a
+/// reproduced bug by it.
+#[no_mangle]
+pub unsafe extern "C" fn __libc_start_main(
+    main: MainFn,
+    argc: c_int,
+    argv: *mut *mut c_char,
+    init: *mut c_void,
+    fini: *mut c_void,
+    rtld_fini: *mut c_void,
+    stack_end: *mut c_void,
+) -> c_int {
+    type StartMain = unsafe extern "C" fn(
+        MainFn,
+        c_int,
+        *mut *mut c_char,
+        *mut c_void,
+        *mut c_void,
+        *mut c_void,
+        *mut c_void,
+    ) -> c_int;
+    const RTLD_NEXT: *mut c_void = -1isize as *mut c_void;
+    let real = dlsym(RTLD_NEXT, c"__libc_start_main".as_ptr());
+    if real.is_null() {
+        die("cannot find the real __libc_start_main");
+    }
+    let real: StartMain = std::mem::transmute(real);
+    PROGRAM_MAIN.store(main as usize, std::sync::atomic::Ordering::Relaxed);
+    real(
+        main_through_agent,
+        argc,
+        argv,
+        init,
+        fini,
+        rtld_fini,
+        stack_end,
+    )
+}
+
+unsafe extern "C" fn main_through_agent(
+    argc: c_int,
+    argv: *mut *mut c_char,
+    envp: *mut *mut c_char,
+) -> c_int {
+    gate::main_entered();
+    let main: MainFn = std::mem::transmute(PROGRAM_MAIN.load(std::sync::atomic::Ordering::Relaxed));
+    main(argc, argv, envp)
+}
+
 unsafe extern "C" fn agent_fini() {
     gate::main_returned();
 }

@@ -14,22 +14,25 @@ use std::sync::atomic::{AtomicU32, AtomicU64};
 /// "ORDO_REP".
 pub const MAGIC: u64 = 0x4f52_444f_5f52_4550;
 /// Bumped whenever the layout changes.
-pub const VERSION: u32 = 2;
+pub const VERSION: u32 = 3;
 
-/// Named events a plan can hold.
-pub const MAX_EVENTS: usize = 512;
+/// Named events a plan can hold (`*` successors included).
+pub const MAX_EVENTS: usize = 8192;
 /// Predecessor entries a plan can hold.
-pub const MAX_PREDS: usize = 2048;
+pub const MAX_PREDS: usize = 32768;
 /// Distinct symbols a plan can name.
-pub const MAX_SYMBOLS: usize = 64;
+pub const MAX_SYMBOLS: usize = 256;
 /// Distinct threads a plan can name.
-pub const MAX_PLAN_THREADS: usize = 64;
-/// Threads of the program the driver can watch.
-pub const MAX_SLOTS: usize = 2048;
+pub const MAX_PLAN_THREADS: usize = 4096;
+/// Threads of the program the driver can watch (each thread the program creates
+/// takes one for the whole run).
+pub const MAX_SLOTS: usize = 4096;
 /// Deepest logical thread id (`1.2.3` has depth 3).
 pub const MAX_DEPTH: usize = 8;
-/// Largest `@K` a gated event can use.
-pub const MAX_K: usize = 16;
+/// Largest `@K` a named event can use.
+pub const MAX_K: usize = 32;
+/// `*` successors (orderings `A -> *:KIND(OBJ)#N`) a plan can hold.
+pub const MAX_WILD: usize = 32;
 /// Object families (see `ordo_schedule::Family::ALL`, same order).
 pub const FAMILIES: usize = 9;
 /// Bytes of a symbol name, NUL included.
@@ -39,6 +42,11 @@ pub const SYMBOL_LEN: usize = 120;
 pub const FLAG_CHECK_ONLY: u32 = 1;
 /// `flags`: the driver released every gate (the run continues freely).
 pub const FLAG_RELEASED: u32 = 2;
+
+/// `Shared::attached`: the agent attached in the target process.
+pub const ATTACHED_STARTED: u32 = 1;
+/// `Shared::attached`: the program's `main` was entered (its runtimes started).
+pub const ATTACHED_IN_MAIN: u32 = 2;
 
 /// `PlanEvent::object_kind`: no object.
 pub const OBJ_NONE: u8 = 0;
@@ -94,10 +102,14 @@ pub const fn stamps_before(kind: u16) -> bool {
     )
 }
 
+/// `PlanEvent::plan_thread` of a `*` successor: it applies to every thread but
+/// those of its predecessors.
+pub const EVERY_OTHER_THREAD: u32 = u32::MAX;
+
 /// One named event of the schedule.
 #[repr(C)]
 pub struct PlanEvent {
-    /// Index into `threads`.
+    /// Index into `threads`, or [`EVERY_OTHER_THREAD`].
     pub plan_thread: u32,
     /// Kind code.
     pub kind: u16,
@@ -111,11 +123,15 @@ pub struct PlanEvent {
     pub occurrence: u32,
     /// Nonzero when the event has predecessors: the thread waits before it.
     pub gated: u32,
+    /// Nonzero when the event is some event's predecessor: when it happens, the
+    /// held threads are woken (others' happening wakes nobody).
+    pub awaited: u32,
     /// First entry in `preds`.
     pub pred_start: u32,
     /// Number of entries in `preds`.
     pub pred_count: u32,
-    /// Matching events the owning thread has had so far (agent).
+    /// Matching events the owning thread has had so far (agent); for a `*`
+    /// successor, the threads that had it.
     pub count: AtomicU32,
     /// 1 once the event happened (agent).
     pub done: AtomicU32,
@@ -150,14 +166,8 @@ pub struct PlanThread {
     pub first_event: u32,
     /// Number of plan events of this thread.
     pub event_count: u32,
-    /// Largest `@K` used per family: the agent remembers that many objects.
-    pub kmax: [u32; FAMILIES],
     /// Kernel tid of the thread that has this id (agent).
     pub tid: AtomicU32,
-    /// Distinct objects seen per family, capped at `kmax` (agent).
-    pub nobjects: [AtomicU32; FAMILIES],
-    /// The first `kmax` distinct objects per family (agent).
-    pub objects: [[AtomicU64; MAX_K]; FAMILIES],
 }
 
 /// What one program thread is doing, for the driver's stall detection. Each slot
@@ -176,6 +186,9 @@ pub struct Slot {
     pub path: [AtomicU32; MAX_DEPTH],
     /// Calls the agent saw from this thread: changes whenever it makes progress.
     pub progress: AtomicU64,
+    /// Per `*` successor (in plan order): the order stamp of this thread's instance
+    /// of it, 0 until it happened (agent).
+    pub wild_stamp: [AtomicU64; MAX_WILD],
 }
 
 /// The whole shared page.
@@ -202,9 +215,18 @@ pub struct Shared {
     pub n_symbols: u32,
     /// Used entries of `threads`.
     pub n_threads: u32,
+    /// First `*` successor in `events` (they come after every thread's events).
+    pub wild_first: u32,
+    /// Number of `*` successors.
+    pub n_wild: u32,
+    /// Largest `@K` the plan uses, per family: each thread remembers that many of
+    /// its objects.
+    pub kmax: [u32; FAMILIES],
     /// Slots handed out (agent).
     pub n_slots: AtomicU32,
-    /// Nonzero once the agent attached in the target (agent).
+    /// How far the program got (agent): 0 the agent never started,
+    /// `ATTACHED_STARTED` once it attached in the target, `ATTACHED_IN_MAIN` once
+    /// the program's `main` was entered.
     pub attached: AtomicU32,
     /// Load bias of the main executable (agent).
     pub main_base: AtomicU64,
