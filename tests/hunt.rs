@@ -109,18 +109,33 @@ fn predict_finds_and_pins_the_deadlock() {
     );
 }
 
+/// Hunts the lost update with a baseline `strategy` and seed 2. The first
+/// (unscheduled) run fails by itself now and then on a loaded machine (the first
+/// worker delayed past main's 5 ms of computing), which proves nothing about the
+/// strategy: then the hunt is repeated, at most three times.
+fn hunt_by_strategy(strategy: &str) -> (i32, serde_json::Value) {
+    let program = build_program("hunt_pct_lost_update");
+    let dir = scratch(&format!("hunt_{strategy}"));
+    for _ in 0..3 {
+        let (code, json, _) = hunt(
+            &["--strategy", strategy, "--seed", "2", "--budget", "60"],
+            &dir,
+            &program,
+        );
+        if json["source"] != "recorded" {
+            return (code, json);
+        }
+        eprintln!("{strategy}: the first run failed by itself; hunting again");
+    }
+    panic!("{strategy}: the unscheduled first run failed three times in a row");
+}
+
 #[test]
 fn pct_with_a_fixed_seed_finds_a_lost_update() {
     if !have_root("pct_with_a_fixed_seed_finds_a_lost_update") {
         return;
     }
-    let program = build_program("hunt_pct_lost_update");
-    let dir = scratch("hunt_pct");
-    let (code, json, _) = hunt(
-        &["--strategy", "pct", "--seed", "2", "--budget", "60"],
-        &dir,
-        &program,
-    );
+    let (code, json) = hunt_by_strategy("pct");
     // A pinned baseline run orders every hand-over it had, some of them incidental:
     // it need not reproduce every time.
     assert_pinned("hunt_pct_lost_update (pct)", code, &json, 10);
@@ -135,13 +150,7 @@ fn random_walk_with_a_fixed_seed_finds_a_lost_update() {
     if !have_root("random_walk_with_a_fixed_seed_finds_a_lost_update") {
         return;
     }
-    let program = build_program("hunt_pct_lost_update");
-    let dir = scratch("hunt_random");
-    let (code, json, _) = hunt(
-        &["--strategy", "random", "--seed", "2", "--budget", "60"],
-        &dir,
-        &program,
-    );
+    let (code, json) = hunt_by_strategy("random");
     assert_pinned("hunt_pct_lost_update (random)", code, &json, 10);
     assert_eq!(json["source"], "random");
 }

@@ -44,7 +44,7 @@ const MODE_RANDOM: u32 = 2;
 /// Change points PCT can use (`--depth` at most this plus one).
 pub const MAX_CHANGE_POINTS: usize = 64;
 /// A waiting thread goes on when the threads it waits for made no progress this long.
-const STALL_NS: i64 = 2_000_000;
+const STALL_NS: i64 = 20_000_000;
 /// ...and after this long in any case.
 const MAX_WAIT_NS: i64 = 50_000_000;
 /// How long one futex sleep of a waiting thread lasts before it looks again (blocking
