@@ -225,6 +225,7 @@ impl HuntOutcome {
             "reason": found.map(|f| f.reason.clone()),
             "source": found.map(|f| f.source),
             "run": found.map(|f| f.run),
+            "also_failed": found.map(|f| f.also_failed),
             "trace": found.map(|f| f.trace.display().to_string()),
             "runs": self.runs,
             "confirm": self.confirm.map(|(runs, reproduced)| json!({"runs": runs, "reproduced": reproduced})),
