@@ -98,6 +98,7 @@ pub fn run(args: DumpArgs) -> Result<u8> {
     }
     let mut names: HashMap<u64, Option<String>> = HashMap::new();
     let mut sites: HashMap<u64, String> = HashMap::new();
+    let mut chains: HashMap<u64, Vec<String>> = HashMap::new();
     for (i, e) in events.iter().enumerate() {
         let joined = handles.get(&i).copied();
         let object = names
@@ -117,11 +118,22 @@ pub fn run(args: DumpArgs) -> Result<u8> {
                 .clone()
         };
         if args.json {
-            writeln!(
-                out,
-                "{}",
-                Value::Object(event_json(e, &reader.threads, joined, object, site))
-            )?;
+            let mut json = event_json(e, &reader.threads, joined, object, site);
+            // Inlined library code (C++ std::mutex, Rust std): the site names the
+            // program's own frame; the whole chain is kept here, innermost first.
+            let chain = chains
+                .entry(e.site)
+                .or_insert_with(|| {
+                    symbolizer
+                        .locate(e.site, !e.kind.is_access())
+                        .map(|l| l.inline_chain.iter().map(|f| f.to_string()).collect())
+                        .unwrap_or_default()
+                })
+                .clone();
+            if !chain.is_empty() {
+                json.insert("site_chain".into(), Value::from(chain));
+            }
+            writeln!(out, "{}", Value::Object(json))?;
         } else {
             // Symbols and module paths come from files the trace names: escaped.
             writeln!(

@@ -32,6 +32,9 @@ enum Command {
     /// Convert a trace for other tools.
     Export(analyze::ExportArgs),
     /// Rerun a program enforcing a schedule.
+    #[command(
+        after_help = "Exit status: 0 passed, 1 reproduced, 2 error, 3 infeasible, 4 not_exercised (docs/REPLAY.md)."
+    )]
     Replay(replay::ReplayArgs),
     /// Find a concurrency bug by itself: record, analyze, replay candidates (or
     /// PCT / random-walk runs) until one fails, then pin it as a schedule file.

@@ -19,6 +19,9 @@ pub struct RecordArgs {
     /// Trace file to write (default: PROGRAM.ordo, or pid-PID.ordo when attaching).
     #[arg(short, long)]
     pub output: Option<PathBuf>,
+    /// Replace the trace file if it exists (without it an existing file is refused).
+    #[arg(long)]
+    pub force: bool,
     /// Ring buffer size (power of two, e.g. 16M, 512K).
     #[arg(long, value_parser = parse_buffer_size, default_value = "16M")]
     pub buffer_size: usize,
@@ -159,6 +162,7 @@ pub fn run(args: RecordArgs) -> Result<u8> {
             Probes::Ebpf => ProbeChoice::Ebpf,
         },
         verbose: args.verbose,
+        force: args.force,
     };
     let mut note = |line: &str| say(&format!("{line}\n"));
     let end = match args.pid {

@@ -387,6 +387,25 @@ fn cxx_std_mutex_is_seen_through_pthread(probes: &str) {
     let each = counts(&[("1", 2000), ("2", 2000), ("3", 2000), ("4", 2000)]);
     assert_eq!(count_by_thread(&events, "mutex_lock", &m), each);
     assert_eq!(count_by_thread(&events, "mutex_unlock", &m), each);
+    // std::mutex::lock inlines libstdc++'s __gthread_mutex_lock into the caller:
+    // the site is the program's own line, the JSON keeps the inline chain.
+    let lock = events
+        .iter()
+        .find(|e| e["kind"] == "mutex_lock" && e["addr"] == m.as_str())
+        .unwrap();
+    let site = lock["site"].as_str().unwrap();
+    assert!(site.contains("(record_cxx_mutex.cpp:"), "{lock}");
+    let chain: Vec<&str> = lock["site_chain"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no site_chain: {lock}"))
+        .iter()
+        .map(|f| f.as_str().unwrap())
+        .collect();
+    assert!(chain[0].contains("gthr-default.h"), "{chain:?}");
+    assert!(
+        chain.iter().any(|f| f.contains("record_cxx_mutex.cpp:")),
+        "{chain:?}"
+    );
 }
 
 fn rust_std_mutex_contention_shows_as_futex_events(probes: &str) {
@@ -738,6 +757,13 @@ fn start_long_recording(trace: &std::path::Path, program: &std::path::Path) -> s
 
 /// Waits until `parent` has a child process running `comm` (the launched program
 /// has exec'd, so its probes are attached and it was released).
+fn untraced(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/status")).is_ok_and(|s| {
+        s.lines()
+            .any(|l| l.split_whitespace().eq(["TracerPid:", "0"]))
+    })
+}
+
 fn wait_for_child(parent: u32, comm: &str) -> u32 {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     loop {
@@ -757,7 +783,9 @@ fn wait_for_child(parent: u32, comm: &str) -> u32 {
                 .nth(1)
                 .and_then(|p| p.parse().ok())
                 .unwrap_or(0);
-            if ppid == parent && name == comm {
+            // The launcher holds a new program at its entry point (traced) while it
+            // reads its modules: wait until it runs on its own.
+            if ppid == parent && name == comm && untraced(pid) {
                 return pid;
             }
         }
@@ -1176,4 +1204,95 @@ fn the_trace_is_never_written_over_the_recorded_program() {
     assert_eq!(err.trim().lines().count(), 1, "{err}");
     assert!(err.contains("refusing to overwrite"), "{err}");
     assert_eq!(std::fs::read(&program).unwrap(), before);
+}
+
+#[test]
+fn an_existing_trace_is_replaced_only_with_force() {
+    if !have_root("an_existing_trace_is_replaced_only_with_force") {
+        return;
+    }
+    let dir = scratch("output_exists");
+    let trace = dir.join("old.ordo");
+    std::fs::write(&trace, b"the only copy of a rare run").unwrap();
+    let args = |force: bool| {
+        let mut a = vec!["record"];
+        if force {
+            a.push("--force");
+        }
+        a.extend(["-o", trace.to_str().unwrap(), "--", "/bin/true"]);
+        run_ordo(&a)
+    };
+    let out = args(false);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("exists (use --force to replace it)"), "{err}");
+    assert_eq!(
+        std::fs::read(&trace).unwrap(),
+        b"the only copy of a rare run"
+    );
+    // A symlink is refused the same way, and its target is left alone.
+    let link = dir.join("link.ordo");
+    std::os::unix::fs::symlink(&trace, &link).unwrap();
+    let out = run_ordo(&["record", "-o", link.to_str().unwrap(), "--", "/bin/true"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("is a symlink"));
+    assert_eq!(
+        std::fs::read(&trace).unwrap(),
+        b"the only copy of a rare run"
+    );
+    let out = args(true);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(dump_json(&trace).iter().any(|e| e["kind"] == "thread_exit"));
+}
+
+/// CAP_BPF and CAP_PERFMON are enough to record (README): a non-root user holding
+/// only those two, as ambient capabilities, records a symbolized trace on both
+/// paths; without them the error says exactly what is missing.
+#[test]
+fn cap_bpf_and_cap_perfmon_are_enough_to_record() {
+    if !have_root("cap_bpf_and_cap_perfmon_are_enough_to_record") {
+        return;
+    }
+    let program = build_program("record_short");
+    let dir = scratch("unprivileged");
+    // `nobody` writes its traces here.
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    let as_nobody = |caps: &str, probes: &str, trace: &std::path::Path| {
+        Command::new("setpriv")
+            .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups"])
+            .arg(format!("--inh-caps={caps}"))
+            .arg(format!("--ambient-caps={caps}"))
+            .arg(ordo())
+            .args(["record", "--probes", probes, "-o"])
+            .arg(trace)
+            .arg("--")
+            .arg(&program)
+            .output()
+            .expect("run setpriv (util-linux)")
+    };
+    for probes in ["ebpf", "inproc"] {
+        let trace = dir.join(format!("{probes}.ordo"));
+        let out = as_nobody("+bpf,+perfmon", probes, &trace);
+        assert!(
+            out.status.success(),
+            "{probes}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let events = dump_json(&trace);
+        let locks = events
+            .iter()
+            .filter(|e| e["kind"] == "mutex_lock" && e["object"] == "short_lock")
+            .count();
+        assert_eq!(locks, 2, "{probes}");
+    }
+    let out = as_nobody("-all", "auto", &dir.join("none.ordo"));
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("CAP_BPF and CAP_PERFMON"), "{err}");
 }

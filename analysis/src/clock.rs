@@ -27,6 +27,16 @@ impl VectorClock {
         VectorClock(v)
     }
 
+    /// Number of components held (higher ones are 0).
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether no component is held.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
     /// Component `thread` (0 when absent).
     #[inline]
     pub fn get(&self, thread: u32) -> u32 {

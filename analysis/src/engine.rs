@@ -30,7 +30,8 @@ use crate::clock::{Epoch, VectorClock};
 use crate::deadlock::{HeldLock, LockGraph, NO_NODE};
 use crate::findings::{Candidate, DedupKey, FindingSet};
 use crate::model::{
-    kind_slot, EventId, Family, FindingKind, Mode, ObjId, Rank, RawFinding, FAMILIES, NO_OBJECT,
+    kind_slot, EventId, Family, FindingKind, Mode, ObjId, Rank, RawFinding, EVERY_OTHER_THREAD,
+    FAMILIES, NO_OBJECT,
 };
 
 /// `ETIMEDOUT` on Linux: a timed wait that was not woken.
@@ -90,15 +91,41 @@ struct LockState {
     /// mode, +1 (0: not asked yet): most acquisitions are outermost, and this
     /// spares them the context table's hash lookup.
     outermost: [u32; 3],
-    /// The last two critical sections: `recent[older]` came before `recent[older ^ 1]`
-    /// (flipping the index instead of shifting saves copying a record per acquire).
-    recent: [Option<CsRec>; 2],
+    /// The last [`WINDOW`] critical sections, a ring: the newest at `head - 1`
+    /// (moving an index instead of shifting saves copying records per acquire).
+    recent: [Option<CsRec>; WINDOW],
     /// For each of `recent`: when it is the reacquire inside a woken cond wait, the
     /// signal that woke it and the wait's site (kept apart: rarely set, and it would
     /// double the size of every record copied).
-    woken: [Option<(EventId, u64)>; 2],
-    older: usize,
+    woken: [Option<(EventId, u64)>; WINDOW],
+    head: usize,
+    /// Per clock slot, the epoch of its thread's first critical section on this lock
+    /// (0: none), and how many threads had one: for [`FindingKind::FirstOfMany`].
+    firsts: VectorClock,
+    first_threads: u32,
+    /// The first thread's first section on this lock (shown with `*` candidates).
+    first_example: Option<EventId>,
+    /// Acquisitions left to skip before the window shapes are looked for again,
+    /// and the current skip length: after [`WINDOW_MISSES_BEFORE_BACKOFF`] looks in
+    /// a row found nothing new it doubles (up to [`MAX_WINDOW_BACKOFF`]) with each
+    /// further empty look, and resets when one finds something — repeats of known
+    /// candidates in long traces then cost a countdown, not a window scan.
+    window_skip: u16,
+    window_backoff: u16,
+    window_misses: u16,
 }
+
+/// `wait_site` of an atomicity offer keyed by its splitter's site as well.
+const SPLITTER_KEYED: u64 = u64::MAX;
+
+/// Empty window looks in a row on a lock before they start being skipped.
+const WINDOW_MISSES_BEFORE_BACKOFF: u16 = 64;
+/// Longest run of acquisitions of one lock the window shapes skip.
+const MAX_WINDOW_BACKOFF: u16 = 255;
+
+/// Critical sections per lock the candidate shapes look back over: a section can
+/// be moved past up to three others.
+const WINDOW: usize = 4;
 
 /// A critical section, as the candidate generators need it.
 #[derive(Clone, Copy, Debug)]
@@ -111,6 +138,10 @@ struct CsRec {
     /// Whether it could have taken the lock before the previous holder's critical
     /// section without breaking any other happens-before edge.
     swappable_with_prev: bool,
+    /// Bit `j`: the section `j + 1` places before it on the lock was of another
+    /// thread, in a conflicting mode, and not known to this thread before it joined
+    /// the lock's release — it could have taken the lock before that one.
+    unknown: u8,
     /// Whether it is the reacquire inside a cond wait.
     in_wait: bool,
 }
@@ -190,7 +221,35 @@ struct ThreadState {
     /// site). A new wait at the same site meanwhile means the wait is in a loop.
     after_wake: Option<(ObjId, u64)>,
     barrier: Option<(ObjId, u64)>,
+    /// The thread's start and its own clock then (for delayed-start candidates).
+    start: Option<(EventId, u32)>,
+    /// Whether it took a lock yet (its first critical section is remembered).
+    had_section: bool,
 }
+
+/// A recent release on an object other than a lock (barrier arrival, semaphore
+/// post, condvar signal): a later critical section of another thread that does not
+/// know of it could overtake it.
+#[derive(Clone, Copy)]
+struct RecentRelease {
+    ev: EventId,
+    slot: u32,
+    epoch: u32,
+    /// The releasing thread's start and own clock then.
+    start: Option<(EventId, u32)>,
+}
+
+/// Recent non-lock releases remembered (a ring).
+const RECENT_RELEASES: usize = 4;
+/// `release_head` before the first non-lock release (lock-only programs then skip
+/// the ring at every acquisition).
+const NO_RELEASES: usize = usize::MAX;
+/// First critical sections of threads remembered for early-exit candidates.
+const MAX_FIRST_SECTIONS: usize = 4096;
+/// Early-exit candidates offered at the main thread's exit, at most.
+const MAX_EARLY_EXITS: usize = 64;
+/// Other threads' first sections a section must come before for a `*` candidate.
+const MANY_THREADS: u32 = 3;
 
 impl ThreadState {
     fn new() -> ThreadState {
@@ -207,6 +266,8 @@ impl ThreadState {
             woken: None,
             after_wake: None,
             barrier: None,
+            start: None,
+            had_section: false,
         }
     }
 
@@ -342,6 +403,13 @@ pub struct Engine<'a> {
     graph: LockGraph,
     found: FindingSet,
     looped_wait_sites: FxHashSet<u64>,
+    /// The last non-lock releases, a ring with its next position.
+    recent_releases: [Option<RecentRelease>; RECENT_RELEASES],
+    release_head: usize,
+    /// Each thread's first outermost critical section, with its slot and epoch.
+    first_sections: Vec<(EventId, u32, u32)>,
+    /// Dense index of the main thread, when the table has it.
+    main_thread: Option<u32>,
     stats: PassStats,
 }
 
@@ -381,6 +449,14 @@ impl<'a> Engine<'a> {
             graph: LockGraph::default(),
             found: FindingSet::default(),
             looped_wait_sites: FxHashSet::default(),
+            recent_releases: [None; RECENT_RELEASES],
+            release_head: NO_RELEASES,
+            first_sections: Vec::new(),
+            main_thread: table
+                .iter()
+                .next()
+                .filter(|t| t.logical.0.is_empty())
+                .map(|_| 0),
             stats: PassStats::default(),
         }
     }
@@ -585,13 +661,22 @@ impl<'a> Engine<'a> {
             Kind::MutexBlock => {}
             Kind::CondWaitBegin => self.wait_begin(t, e, id),
             Kind::CondWait => self.wait_return(t, e, id),
-            Kind::CondSignal | Kind::CondBroadcast => self.signal(t, id),
-            Kind::SemPost => self.publish(t, id.obj),
+            Kind::CondSignal | Kind::CondBroadcast => {
+                self.note_release(t, id);
+                self.signal(t, id)
+            }
+            Kind::SemPost => {
+                self.note_release(t, id);
+                self.publish(t, id.obj)
+            }
             Kind::SemWait => self.consume(t, id.obj),
             Kind::FutexWake if e.result > 0 => self.publish(t, id.obj),
             Kind::FutexWait if e.result == 0 => self.consume(t, id.obj),
             Kind::FutexWake | Kind::FutexWait => {}
-            Kind::BarrierArrive => self.barrier_arrive(t, id.obj),
+            Kind::BarrierArrive => {
+                self.note_release(t, id);
+                self.barrier_arrive(t, id.obj)
+            }
             Kind::BarrierWait => self.barrier_return(t, id.obj),
             Kind::ThreadCreate => {
                 if let Some(child) = e.child_tid() {
@@ -603,13 +688,17 @@ impl<'a> Engine<'a> {
                 }
             }
             Kind::ThreadStart => {
+                let th = &mut self.states[self.slot_of[t as usize] as usize];
                 if let Some((vc, fj)) = self.creates.remove(&e.tid) {
-                    let th = &mut self.states[self.slot_of[t as usize] as usize];
                     th.vc.join(&vc);
                     Rc::make_mut(&mut th.fj).join(&fj);
                 }
+                th.start = Some((id, th.vc.get(th.slot)));
             }
             Kind::ThreadExit => {
+                if Some(t) == self.main_thread && id.occurrence > 0 {
+                    self.early_exit_candidates(id);
+                }
                 let th = &mut self.states[self.slot_of[t as usize] as usize];
                 let fj = th.fj_snapshot();
                 let last = th.vc.get(th.slot);
@@ -677,12 +766,53 @@ impl<'a> Engine<'a> {
         let State::Lock(lock) = &mut self.objects[id.obj as usize].state else {
             return;
         };
-        let prev2 = lock.recent[lock.older];
-        let prev1 = lock.recent[lock.older ^ 1];
-        let prev1_woken = lock.woken[lock.older ^ 1];
-        let swappable = match prev1 {
-            Some(p) if p.acq.thread != t && p.mode.conflicts(mode) => th.vc.get(p.slot) < p.epoch,
-            _ => false,
+        let h = lock.head;
+        let prev2 = lock.recent[(h + WINDOW - 2) % WINDOW];
+        let prev1 = lock.recent[(h + WINDOW - 1) % WINDOW];
+        let prev1_woken = lock.woken[(h + WINDOW - 1) % WINDOW];
+        let window = if lock.window_skip > 0 {
+            lock.window_skip -= 1;
+            false
+        } else {
+            true
+        };
+        let mut unknown = 0u8;
+        for j in 0..if window { WINDOW } else { 1 } {
+            if let Some(p) = &lock.recent[(h + WINDOW - 1 - j) % WINDOW] {
+                if p.acq.thread != t && p.mode.conflicts(mode) && th.vc.get(p.slot) < p.epoch {
+                    unknown |= 1 << j;
+                }
+            }
+        }
+        let swappable = unknown & 1 != 0;
+        // Other objects' releases (arrivals, posts, signals) this thread does not
+        // know of: its section could overtake them.
+        let (mut unknown_releases, mut unknown_starts) = (0u8, 0u8);
+        let releases = if self.release_head == NO_RELEASES {
+            &[][..]
+        } else {
+            &self.recent_releases[..]
+        };
+        for (j, r) in releases.iter().enumerate() {
+            if let Some(r) = r {
+                if r.ev.thread != t && th.vc.get(r.slot) < r.epoch {
+                    unknown_releases |= 1 << j;
+                    if r.start.is_some_and(|(_, e)| th.vc.get(r.slot) < e) {
+                        unknown_starts |= 1 << j;
+                    }
+                }
+            }
+        }
+        if th.held.is_empty() && !th.had_section && via != Via::CondWait {
+            th.had_section = true;
+            if self.first_sections.len() < MAX_FIRST_SECTIONS {
+                self.first_sections.push((id, slot, epoch));
+            }
+        }
+        let first_of_many = if id.occurrence == 1 && via != Via::CondWait {
+            first_of_many(lock, &th.vc, slot, epoch, id)
+        } else {
+            None
         };
         th.vc.join(&lock.release);
         if mode != Mode::Read {
@@ -694,17 +824,44 @@ impl<'a> Engine<'a> {
             epoch,
             mode,
             swappable_with_prev: swappable,
+            unknown,
             in_wait: via == Via::CondWait,
         };
-        lock.recent[lock.older] = Some(cur);
-        lock.woken[lock.older] = woken_by;
-        lock.older ^= 1;
+        // The two oldest of the window, for the shapes that look past the neighbour.
+        let older = if window && prev1.is_some() {
+            Some([lock.recent[(h + 1) % WINDOW], lock.recent[h]])
+        } else {
+            None
+        };
+        lock.recent[h] = Some(cur);
+        lock.woken[h] = woken_by;
+        lock.head = (h + 1) % WINDOW;
         // Filled in place: building the record on the stack and moving it in makes
         // the move's wide loads wait for the narrow stores that built it.
         th.push_held(id.obj, mode, id, node);
         self.stats.critical_sections += 1;
         if let Some(p1) = prev1 {
             self.critical_section_candidates(prev2, (p1, prev1_woken), (cur, woken_by));
+            if let Some([p3, p4]) = older {
+                let found = self.window_candidates([Some(p1), prev2, p3, p4], cur);
+                if let State::Lock(lock) = &mut self.objects[id.obj as usize].state {
+                    if found {
+                        lock.window_backoff = 0;
+                        lock.window_misses = 0;
+                    } else if lock.window_misses < WINDOW_MISSES_BEFORE_BACKOFF {
+                        lock.window_misses += 1;
+                    } else {
+                        lock.window_backoff = (lock.window_backoff * 2 + 1).min(MAX_WINDOW_BACKOFF);
+                        lock.window_skip = lock.window_backoff;
+                    }
+                }
+            }
+        }
+        if let Some((others, example)) = first_of_many {
+            self.offer_first_of_many(cur.acq, example, others);
+        }
+        if unknown_releases != 0 {
+            self.overtake_candidates(cur.acq, unknown_releases, unknown_starts);
         }
     }
 
@@ -727,14 +884,15 @@ impl<'a> Engine<'a> {
                 // `b` can take the mutex between the signal and the waiter's reacquire.
                 // Only a third thread competes for what the signal announced: the
                 // signaller taking the mutex again is a plain reorder.
-                Some((signal, wait_site)) if signal.thread != a && signal.thread != b => self
-                    .offer_at(
+                Some((signal, wait_site)) if signal.thread != a && signal.thread != b => {
+                    self.offer_at(
                         FindingKind::Barging,
                         &[signal, p1.acq, cur.acq],
                         &[(&[signal], cur.acq), (&[cur.acq], p1.acq)],
                         "",
                         wait_site,
-                    ),
+                    );
+                }
                 _ => {
                     // The commonest candidate, and nearly always a repeat: ask the
                     // candidate cache before building the schedule.
@@ -799,6 +957,236 @@ impl<'a> Engine<'a> {
                 );
             }
         }
+    }
+
+    /// Candidates that look past the neighbouring section: `p` are the sections
+    /// before `cur` on its lock, newest first (`p[0]` is the neighbour).
+    ///
+    /// - *Non-adjacent reorder*: `cur` moved before `p[j]`, past sections of other
+    ///   threads it knows nothing of (before joining the lock).
+    /// - *Non-adjacent atomicity*: another thread's two sections X, Y (different
+    ///   sites) with `cur` placed between them although it was not adjacent to Y;
+    ///   or `cur`'s thread's two sections with another's earlier section placed
+    ///   between them.
+    /// - *Chain*: sections a1, a2 of one thread then b1, b2 of another interleaved
+    ///   as a1 b1 a2 b2 or b1 a1 b2 a2 (three orderings).
+    ///
+    /// The neighbour-only cases are left to [`Engine::critical_section_candidates`].
+    /// Returns whether any candidate was new or better ranked.
+    #[inline(never)]
+    fn window_candidates(&mut self, p: [Option<CsRec>; WINDOW], cur: CsRec) -> bool {
+        let b = cur.acq.thread;
+        let mut found = false;
+        // Reorder past several sections of other threads.
+        for j in 1..WINDOW {
+            let all = (1u8 << (j + 1)) - 1;
+            let Some(pj) = p[j] else { break };
+            if cur.unknown & all != all {
+                break;
+            }
+            found |= self.offer(
+                FindingKind::Reorder,
+                &[pj.acq, cur.acq],
+                &[(&[cur.acq], pj.acq)],
+                "",
+            );
+        }
+        // Another thread's X, Y with `cur` between them.
+        for j in 0..WINDOW - 1 {
+            let Some(y) = p[j] else { break };
+            if y.acq.thread == b {
+                break;
+            }
+            if cur.unknown & (1 << j) == 0 || y.in_wait || cur.in_wait {
+                continue;
+            }
+            let a = y.acq.thread;
+            let Some((k, x)) = p[j + 1..]
+                .iter()
+                .enumerate()
+                .find_map(|(k, x)| x.filter(|x| x.acq.thread == a).map(|x| (j + 1 + k, x)))
+            else {
+                continue;
+            };
+            if (j, k) == (0, 1) || x.acq.site == y.acq.site || x.in_wait {
+                continue;
+            }
+            found |= self.offer_at(
+                FindingKind::Atomicity,
+                &[x.acq, y.acq, cur.acq],
+                &[(&[x.acq], cur.acq), (&[cur.acq], y.acq)],
+                "",
+                SPLITTER_KEYED,
+            );
+        }
+        // `cur`'s thread's Y, cur with an earlier section of another thread between.
+        if let Some(j) = p.iter().position(|x| x.is_some_and(|x| x.acq.thread == b)) {
+            let y = p[j].unwrap();
+            if y.acq.site != cur.acq.site && !y.in_wait && !cur.in_wait {
+                for k in j + 1..WINDOW {
+                    let Some(x) = p[k] else { break };
+                    if (j, k) == (0, 1)
+                        || x.acq.thread == b
+                        || y.unknown & (1 << (k - j - 1)) == 0
+                        || !x.mode.conflicts(cur.mode)
+                    {
+                        continue;
+                    }
+                    found |= self.offer_at(
+                        FindingKind::Atomicity,
+                        &[y.acq, cur.acq, x.acq],
+                        &[(&[y.acq], x.acq), (&[x.acq], cur.acq)],
+                        "",
+                        SPLITTER_KEYED,
+                    );
+                }
+            }
+        }
+        // Chains: a1 a2 b1 b2 recorded, each pair at one site (two loops handing
+        // off, as a producer and a consumer do; pairs at two sites are the
+        // atomicity shapes).
+        if let [Some(b1), Some(a2), Some(a1), _] = p {
+            let a = a1.acq.thread;
+            if b1.acq.thread == b
+                && a2.acq.thread == a
+                && a != b
+                && a1.acq.site == a2.acq.site
+                && b1.acq.site == cur.acq.site
+            {
+                if b1.unknown & 1 != 0 {
+                    found |= self.offer(
+                        FindingKind::Chain,
+                        &[a1.acq, b1.acq, a2.acq, cur.acq],
+                        &[
+                            (&[a1.acq], b1.acq),
+                            (&[b1.acq], a2.acq),
+                            (&[a2.acq], cur.acq),
+                        ],
+                        "",
+                    );
+                }
+                if b1.unknown & 3 == 3 {
+                    found |= self.offer(
+                        FindingKind::Chain,
+                        &[b1.acq, a1.acq, cur.acq, a2.acq],
+                        &[
+                            (&[b1.acq], a1.acq),
+                            (&[a1.acq], cur.acq),
+                            (&[cur.acq], a2.acq),
+                        ],
+                        "",
+                    );
+                }
+            }
+        }
+        found
+    }
+
+    /// Remembers a release on a non-lock object (barrier arrival, post, signal).
+    #[inline(never)]
+    fn note_release(&mut self, t: u32, id: EventId) {
+        if id.occurrence == 0 {
+            return;
+        }
+        let th = &self.states[self.slot_of[t as usize] as usize];
+        if self.release_head == NO_RELEASES {
+            self.release_head = 0;
+        }
+        self.recent_releases[self.release_head] = Some(RecentRelease {
+            ev: id,
+            slot: th.slot,
+            epoch: th.vc.get(th.slot),
+            start: th.start,
+        });
+        self.release_head = (self.release_head + 1) % RECENT_RELEASES;
+    }
+
+    /// A critical section `cur` whose thread knew nothing of the recent releases in
+    /// `unknown` (bits of `recent_releases`) could overtake them; of those in
+    /// `unknown_starts` it did not even know the releasing thread's start, so the
+    /// whole thread could start after it.
+    #[inline(never)]
+    fn overtake_candidates(&mut self, cur: EventId, unknown: u8, unknown_starts: u8) {
+        for j in 0..RECENT_RELEASES {
+            if unknown & (1 << j) == 0 {
+                continue;
+            }
+            let Some(r) = self.recent_releases[j] else {
+                continue;
+            };
+            if r.ev.index >= cur.index {
+                continue;
+            }
+            self.offer(FindingKind::Overtake, &[r.ev, cur], &[(&[cur], r.ev)], "");
+            if unknown_starts & (1 << j) != 0 {
+                if let Some((start, _)) = r.start {
+                    if start.occurrence > 0 {
+                        self.offer(
+                            FindingKind::DelayedStart,
+                            &[cur, start, r.ev],
+                            &[(&[cur], start)],
+                            "",
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    /// At the main thread's exit: every other thread's first critical section that
+    /// the exit is not ordered after by fork/join (no join of that thread, directly
+    /// or through others) could come after the exit — a missing join, or a join of
+    /// the wrong thread. The exit, after the main thread's checks, goes first.
+    #[inline(never)]
+    fn early_exit_candidates(&mut self, exit: EventId) {
+        let th = &self.states[self.slot_of[exit.thread as usize] as usize];
+        let fj = th.fj_snapshot();
+        let mut offered = 0;
+        let sections = std::mem::take(&mut self.first_sections);
+        for &(acq, slot, epoch) in &sections {
+            if acq.thread == exit.thread || fj.get(slot) >= epoch {
+                continue;
+            }
+            self.offer(FindingKind::EarlyExit, &[exit, acq], &[(&[exit], acq)], "");
+            offered += 1;
+            if offered == MAX_EARLY_EXITS {
+                break;
+            }
+        }
+        self.first_sections = sections;
+    }
+
+    /// One thread's first section on a lock, before every other thread's first
+    /// one: `cur -> *:KIND(OBJ)#1`.
+    #[inline(never)]
+    fn offer_first_of_many(&mut self, cur: EventId, example: EventId, others: u32) {
+        let every = EventId {
+            thread: EVERY_OTHER_THREAD,
+            site: 0,
+            ts: 0,
+            index: example.index,
+            nth: 0,
+            ..cur
+        };
+        let events = [cur, example];
+        self.stats.candidates_offered += 1;
+        let key = DedupKey::new(FindingKind::FirstOfMany, &events);
+        let rank = Rank {
+            v: 1,
+            t: others + 1,
+            distance: cur.index.saturating_sub(example.index),
+        };
+        self.found.offer(
+            key,
+            rank,
+            &Candidate {
+                kind: FindingKind::FirstOfMany,
+                events: &events,
+                orderings: &[(&[cur], every)],
+                note: "",
+                wait_site: 0,
+            },
+        );
     }
 
     fn release(&mut self, t: u32, e: &Event, id: EventId) {
@@ -1053,7 +1441,7 @@ impl<'a> Engine<'a> {
         events: &[EventId],
         orderings: &[(&[EventId], EventId)],
         note: &'static str,
-    ) {
+    ) -> bool {
         self.offer_at(kind, events, orderings, note, 0)
     }
 
@@ -1064,19 +1452,27 @@ impl<'a> Engine<'a> {
         orderings: &[(&[EventId], EventId)],
         note: &'static str,
         wait_site: u64,
-    ) {
+    ) -> bool {
         if events.iter().any(|e| e.occurrence == 0) {
-            return; // an event no schedule can name: nothing to enforce
+            return false; // an event no schedule can name: nothing to enforce
         }
         self.stats.candidates_offered += 1;
-        // An atomicity candidate is about the split thread's pair of sections; which
-        // section of another thread splits them does not make it a different one.
-        let keyed = if kind == FindingKind::Atomicity {
+        // A neighbour-only atomicity candidate is about the split thread's pair of
+        // sections: which neighbour splits them does not make it another one. The
+        // window shapes key it by the splitter too (`Engine::window_candidates`):
+        // a harmless section that happened to be adjacent must not hide a mutation
+        // further away.
+        let keyed = if kind == FindingKind::Atomicity && wait_site != SPLITTER_KEYED {
             &events[..2]
         } else {
             events
         };
         let key = DedupKey::new(kind, keyed);
+        let wait_site = if wait_site == SPLITTER_KEYED {
+            0
+        } else {
+            wait_site
+        };
         let rank = quick_rank(events);
         self.found.offer(
             key,
@@ -1088,7 +1484,7 @@ impl<'a> Engine<'a> {
                 note,
                 wait_site,
             },
-        );
+        )
     }
 
     /// Ends the pass: closes the lock-order graph into deadlock findings and drops
@@ -1114,6 +1510,40 @@ impl<'a> Engine<'a> {
             stats: self.stats,
         }
     }
+}
+
+/// A thread's first section on `lock` (slot `slot`, own clock `epoch`): records it,
+/// and when at least [`MANY_THREADS`] other threads had their first section before
+/// and the thread knew of none of them (before joining the lock's release), returns
+/// how many, with the first of them.
+#[inline(never)]
+fn first_of_many(
+    lock: &mut LockState,
+    vc: &VectorClock,
+    slot: u32,
+    epoch: u32,
+    id: EventId,
+) -> Option<(u32, EventId)> {
+    let others = lock.first_threads;
+    lock.first_threads += 1;
+    if lock.first_example.is_none() {
+        lock.first_example = Some(id);
+    }
+    let result = if others >= MANY_THREADS {
+        let knows_one = (0..lock.firsts.len() as u32).any(|s| {
+            let first = lock.firsts.get(s);
+            s != slot && first > 0 && vc.get(s) >= first
+        });
+        if knows_one {
+            None
+        } else {
+            lock.first_example.map(|e| (others, e))
+        }
+    } else {
+        None
+    };
+    lock.firsts.set(slot, epoch);
+    result
 }
 
 /// Whether a signaller's last mutex release (`published`) was of `mutex` and is

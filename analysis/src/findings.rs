@@ -92,8 +92,8 @@ pub struct FindingSet {
 impl FindingSet {
     /// Offers a candidate given as slices: stored when new, or copied over the kept
     /// instance (reusing its allocations) when better ranked, so repeats cost a hash
-    /// lookup and nothing else.
-    pub fn offer(&mut self, key: DedupKey, rank: Rank, c: &Candidate<'_>) {
+    /// lookup and nothing else. Returns whether the set changed.
+    pub fn offer(&mut self, key: DedupKey, rank: Rank, c: &Candidate<'_>) -> bool {
         let Candidate {
             kind,
             events,
@@ -104,7 +104,7 @@ impl FindingSet {
         let slot = key.quick_hash() % RECENT;
         if let Some(Some((k, r))) = self.recent.get(slot) {
             if k.same(&key) && *r <= rank {
-                return;
+                return false;
             }
         }
         if self.recent.is_empty() {
@@ -113,6 +113,7 @@ impl FindingSet {
         match self.index.get(&key) {
             Some(&i) if self.items[i].0 <= rank => {
                 self.recent[slot] = Some((key, self.items[i].0));
+                false
             }
             Some(&i) => {
                 let (r, f) = &mut self.items[i];
@@ -131,6 +132,7 @@ impl FindingSet {
                 f.note = note;
                 f.wait_site = wait_site;
                 self.recent[slot] = Some((key, rank));
+                true
             }
             None => {
                 self.index.insert(key, self.items.len());
@@ -149,6 +151,7 @@ impl FindingSet {
                 };
                 self.items.push((rank, f));
                 self.recent[slot] = Some((key, rank));
+                true
             }
         }
     }
@@ -187,16 +190,41 @@ impl FindingSet {
         self.items.is_empty()
     }
 
-    /// All candidates, best rank first (ties: by kind, then by position in the trace).
+    /// All candidates, best first: by (v, t); among equal (v, t) harmful shapes
+    /// (deadlock, lost wakeup, race, atomicity, barging) before plain reorderings;
+    /// then by distance, kind and position in the trace. Candidates of different
+    /// kinds or sites that ask for exactly the same orders (the same events, by
+    /// thread, kind, object and occurrence) are one: the first in this order stays.
     pub fn into_sorted(self) -> Vec<(Rank, RawFinding)> {
         let mut items = self.items;
         items.sort_by(|a, b| {
-            a.0.cmp(&b.0)
+            (a.0.v, a.0.t, !a.1.kind.is_harmful(), a.0.distance)
+                .cmp(&(b.0.v, b.0.t, !b.1.kind.is_harmful(), b.0.distance))
                 .then(a.1.kind.cmp(&b.1.kind))
                 .then(first_index(&a.1).cmp(&first_index(&b.1)))
         });
+        let mut asked = rustc_hash::FxHashSet::default();
+        items.retain(|(_, f)| asked.insert(order_key(f)));
         items
     }
+}
+
+/// The orders a candidate asks for, independent of how it was found: each
+/// ordering's events as (thread, kind, object, occurrence), sorted.
+fn order_key(f: &RawFinding) -> Vec<Vec<(u32, u16, u32, u32)>> {
+    let name = |e: &EventId| (e.thread, e.kind as u16, e.obj, e.occurrence);
+    let mut key: Vec<Vec<(u32, u16, u32, u32)>> = f
+        .orderings
+        .iter()
+        .map(|o| {
+            let mut v: Vec<_> = o.before.iter().map(name).collect();
+            v.sort_unstable();
+            v.push(name(&o.after));
+            v
+        })
+        .collect();
+    key.sort_unstable();
+    key
 }
 
 fn first_index(f: &RawFinding) -> u64 {

@@ -90,6 +90,10 @@ pub type ObjId = u32;
 /// `ObjId` of events without an object (`thread_start`, `thread_exit`).
 pub const NO_OBJECT: ObjId = u32::MAX;
 
+/// The thread of an ordering's gated event that means "every thread other than the
+/// ordering's first": the schedule language's `*` (`A -> *:KIND(OBJ)#N`).
+pub const EVERY_OTHER_THREAD: u32 = u32::MAX;
+
 /// One event, as much as a finding needs: who, what, on which object, which
 /// occurrence (for the schedule language), where in the code and in the trace.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -145,20 +149,55 @@ pub enum FindingKind {
     Race,
     /// Another thread's critical section can fall between two of a thread's.
     Atomicity,
-    /// Two adjacent critical sections of different threads can swap.
+    /// Two threads' sections on one lock can interleave as a chain of three
+    /// orderings (a, b, a, b): producer/consumer hand-offs.
+    Chain,
+    /// The main thread can end (its checks done) before another thread's critical
+    /// section: nothing joins that thread first (a missing join, or a join of the
+    /// wrong thread).
+    EarlyExit,
+    /// A critical section can run before another thread even starts.
+    DelayedStart,
+    /// A critical section can overtake another thread's barrier arrival, semaphore
+    /// post or condvar signal it does not depend on.
+    Overtake,
+    /// One thread's critical section can come before every other thread's first
+    /// one on the lock (written with the schedule language's `*` thread).
+    FirstOfMany,
+    /// Two critical sections of different threads can run in the other order (the
+    /// later one moved before the earlier, possibly past several others).
     Reorder,
 }
 
 impl FindingKind {
     /// Every kind, in report order.
-    pub const ALL: [FindingKind; 6] = [
+    pub const ALL: [FindingKind; 11] = [
         FindingKind::Deadlock,
         FindingKind::LostWakeup,
         FindingKind::Barging,
         FindingKind::Race,
         FindingKind::Atomicity,
+        FindingKind::Chain,
+        FindingKind::EarlyExit,
+        FindingKind::DelayedStart,
+        FindingKind::Overtake,
+        FindingKind::FirstOfMany,
         FindingKind::Reorder,
     ];
+
+    /// Whether the kind names a harmful shape (a deadlock, a lost wakeup, a race, a
+    /// split check-then-act, barging): among candidates of equal (v, t) these are
+    /// tried before plain reorderings, whose order is only *different*.
+    pub fn is_harmful(self) -> bool {
+        matches!(
+            self,
+            FindingKind::Deadlock
+                | FindingKind::LostWakeup
+                | FindingKind::Race
+                | FindingKind::Atomicity
+                | FindingKind::Barging
+        )
+    }
 
     /// Whether a finding of this kind is *predicted to be a bug* (a lock-order
     /// cycle, a race, a wakeup a wait can miss), as opposed to an *order worth
@@ -188,6 +227,11 @@ impl FindingKind {
             FindingKind::Barging => "barging",
             FindingKind::Race => "race",
             FindingKind::Atomicity => "atomicity",
+            FindingKind::Chain => "chain",
+            FindingKind::EarlyExit => "early_exit",
+            FindingKind::DelayedStart => "delayed_start",
+            FindingKind::Overtake => "overtake",
+            FindingKind::FirstOfMany => "first_of_many",
             FindingKind::Reorder => "reorder",
         }
     }
@@ -235,11 +279,11 @@ impl RawFinding {
         out
     }
 
-    /// Distinct threads, in first-mention order.
+    /// Distinct threads, in first-mention order (`*` is not one).
     pub fn threads(&self) -> Vec<u32> {
         let mut out = Vec::new();
         for e in self.all_events() {
-            if !out.contains(&e.thread) {
+            if e.thread != EVERY_OTHER_THREAD && !out.contains(&e.thread) {
                 out.push(e.thread);
             }
         }

@@ -10,7 +10,7 @@ use ordo_trace::Kind;
 use serde_json::{json, Value};
 
 use crate::engine::PassStats;
-use crate::model::{EventId, Family, FindingKind, Rank, RawFinding, FAMILIES};
+use crate::model::{EventId, Family, FindingKind, Rank, RawFinding, EVERY_OTHER_THREAD, FAMILIES};
 use crate::naming::Namer;
 
 /// An object a finding involves.
@@ -129,9 +129,7 @@ fn resolve_one(
         })
         .collect();
     let sites = f.events.iter().map(|e| namer.site(e)).collect();
-    let schedule = schedule(f, namer)
-        .map(|s| s.to_string())
-        .unwrap_or_default();
+    let schedule = schedule_text(f, namer).unwrap_or_default();
     let details = f.events.iter().map(|e| describe_event(e, namer)).collect();
     let possibly_affected_by_drops =
         first_loss_ts.is_some_and(|ts| f.events.iter().any(|e| e.ts >= ts));
@@ -142,7 +140,7 @@ fn resolve_one(
         sites,
         schedule,
         rank,
-        message: message(f, namer),
+        message: message(f, namer, rank),
         details,
         possibly_affected_by_drops,
     }
@@ -155,10 +153,45 @@ fn family_of_obj(f: &RawFinding, obj: u32) -> Option<Family> {
         .and_then(|e| Family::of(e.kind))
 }
 
-/// The candidate as a schedule; `None` if an event cannot be named.
+/// The candidate's schedule as text, one ordering per line; `None` if an event
+/// cannot be named. An ordering whose gated event is of every other thread
+/// ([`EVERY_OTHER_THREAD`]) is written with the `*` thread,
+/// `A -> *:KIND(OBJECT)#N`; its object must be a global or static (`@K` differs
+/// from thread to thread), else `None`.
+pub fn schedule_text(f: &RawFinding, namer: &Namer<'_>) -> Option<String> {
+    let mut text = schedule(f, namer)?.to_string();
+    for o in f
+        .orderings
+        .iter()
+        .filter(|o| o.after.thread == EVERY_OTHER_THREAD)
+    {
+        let before = o
+            .before
+            .iter()
+            .map(|e| namer.event_ref(e).map(|r| r.to_string()))
+            .collect::<Option<Vec<_>>>()?;
+        let object = namer.symbol(o.after.obj)?;
+        let _ = writeln!(
+            text,
+            "{} -> *:{}({})#{}",
+            before.join(" && "),
+            o.after.kind.name(),
+            object,
+            o.after.occurrence
+        );
+    }
+    Some(text)
+}
+
+/// The candidate as a schedule, without orderings that gate every other thread
+/// (`*`, see [`schedule_text`]); `None` if an event cannot be named.
 pub fn schedule(f: &RawFinding, namer: &Namer<'_>) -> Option<Schedule> {
     let mut orderings = Vec::with_capacity(f.orderings.len());
-    for o in &f.orderings {
+    for o in f
+        .orderings
+        .iter()
+        .filter(|o| o.after.thread != EVERY_OTHER_THREAD)
+    {
         let before = o
             .before
             .iter()
@@ -205,7 +238,7 @@ fn describe_event(e: &EventId, namer: &Namer<'_>) -> String {
     )
 }
 
-fn message(f: &RawFinding, n: &Namer<'_>) -> String {
+fn message(f: &RawFinding, n: &Namer<'_>, rank: Rank) -> String {
     let t = |e: &EventId| n.thread_text(e.thread);
     let o = |e: &EventId| n.object_text(e.obj);
     let s = |e: &EventId| n.site(e);
@@ -266,6 +299,63 @@ fn message(f: &RawFinding, n: &Namer<'_>) -> String {
             s(&ev[1]),
             t(&ev[2]),
             s(&ev[2])
+        ),
+        FindingKind::Chain => format!(
+            "threads {} and {} can interleave their critical sections on {} as a chain: {} at {}, {} at {}, \
+             {} at {}, {} at {} (a hand-off order the run did not take)",
+            t(&ev[0]),
+            t(&ev[1]),
+            o(&ev[0]),
+            t(&ev[0]),
+            s(&ev[0]),
+            t(&ev[1]),
+            s(&ev[1]),
+            t(&ev[2]),
+            s(&ev[2]),
+            t(&ev[3]),
+            s(&ev[3])
+        ),
+        FindingKind::EarlyExit => format!(
+            "thread {} can end before thread {}'s critical section on {} ({}): nothing joins thread {} \
+             first (a missing join, or a join of the wrong thread), so checks made before the end miss its work",
+            t(&ev[0]),
+            t(&ev[1]),
+            o(&ev[1]),
+            s(&ev[1]),
+            t(&ev[1])
+        ),
+        FindingKind::DelayedStart => format!(
+            "thread {}'s critical section on {} ({}) can run before thread {} starts: it knows nothing of \
+             thread {} (e.g. of its {} {} at {})",
+            t(&ev[0]),
+            o(&ev[0]),
+            s(&ev[0]),
+            t(&ev[1]),
+            t(&ev[1]),
+            ev[2].kind.name(),
+            o(&ev[2]),
+            s(&ev[2])
+        ),
+        FindingKind::Overtake => format!(
+            "thread {}'s critical section on {} ({}) can overtake thread {}'s {} {} ({}): nothing orders \
+             it after (a missing barrier, post or signal)",
+            t(&ev[1]),
+            o(&ev[1]),
+            s(&ev[1]),
+            t(&ev[0]),
+            ev[0].kind.name(),
+            o(&ev[0]),
+            s(&ev[0])
+        ),
+        FindingKind::FirstOfMany => format!(
+            "thread {}'s first critical section on {} ({}) can come before the first one of each of the \
+             {} other threads that took it earlier in this run (thread {} at {} was first)",
+            t(&ev[0]),
+            o(&ev[0]),
+            s(&ev[0]),
+            rank.t.saturating_sub(1),
+            t(&ev[1]),
+            s(&ev[1])
         ),
         FindingKind::Reorder => format!(
             "thread {}'s critical section on {} at {} and thread {}'s at {} can run in the other order",

@@ -39,6 +39,8 @@ pub struct SessionOptions {
     pub probes: ProbeChoice,
     /// Say which path records what, and what it cannot see.
     pub verbose: bool,
+    /// Replace an existing trace file (otherwise it is refused before anything runs).
+    pub force: bool,
 }
 
 /// Where the pthread API is recorded (`ordo record --probes`).
@@ -158,6 +160,7 @@ pub fn record_launched(
     });
     let mut record = RecordOptions::new(output, options.buffer_size, command.to_vec(), false);
     record.inputs.push(program.clone());
+    refuse_output(&mut record, options.force)?;
     // Hardware watchpoints need runtime addresses before the program starts: run a
     // position-independent program without ASLR, so its load address is known.
     let pie = watching::is_pie(&program);
@@ -268,6 +271,7 @@ pub fn record_attached(
         .clone()
         .unwrap_or_else(|| PathBuf::from(format!("pid-{pid}.ordo")));
     let mut record = RecordOptions::new(output, options.buffer_size, command, true);
+    refuse_output(&mut record, options.force)?;
     let exe = std::fs::read_link(format!("/proc/{pid}/exe"))
         .with_context(|| format!("--pid {pid}: cannot read its executable"))?;
     let libs: Vec<PathBuf> = ordo_trace::symbolize::modules_of_process(pid)
@@ -293,6 +297,15 @@ pub fn record_attached(
         summary,
         exit_code: 0,
     })
+}
+
+/// Refuses the trace path before anything is launched or attached: an existing
+/// file without `--force`, a symlink, or the recorded program itself.
+fn refuse_output(record: &mut RecordOptions, force: bool) -> Result<()> {
+    record.replace_existing = force;
+    let inputs: Vec<&Path> = record.inputs.iter().map(PathBuf::as_path).collect();
+    ordo_trace::output::check(&record.output, force, &inputs)
+        .with_context(|| format!("-o {}", record.output.display()))
 }
 
 fn start(pid: u32, record: &RecordOptions, say: &mut dyn FnMut(&str)) -> Result<Recording> {

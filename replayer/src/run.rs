@@ -211,6 +211,10 @@ impl ReplayOutcome {
     /// Human-readable summary, several lines.
     pub fn render(&self) -> String {
         let mut out = format!("ordo replay: {} ({})\n", self.verdict.name(), self.reason);
+        if self.verdict == Verdict::Error {
+            // Nothing else of the run can be trusted: one line, naming why.
+            return out;
+        }
         let evidence = self.evidence.summary();
         if !evidence.is_empty() {
             out.push_str(&format!("  evidence: {evidence}\n"));

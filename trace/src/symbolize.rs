@@ -30,6 +30,53 @@ pub struct Location {
     pub file: Option<String>,
     /// Source line.
     pub line: Option<u32>,
+    /// When the address is inside inlined code: every frame of the inline chain,
+    /// innermost first (`symbol`/`file`/`line` above are the program's own frame
+    /// among them, see [`Symbolizer::locate`]). Empty otherwise.
+    pub inline_chain: Vec<InlineFrame>,
+}
+
+/// One frame of an inline chain: the function and where in it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct InlineFrame {
+    /// Function name, demangled.
+    pub function: Option<String>,
+    /// Source file.
+    pub file: Option<String>,
+    /// Source line.
+    pub line: Option<u32>,
+}
+
+impl fmt::Display for InlineFrame {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let function = self.function.as_deref().unwrap_or("??");
+        match (&self.file, self.line) {
+            (Some(file), Some(line)) => write!(f, "{function} ({file}:{line})"),
+            (Some(file), None) => write!(f, "{function} ({file})"),
+            _ => f.write_str(function),
+        }
+    }
+}
+
+/// Whether a source path is a language runtime's or a system library's header
+/// rather than the program's own code: C++'s `std::mutex::lock` inlines
+/// `__gthread_mutex_lock` (gthr-default.h) into every caller, Rust's `Mutex::lock`
+/// its futex code, and a site should name the user's line that took the lock.
+pub fn is_library_source(file: &str) -> bool {
+    const PREFIXES: [&str; 5] = [
+        "/usr/include/",
+        "/usr/lib/gcc/",
+        "/usr/lib/llvm",
+        "/usr/src/rustc",
+        "/rustc/",
+    ];
+    const PARTS: [&str; 4] = [
+        "/.cargo/registry/",
+        "/.rustup/toolchains/",
+        "/lib/rustlib/src/",
+        "/include/c++/",
+    ];
+    PREFIXES.iter().any(|p| file.starts_with(p)) || PARTS.iter().any(|p| file.contains(p))
 }
 
 impl fmt::Display for Location {
@@ -48,6 +95,9 @@ impl fmt::Display for Location {
         }
     }
 }
+
+/// Inline chains are cut at this depth (a hostile DWARF file cannot make one long).
+const MAX_INLINE_DEPTH: usize = 64;
 
 /// The largest module file read for symbols (a trace names the files; one naming
 /// a huge or endless file must not exhaust memory).
@@ -279,15 +329,39 @@ impl Symbolizer {
             }
             if let Some(dwarf) = &l.dwarf {
                 if let Ok(mut frames) = dwarf.find_frames(probe) {
-                    if let Ok(Some(frame)) = frames.next() {
-                        if let Some(func) = frame.function.as_ref().and_then(|f| f.demangle().ok())
-                        {
-                            loc.symbol = Some(demangle(&func));
+                    let mut chain = Vec::new();
+                    while let Ok(Some(frame)) = frames.next() {
+                        chain.push(InlineFrame {
+                            function: frame
+                                .function
+                                .as_ref()
+                                .and_then(|f| f.demangle().ok())
+                                .map(|f| demangle(&f)),
+                            file: frame
+                                .location
+                                .as_ref()
+                                .and_then(|l| l.file.map(str::to_string)),
+                            line: frame.location.as_ref().and_then(|l| l.line),
+                        });
+                        if chain.len() == MAX_INLINE_DEPTH {
+                            break;
                         }
-                        if let Some(l) = frame.location {
-                            loc.file = l.file.map(str::to_string);
-                            loc.line = l.line;
+                    }
+                    // The innermost frame in the program's own code; when every
+                    // frame is library code, the innermost (as before).
+                    let own = chain
+                        .iter()
+                        .position(|f| f.file.as_deref().is_some_and(|p| !is_library_source(p)))
+                        .unwrap_or(0);
+                    if let Some(frame) = chain.get(own) {
+                        if frame.function.is_some() {
+                            loc.symbol = frame.function.clone();
                         }
+                        loc.file = frame.file.clone();
+                        loc.line = frame.line;
+                    }
+                    if chain.len() > 1 {
+                        loc.inline_chain = chain;
                     }
                 }
             }
@@ -446,6 +520,26 @@ mod tests {
             "{}",
             s.site_text(0x1010)
         );
+    }
+
+    #[test]
+    fn library_sources_are_headers_and_runtimes_not_the_program() {
+        for file in [
+            "/usr/include/x86_64-linux-gnu/c++/12/bits/gthr-default.h",
+            "/usr/include/c++/12/bits/std_mutex.h",
+            "/rustc/59807616e1fa2540724bfbac14d7976d7e4a3860/library/std/src/sys/pal/unix/futex.rs",
+            "/root/.cargo/registry/src/index.crates.io-6f17d22bba15001f/parking_lot-0.12.1/src/mutex.rs",
+            "/usr/lib/gcc/x86_64-linux-gnu/12/include/stdatomic.h",
+        ] {
+            assert!(is_library_source(file), "{file}");
+        }
+        for file in [
+            "/work/main/tests/programs/record_cxx_mutex.cpp",
+            "src/main.rs",
+            "bank.c",
+        ] {
+            assert!(!is_library_source(file), "{file}");
+        }
     }
 
     #[test]

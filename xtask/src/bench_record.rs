@@ -1182,8 +1182,7 @@ impl Bench {
         for _ in 0..10 {
             let started = Instant::now();
             let out = Command::new(&self.ordo)
-                .arg("record")
-                .arg("-o")
+                .args(["record", "--force", "-o"])
                 .arg(&trace)
                 .args(["--", "true"])
                 .output()?;

@@ -74,7 +74,7 @@ pub fn run_watch() -> Result<()> {
                 Command::new(&program)
             } else {
                 let mut c = Command::new(&ordo);
-                c.arg("record").arg("-o").arg(&*trace);
+                c.args(["record", "--force", "-o"]).arg(&*trace);
                 if label.contains("--watch-hw") {
                     c.args(["--watch-hw", "hits"]);
                 } else if label.contains("--watch") {

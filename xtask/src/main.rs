@@ -110,13 +110,12 @@ fn demo() -> Result<()> {
     compile_c(&root().join("demo/bank.c"), &program, &[])?;
     let trace = dir.join("bank.ordo");
     println!(
-        "\n== 1. record: ordo record -o {} -- {}",
+        "\n== 1. record: ordo record --force -o {} -- {}",
         trace.display(),
         program.display()
     );
     let status = Command::new(&ordo)
-        .arg("record")
-        .arg("-o")
+        .args(["record", "--force", "-o"])
         .arg(&trace)
         .arg("--")
         .arg(&program)

@@ -56,6 +56,9 @@ pub struct RecordOptions {
     pub inproc: Option<std::sync::Arc<crate::inproc::InprocMapping>>,
     /// Files the trace must never be written over (the recorded program).
     pub inputs: Vec<PathBuf>,
+    /// Whether an existing file at `output` may be replaced (`ordo record --force`).
+    /// True for traces whose path the caller chose itself (replay, hunt).
+    pub replace_existing: bool,
 }
 
 impl RecordOptions {
@@ -75,6 +78,7 @@ impl RecordOptions {
             hw_watches: Vec::new(),
             inproc: None,
             inputs: Vec::new(),
+            replace_existing: true,
         }
     }
 }
@@ -240,8 +244,9 @@ impl Recording {
             ..Default::default()
         };
         let inputs: Vec<&std::path::Path> = options.inputs.iter().map(PathBuf::as_path).collect();
-        let writer = TraceWriter::create_with(&options.output, &header, true, &inputs)
-            .with_context(|| format!("create {}", options.output.display()))?;
+        let writer =
+            TraceWriter::create_with(&options.output, &header, options.replace_existing, &inputs)
+                .with_context(|| format!("create {}", options.output.display()))?;
         let ring = probes.take_ring()?;
         let mut state = DrainState::new(pid, writer, options.output.clone())?;
         if options.attached {
