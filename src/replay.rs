@@ -90,6 +90,7 @@ pub fn run(args: ReplayArgs) -> Result<u8> {
         oracle: args.oracle.into(),
         env: Vec::new(),
     };
+    ordo_replayer::stop_replays_on_interrupt();
     let outcome = replay(&options)?;
     if args.json {
         println!("{}", outcome.to_json());

@@ -248,3 +248,112 @@ fn bad_input_gets_one_line_errors() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--timeout"));
 }
+
+/// The agent's directory of a running replay: from the program's memory map.
+fn agent_dir_of(pid: u32) -> Option<PathBuf> {
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
+    maps.lines()
+        .filter_map(|l| l.split_whitespace().nth(5))
+        .find(|p| p.ends_with("libordo_preload.so"))
+        .and_then(|p| Path::new(p).parent().map(Path::to_path_buf))
+}
+
+fn child_of(parent: u32) -> Option<u32> {
+    let children =
+        std::fs::read_to_string(format!("/proc/{parent}/task/{parent}/children")).ok()?;
+    children.split_whitespace().next()?.parse().ok()
+}
+
+#[test]
+fn sigterm_or_sigint_to_replay_kills_the_program_and_cleans_up() {
+    let dir = scratch("replay_interrupt");
+    let empty = dir.join("empty.sched");
+    std::fs::write(&empty, "").unwrap();
+    for signal in [libc::SIGTERM, libc::SIGINT] {
+        let replay = Command::new(ordo())
+            .args(["replay", "--json", "--schedule"])
+            .arg(&empty)
+            .args(["--", "sleep", "60"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let started = std::time::Instant::now();
+        let (program, agent_dir) = loop {
+            if let Some(pid) = child_of(replay.id()) {
+                if let Some(dir) = agent_dir_of(pid) {
+                    break (pid, dir);
+                }
+            }
+            assert!(started.elapsed().as_secs() < 30, "the replay never started");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        };
+        // The agent is written to a private directory.
+        let mode = std::os::unix::fs::PermissionsExt::mode(
+            &std::fs::metadata(&agent_dir).unwrap().permissions(),
+        );
+        assert_eq!(mode & 0o777, 0o700, "{}", agent_dir.display());
+        // SAFETY: signalling the replayer this test started.
+        unsafe { libc::kill(replay.id() as i32, signal) };
+        let out = replay.wait_with_output().unwrap();
+        let json: serde_json::Value =
+            serde_json::from_str(String::from_utf8_lossy(&out.stdout).lines().last().unwrap())
+                .unwrap();
+        assert_eq!(json["verdict"], "interrupted", "{json}");
+        assert_eq!(out.status.code(), Some(130), "{json}");
+        assert!(
+            !Path::new(&format!("/proc/{program}")).exists()
+                || std::fs::read_to_string(format!("/proc/{program}/stat"))
+                    .is_ok_and(|s| s.contains(") Z")),
+            "the program outlived the replay"
+        );
+        assert!(!agent_dir.exists(), "{} left behind", agent_dir.display());
+    }
+}
+
+#[test]
+fn a_killed_replayer_never_leaves_its_program_held() {
+    let program = build_program("replay_queue");
+    // Infeasible: a thread waits at a gate for an event that cannot happen; with a
+    // long --stall-ms the driver would hold it for a minute before giving up.
+    let replay = Command::new(ordo())
+        .args(["replay", "--stall-ms", "60000", "--schedule"])
+        .arg(schedule("replay_queue_infeasible"))
+        .arg("--")
+        .arg(&program)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    let pid = loop {
+        if let Some(pid) = child_of(replay.id()) {
+            if agent_dir_of(pid).is_some() {
+                break pid;
+            }
+        }
+        assert!(started.elapsed().as_secs() < 30, "the replay never started");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let mut replay = replay;
+    replay.kill().unwrap();
+    replay.wait().unwrap();
+    // Reparented, the held thread's agent sees its driver gone and opens every gate:
+    // the program runs to its end on its own.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while Path::new(&format!("/proc/{pid}")).exists() {
+        let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+            s.rsplit_once(')')
+                .is_some_and(|(_, r)| r.trim_start().starts_with('Z'))
+        });
+        if zombie {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the program is still held 20 s after its replayer was killed"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}

@@ -5,7 +5,7 @@
 
 use std::ffi::OsString;
 use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
@@ -31,6 +31,9 @@ impl AgentFile {
             .prefix("ordo-agent-")
             .tempdir()
             .context("create a directory for the preloaded agent")?;
+        // Private: only this user's programs load what is in it.
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700))
+            .context("make the agent's directory private")?;
         let path = dir.path().join("libordo_preload.so");
         let mut file = std::fs::OpenOptions::new()
             .write(true)

@@ -22,4 +22,7 @@ pub mod shm;
 
 pub use oracle::{Evidence, FailOn, Oracle};
 pub use plan::Plan;
-pub use run::{replay, Mode, OnInfeasible, ReplayOptions, ReplayOutcome, Verdict};
+pub use run::{
+    interrupted, replay, stop_replays_on_interrupt, Mode, OnInfeasible, ReplayOptions,
+    ReplayOutcome, Verdict,
+};

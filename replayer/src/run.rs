@@ -15,7 +15,7 @@ use std::os::fd::{FromRawFd, OwnedFd};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ExitStatus};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -124,6 +124,9 @@ pub enum Verdict {
     /// never happened (it exited first): the schedule was not exercised, so this
     /// is no evidence the bug is absent.
     NotExercised,
+    /// `ordo replay` (or the hunt running it) was asked to stop by SIGINT, SIGTERM
+    /// or SIGHUP: the program was killed and nothing is concluded.
+    Interrupted,
 }
 
 impl Verdict {
@@ -135,6 +138,7 @@ impl Verdict {
             Verdict::Error => "error",
             Verdict::Infeasible => "infeasible",
             Verdict::NotExercised => "not_exercised",
+            Verdict::Interrupted => "interrupted",
         }
     }
 
@@ -147,6 +151,7 @@ impl Verdict {
             Verdict::Error => 2,
             Verdict::Infeasible => 3,
             Verdict::NotExercised => 4,
+            Verdict::Interrupted => 130,
         }
     }
 }
@@ -253,6 +258,7 @@ impl ReplayOutcome {
 /// How the run ended, before the verdict.
 enum End {
     Exited(ExitStatus),
+    Interrupted(i32),
     Deadlock(String),
     Infeasible,
     Timeout,
@@ -405,7 +411,7 @@ pub fn replay(options: &ReplayOptions) -> Result<ReplayOutcome> {
         End::Timeout if held.is_empty() => Some(Ending::Hang {
             secs: options.timeout.as_secs_f64(),
         }),
-        End::Timeout | End::Infeasible => None,
+        End::Timeout | End::Infeasible | End::Interrupted(_) => None,
     };
     let judgement = ending
         .as_ref()
@@ -462,6 +468,13 @@ pub fn replay(options: &ReplayOptions) -> Result<ReplayOutcome> {
                     format!("every live thread was held at a gate or blocked; {what}"),
                 )
             }
+            (End::Interrupted(signal), _) => (
+                Verdict::Interrupted,
+                format!(
+                    "interrupted by {}; the program was killed",
+                    crate::oracle::signal_name(*signal)
+                ),
+            ),
             (End::Timeout, _) => (
                 Verdict::Infeasible,
                 format!(
@@ -522,6 +535,12 @@ fn watch(
     // Threads held when the schedule proved infeasible and the run was released.
     let mut held_at_release: Vec<String> = Vec::new();
     loop {
+        let interrupted = INTERRUPTED.load(Ordering::SeqCst);
+        if interrupted != 0 {
+            let held = held_threads(&snapshot_slots(memory), plan, memory);
+            kill(child, pid);
+            return Ok((End::Interrupted(interrupted), held));
+        }
         if let Some(status) = child.try_wait().context("wait for the program")? {
             if infeasible_seen {
                 return Ok((End::Infeasible, held_at_release));
@@ -587,6 +606,29 @@ fn watch(
         }
         std::thread::sleep(POLL);
     }
+}
+
+/// The signal that asked the replays of this process to stop (0: none).
+static INTERRUPTED: AtomicI32 = AtomicI32::new(0);
+
+/// Makes SIGINT, SIGTERM and SIGHUP end every replay running in this process with
+/// the verdict [`Verdict::Interrupted`]: its program is killed (a program held at a
+/// gate would otherwise wait forever) and its temporary files removed. For the
+/// command line (`ordo replay`, `ordo hunt`); a library user keeps its own handling.
+pub fn stop_replays_on_interrupt() {
+    extern "C" fn on_signal(signal: libc::c_int) {
+        INTERRUPTED.store(signal, Ordering::SeqCst);
+    }
+    for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+        unsafe { libc::signal(signal, on_signal as *const () as libc::sighandler_t) };
+    }
+}
+
+/// Whether [`stop_replays_on_interrupt`]'s signal arrived: a caller running many
+/// replays (a hunt) stops starting new ones.
+pub fn interrupted() -> bool {
+    INTERRUPTED.load(Ordering::SeqCst) != 0
 }
 
 fn kill(child: &mut Child, pid: u32) {

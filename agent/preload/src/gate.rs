@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering::*};
 use crate::shm::*;
 use crate::{
     die, dl_iterate_phdr, dlsym, dup2, futex, futex_wait_ns, getenv, getpid, pthread_atfork,
-    raw_syscall3, tid, unsetenv, DlPhdrInfo, FUTEX_WAIT, FUTEX_WAKE,
+    raw_syscall3, tid, unsetenv, DlPhdrInfo, FUTEX_WAKE,
 };
 
 const RTLD_DEFAULT: *mut c_void = null_mut();
@@ -190,6 +190,24 @@ fn shared() -> &'static Shared {
     unsafe { &*SHARED.load(Relaxed) }
 }
 
+/// The process that started the program (`ordo replay`): while a thread is held it
+/// checks, every [`DRIVER_CHECK_NS`], that this is still its parent.
+static DRIVER: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+
+/// How often a held thread checks that the driver is alive.
+const DRIVER_CHECK_NS: i64 = 250_000_000;
+
+const SYS_GETPPID: isize = 110;
+
+/// Whether the driver died: the program was reparented (a killed `ordo replay`
+/// cannot release its gates; a death signal would not do, since the thread that
+/// forked the program exits long before the replay ends).
+fn driver_gone() -> bool {
+    // SAFETY: getppid has no arguments and cannot fail.
+    let parent = unsafe { raw_syscall3(SYS_GETPPID, 0, 0, 0) } as i32;
+    parent != DRIVER.load(Relaxed)
+}
+
 /// Maps the replay plan (descriptor `fd`) and starts gating in this process.
 pub(crate) unsafe fn start(fd: c_int) {
     let Some(p) = crate::map_shared(fd, std::mem::size_of::<Shared>()) else {
@@ -215,6 +233,7 @@ pub(crate) unsafe fn start(fd: c_int) {
         dup2(2, 1);
     }
     SHARED.store(p as *mut Shared, Relaxed);
+    DRIVER.store(raw_syscall3(SYS_GETPPID, 0, 0, 0) as i32, Relaxed);
     let mut base = 0u64;
     dl_iterate_phdr(main_base, (&mut base as *mut u64).cast());
     sh.main_base.store(base, Relaxed);
@@ -575,7 +594,12 @@ impl Caller {
                 unsafe { futex_wait_ns(&sh.epoch, epoch, 200_000) };
             } else {
                 // SAFETY: the word lives in the shared mapping; a changed epoch returns at once.
-                unsafe { futex(&sh.epoch, FUTEX_WAIT, epoch) };
+                unsafe { futex_wait_ns(&sh.epoch, epoch, DRIVER_CHECK_NS) };
+                if driver_gone() {
+                    // Nobody will ever release this gate (`ordo replay` was killed):
+                    // open them all, so the program does not wait forever.
+                    sh.flags.fetch_or(FLAG_RELEASED, AcqRel);
+                }
             }
         }
         if held {
