@@ -1,6 +1,6 @@
 //! `ordo hunt`: find a concurrency bug and pin it as a schedule file. The hunt
 //! itself is `ordo_hunt::hunt`; this is the command line and the progress bar.
-//! Exit status: 1 a bug reproduced, 0 none, 2 an error. The programs' own output
+//! Exit status: 1 a bug reproduced, 0 none, 2 an error, 130 interrupted. The programs' own output
 //! goes to `DIR/program-output.log`.
 
 use std::fs::File;
@@ -123,6 +123,8 @@ pub fn run(args: HuntArgs) -> Result<u8> {
             None => bar.set_message(format!("{} pending  {}", s.pending, s.best)),
         }
     };
+    // Ctrl-C ends the run under way (its program killed) and the hunt with it.
+    ordo_replayer::run::stop_replays_on_interrupt();
     let outcome = hunt(&options, &mut on_status);
     bar.finish_and_clear();
     drop(redirect);
@@ -133,6 +135,9 @@ pub fn run(args: HuntArgs) -> Result<u8> {
     } else {
         write!(out, "{}", outcome.render())?;
         writeln!(out, "  programs' output: {}", log.display())?;
+    }
+    if ordo_replayer::run::interrupted() && outcome.found.is_none() {
+        return Ok(ordo_replayer::Verdict::Interrupted.exit_status());
     }
     Ok(outcome.exit_status())
 }

@@ -227,3 +227,36 @@ fn baselines_cannot_deadlock_spinning_and_handshaking_threads() {
         assert_eq!(json["runs"], 4, "{strategy}: {json}");
     }
 }
+
+#[test]
+fn an_interrupted_hunt_stops_with_exit_130() {
+    if !have_root("an_interrupted_hunt_stops_with_exit_130") {
+        return;
+    }
+    let program = build_program("hunt_spin");
+    let dir = scratch("hunt_interrupted");
+    let child = Command::new(ordo())
+        .args([
+            "hunt",
+            "--json",
+            "--strategy",
+            "pct",
+            "--budget",
+            "500",
+            "-o",
+        ])
+        .arg(&dir)
+        .arg("--")
+        .arg(&program)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("run ordo hunt");
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(130));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["stopped"], "interrupted", "{json}");
+    assert!(json["runs"].as_u64().unwrap() < 500, "{json}");
+}

@@ -378,6 +378,10 @@ impl Hunter<'_> {
             return Ok(Some(found));
         }
         loop {
+            if ordo_replayer::run::interrupted() {
+                self.stopped = "interrupted".to_string();
+                return Ok(None);
+            }
             if self.runs >= self.options.budget {
                 self.stopped = format!("budget of {} runs spent", self.options.budget);
                 return Ok(None);
@@ -551,7 +555,7 @@ impl Hunter<'_> {
             .map_err(|e| anyhow::anyhow!("{}:{e}", schedule_file.display()))?;
         let total = self.options.confirm_runs;
         let (mut done, mut reproduced) = (0, 0);
-        while done < total {
+        while done < total && !ordo_replayer::run::interrupted() {
             let n = (total - done).min(self.options.jobs.max(1) as u32);
             let template = &template;
             let verdicts: Vec<Result<Verdict>> = std::thread::scope(|scope| {
