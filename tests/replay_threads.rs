@@ -2,14 +2,15 @@
 //! thread before 1023 others, explicit names work for 1024 threads, a child's
 //! `thread_start` is held in the child (its parent goes on), a failed trylock is
 //! not held at the gate of the thread's next acquisition, and a held `cond_wait`
-//! gives its mutex back so another thread can barge in.
+//! gives its mutex back so another thread can barge in; `mutex_lock#N` names the
+//! same acquisition whether or not a condvar wait came first.
 
 mod common;
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use common::{build_program, replay_json, scratch};
+use common::{build_program, have_root, ordo, replay_json, scratch};
 
 fn schedule(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/programs/{name}.sched"))
@@ -40,6 +41,23 @@ fn star_orders_the_last_of_1024_threads_before_all_others() {
     assert_eq!((code, json["exit_code"].as_i64()), (1, Some(1)), "{json}");
     assert_followed(&json);
     assert!(started.elapsed().as_secs() < 10, "{:?}", started.elapsed());
+
+    // Passive mode checks the `*` per thread: a free run lets the threads created
+    // before thread 1024 lock first (each is a violation, named by its thread).
+    let (code, json) = replay_json(&["--check"], &schedule("replay_many"), &program);
+    assert_eq!(
+        (code, json["verdict"].as_str()),
+        (0, Some("passed")),
+        "{json}"
+    );
+    assert_eq!(json["schedule_held"], false, "{json}");
+    let violated = json["violated"].as_array().unwrap();
+    assert!(
+        violated[0].as_str().unwrap().contains(
+            ":mutex_lock(line_lock)#1 (from `1024:mutex_unlock(line_lock)#1 -> *:mutex_lock(line_lock)#1`)"
+        ),
+        "{json}"
+    );
 
     // The same for the first thread: it is excluded from its own `*`.
     let dir = scratch("star_first_thread");
@@ -93,8 +111,23 @@ fn thread_start_is_held_in_the_child_while_its_parent_goes_on() {
         );
         assert_followed(&json);
     }
-    // And the other order, for contrast: the worker reads before main publishes.
+    // The same through `*`: every thread but main starts after main's unlock.
     let dir = scratch("thread_start_child");
+    let star = write_schedule(
+        &dir,
+        "star.sched",
+        "0:mutex_unlock(setting_lock)#1 -> *:thread_start()#1\n",
+    );
+    for _ in 0..3 {
+        let (code, json) = replay_json(&[], &star, &program);
+        assert_eq!(
+            (code, json["verdict"].as_str()),
+            (1, Some("reproduced")),
+            "{json}"
+        );
+        assert_followed(&json);
+    }
+    // And the other order, for contrast: the worker reads before main publishes.
     let before = write_schedule(
         &dir,
         "before.sched",
@@ -141,5 +174,37 @@ fn a_held_cond_wait_gives_its_mutex_back() {
             "{json}"
         );
         assert_followed(&json);
+    }
+}
+
+#[test]
+fn occurrence_numbers_do_not_depend_on_condvar_waits() {
+    let program = build_program("replay_wait_numbering");
+    let dir = scratch("wait_numbering");
+    // "wait": the consumer waits before its second lock; "nowait": it does not.
+    // Counting the wait's reacquisition as a mutex_lock made `1:mutex_lock(m)#2`
+    // that reacquisition in the first case (held with the mutex: infeasible).
+    for mode in ["wait", "nowait"] {
+        for run in 0..3 {
+            let trace = dir.join(format!("{mode}{run}.ordo"));
+            let mut args = vec!["replay", "--json", "--timeout", "20"];
+            if have_root("occurrence_numbers_do_not_depend_on_condvar_waits") {
+                args.extend(["--record", trace.to_str().unwrap()]);
+            }
+            let out = std::process::Command::new(ordo())
+                .args(&args)
+                .arg("--schedule")
+                .arg(schedule("replay_wait_numbering"))
+                .arg("--")
+                .arg(&program)
+                .arg(mode)
+                .output()
+                .unwrap();
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            let json: serde_json::Value =
+                serde_json::from_str(stdout.lines().last().unwrap_or("{}")).unwrap();
+            assert_eq!(json["verdict"], "reproduced", "{mode}: {json}");
+            assert_followed(&json);
+        }
     }
 }

@@ -20,6 +20,12 @@ fn names_agree_with_the_schedule_crates_namer() {
         let t = ts[(i % 3) as usize];
         let m = 0x1000 + (i % 5) * 0x40;
         b.lock(t, m, 0x500 + i % 7);
+        if i % 5 == 1 {
+            // A condvar wait: its mutex release and reacquisition count in no
+            // mutex_* occurrence, in both namers.
+            b.wait_begin(t, 0x2800, m, 0x520);
+            b.wait_end(t, 0x2800, m, 0, 0x520);
+        }
         if i % 4 == 0 {
             b.read(t, 0x3000, 0x600);
             b.write(t, 0x3000 + (i % 2) * 8, 0x601);

@@ -24,4 +24,6 @@ pub use recording::{
     check_privileges, parse_buffer_size, RecordOptions, RecordSummary, Recording,
     DEFAULT_BUFFER_SIZE, MAX_HW_WATCHES,
 };
-pub use session::{record_attached, record_launched, ProbeChoice, SessionEnd, SessionOptions};
+pub use session::{
+    record_attached, record_launched, snapshot_after_exec, ProbeChoice, SessionEnd, SessionOptions,
+};

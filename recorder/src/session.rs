@@ -234,7 +234,7 @@ pub fn record_launched(
 /// When the program could not be held at its entry point: hands the trace its
 /// modules as soon as the dynamic loader has mapped libc (at most [`SNAPSHOT_WAIT`] after `exec`), so even a program that
 /// exits within milliseconds leaves a symbolized trace.
-fn snapshot_after_exec(recording: &Recording, pid: u32, is_static: bool) {
+pub fn snapshot_after_exec(recording: &Recording, pid: u32, is_static: bool) {
     let started = std::time::Instant::now();
     loop {
         let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();

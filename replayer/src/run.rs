@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use ordo_recorder::inproc::InprocMapping;
 use ordo_recorder::launch::{self, ChildOutput};
-use ordo_recorder::{RecordOptions, Recording};
+use ordo_recorder::{snapshot_after_exec, RecordOptions, Recording};
 use ordo_schedule::{Checker, EventNamer, Schedule};
 use ordo_trace::symbolize::Symbolizer;
 use ordo_trace::{global_order, read_trace, Kind, LogicalId, ReadMode};
@@ -341,7 +341,20 @@ pub fn replay(options: &ReplayOptions) -> Result<ReplayOutcome> {
         None => None,
     };
     let start = Instant::now();
-    let mut child = stopped.release()?;
+    let mut child = match &recording {
+        Some(recording) => {
+            // As `ordo record` does: the module map is read while the program is
+            // held at its entry point, so a replay that is over at once still
+            // leaves a symbolized trace (names in the check depend on it).
+            let (child, held) =
+                stopped.release_held_at_entry(&mut || recording.snapshot_modules())?;
+            if held == launch::EntryStop::NotHeld {
+                snapshot_after_exec(recording, pid, false);
+            }
+            child
+        }
+        None => stopped.release()?,
+    };
     let capture = capture.map(StderrTee::start);
     let (end, held) = watch(&mut child, pid, &memory, &plan, options, start, sanitized)?;
     let elapsed = start.elapsed();
@@ -383,6 +396,11 @@ pub fn replay(options: &ReplayOptions) -> Result<ReplayOutcome> {
     if let (Some(out), Some(summary)) = (&options.record, &summary) {
         let (reader, events) =
             read_trace(out, ReadMode::Salvage).map_err(|e| anyhow::anyhow!("{e}"))?;
+        if reader.modules.is_empty() {
+            warnings.push(
+                "the recording has no module map (the program's symbols are unknown): orderings on named objects cannot be checked on it".to_string(),
+            );
+        }
         let symbolizer = Symbolizer::new(&reader.modules);
         let mut namer = EventNamer::new(&reader.threads, &symbolizer);
         let ordered = global_order(events);

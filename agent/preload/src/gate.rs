@@ -540,6 +540,12 @@ impl Caller {
     /// Holds the thread until the predecessors of its next event of `kind` on `addr`
     /// have happened. Call it before the call takes effect, once per kind the call can
     /// turn out to be.
+    ///
+    /// This is the one place where a thread about to perform a synchronization event
+    /// decides whether to proceed: every wrapper calls it (a try calls it again after
+    /// backing out, a condvar wait after giving its mutex back, a new thread before
+    /// its start routine, an ending thread before its exit). A scheduling strategy
+    /// that holds threads by other rules (PCT, random walk) hooks in here.
     pub(crate) fn gate(&self, kind: u16, addr: u64, how: GateObject) {
         let sh = shared();
         self.next_gated(kind, addr, how, |index, e| self.wait_for(sh, index, e));
