@@ -105,8 +105,8 @@ pub fn run(args: DumpArgs) -> Result<u8> {
             .entry(e.addr)
             .or_insert_with(|| symbolizer.data_name(e.addr))
             .clone();
-        // Variable accesses carry the instruction's address; other events a return address.
-        let site = if e.kind.is_access() {
+        // Accesses and marks carry the instruction's address; other events a return address.
+        let site = if e.kind.site_is_instruction() {
             symbolizer
                 .locate(e.site, false)
                 .map(|l| l.to_string())

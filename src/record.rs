@@ -39,6 +39,11 @@ pub struct RecordArgs {
     /// accesses through pointers too).
     #[arg(long = "watch-hw", value_name = "SPEC")]
     pub watch_hw: Vec<String>,
+    /// Record an `at` event each time a thread reaches a program point:
+    /// `file.c:LINE`, `function` or `function+OFFSET` (repeatable; schedules name
+    /// it `T:at(function+OFFSET)#N`).
+    #[arg(long, value_name = "SPEC")]
+    pub mark: Vec<String>,
     /// Extra environment variable for the launched program (KEY=VALUE, repeatable).
     #[arg(long = "env", value_name = "KEY=VALUE", value_parser = parse_env)]
     pub env: Vec<(OsString, OsString)>,
@@ -154,6 +159,7 @@ pub fn run(args: RecordArgs) -> Result<u8> {
         buffer_size: args.buffer_size,
         watch: args.watch,
         watch_hw: args.watch_hw,
+        mark: args.mark,
         env: args.env,
         duration: args.duration,
         probes: match args.probes {

@@ -8,6 +8,7 @@ use std::time::Duration;
 use anyhow::{bail, Result};
 use clap::{Args, ValueEnum};
 use ordo_recorder::parse_buffer_size;
+use ordo_replayer::access::AccessWatches;
 use ordo_replayer::run::read_schedule;
 use ordo_replayer::{replay, Mode, OnInfeasible, ReplayOptions};
 
@@ -48,6 +49,22 @@ pub struct ReplayArgs {
     /// Ring buffer size for --record (power of two, e.g. 16M).
     #[arg(long, value_parser = parse_buffer_size, default_value = "16M")]
     pub buffer_size: usize,
+    /// A variable whose accesses the schedule orders (`read`/`write`/`rmw` events):
+    /// SYMBOL, SYMBOL+OFFSET:SIZE or 0xADDR:SIZE, as for `ordo record --watch`. The
+    /// agent arms a hardware breakpoint on each instruction that accesses it in the
+    /// threads that need it (at most 4 per thread). A variable the schedule names
+    /// needs no --watch unless its size or field matters (repeatable).
+    #[arg(long, value_name = "SPEC")]
+    pub watch: Vec<String>,
+    /// A variable also reached through pointers, as for `ordo record --watch-hw`:
+    /// its accesses are gated at the instruction sites recorded in --sites-from
+    /// (repeatable).
+    #[arg(long = "watch-hw", value_name = "SPEC")]
+    pub watch_hw: Vec<String>,
+    /// A recording of the program (with --watch-hw or --watch): the instructions its
+    /// recorded accesses were made by are armed too.
+    #[arg(long, value_name = "TRACE")]
+    pub sites_from: Option<PathBuf>,
     /// Passive mode: gate nothing, only report whether the run happened to follow the schedule.
     #[arg(long)]
     pub check: bool,
@@ -87,6 +104,11 @@ pub fn run(args: ReplayArgs) -> Result<u8> {
         record: args.record,
         buffer_size: args.buffer_size,
         stdout_to_stderr: args.json,
+        watches: AccessWatches {
+            watch: args.watch,
+            watch_hw: args.watch_hw,
+            sites_from: args.sites_from,
+        },
         oracle: args.oracle.into(),
         env: Vec::new(),
     };

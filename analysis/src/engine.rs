@@ -182,6 +182,13 @@ struct Generation {
 struct VarState {
     write: Option<Access>,
     reads: Vec<Access>,
+    /// Read-after-write races not offered yet, one per reading thread: (the write,
+    /// the thread's latest read racing with it). A thread that reads the variable
+    /// several times while the write is unordered with it (a two-field struct read
+    /// field by field) is offered once, with its last such read: holding the write
+    /// until after that read shows the reader the whole old state, while holding it
+    /// only until the first read leaves the rest of the reads racing with it.
+    read_races: Vec<(EventId, EventId)>,
 }
 
 #[derive(Clone, Copy)]
@@ -659,6 +666,8 @@ impl<'a> Engine<'a> {
             Kind::MutexLockFailed | Kind::RwlockLockFailed | Kind::SemWaitFailed => {}
             // Filtered out before the pass (lib.rs): blocking orders nothing.
             Kind::MutexBlock => {}
+            // A marked program point (`--mark`) orders nothing; it is only named.
+            Kind::At => {}
             Kind::CondWaitBegin => self.wait_begin(t, e, id),
             Kind::CondWait => self.wait_return(t, e, id),
             Kind::CondSignal | Kind::CondBroadcast => {
@@ -1405,10 +1414,23 @@ impl<'a> Engine<'a> {
         };
         let writes = id.kind != Kind::Read;
         let mut races: Vec<EventId> = Vec::new();
+        let mut offers: Vec<(EventId, EventId)> = Vec::new();
         if let Some(w) = var.write {
             if w.ev.thread != t && !(w.atomic && atomic) && !w.epoch.happens_before(&th.vc) {
-                races.push(w.ev);
+                if writes {
+                    races.push(w.ev);
+                } else {
+                    match var.read_races.iter_mut().find(|(_, r)| r.thread == t) {
+                        Some(pending) if pending.0 == w.ev => pending.1 = id,
+                        Some(pending) => offers.push(std::mem::replace(pending, (w.ev, id))),
+                        None => var.read_races.push((w.ev, id)),
+                    }
+                }
             }
+        }
+        if writes {
+            // A new write: the reads racing with the previous one are complete.
+            offers.append(&mut var.read_races);
         }
         let me = Access {
             epoch: th.epoch(),
@@ -1429,9 +1451,23 @@ impl<'a> Engine<'a> {
                 None => var.reads.push(me),
             }
         }
-        for earlier in races {
-            self.offer(FindingKind::Race, &[earlier, id], &[(&[id], earlier)], "");
+        for (write, read) in offers {
+            self.offer_race(write, read);
         }
+        for earlier in races {
+            self.offer_race(earlier, id);
+        }
+    }
+
+    /// Offers a race between an earlier access and a later one, flipped: the later
+    /// one (by its occurrence number) before the earlier.
+    fn offer_race(&mut self, earlier: EventId, later: EventId) {
+        self.offer(
+            FindingKind::Race,
+            &[earlier, later],
+            &[(&[later], earlier)],
+            "",
+        );
     }
 
     /// Offers a candidate: `events` in report order, `orderings` as (before, after).
@@ -1490,6 +1526,15 @@ impl<'a> Engine<'a> {
     /// Ends the pass: closes the lock-order graph into deadlock findings and drops
     /// barging candidates whose wait is seen re-checking its predicate in a loop.
     pub fn finish(mut self) -> PassResult {
+        let mut pending = Vec::new();
+        for o in &mut self.objects {
+            if let State::Var(var) = &mut o.state {
+                pending.append(&mut var.read_races);
+            }
+        }
+        for (write, read) in pending {
+            self.offer_race(write, read);
+        }
         let cycles = self.graph.cycles();
         for f in cycles {
             self.stats.candidates_offered += 1;

@@ -70,7 +70,7 @@ pub fn kind_slot(kind: Kind) -> usize {
         | Kind::RwlockRdlock
         | Kind::SemWait
         | Kind::BarrierArrive => 0,
-        Kind::FutexWait | Kind::Read | Kind::ThreadCreate | Kind::ThreadStart => 0,
+        Kind::FutexWait | Kind::Read | Kind::ThreadCreate | Kind::ThreadStart | Kind::At => 0,
         Kind::MutexLockFailed | Kind::CondWait | Kind::RwlockWrlock | Kind::SemWaitFailed => 1,
         Kind::BarrierWait | Kind::FutexWake | Kind::Write | Kind::ThreadJoin | Kind::ThreadExit => {
             1

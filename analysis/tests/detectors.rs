@@ -386,6 +386,40 @@ fn race_on_unsynchronized_accesses_and_none_under_a_lock() {
 }
 
 #[test]
+fn a_run_of_reads_racing_with_one_write_is_one_candidate_with_the_last_read() {
+    // A two-field struct written field by field, then read field by field by a
+    // thread unordered with the writer: holding the second write until after the
+    // second read is what shows the torn state deterministically.
+    let torn = two_threads(|b, t1, t2| {
+        b.write(t1, V, 0x500);
+        b.write(t1, V, 0x501);
+        b.read(t2, V, 0x600);
+        b.read(t2, V, 0x601);
+    });
+    let a = analyze(&torn);
+    let r = of(&a, FindingKind::Race);
+    assert_eq!(r.len(), 1, "{:#?}", a.findings);
+    assert_eq!(r[0].schedule, "2:read(@1)#2 -> 1:write(@1)#2\n");
+    // A new write in between: the reads before it and after it are two candidates.
+    let split = two_threads(|b, t1, t2| {
+        b.write(t1, V, 0x500);
+        b.read(t2, V, 0x600);
+        b.write(t1, V, 0x501);
+        b.read(t2, V, 0x601);
+    });
+    let a = analyze(&split);
+    let schedules: Vec<&str> = of(&a, FindingKind::Race)
+        .iter()
+        .map(|f| f.schedule.as_str())
+        .collect();
+    assert!(
+        schedules.contains(&"2:read(@1)#1 -> 1:write(@1)#1\n")
+            && schedules.contains(&"2:read(@1)#2 -> 1:write(@1)#2\n"),
+        "{schedules:?}"
+    );
+}
+
+#[test]
 fn atomic_read_modify_writes_do_not_race_with_each_other_but_plain_ones_do() {
     let atomic = two_threads(|b, t1, t2| {
         b.rmw(t1, V, 0x500, true);

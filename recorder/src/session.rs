@@ -31,6 +31,8 @@ pub struct SessionOptions {
     pub watch: Vec<String>,
     /// `--watch-hw` specs.
     pub watch_hw: Vec<String>,
+    /// `--mark` specs: program points recorded as `at` events.
+    pub mark: Vec<String>,
     /// Extra environment for a launched program.
     pub env: Vec<(OsString, OsString)>,
     /// When attached: stop after this long.
@@ -331,6 +333,11 @@ fn plan_watches(
     }
     record.watch_sites = watches.sites;
     record.hw_watches = watches.hw;
+    let (marks, notes) = watching::plan_marks(&options.mark, binary)?;
+    for note in &notes {
+        say(&format!("ordo: {note}"));
+    }
+    record.watch_sites.extend(marks);
     Ok(())
 }
 

@@ -70,6 +70,7 @@
 //! - Indirect jumps (switch tables) to an access are not known as jump targets, so
 //!   a neighbour probe can, rarely, miss an access reached that way.
 
+mod mark;
 mod resolve;
 pub(crate) mod sites;
 mod spec;
@@ -78,6 +79,8 @@ mod uprobe;
 #[cfg(test)]
 mod tests;
 
+pub use mark::{resolve_mark, ResolvedMark};
 pub use resolve::{resolve, ResolvedWatch, Resolver};
-pub use sites::{plan_sites, PlannedSite, ProbePoint, Relocate, WatchPlan};
+pub use sites::{access_ending_at, plan_sites, PlannedSite, ProbePoint, Relocate, WatchPlan};
 pub use spec::{WatchSpec, WatchTarget, MAX_WATCH_SIZE};
+pub use uprobe::kernel_accepts as uprobe_accepts;

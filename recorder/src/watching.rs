@@ -8,7 +8,7 @@ use anyhow::{anyhow, bail, Result};
 use ordo_probe_common::WatchSite;
 
 use crate::recording::MAX_HW_WATCHES;
-use crate::watch::{plan_sites, Resolver, WatchSpec};
+use crate::watch::{plan_sites, resolve_mark, Resolver, WatchSpec};
 
 /// Resolved watches, ready for [`crate::RecordOptions`].
 #[derive(Default, Debug)]
@@ -95,6 +95,45 @@ pub fn plan(
         setup.hw.push((resolved.vaddr + bias, resolved.size as u8));
     }
     Ok(setup)
+}
+
+/// Resolves `--mark` specs (program points) in `main_binary` into watch-probe
+/// sites that record an `at` event each time a thread reaches the instruction.
+/// Returns the sites and one note per mark.
+pub fn plan_marks(
+    marks: &[String],
+    main_binary: &Path,
+) -> Result<(Vec<(PathBuf, u64, WatchSite)>, Vec<String>)> {
+    let mut sites = Vec::new();
+    let mut notes = Vec::new();
+    for text in marks {
+        let mark = resolve_mark(text, main_binary).map_err(|e| anyhow!("--mark {e}"))?;
+        let data = std::fs::read(main_binary)?;
+        let bytes = data
+            .get(mark.file_offset as usize..)
+            .map(|b| &b[..b.len().min(16)])
+            .unwrap_or(&[]);
+        let mut decoder =
+            iced_x86::Decoder::with_ip(64, bytes, mark.vaddr, iced_x86::DecoderOptions::NONE);
+        let instr = decoder.decode();
+        if instr.is_invalid() || !crate::watch::uprobe_accepts(&instr, bytes) {
+            bail!(
+                "--mark {text}: the instruction at {} ({:#x}, `{instr}`) cannot carry a uprobe; mark the next statement",
+                mark.name,
+                mark.vaddr
+            );
+        }
+        notes.push(format!(
+            "marking {text} at {} ({:#x})",
+            mark.name, mark.vaddr
+        ));
+        sites.push((
+            main_binary.to_path_buf(),
+            mark.file_offset,
+            mark.watch_site(),
+        ));
+    }
+    Ok((sites, notes))
 }
 
 /// Whether `path` is a position-independent executable (loaded at a random base).

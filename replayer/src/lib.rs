@@ -1,7 +1,8 @@
 //! ordo's replayer: rerun a program so that a chosen partial order of its
 //! synchronization events happens, and say whether the predicted bug showed.
 //!
-//! - [`plan`]: a [`ordo_schedule::Schedule`] compiled for the agent.
+//! - [`plan`]: a [`ordo_schedule::Schedule`] compiled for the agent; [`access`]:
+//!   the instruction sites its `read`/`write`/`rmw` events arm (memory-access gates).
 //! - [`shared`]: the memfd the driver and the agent share ([`shm`] is its layout,
 //!   one file compiled into both).
 //! - the agent library comes from `ordo-agent` (built and embedded there; the
@@ -13,6 +14,7 @@
 //!
 //! `docs/REPLAY.md` explains the mechanism and why it was chosen.
 
+pub mod access;
 pub mod oracle;
 pub mod plan;
 pub mod run;

@@ -12,12 +12,6 @@ use ordo_trace::{Kind, LogicalId};
 
 use crate::shm;
 
-/// Kinds the agent cannot see: accesses to watched variables happen in plain
-/// instructions, not library calls.
-pub fn agent_can_observe(kind: Kind) -> bool {
-    !kind.is_access()
-}
-
 /// Kinds whose effect happens inside a blocking call, so the agent can only hold the
 /// thread after the call returned (with the reacquired mutex or past the barrier).
 pub fn gated_late(kind: Kind) -> bool {
@@ -65,30 +59,26 @@ pub struct Plan {
     pub threads: Vec<LogicalId>,
     /// The named symbols.
     pub symbols: Vec<PlanSymbol>,
+    /// Instruction sites of the variables access events name (and of `at` points).
+    pub sites: Vec<crate::access::AccessSite>,
+    /// Per named thread: the sites it arms (indices into `sites`).
+    pub arm: Vec<Vec<usize>>,
+    /// `at(SPEC)` objects as written → the name a recording gives the point
+    /// (`function+OFFSET`).
+    pub mark_names: Vec<(String, String)>,
 }
 
 impl Plan {
     /// Compiles `schedule` for `program` (whose symbol table resolves symbol names).
-    /// Events the agent cannot observe (variable accesses) are an error unless
-    /// `skip_unobservable`, when they are left out (a recording checks them).
-    pub fn compile(schedule: &Schedule, program: &Path, skip_unobservable: bool) -> Result<Plan> {
+    /// Access events (`read`/`write`/`rmw`) and program points (`at`) still need
+    /// their instruction sites: [`crate::access::plan_access_sites`] finds them.
+    pub fn compile(schedule: &Schedule, program: &Path) -> Result<Plan> {
         let mut named: Vec<&EventRef> = Vec::new();
         // `*` successors: (ordering index, event).
         let mut wild: Vec<(usize, &EventRef)> = Vec::new();
         let mut seen: std::collections::HashSet<&EventRef> = std::collections::HashSet::new();
         for (i, o) in schedule.orderings.iter().enumerate() {
             for e in o.before.iter().chain(std::iter::once(&o.after)) {
-                if !agent_can_observe(e.kind) {
-                    if skip_unobservable {
-                        continue;
-                    }
-                    bail!(
-                        "schedule line {}: `{e}`: {} events happen in plain instructions the replay agent cannot \
-                         hold or see; order the synchronization around them instead (or check with --check --record)",
-                        o.line,
-                        e.kind.name()
-                    );
-                }
                 if e.thread.is_others() {
                     wild.push((i, e));
                 } else if seen.insert(e) {
@@ -184,6 +174,9 @@ impl Plan {
             events,
             threads,
             symbols,
+            sites: Vec::new(),
+            arm: Vec::new(),
+            mark_names: Vec::new(),
         };
         plan.check_limits()?;
         Ok(plan)
@@ -315,6 +308,18 @@ impl Plan {
             let (first, count) = per_thread.get(&i).copied().unwrap_or((0, 0));
             t.first_event = first;
             t.event_count = count;
+            let arm = self.arm.get(i).map(Vec::as_slice).unwrap_or(&[]);
+            for (slot, site) in arm.iter().take(shm::MAX_ARMED_SITES).enumerate() {
+                t.arm[slot] = *site as u32;
+            }
+            t.n_arm = arm.len().min(shm::MAX_ARMED_SITES) as u32;
+        }
+        sh.n_sites = self.sites.len().min(shm::MAX_ACCESS_SITES) as u32;
+        for (out, s) in sh.sites.iter_mut().zip(&self.sites) {
+            out.site = shared_site(&s.site);
+            out.symbol = s.symbol as u32;
+            out.kind = s.kind as u16;
+            out.via_register = u16::from(s.via_register);
         }
     }
 
@@ -354,6 +359,28 @@ impl Plan {
     }
 }
 
+/// The same site in the shared page's copy of the probe layout (one source file,
+/// compiled into this crate twice: as `ordo_probe_common` and inside [`shm`]).
+fn shared_site(s: &ordo_probe_common::WatchSite) -> shm::probe_common::WatchSite {
+    shm::probe_common::WatchSite {
+        watch_addr: s.watch_addr,
+        disp: s.disp,
+        imm: s.imm,
+        ip: s.ip,
+        watch_len: s.watch_len,
+        base: s.base,
+        index: s.index,
+        scale: s.scale,
+        size: s.size,
+        access: s.access,
+        value_reg: s.value_reg,
+        value_is_imm: s.value_is_imm,
+        _pad: s._pad,
+        via: s.via,
+        _reserved: s._reserved,
+    }
+}
+
 /// The address of a data symbol in an ELF file, by raw or demangled name. Raw names
 /// are tried first: short C names like `m` or `x` also read as mangled C++ types.
 fn symbol_address(data: &[u8], name: &str) -> Option<u64> {
@@ -385,7 +412,7 @@ mod tests {
              1:mutex_lock(@1)#1 -> 1:mutex_lock(@1)#2\n",
         )
         .unwrap();
-        let plan = Plan::compile(&s, Path::new("/nonexistent"), false).unwrap();
+        let plan = Plan::compile(&s, Path::new("/nonexistent")).unwrap();
         assert_eq!(plan.threads.len(), 3);
         // Grouped: thread 1's events first (it is named first), then 2, then 0.
         let names: Vec<String> = plan.events.iter().map(|e| e.event.to_string()).collect();
@@ -412,7 +439,7 @@ mod tests {
              2:mutex_lock(@1)#1 -> 1:mutex_lock(@1)#2\n",
         )
         .unwrap();
-        let plan = Plan::compile(&s, Path::new("/nonexistent"), false).unwrap();
+        let plan = Plan::compile(&s, Path::new("/nonexistent")).unwrap();
         let names: Vec<String> = plan.events.iter().map(|e| e.event.to_string()).collect();
         assert_eq!(
             names,
@@ -437,7 +464,7 @@ mod tests {
             .map(|t| format!("0:mutex_unlock(m)#1 -> {t}:mutex_lock(m)#1\n{t}:mutex_unlock(m)#1 -> 0:thread_join(@{})#1\n", (t - 1) % 32 + 1))
             .collect();
         let s = Schedule::parse(&text).unwrap();
-        let plan = Plan::compile(&s, Path::new("/nonexistent"), false).unwrap();
+        let plan = Plan::compile(&s, Path::new("/nonexistent")).unwrap();
         assert_eq!(plan.threads.len(), 1025);
         let mut memory = crate::shared::SharedMemory::create().unwrap();
         plan.write_to(memory.get_mut(), false);
@@ -445,21 +472,9 @@ mod tests {
     }
 
     #[test]
-    fn rejects_what_the_agent_cannot_see() {
-        let s = Schedule::parse("1:write(flag)#1 -> 2:read(flag)#1").unwrap();
-        let err = Plan::compile(&s, Path::new("/nonexistent"), false)
-            .unwrap_err()
-            .to_string();
-        assert!(
-            err.contains("schedule line 1") && err.contains("1:write(flag)#1"),
-            "{err}"
-        );
-        assert!(Plan::compile(&s, Path::new("/nonexistent"), true)
-            .unwrap()
-            .events
-            .is_empty());
+    fn rejects_what_the_agent_cannot_track() {
         let deep = Schedule::parse("1:mutex_lock(@33)#1 -> 2:mutex_lock(@1)#1").unwrap();
-        assert!(Plan::compile(&deep, Path::new("/nonexistent"), false).is_err());
+        assert!(Plan::compile(&deep, Path::new("/nonexistent")).is_err());
     }
 }
 

@@ -22,12 +22,13 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use ordo_recorder::inproc::InprocMapping;
 use ordo_recorder::launch::{self, ChildOutput};
-use ordo_recorder::{snapshot_after_exec, RecordOptions, Recording};
+use ordo_recorder::{snapshot_after_exec, watching, RecordOptions, Recording};
 use ordo_schedule::{Checker, EventNamer, Schedule};
 use ordo_trace::symbolize::Symbolizer;
 use ordo_trace::{global_order, read_trace, Kind, LogicalId, ReadMode};
 use serde_json::json;
 
+use crate::access::{plan_access_sites, AccessWatches};
 use crate::oracle::{Ending, Evidence, Oracle};
 use crate::plan::Plan;
 use crate::shared::SharedMemory;
@@ -76,6 +77,9 @@ pub struct ReplayOptions {
     pub buffer_size: usize,
     /// Send the program's stdout to stderr (keeps stdout for a machine-readable outcome).
     pub stdout_to_stderr: bool,
+    /// Where the instruction sites of the variables access events name come from
+    /// (`--watch`, `--watch-hw`, `--sites-from`).
+    pub watches: AccessWatches,
     /// What counts as the bug showing.
     pub oracle: Oracle,
     /// Extra environment for the program and its agent (e.g. the agent's
@@ -97,6 +101,7 @@ impl ReplayOptions {
             record: None,
             buffer_size: 16 << 20,
             stdout_to_stderr: false,
+            watches: AccessWatches::default(),
             oracle: Oracle::default(),
             env: Vec::new(),
         }
@@ -186,6 +191,9 @@ pub struct ReplayOutcome {
     pub elapsed: Duration,
     /// The trace of the replay, with `--record`.
     pub trace: Option<PathBuf>,
+    /// Breakpoint traps the agent took at watched accesses (memory-access gates):
+    /// one per counted access; accesses after a thread's last named one do not trap.
+    pub access_traps: u64,
 }
 
 impl ReplayOutcome {
@@ -202,6 +210,7 @@ impl ReplayOutcome {
             "warnings": self.warnings,
             "elapsed_ms": self.elapsed.as_millis() as u64,
             "trace": self.trace.as_ref().map(|p| p.display().to_string()),
+            "access_traps": self.access_traps,
         });
         // The evidence's fields (`exit_code`, `signal`, `signal_name`, `sanitizer`,
         // `stderr_match`) sit at the top level.
@@ -284,11 +293,17 @@ pub fn replay(options: &ReplayOptions) -> Result<ReplayOutcome> {
         bail!("{}: statically linked: the replay agent can only be preloaded into dynamically linked programs", path.display());
     }
     let check_only = options.mode == Mode::Check;
-    if check_only && options.record.is_none() {
-        // Without a recording, the agent is the only observer: it must see every event.
-        Plan::compile(&options.schedule, &path, false)?;
-    }
-    let plan = Plan::compile(&options.schedule, &path, options.record.is_some())?;
+    let mut plan = Plan::compile(&options.schedule, &path)?;
+    // Access events need armed instruction sites, except in a passive check that a
+    // recording verifies.
+    let required = !(check_only && options.record.is_some());
+    let mut warnings = plan_access_sites(
+        &mut plan,
+        &options.schedule,
+        &path,
+        &options.watches,
+        required,
+    )?;
     let mut memory = SharedMemory::create()?;
     plan.write_to(memory.get_mut(), check_only);
     let agent = AgentFile::write()?;
@@ -317,6 +332,8 @@ pub fn replay(options: &ReplayOptions) -> Result<ReplayOutcome> {
     // `--record`: the replay is recorded in process by the same agent (see
     // docs/REPLAY.md, "Recording a replay"): call sites are the program's, and the
     // agent's own work (its loader calls, its gates' futexes) is never recorded.
+    // The variables and points the schedule orders are watched by eBPF, as
+    // `ordo record --watch/--mark` does.
     let mut record_options = None;
     let mut inherit = Vec::new();
     if let Some(out) = &options.record {
@@ -327,14 +344,20 @@ pub fn replay(options: &ReplayOptions) -> Result<ReplayOutcome> {
             false,
         );
         record.inputs.push(path.clone());
+        record_accesses(&mut record, &plan, &path, &options.watches)?;
         let mapping = std::sync::Arc::new(InprocMapping::create()?);
         env.push(mapping.env());
         inherit.push(mapping.raw_fd());
         record.inproc = Some(mapping);
         record_options = Some(record);
     }
+    // A hardware watch in the recording needs the program's addresses before it
+    // starts: no ASLR, as `ordo record` does.
+    let no_aslr = record_options
+        .as_ref()
+        .is_some_and(|r: &RecordOptions| !r.hw_watches.is_empty());
     let stopped =
-        launch::spawn_stopped_redirected(&options.command, &env, false, &inherit, output)?;
+        launch::spawn_stopped_redirected(&options.command, &env, no_aslr, &inherit, output)?;
     let pid = stopped.pid();
     let recording = match &record_options {
         Some(record) => Some(Recording::start(pid, record).context("record the replay")?),
@@ -374,7 +397,6 @@ pub fn replay(options: &ReplayOptions) -> Result<ReplayOutcome> {
 
     let sh = memory.get();
     let started = sh.attached.load(Ordering::Acquire);
-    let mut warnings = Vec::new();
     for s in plan.unresolved_symbols() {
         let idx = plan.symbols.iter().position(|p| p == s).unwrap_or(0);
         if sh.symbols[idx].addr.load(Ordering::Relaxed) == 0 {
@@ -404,7 +426,7 @@ pub fn replay(options: &ReplayOptions) -> Result<ReplayOutcome> {
         let symbolizer = Symbolizer::new(&reader.modules);
         let mut namer = EventNamer::new(&reader.threads, &symbolizer);
         let ordered = global_order(events);
-        report = ordo_schedule::check(&options.schedule, &ordered, &mut namer);
+        report = ordo_schedule::check(&as_recorded(&options.schedule, &plan), &ordered, &mut namer);
         verified_by_recording = true;
         if summary.dropped > 0 {
             warnings.push(format!(
@@ -534,7 +556,81 @@ pub fn replay(options: &ReplayOptions) -> Result<ReplayOutcome> {
         warnings,
         elapsed,
         trace: options.record.clone(),
+        access_traps: sh.traps.load(Ordering::Relaxed),
     })
+}
+
+/// Adds the schedule's variables to the replay's recording, so the check on the
+/// recording sees the accesses it orders: the `--watch` specs, the variables the
+/// schedule names (as `--watch`), and the `--watch-hw` specs (hardware watchpoints,
+/// at the addresses of a run without ASLR).
+fn record_accesses(
+    record: &mut RecordOptions,
+    plan: &Plan,
+    program: &Path,
+    watches: &AccessWatches,
+) -> Result<()> {
+    let mut watch = watches.watch.clone();
+    for s in &plan.symbols {
+        let named = plan
+            .events
+            .iter()
+            .any(|e| e.event.kind.is_access() && e.event.object.to_string() == s.text);
+        let hw = watches
+            .watch_hw
+            .iter()
+            .any(|h| h.split(':').next() == Some(&s.text));
+        let given = watch
+            .iter()
+            .any(|w| w.split(':').next() == Some(&s.text) || w.split(':').next() == Some(&s.name));
+        if named && !hw && !given {
+            watch.push(if s.offset == 0 {
+                s.text.clone()
+            } else {
+                format!("{}:1", s.text)
+            });
+        }
+    }
+    let libs = launch::needed_libraries(program);
+    let pie = watching::is_pie(program);
+    let main_binary = std::fs::canonicalize(program).unwrap_or(program.to_path_buf());
+    let bias = |module: &Path| -> Option<u64> {
+        (std::fs::canonicalize(module).ok()? == main_binary).then_some(if pie {
+            launch::NO_ASLR_PIE_BASE
+        } else {
+            0
+        })
+    };
+    let setup = watching::plan(&watch, &watches.watch_hw, program, &libs, &bias)
+        .context("watch the schedule's variables in the recording")?;
+    record.watch_sites = setup.sites;
+    record.hw_watches = setup.hw;
+    // The schedule's program points, recorded as `at` events.
+    let marks: Vec<String> = plan.mark_names.iter().map(|(t, _)| t.clone()).collect();
+    let (sites, _) =
+        watching::plan_marks(&marks, program).context("record the schedule's program points")?;
+    record.watch_sites.extend(sites);
+    Ok(())
+}
+
+/// The schedule with its `at(SPEC)` objects renamed as a recording names them
+/// (`function+OFFSET`), for checking it on the recording.
+fn as_recorded(schedule: &Schedule, plan: &Plan) -> Schedule {
+    let mut out = schedule.clone();
+    let rename = |e: &mut ordo_schedule::EventRef| {
+        if e.kind != Kind::At {
+            return;
+        }
+        let text = e.object.to_string();
+        if let Some((_, name)) = plan.mark_names.iter().find(|(t, _)| *t == text) {
+            e.object = ordo_schedule::ObjectRef::Symbol(name.clone());
+        }
+    };
+    for o in &mut out.orderings {
+        o.before.iter_mut().for_each(rename);
+        rename(&mut o.after);
+    }
+    out
 }
 
 /// Watches the running program until it ends or is stuck; returns how it ended and

@@ -52,6 +52,8 @@ pub enum Family {
     Thread,
     /// `thread_start`, `thread_exit`: no object.
     NoObject,
+    /// `at`: marked program points (`at(file.c:42)`, `at(function+0x1c)`).
+    Mark,
 }
 
 impl Family {
@@ -66,6 +68,7 @@ impl Family {
         Family::Var,
         Family::Thread,
         Family::NoObject,
+        Family::Mark,
     ];
 
     /// The family of a kind (the mapping is `ordo_probe_common::family::of`, shared
@@ -91,6 +94,7 @@ impl Family {
             Family::Var => "var",
             Family::Thread => "thread",
             Family::NoObject => "none",
+            Family::Mark => "mark",
         }
     }
 }

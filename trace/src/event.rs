@@ -73,6 +73,7 @@ kinds! {
     Write = k::WRITE, "write";
     Rmw = k::RMW, "rmw";
     MutexBlock = k::MUTEX_BLOCK, "mutex_block";
+    At = k::AT, "at";
 }
 
 impl Kind {
@@ -96,6 +97,7 @@ impl Kind {
                 | Kind::ThreadStart
                 | Kind::ThreadExit
                 | Kind::ThreadJoin
+                | Kind::At
         )
     }
 
@@ -115,6 +117,12 @@ impl Kind {
     /// Accesses to a watched variable.
     pub fn is_access(self) -> bool {
         matches!(self, Kind::Read | Kind::Write | Kind::Rmw)
+    }
+
+    /// Whether `site` is the address of an instruction (accesses and marked program
+    /// points) rather than a return address into the caller.
+    pub fn site_is_instruction(self) -> bool {
+        self.is_access() || self == Kind::At
     }
 
     /// Whether `result` is meaningful for this kind.

@@ -115,3 +115,79 @@ pub fn run_watch() -> Result<()> {
     }
     Ok(())
 }
+
+/// The value after `key ` on a line of `text` (`span_ns 123`).
+fn printed_number(text: &str, key: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(key)?.trim().parse().ok())
+}
+
+/// `cargo xtask bench gate`: what a memory-access gate costs in replay. A worker
+/// reads a watched variable `ITERS` times (one instruction); the program times its
+/// own loop. Side by side, median of several interleaved runs: native; `ordo replay`
+/// with an empty schedule; a schedule gating the first read only (the breakpoint is
+/// disarmed after it: the other reads run at full speed); and one naming the last
+/// read, so every read before it traps to be counted (the per-trap cost).
+pub fn run_gate() -> Result<()> {
+    const ITERS: u64 = 20_000;
+    let ordo = crate::ordo_release()?;
+    let dir = crate::root().join("target/bench");
+    std::fs::create_dir_all(&dir)?;
+    let program = dir.join("gate_bench");
+    crate::compile_c(
+        &crate::root().join("bench/programs/gate_bench.c"),
+        &program,
+        &[],
+    )?;
+    let schedules = [
+        ("native", None),
+        ("replay, empty schedule", Some(String::new())),
+        (
+            "replay, first read gated",
+            Some("0:write(level)#1 -> 1:read(level)#1\n".to_string()),
+        ),
+        (
+            "replay, every read trapped",
+            Some(format!("0:write(level)#1 -> 1:read(level)#{ITERS}\n")),
+        ),
+    ];
+    let mut spans: Vec<Vec<f64>> = vec![Vec::new(); schedules.len()];
+    for _ in 0..RUNS {
+        for (i, (label, schedule)) in schedules.iter().enumerate() {
+            let out = match schedule {
+                None => Command::new(&program).arg(ITERS.to_string()).output()?,
+                Some(text) => {
+                    let file = dir.join(format!("gate{i}.sched"));
+                    std::fs::write(&file, text)?;
+                    Command::new(&ordo)
+                        .args(["replay", "--schedule"])
+                        .arg(&file)
+                        .arg("--")
+                        .arg(&program)
+                        .arg(ITERS.to_string())
+                        .output()?
+                }
+            };
+            let text = String::from_utf8_lossy(&out.stdout);
+            let span = printed_number(&text, "span_ns")
+                .with_context(|| format!("{label}: no span printed: {text}"))?;
+            spans[i].push(span);
+        }
+    }
+    println!("bench gate: 1 worker, {ITERS} reads of a watched variable, median of {RUNS}; the program times its loop");
+    let native = median(spans[0].clone());
+    for (i, (label, _)) in schedules.iter().enumerate() {
+        let t = median(spans[i].clone());
+        let mut line = format!("  {label:<28} {:>12.3} ms", t / 1e6);
+        if i == schedules.len() - 1 {
+            line.push_str(&format!(
+                "   {:.2} us per trapped read",
+                (t - native) / 1e3 / ITERS as f64
+            ));
+        } else {
+            line.push_str(&format!("   {:.2} ns per read", t / ITERS as f64));
+        }
+        println!("{line}");
+    }
+    Ok(())
+}

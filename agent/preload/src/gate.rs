@@ -184,7 +184,7 @@ pub(crate) fn thread_asleep(tid: u32) -> bool {
     }
 }
 
-fn shared() -> &'static Shared {
+pub(crate) fn shared() -> &'static Shared {
     // SAFETY: only called while ACTIVE, after SHARED was set to a live mapping that is
     // never unmapped.
     unsafe { &*SHARED.load(Relaxed) }
@@ -349,6 +349,7 @@ pub(crate) fn thread_begin(depth: u32, path: [u32; MAX_DEPTH]) {
         c.gate(kind::THREAD_START, 0, GateObject::Any);
         c.happened(kind::THREAD_START, 0, None);
     }
+    crate::trap::arm_thread();
 }
 
 /// A thread ends (its routine returned, it called `pthread_exit`, or main returned).
@@ -358,6 +359,7 @@ pub(crate) fn thread_end() {
         return;
     }
     c.gate(kind::THREAD_EXIT, 0, GateObject::Any);
+    crate::trap::disarm_thread();
     let stamp = c.stamp_before(kind::THREAD_EXIT);
     // The exit takes effect when the kernel has finished the thread.
     c.begins(kind::THREAD_EXIT, 0, stamp);
@@ -611,6 +613,17 @@ impl Caller {
         if held {
             self.set_state(STATE_RUNNING, 0);
         }
+    }
+
+    /// Whether this thread's next event of `kind` on `addr` (a symbol) is the
+    /// occurrence some named event waits for.
+    pub(crate) fn completes_occurrence(&self, kind: u16, addr: u64) -> bool {
+        let Some(t) = self.plan() else { return false };
+        self.events(t).iter().any(|e| {
+            e.kind == kind
+                && e.count.load(Relaxed) + 1 == e.occurrence
+                && self.matches(e, None, addr, GateObject::Addr)
+        })
     }
 
     /// An order stamp taken before a call, for kinds stamped at entry.

@@ -31,6 +31,7 @@ pub mod interpose;
 pub mod record;
 pub mod shm;
 pub mod strategy;
+pub mod trap;
 
 pub use shm::probe_common;
 
@@ -158,7 +159,7 @@ fn set_errno(value: c_int) {
     unsafe { *__errno_location() = value }
 }
 
-fn tid() -> u32 {
+pub(crate) fn tid() -> u32 {
     // SAFETY: plain syscall wrapper.
     unsafe { gettid() as u32 }
 }

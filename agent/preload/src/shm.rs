@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64};
 /// "ORDO_REP".
 pub const MAGIC: u64 = 0x4f52_444f_5f52_4550;
 /// Bumped whenever the layout changes.
-pub const VERSION: u32 = 3;
+pub const VERSION: u32 = 4;
 
 /// Named events a plan can hold (`*` successors included).
 pub const MAX_EVENTS: usize = 8192;
@@ -34,7 +34,12 @@ pub const MAX_K: usize = 32;
 /// `*` successors (orderings `A -> *:KIND(OBJ)#N`) a plan can hold.
 pub const MAX_WILD: usize = 32;
 /// Object families (see `ordo_schedule::Family::ALL`, same order).
-pub const FAMILIES: usize = 9;
+pub const FAMILIES: usize = 10;
+/// Instruction sites of watched-variable accesses and program points a plan can list.
+pub const MAX_ACCESS_SITES: usize = 256;
+/// Access sites one thread can have armed at once: x86 has four debug registers
+/// per thread, and each armed site takes one (an execute breakpoint).
+pub const MAX_ARMED_SITES: usize = 4;
 /// Bytes of a symbol name, NUL included.
 pub const SYMBOL_LEN: usize = 120;
 
@@ -155,6 +160,25 @@ pub struct PlanSymbol {
     pub addr: AtomicU64,
 }
 
+/// One instruction that accesses a watched variable the schedule names (or a
+/// program point, `at(SPEC)`): the agent arms an execute breakpoint on it in the
+/// threads whose named events need it, and counts (and gates) the access before the
+/// instruction runs.
+#[repr(C)]
+pub struct PlanAccessSite {
+    /// The accessing instruction and its memory operand, with LINK-TIME addresses
+    /// of the main executable (`ip`, `watch_addr`, and `disp` of an operand without
+    /// registers): the agent adds the load bias.
+    pub site: probe_common::WatchSite,
+    /// Index into `symbols`: the variable (or point) the schedule names.
+    pub symbol: u32,
+    /// Kind code of the access (`read`, `write`, `rmw`, or `at`).
+    pub kind: u16,
+    /// Nonzero when the operand uses registers: the agent checks the effective
+    /// address against the variable before counting.
+    pub via_register: u16,
+}
+
 /// A thread the schedule names, and what the agent tracks for it.
 #[repr(C)]
 pub struct PlanThread {
@@ -168,6 +192,10 @@ pub struct PlanThread {
     pub event_count: u32,
     /// Kernel tid of the thread that has this id (agent).
     pub tid: AtomicU32,
+    /// Access sites this thread arms when it starts (indices into `sites`).
+    pub arm: [u32; MAX_ARMED_SITES],
+    /// Used entries of `arm`.
+    pub n_arm: u32,
 }
 
 /// What one program thread is doing, for the driver's stall detection. Each slot
@@ -240,6 +268,12 @@ pub struct Shared {
     pub threads: [PlanThread; MAX_PLAN_THREADS],
     /// Program threads.
     pub slots: [Slot; MAX_SLOTS],
+    /// Used entries of `sites`.
+    pub n_sites: u32,
+    /// Breakpoint traps the agent handled (counted and gated accesses).
+    pub traps: AtomicU64,
+    /// Access sites of the variables and program points the schedule names.
+    pub sites: [PlanAccessSite; MAX_ACCESS_SITES],
 }
 
 /// Environment variable carrying the shared memory's file descriptor to the agent.

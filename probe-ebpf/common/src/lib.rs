@@ -66,8 +66,11 @@ pub mod kind {
     /// blocks until the mutex is free). Not sequenced: the `MUTEX_LOCK` that follows
     /// carries the order. Shows who waits for what, e.g. in a real deadlock.
     pub const MUTEX_BLOCK: u16 = 26;
+    /// A thread reached a marked instruction (`ordo record --mark`), before it ran
+    /// (addr: the instruction). Schedules name it `at(SPEC)`.
+    pub const AT: u16 = 27;
     /// One past the largest kind.
-    pub const COUNT: u16 = 27;
+    pub const COUNT: u16 = 28;
 }
 
 /// Object families: the kinds of object events act on. Schedules number objects
@@ -93,6 +96,8 @@ pub mod family {
     pub const THREAD: u8 = 7;
     /// `thread_start`, `thread_exit`: no object.
     pub const NONE: u8 = 8;
+    /// `at`: marked program points (the object is the instruction).
+    pub const MARK: u8 = 9;
 
     /// The family of a kind code.
     pub const fn of(kind: u16) -> u8 {
@@ -107,6 +112,7 @@ pub mod family {
             k::FUTEX_WAIT | k::FUTEX_WAKE => FUTEX,
             k::READ | k::WRITE | k::RMW => VAR,
             k::THREAD_CREATE | k::THREAD_JOIN => THREAD,
+            k::AT => MARK,
             _ => NONE,
         }
     }

@@ -481,21 +481,29 @@ struct PendingVariable {
 
 /// Every DWARF variable with a static location (DW_OP_addr), path-qualified by its
 /// enclosing namespaces, types and functions.
-fn read_dwarf_variables(data: &[u8]) -> Result<Vec<Candidate>, gimli::Error> {
-    let Ok(file) = object::File::parse(data) else {
-        return Ok(Vec::new());
-    };
+/// A file's DWARF sections (empty where missing) and its byte order.
+pub(crate) fn dwarf_sections<'d>(
+    file: &object::File<'d>,
+) -> Result<(gimli::DwarfSections<Cow<'d, [u8]>>, gimli::RunTimeEndian), gimli::Error> {
     let endian = if file.is_little_endian() {
         gimli::RunTimeEndian::Little
     } else {
         gimli::RunTimeEndian::Big
     };
-    let sections = gimli::DwarfSections::load(|id| -> Result<Cow<'_, [u8]>, gimli::Error> {
+    let sections = gimli::DwarfSections::load(|id| -> Result<Cow<'d, [u8]>, gimli::Error> {
         Ok(file
             .section_by_name(id.name())
             .and_then(|s| s.uncompressed_data().ok())
             .unwrap_or(Cow::Borrowed(&[])))
     })?;
+    Ok((sections, endian))
+}
+
+fn read_dwarf_variables(data: &[u8]) -> Result<Vec<Candidate>, gimli::Error> {
+    let Ok(file) = object::File::parse(data) else {
+        return Ok(Vec::new());
+    };
+    let (sections, endian) = dwarf_sections(&file)?;
     let dwarf = sections.borrow(|section| gimli::EndianSlice::new(section, endian));
     let mut out = Vec::new();
     let mut units = dwarf.units();

@@ -676,3 +676,100 @@ fn fill_written_value(instr: &Instruction, site: &mut WatchSite) -> bool {
         _ => false,
     }
 }
+
+/// The instruction that made an access a hardware watchpoint recorded: such a
+/// watchpoint traps *after* the access, so the recorded site (`after`, a link-time
+/// address in `watch.module`) is the instruction following it. Decodes the function
+/// holding `after - 1` from its start and returns the instruction that ends at
+/// `after`, as a site whose operand the replay agent checks against the variable
+/// at run time (the access went through a pointer the static sweep could not
+/// follow). `Ok(None)` when no function covers the address or no instruction ends
+/// exactly there with a memory access.
+pub fn access_ending_at(watch: &ResolvedWatch, after: u64) -> Result<Option<PlannedSite>, String> {
+    let path = &watch.module;
+    let data = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let file = object::File::parse(data.as_slice())
+        .map_err(|e| format!("{}: not an ELF file: {e}", path.display()))?;
+    let inside = after.wrapping_sub(1);
+    let Some(function) = file
+        .symbols()
+        .chain(file.dynamic_symbols())
+        .filter(|s| s.kind() == SymbolKind::Text && s.address() <= inside)
+        .filter(|s| s.size() == 0 || inside < s.address() + s.size())
+        .max_by_key(|s| s.address())
+    else {
+        return Ok(None);
+    };
+    let start = function.address();
+    let Some((file_offset, code)) = file.sections().find_map(|section| {
+        let (offset, len) = section.file_range()?;
+        let base = section.address();
+        (section.kind() == SectionKind::Text && base <= start && after <= base + len)
+            .then(|| {
+                let from = (start - base) as usize;
+                let to = (after - base) as usize;
+                Some((
+                    offset + from as u64,
+                    data.get(offset as usize + from..offset as usize + to)?,
+                ))
+            })
+            .flatten()
+    }) else {
+        return Ok(None);
+    };
+    let mut decoder = Decoder::with_ip(64, code, start, DecoderOptions::NONE);
+    let mut factory = InstructionInfoFactory::new();
+    let mut instr = Instruction::default();
+    while decoder.can_decode() {
+        decoder.decode_out(&mut instr);
+        if instr.next_ip() != after {
+            continue;
+        }
+        let Some(memory) = factory.info(&instr).used_memory().first().copied() else {
+            return Ok(None);
+        };
+        let access = match memory.access() {
+            OpAccess::Read | OpAccess::CondRead => kind::READ,
+            OpAccess::Write | OpAccess::CondWrite => kind::WRITE,
+            OpAccess::ReadWrite | OpAccess::ReadCondWrite => kind::RMW,
+            _ => return Ok(None),
+        };
+        let atomic =
+            access == kind::RMW && (instr.has_lock_prefix() || instr.mnemonic() == Mnemonic::Xchg);
+        let fixed = matches!(
+            memory.base(),
+            Register::None | Register::RIP | Register::EIP
+        ) && memory.index() == Register::None;
+        let mut site = WatchSite {
+            watch_addr: watch.vaddr,
+            watch_len: watch.size,
+            ip: instr.ip(),
+            size: instr.memory_size().size().min(u8::MAX as usize) as u8,
+            access: access as u8,
+            value_reg: reg::NONE,
+            via: if atomic { via::ATOMIC } else { via::PLAIN },
+            base: reg::NONE,
+            index: reg::NONE,
+            scale: 1,
+            disp: memory.displacement() as i64,
+            ..WatchSite::default()
+        };
+        if !fixed {
+            site.base = gpr_number(memory.base()).unwrap_or(reg::NONE);
+            site.index = gpr_number(memory.index()).unwrap_or(reg::NONE);
+            site.scale = memory.scale() as u8;
+        }
+        let value_known = access != kind::WRITE || fill_written_value(&instr, &mut site);
+        return Ok(Some(PlannedSite {
+            file_offset: file_offset + (instr.ip() - start),
+            site,
+            access_ip: instr.ip(),
+            probe: ProbePoint::Instruction,
+            atomic,
+            value_known,
+            via_register: !fixed,
+            instruction: instr.to_string(),
+        }));
+    }
+    Ok(None)
+}

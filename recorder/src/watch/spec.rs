@@ -109,7 +109,8 @@ impl WatchSpec {
     }
 }
 
-fn parse_number(text: &str) -> Option<u64> {
+/// A decimal or `0x` hexadecimal number.
+pub(crate) fn parse_number(text: &str) -> Option<u64> {
     match text.strip_prefix("0x").or_else(|| text.strip_prefix("0X")) {
         Some(hex) => u64::from_str_radix(hex, 16).ok(),
         None => text.parse().ok(),

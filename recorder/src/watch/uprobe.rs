@@ -19,7 +19,7 @@ const BAD_OPCODES_64: &[u8] = &[
 
 /// Whether the kernel accepts a uprobe on `instr`, whose encoding is `bytes`
 /// (at least the instruction's length).
-pub(crate) fn kernel_accepts(instr: &Instruction, bytes: &[u8]) -> bool {
+pub fn kernel_accepts(instr: &Instruction, bytes: &[u8]) -> bool {
     let bytes = &bytes[..instr.len().min(bytes.len())];
     let mut at = 0;
     while let Some(&prefix) = bytes.get(at) {

@@ -1,0 +1,2 @@
+#define SAFE
+#include "memgate_lost_update.c"

@@ -1,0 +1,2 @@
+#define SAFE
+#include "memgate_use_after_free.c"
