@@ -31,12 +31,13 @@ pub struct RecordArgs {
     /// With --pid: stop recording after this many seconds (default: until Ctrl-C or exit).
     #[arg(long, requires = "pid", value_parser = parse_duration)]
     pub duration: Option<Duration>,
-    /// Record every read and write of a variable: SYMBOL, SYMBOL+OFFSET:SIZE or 0xADDR:SIZE
-    /// (instruction-site uprobes; repeatable).
+    /// Record every read and write of a variable: NAME (as `nm -C` prints it, or a Rust
+    /// path), NAME.field, NAME[2], POINTER->field, FILE.c:NAME, NAME+OFFSET:SIZE or
+    /// 0xADDR:SIZE (instruction-site uprobes; repeatable).
     #[arg(long, value_name = "SPEC")]
     pub watch: Vec<String>,
-    /// Record writes of a variable with a hardware watchpoint (at most 4; catches
-    /// accesses through pointers too).
+    /// Record reads and writes of a variable with a hardware watchpoint (at most 4;
+    /// catches accesses through pointers too; same names as --watch, without `->`).
     #[arg(long = "watch-hw", value_name = "SPEC")]
     pub watch_hw: Vec<String>,
     /// Record an `at` event each time a thread reaches a program point:

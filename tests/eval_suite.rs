@@ -131,22 +131,8 @@ fn reference_schedules_reproduce_every_bug() {
         let name = p["name"].as_str().unwrap();
         let binary = build(p);
         let schedule = eval_dir().join(p["schedule"].as_str().unwrap());
-        if name == "hundred_threads" {
-            let refused = Command::new(common::ordo())
-                .args(["replay", "--json", "--schedule"])
-                .arg(&schedule)
-                .arg("--")
-                .arg(&binary)
-                .output()
-                .unwrap();
-            let stderr = String::from_utf8_lossy(&refused.stderr);
-            if refused.status.code() == Some(2) && stderr.contains("at most 64") {
-                // Until the replayer supports more than 64 named threads (issue 10).
-                eprintln!("NOTE {name}: {}", stderr.trim());
-                continue;
-            }
-        }
-        let (_, outcome) = common::replay_json(&[], &schedule, &binary);
+        let expect = p["expect_exit"].as_i64().unwrap_or(0).to_string();
+        let (_, outcome) = common::replay_json(&["--expect-exit", &expect], &schedule, &binary);
         assert_eq!(outcome["verdict"], "reproduced", "{name}: {outcome}");
         match p["fails"].as_str().unwrap() {
             "abort" => assert_eq!(outcome["signal"], 6, "{name} did not abort: {outcome}"),

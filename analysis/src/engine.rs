@@ -18,8 +18,12 @@
 //! return of a wait that was in progress (joining only signals issued after the wait
 //! began); sem post → later successful waits; barrier arrivals of a generation → its
 //! returns; create → child start; child exit → join; futex wake that woke someone →
-//! later successful futex waits on the same word. Clocks advance only at releases
-//! (FastTrack), so an event's epoch is one number.
+//! later successful futex waits on the same word; an atomic write or read-modify-write
+//! of a watched variable → later atomic reads and read-modify-writes of it by other
+//! threads (release/acquire, as ThreadSanitizer models C++ and C11 atomics; x86 code
+//! does not say which memory order was asked for, so every atomic access counts as
+//! acquire-release). Clocks advance only at releases (FastTrack), so an event's epoch
+//! is one number.
 
 use std::rc::Rc;
 
@@ -189,6 +193,9 @@ struct VarState {
     /// until after that read shows the reader the whole old state, while holding it
     /// only until the first read leaves the rest of the reads racing with it.
     read_races: Vec<(EventId, EventId)>,
+    /// What atomic writes and read-modify-writes released (absent until the first):
+    /// atomic reads and read-modify-writes acquire it. Plain accesses never touch it.
+    released: Option<Box<VectorClock>>,
 }
 
 #[derive(Clone, Copy)]
@@ -1051,17 +1058,12 @@ impl<'a> Engine<'a> {
                 }
             }
         }
-        // Chains: a1 a2 b1 b2 recorded, each pair at one site (two loops handing
-        // off, as a producer and a consumer do; pairs at two sites are the
-        // atomicity shapes).
+        // Chains: a1 a2 b1 b2 recorded (two threads handing off, as a producer and
+        // a consumer do; a loop of two may be unrolled, so the pairs' sites may
+        // differ).
         if let [Some(b1), Some(a2), Some(a1), _] = p {
             let a = a1.acq.thread;
-            if b1.acq.thread == b
-                && a2.acq.thread == a
-                && a != b
-                && a1.acq.site == a2.acq.site
-                && b1.acq.site == cur.acq.site
-            {
+            if b1.acq.thread == b && a2.acq.thread == a && a != b {
                 if b1.unknown & 1 != 0 {
                     found |= self.offer(
                         FindingKind::Chain,
@@ -1408,11 +1410,18 @@ impl<'a> Engine<'a> {
     }
 
     fn access(&mut self, t: u32, id: EventId, atomic: bool) {
-        let th = &self.states[self.slot_of[t as usize] as usize];
+        let th = &mut self.states[self.slot_of[t as usize] as usize];
         let State::Var(var) = &mut self.objects[id.obj as usize].state else {
             return;
         };
         let writes = id.kind != Kind::Read;
+        if atomic && id.kind != Kind::Write {
+            // Acquire: the access and its acquire are one step, so what the earlier
+            // release covered happens before this access.
+            if let Some(released) = &var.released {
+                th.vc.join(released);
+            }
+        }
         let mut races: Vec<EventId> = Vec::new();
         let mut offers: Vec<(EventId, EventId)> = Vec::new();
         if let Some(w) = var.write {
@@ -1450,6 +1459,12 @@ impl<'a> Engine<'a> {
                 Some(r) => *r = me,
                 None => var.reads.push(me),
             }
+        }
+        if atomic && writes {
+            // Release: later acquirers see everything up to here; the thread's clock
+            // advances so its later events are not covered.
+            var.released.get_or_insert_with(Box::default).join(&th.vc);
+            th.vc.tick(th.slot);
         }
         for (write, read) in offers {
             self.offer_race(write, read);

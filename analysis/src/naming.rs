@@ -104,10 +104,18 @@ impl<'a> Namer<'a> {
         })
     }
 
-    /// The call site as text.
+    /// The call site as text. A variable access's site is the accessing
+    /// instruction itself, not a return address.
     pub fn site(&self, e: &EventId) -> String {
         if e.site == 0 {
             return "unknown site".to_string();
+        }
+        if e.kind.is_access() {
+            return self
+                .symbolizer
+                .locate(e.site, false)
+                .map(|l| l.to_string())
+                .unwrap_or_else(|| format!("{:#x}", e.site));
         }
         self.symbolizer.site_text(e.site)
     }

@@ -5,7 +5,7 @@
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
-use ordo_schedule::{Ordering, Schedule};
+use ordo_schedule::{EventRef, ObjectRef, Ordering, Schedule, ThreadRef};
 use ordo_trace::Kind;
 use serde_json::{json, Value};
 
@@ -154,52 +154,36 @@ fn family_of_obj(f: &RawFinding, obj: u32) -> Option<Family> {
 }
 
 /// The candidate's schedule as text, one ordering per line; `None` if an event
-/// cannot be named. An ordering whose gated event is of every other thread
-/// ([`EVERY_OTHER_THREAD`]) is written with the `*` thread,
-/// `A -> *:KIND(OBJECT)#N`; its object must be a global or static (`@K` differs
-/// from thread to thread), else `None`.
+/// cannot be named.
 pub fn schedule_text(f: &RawFinding, namer: &Namer<'_>) -> Option<String> {
-    let mut text = schedule(f, namer)?.to_string();
-    for o in f
-        .orderings
-        .iter()
-        .filter(|o| o.after.thread == EVERY_OTHER_THREAD)
-    {
-        let before = o
-            .before
-            .iter()
-            .map(|e| namer.event_ref(e).map(|r| r.to_string()))
-            .collect::<Option<Vec<_>>>()?;
-        let object = namer.symbol(o.after.obj)?;
-        let _ = writeln!(
-            text,
-            "{} -> *:{}({})#{}",
-            before.join(" && "),
-            o.after.kind.name(),
-            object,
-            o.after.occurrence
-        );
-    }
-    Some(text)
+    schedule(f, namer).map(|s| s.to_string())
 }
 
-/// The candidate as a schedule, without orderings that gate every other thread
-/// (`*`, see [`schedule_text`]); `None` if an event cannot be named.
+/// The candidate as a schedule; `None` if an event cannot be named. An ordering
+/// whose gated event is of every other thread ([`EVERY_OTHER_THREAD`]) is written
+/// with the `*` thread, `A -> *:KIND(OBJECT)#N`; its object must then be a global
+/// or static (`@K` differs from thread to thread).
 pub fn schedule(f: &RawFinding, namer: &Namer<'_>) -> Option<Schedule> {
     let mut orderings = Vec::with_capacity(f.orderings.len());
-    for o in f
-        .orderings
-        .iter()
-        .filter(|o| o.after.thread != EVERY_OTHER_THREAD)
-    {
+    for o in &f.orderings {
         let before = o
             .before
             .iter()
             .map(|e| namer.event_ref(e))
             .collect::<Option<Vec<_>>>()?;
+        let after = if o.after.thread == EVERY_OTHER_THREAD {
+            EventRef {
+                thread: ThreadRef::Others,
+                kind: o.after.kind,
+                object: ObjectRef::Symbol(namer.symbol(o.after.obj)?),
+                occurrence: o.after.occurrence,
+            }
+        } else {
+            namer.event_ref(&o.after)?
+        };
         orderings.push(Ordering {
             before,
-            after: namer.event_ref(&o.after)?,
+            after,
             line: 0,
         });
     }
@@ -378,6 +362,7 @@ impl Finding {
         json!({
             "kind": self.kind.name(),
             "class": self.kind.class(),
+            "harmful": self.kind.is_harmful(),
             "threads": self.threads,
             "objects": self.objects.iter().map(|o| json!({
                 "addr": format!("{:#x}", o.addr),

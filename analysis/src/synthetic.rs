@@ -212,6 +212,14 @@ impl TraceBuilder {
         }
     }
 
+    /// A watched access by an atomic instruction, or of a variable whose type is
+    /// atomic (`kind` is [`Kind::Read`], [`Kind::Write`] or [`Kind::Rmw`]).
+    pub fn atomic(&mut self, tid: u32, kind: Kind, var: u64, site: u64) {
+        let e = self.push(tid, kind, var, site);
+        e.size = 4;
+        e.via = Via::Atomic;
+    }
+
     /// The events so far.
     pub fn events(&self) -> &[Event] {
         &self.events

@@ -442,6 +442,66 @@ fn atomic_read_modify_writes_do_not_race_with_each_other_but_plain_ones_do() {
     assert_eq!(of(&analyze(&mixed), FindingKind::Race).len(), 2);
 }
 
+/// Release/acquire through atomics, as ThreadSanitizer models them: an atomic write
+/// or read-modify-write orders what came before it in its thread before a later
+/// atomic read or read-modify-write of the same variable in another thread.
+#[test]
+fn atomics_order_the_plain_accesses_around_them() {
+    const FLAG: u64 = 0x3100;
+    // Message passing: data written, flag published; the reader sees the flag, reads data.
+    let published = two_threads(|b, t1, t2| {
+        b.write(t1, V, 0x500);
+        b.atomic(t1, Kind::Write, FLAG, 0x501);
+        b.atomic(t2, Kind::Read, FLAG, 0x600);
+        b.read(t2, V, 0x601);
+    });
+    let a = analyze(&published);
+    assert!(of(&a, FindingKind::Race).is_empty(), "{:#?}", a.findings);
+    // The same with a plain flag: both the flag and the data race.
+    let plain = two_threads(|b, t1, t2| {
+        b.write(t1, V, 0x500);
+        b.write(t1, FLAG, 0x501);
+        b.read(t2, FLAG, 0x600);
+        b.read(t2, V, 0x601);
+    });
+    assert_eq!(of(&analyze(&plain), FindingKind::Race).len(), 2);
+    // Reading the data before the acquire is still a race (the edge is not global).
+    let early = two_threads(|b, t1, t2| {
+        b.write(t1, V, 0x500);
+        b.atomic(t1, Kind::Write, FLAG, 0x501);
+        b.read(t2, V, 0x601);
+        b.atomic(t2, Kind::Read, FLAG, 0x600);
+    });
+    assert_eq!(of(&analyze(&early), FindingKind::Race).len(), 1);
+    // What the publisher writes after its release is not covered either.
+    let late = two_threads(|b, t1, t2| {
+        b.atomic(t1, Kind::Write, FLAG, 0x501);
+        b.write(t1, V, 0x502);
+        b.atomic(t2, Kind::Read, FLAG, 0x600);
+        b.read(t2, V, 0x601);
+    });
+    assert_eq!(of(&analyze(&late), FindingKind::Race).len(), 1);
+    // A reference count: each thread uses the object, then decrements; the one that
+    // drops the count to zero frees (writes) the object after its decrement.
+    let refcount = two_threads(|b, t1, t2| {
+        b.read(t1, V, 0x500);
+        b.atomic(t1, Kind::Rmw, FLAG, 0x501);
+        b.read(t2, V, 0x600);
+        b.atomic(t2, Kind::Rmw, FLAG, 0x601);
+        b.write(t2, V, 0x602);
+    });
+    let a = analyze(&refcount);
+    assert!(of(&a, FindingKind::Race).is_empty(), "{:#?}", a.findings);
+    // Two atomic reads order nothing: a plain write before one still races.
+    let reads = two_threads(|b, t1, t2| {
+        b.write(t1, V, 0x500);
+        b.atomic(t1, Kind::Read, FLAG, 0x501);
+        b.atomic(t2, Kind::Read, FLAG, 0x600);
+        b.read(t2, V, 0x601);
+    });
+    assert_eq!(of(&analyze(&reads), FindingKind::Race).len(), 1);
+}
+
 #[test]
 fn every_synchronization_kind_orders_accesses() {
     // Each pair writes V in one thread and reads it in the other after a

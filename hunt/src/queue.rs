@@ -55,8 +55,9 @@ impl CandidateQueue {
             if schedule.is_empty() || !self.seen.insert(order_key(&schedule)) {
                 continue;
             }
-            // Among equal ranks, findings predicted to be bugs go first.
-            let class = u8::from(!f.kind.is_predicted_bug());
+            // Among equal ranks, harmful shapes (deadlock, lost wakeup, atomicity)
+            // go first, as in the analyzer's own order.
+            let class = u8::from(!f.kind.is_harmful());
             let key = (f.rank, class, self.arrivals);
             self.arrivals += 1;
             let at = self.pending.partition_point(|(k, _)| *k <= key);
@@ -141,7 +142,7 @@ mod tests {
     }
 
     #[test]
-    fn candidates_come_best_rank_first_and_predicted_bugs_first_among_equals() {
+    fn candidates_come_best_rank_first_and_harmful_shapes_first_among_equals() {
         let mut q = CandidateQueue::default();
         let c = |n: u32| format!("1:mutex_lock(m)#{n} -> 2:mutex_lock(m)#1\n");
         q.extend(

@@ -21,7 +21,7 @@ pub mod watching;
 
 pub use launch::{spawn_stopped, spawn_stopped_inheriting, spawn_stopped_with, StoppedChild};
 pub use recording::{
-    check_privileges, parse_buffer_size, RecordOptions, RecordSummary, Recording,
+    check_privileges, parse_buffer_size, HwWatch, RecordOptions, RecordSummary, Recording,
     DEFAULT_BUFFER_SIZE, MAX_HW_WATCHES,
 };
 pub use session::{

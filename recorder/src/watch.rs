@@ -5,6 +5,12 @@
 //! # Steps
 //! 1. [`WatchSpec::parse`] reads `SYMBOL`, `SYMBOL:SIZE`, `SYMBOL+OFFSET:SIZE` or
 //!    `0xADDR:SIZE` (a link-time address in the main binary); SIZE is 1 to 8 bytes.
+//!    SYMBOL is any name `nm -C` prints (anonymous namespaces, template arguments,
+//!    operators: their spaces, commas, `+`, `:` and brackets are part of the name)
+//!    or a Rust path, optionally prefixed `FILE:` (the source file that defines it)
+//!    and followed by fields through DWARF: `.member`, `[index]`, one `->member`.
+//!    [`split_offset`] is the operator-aware `NAME+OFFSET` split, for other places
+//!    that name code or data by symbol.
 //! 2. [`resolve`] (or a [`Resolver`] for several watches) finds the variable: ELF
 //!    symbols of the main binary, then of each library in order, matched by raw
 //!    name, demangled name (`prog::COUNTER`, `ns::Pool::live`), trailing path
@@ -13,8 +19,11 @@
 //!    static location are searched by their source name qualified by namespace,
 //!    type and function (`bump::calls`), which finds statics whose symbols are
 //!    stripped. The result is a [`ResolvedWatch`]: module, link-time address,
-//!    size, name. Unknown names (with close matches suggested), functions,
-//!    thread-locals, ambiguous names and sizes past the variable's end are errors.
+//!    size, name, whether its DWARF type is atomic, and for `ptr->field` the
+//!    pointer and the field's offset ([`PointerHop`]). Unknown names (with close
+//!    matches suggested), functions, thread-locals, ambiguous names (each candidate
+//!    listed with its `FILE:NAME` and mangled name) and sizes past the variable's
+//!    end are errors.
 //! 3. [`plan_sites`] decodes every executable section of that module (the
 //!    executable segments when there are no section headers) with iced-x86 and
 //!    keeps each instruction whose memory operand can reach the watched bytes:
@@ -33,7 +42,10 @@
 //!    `ordo_probe_common::WatchSite` with link-time addresses ([`Relocate`] adds
 //!    the load bias), the access kind from iced-x86's instruction info (read,
 //!    write, or read-modify-write, flagged atomic for `lock`-prefixed instructions
-//!    and `xchg`), and for plain stores the register or immediate being written.
+//!    and `xchg`, and for every access to a variable of atomic type), and for plain
+//!    stores the register or immediate being written. For `ptr->field` the sweep
+//!    tracks registers loaded from the pointer instead, and keeps accesses
+//!    `[reg + d]` that reach the field (sites relative to the register).
 //! 4. Where the uprobe goes ([`ProbePoint`]). The kernel refuses a uprobe on an
 //!    instruction with a `lock` prefix or an ES/CS/SS/DS override, or with an
 //!    opcode outside its table (and when the program is not mapped yet, it refuses
@@ -42,7 +54,11 @@
 //!    the address registers stay the same; else on the instruction after it, if
 //!    nothing else jumps there; else it is listed in [`WatchPlan::unprobeable`].
 //!    Jump targets are the direct branch and call targets seen in the sweep plus
-//!    every function symbol.
+//!    every function symbol. Atomic loads are probed on the next instruction
+//!    when it qualifies, so their place in the variable's order is after the load.
+//! 5. A hardware watchpoint's trap comes after the access: [`TrapDecoder`] finds
+//!    the instruction that ended there (decoding its function from the symbol's
+//!    start) and what it did.
 //!
 //! # Limits
 //! - Accesses through pointers whose value comes from elsewhere (a function
@@ -74,13 +90,16 @@ mod mark;
 mod resolve;
 pub(crate) mod sites;
 mod spec;
+mod trapped;
 mod uprobe;
 
 #[cfg(test)]
 mod tests;
 
 pub use mark::{resolve_mark, ResolvedMark};
+pub use resolve::PointerHop;
 pub use resolve::{resolve, ResolvedWatch, Resolver};
 pub use sites::{access_ending_at, plan_sites, PlannedSite, ProbePoint, Relocate, WatchPlan};
-pub use spec::{WatchSpec, WatchTarget, MAX_WATCH_SIZE};
+pub use spec::{split_offset, FieldStep, WatchSpec, WatchTarget, MAX_WATCH_SIZE};
+pub use trapped::{classify_access, instruction_ending_at, TrapDecoder, TrappedAccess};
 pub use uprobe::kernel_accepts as uprobe_accepts;

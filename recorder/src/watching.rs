@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{anyhow, bail, Result};
 use ordo_probe_common::WatchSite;
 
-use crate::recording::MAX_HW_WATCHES;
+use crate::recording::{HwWatch, MAX_HW_WATCHES};
 use crate::watch::{plan_sites, resolve_mark, Resolver, WatchSpec};
 
 /// Resolved watches, ready for [`crate::RecordOptions`].
@@ -15,8 +15,8 @@ use crate::watch::{plan_sites, resolve_mark, Resolver, WatchSpec};
 pub struct WatchSetup {
     /// Uprobe sites: module, file offset, site.
     pub sites: Vec<(PathBuf, u64, WatchSite)>,
-    /// Hardware watchpoints: runtime address, size.
-    pub hw: Vec<(u64, u8)>,
+    /// Hardware watchpoints at runtime addresses.
+    pub hw: Vec<HwWatch>,
     /// One line per watch for the user (what was found, how many sites).
     pub notes: Vec<String>,
 }
@@ -52,15 +52,22 @@ pub fn plan(
             ));
         }
         if plan.sites.is_empty() {
-            bail!(
-                "--watch {text}: no instruction in {} accesses {} directly (accesses through pointers need --watch-hw)",
-                resolved.module.display(),
-                resolved.name
-            );
+            match &resolved.through_pointer {
+                Some(_) => bail!(
+                    "--watch {text}: no instruction in {} loads the pointer and then accesses the field in the same straight-line code (a pointer kept in a register across calls or jumps, or passed as an argument, is not followed)",
+                    resolved.module.display()
+                ),
+                None => bail!(
+                    "--watch {text}: no instruction in {} accesses {} directly (accesses through pointers need --watch-hw, or name them as POINTER->field)",
+                    resolved.module.display(),
+                    resolved.name
+                ),
+            }
         }
         setup.notes.push(format!(
-            "watching {} ({} bytes in {}) at {} instruction sites",
+            "watching {}{} ({} bytes in {}) at {} instruction sites",
             resolved.name,
+            if resolved.atomic { ", atomic" } else { "" },
             resolved.size,
             resolved
                 .module
@@ -89,10 +96,16 @@ pub fn plan(
             anyhow!("--watch-hw {text}: the runtime address of {} in {} is not known before the program starts (watch variables of the main program, or attach with --pid)", resolved.name, resolved.module.display())
         })?;
         setup.notes.push(format!(
-            "hardware watchpoint on {} ({} bytes)",
-            resolved.name, resolved.size
+            "hardware watchpoint on {}{} ({} bytes, reads and writes)",
+            resolved.name,
+            if resolved.atomic { ", atomic" } else { "" },
+            resolved.size
         ));
-        setup.hw.push((resolved.vaddr + bias, resolved.size as u8));
+        setup.hw.push(HwWatch {
+            addr: resolved.vaddr + bias,
+            size: resolved.size as u8,
+            atomic: resolved.atomic,
+        });
     }
     Ok(setup)
 }

@@ -168,6 +168,8 @@ pub fn plan_access_sites(
             target: WatchTarget::Symbol(name.to_string()),
             offset,
             size: (offset != 0).then_some(1),
+            file: None,
+            fields: Vec::new(),
         };
         let mut resolved = resolver.resolve(&spec).map_err(|e| anyhow!("{first}{e}"))?;
         let mut hw = false;
@@ -183,6 +185,14 @@ pub fn plan_access_sites(
             bail!(
                 "{first}`{text}` is in {}: only variables of the program itself can be gated",
                 resolved.module.display()
+            );
+        }
+        if resolved.through_pointer.is_some() {
+            // Its decoded sites address the field relative to a register (each object
+            // the pointer reaches), which a breakpoint's address check cannot follow.
+            bail!(
+                "{first}`{text}` is reached through a pointer (`->`): such accesses are \
+                 gated at the sites a recording saw (--watch-hw on the object and --sites-from TRACE)"
             );
         }
         let planned = plan_sites(&resolved).map_err(|e| anyhow!("`{text}`: {e}"))?;

@@ -377,6 +377,7 @@ fn shared_site(s: &ordo_probe_common::WatchSite) -> shm::probe_common::WatchSite
         value_is_imm: s.value_is_imm,
         _pad: s._pad,
         via: s.via,
+        relative: s.relative,
         _reserved: s._reserved,
     }
 }

@@ -234,12 +234,29 @@ pub fn demangle(name: &str) -> String {
     }
     let s = addr2line::demangle_auto(name.into(), None).into_owned();
     // Drop Rust's trailing hash (`::h0123…`).
-    match s.rfind("::h") {
+    let s = match s.rfind("::h") {
         Some(i) if s.len() - i == 19 && s[i + 3..].chars().all(|c| c.is_ascii_hexdigit()) => {
             s[..i].to_string()
         }
         _ => s,
+    };
+    // A C++ name in an anonymous namespace without templates (`_ZN12_GLOBAL__N_14hitsE`)
+    // also reads as a Rust legacy name, which leaves GCC's `_GLOBAL__N_1` in it:
+    // print it as `nm -C` does.
+    if s.contains("_GLOBAL__N") {
+        return s
+            .split("::")
+            .map(|part| {
+                if part.starts_with("_GLOBAL__N") {
+                    "(anonymous namespace)"
+                } else {
+                    part
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("::");
     }
+    s
 }
 
 struct Loaded {
@@ -519,6 +536,18 @@ mod tests {
             s.site_text(0x1010).contains("fifo+0x"),
             "{}",
             s.site_text(0x1010)
+        );
+    }
+
+    #[test]
+    fn demangles_anonymous_namespaces_as_nm_does() {
+        assert_eq!(
+            demangle("_ZN12_GLOBAL__N_14hitsE"),
+            "(anonymous namespace)::hits"
+        );
+        assert_eq!(
+            demangle("_ZN2ns12_GLOBAL__N_15countE"),
+            "ns::(anonymous namespace)::count"
         );
     }
 

@@ -653,7 +653,11 @@ fn load_results(path: &Path) -> Result<BTreeMap<(String, String, u64), Value>> {
 #[derive(Default, Debug)]
 struct Cell {
     hunts: usize,
+    /// Reproduced by the strategy's own runs.
     found: usize,
+    /// Reproduced because the first recording failed by itself: the strategy never
+    /// had to act, so these seeds count neither for nor against it.
+    natural: usize,
     errors: usize,
     runs: Vec<f64>,
     seconds: Vec<f64>,
@@ -662,9 +666,13 @@ struct Cell {
 }
 
 impl Cell {
-    /// Found on most of its seeds.
+    /// Hunts that tested the strategy (no error, no natural failure first).
+    fn tried(&self) -> usize {
+        self.hunts - self.natural - self.errors
+    }
+    /// Found on most of the seeds that tested it.
     fn found(&self) -> bool {
-        self.hunts > 0 && self.found * 2 > self.hunts
+        self.tried() > 0 && self.found * 2 > self.tried()
     }
     /// Found, and its schedules reproduced the bug in at least half of the
     /// confirmation replays (a failure seen once but not pinned is not).
@@ -678,7 +686,7 @@ impl Cell {
         if self.hunts == 0 {
             return "not run".into();
         }
-        let mut s = format!("{}/{}", self.found, self.hunts);
+        let mut s = format!("{}/{}", self.found, self.tried());
         if let (Some(r), Some(t)) = (self.median_runs(), median(self.seconds.iter().copied())) {
             s.push_str(&format!(" · {r:.0} runs · {t:.1} s"));
         }
@@ -687,6 +695,9 @@ impl Cell {
                 " · confirm {}/{}",
                 self.confirm_reproduced, self.confirm_runs
             ));
+        }
+        if self.natural > 0 {
+            s.push_str(&format!(" · +{} failed unforced", self.natural));
         }
         if self.errors > 0 {
             s.push_str(&format!(" · {} errors", self.errors));
@@ -704,7 +715,10 @@ fn cells(results: &BTreeMap<(String, String, u64), Value>) -> BTreeMap<(String, 
             cell.errors += 1;
             continue;
         }
-        if v["reproduced"] == true {
+        // Run 1 is the first recording, which no strategy steers.
+        if v["reproduced"] == true && (v["runs"] == 1 || v["found_by"] == "recorded") {
+            cell.natural += 1;
+        } else if v["reproduced"] == true {
             cell.found += 1;
             cell.runs.extend(v["runs"].as_f64());
             cell.seconds
@@ -784,7 +798,9 @@ fn render_report(
          confirm reproduced/runs`. Runs count every run up to the reproducing one, the first \
          recording included; seconds are the search without the confirmation, in which the \
          hunt replays its schedule 20 times. A strategy \
-         *finds* a program when it reproduced the bug on most of the seeds run.\n\n",
+         *finds* a program when it reproduced the bug on most of the seeds that tried it: a hunt \
+         whose first recording failed by itself (`+N failed unforced`) or that errored tested \
+         nothing and is left out.\n\n",
     );
     render_totals(&mut md, &bugs, &controls, &cell);
     md.push_str("\n## Bugs\n\n| program | shape | natural failures | reference schedule |");
@@ -828,7 +844,8 @@ fn render_report(
                 " {} |",
                 cell(&p.name, s).map_or("not run".into(), |c| format!(
                     "{} reports / {} hunts",
-                    c.found, c.hunts
+                    c.found + c.natural,
+                    c.hunts
                 ))
             ));
         }
@@ -871,7 +888,7 @@ fn render_totals<'a>(
         let false_reports: usize = controls
             .iter()
             .filter_map(|p| cell(&p.name, s))
-            .map(|c| c.found)
+            .map(|c| c.found + c.natural)
             .sum();
         let control_hunts: usize = controls
             .iter()
@@ -928,7 +945,7 @@ fn render_totals<'a>(
     let false_reports: usize = controls
         .iter()
         .flat_map(|p| STRATEGIES.iter().filter_map(|s| cell(&p.name, s)))
-        .map(|c| c.found)
+        .map(|c| c.found + c.natural)
         .sum();
     let control_hunts: usize = controls
         .iter()
@@ -975,12 +992,12 @@ fn render_misses<'a>(
             None => "its reference schedule was not replayed".into(),
         };
         md.push_str(&format!(
-            "- **{}** ({}; fails by {}): found on {}/{} seeds{}. Needs: {}; {reach}.\n",
+            "- **{}** ({}; fails by {}): found on {}/{} seeds tried{}. Needs: {}; {reach}.\n",
             p.name,
             p.shape,
             p.fails,
             c.found,
-            c.hunts,
+            c.tried(),
             if c.errors > 0 {
                 format!(", {} hunts errored", c.errors)
             } else {
@@ -1093,12 +1110,14 @@ mod tests {
             program("ok", true),
         ];
         let results: BTreeMap<_, _> = [
-            outcome("a", "predict", 1, Some(1)),
+            outcome("a", "predict", 1, Some(2)),
             outcome("a", "predict", 2, Some(3)),
             outcome("a", "pct", 1, Some(20)),
             outcome("a", "pct", 2, Some(40)),
             outcome("b", "predict", 1, None),
             outcome("b", "predict", 2, None),
+            // The first recording failed by itself: no strategy was tested.
+            outcome("b", "pct", 1, Some(1)),
             outcome("ok", "predict", 1, None),
             outcome("ok", "pct", 1, Some(7)),
         ]
@@ -1125,7 +1144,7 @@ mod tests {
         );
         assert!(
             md.contains(
-                "- **b** (a shape; fails by abort): found on 0/2 seeds. Needs: an ordering"
+                "- **b** (a shape; fails by abort): found on 0/2 seeds tried. Needs: an ordering"
             ),
             "{md}"
         );

@@ -131,7 +131,18 @@ pub mod via {
     /// A watched access by an atomic instruction (lock-prefixed, or `xchg` with
     /// memory): two of them never race.
     pub const ATOMIC: u8 = 4;
+    /// Between the probes and the recorder only, never in a trace: a hardware
+    /// watchpoint trapped after an access it cannot classify (the kernel reports
+    /// the instruction after it). The recorder decodes that instruction and sets
+    /// the kind (read, write, rmw) and the via (PLAIN or ATOMIC).
+    pub const TRAP: u8 = 5;
+    /// Like [`TRAP`], for a variable whose type is atomic: every access is ATOMIC.
+    pub const TRAP_ATOMIC: u8 = 6;
 }
+
+/// In a `HW_WATCHES` value (the access size in the low byte): the variable's type
+/// is atomic.
+pub const HW_WATCH_ATOMIC: u64 = 1 << 8;
 
 /// One event, as written by the probes into the ring buffer.
 ///
@@ -411,7 +422,8 @@ pub struct WatchSite {
     pub size: u8,
     /// [`kind::READ`], [`kind::WRITE`] or [`kind::RMW`] (as u8).
     pub access: u8,
-    /// Register holding the value written, or NONE (then `imm`, or read memory).
+    /// Register holding the value written (or, for a load probed after it, the
+    /// value loaded), or NONE (then `imm`, or read memory).
     pub value_reg: u8,
     /// True when the value written is `imm`.
     pub value_is_imm: u8,
@@ -420,8 +432,12 @@ pub struct WatchSite {
     pub _pad: u8,
     /// The event's [`via`]: [`via::ATOMIC`] for atomic instructions, else PLAIN.
     pub via: u8,
+    /// Non-zero for a field reached through a pointer (`ptr->field`): the watched
+    /// bytes are at the value of register `base` plus `watch_addr` (an offset, not
+    /// relocated), wherever the pointer pointed when the access ran.
+    pub relative: u8,
     /// Explicit padding to the struct's 8-byte alignment.
-    pub _reserved: [u8; 3],
+    pub _reserved: [u8; 2],
 }
 
 #[cfg(feature = "user")]

@@ -39,8 +39,8 @@ mod programs {
     };
     use ordo_probe_common::{
         config, cookie_op, cookie_via, kind, op, outcome, reg, site_action, stash_key, sysno, via,
-        Outcome, ProbeSite, RawEvent, Stash, WatchSite, CLONE_THREAD, MAX_PROBE_SITES,
-        MAX_WATCH_SITES,
+        Outcome, ProbeSite, RawEvent, Stash, WatchSite, CLONE_THREAD, HW_WATCH_ATOMIC,
+        MAX_PROBE_SITES, MAX_WATCH_SITES,
     };
 
     /// The event stream. User space sets the real size before loading.
@@ -72,7 +72,8 @@ mod programs {
     #[map(name = "PROBE_SITES")]
     static PROBE_SITES: Array<ProbeSite> = Array::with_max_entries(MAX_PROBE_SITES, 0);
 
-    /// Hardware-watched runtime addresses → access size.
+    /// Hardware-watched runtime addresses → access size, with `HW_WATCH_ATOMIC`
+    /// for variables of atomic type.
     #[map(name = "HW_WATCHES")]
     static HW_WATCHES: HashMap<u64, u64> = HashMap::with_max_entries(8, 0);
 
@@ -566,14 +567,22 @@ mod programs {
             base.wrapping_add(index_value.wrapping_mul(site.scale as u64))
                 .wrapping_add(site.disp as u64)
         };
-        let watch = site.watch_addr.wrapping_add(bias);
+        // `ptr->field`: the watched bytes move with the pointer, whose value the
+        // base register holds here.
+        let watch = if site.relative != 0 {
+            gp_register(regs, site.base).wrapping_add(site.watch_addr)
+        } else {
+            site.watch_addr.wrapping_add(bias)
+        };
         // Confirm the access really reaches the watched bytes.
         if ea >= watch + site.watch_len as u64 || ea + site.size as u64 <= watch {
             return 0;
         }
         let value = if site.access == kind::WRITE as u8 && site.value_is_imm != 0 {
             site.imm
-        } else if site.access == kind::WRITE as u8 && site.value_reg != reg::NONE {
+        } else if site.value_reg != reg::NONE {
+            // A write's source register, or the register an atomic load (probed
+            // after it) loaded into.
             gp_register(regs, site.value_reg)
         } else {
             // Reads and read-modify-writes: the value before the instruction runs.
@@ -606,9 +615,11 @@ mod programs {
         0
     }
 
-    /// A hardware data breakpoint fired (after the write; x86 breakpoints trap after
-    /// the access). Breakpoints are per CPU and system-wide, so new threads are covered
-    /// from their first instruction; other processes are filtered out here.
+    /// A hardware data breakpoint fired (after the read or write: x86 breakpoints
+    /// trap after the access, with rip at the next instruction). Breakpoints are per
+    /// CPU and system-wide, so new threads are covered from their first instruction;
+    /// other processes are filtered out here. The kind is left to the recorder
+    /// (`via::TRAP`), which decodes the instruction that ends at rip.
     #[perf_event]
     pub fn ordo_hw_watch(ctx: PerfEventContext) -> u32 {
         if !recording_on() {
@@ -620,8 +631,14 @@ mod programs {
         // SAFETY: the perf event context is the program's own.
         let (addr, ip) = unsafe { ((*ctx.ctx).addr, (*ctx.ctx).regs.rip as u64) };
         // SAFETY: copied out immediately.
-        let Some(size) = (unsafe { HW_WATCHES.get(&addr) }).copied() else {
+        let Some(entry) = (unsafe { HW_WATCHES.get(&addr) }).copied() else {
             return 0;
+        };
+        let size = entry & 0xff;
+        let trap = if entry & HW_WATCH_ATOMIC != 0 {
+            via::TRAP_ATOMIC
+        } else {
+            via::TRAP
         };
         // Kernel-mode writes to the page (exec loading the binary, a read(2) into the
         // variable) are not the program's accesses.
@@ -641,6 +658,7 @@ mod programs {
                     value: mask(value, size as u8),
                     tid: current_tid(),
                     kind: kind::WRITE,
+                    via: trap,
                     size: size as u8,
                     ..RawEvent::default()
                 });

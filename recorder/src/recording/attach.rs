@@ -26,7 +26,7 @@ use ordo_probe_common::{
 };
 
 use super::multi_uprobe::{self, MultiUprobePrograms};
-use super::{RecordOptions, MAX_HW_WATCHES};
+use super::{HwWatch, RecordOptions, MAX_HW_WATCHES};
 use crate::probes::{self, Program};
 
 /// The compiled eBPF programs (built by build.rs).
@@ -303,9 +303,15 @@ fn attach_hw_watches(ebpf: &mut Ebpf, options: &RecordOptions) -> Result<()> {
     {
         let mut watches: aya::maps::HashMap<_, u64, u64> =
             aya::maps::HashMap::try_from(ebpf.map_mut("HW_WATCHES").context("HW_WATCHES map")?)?;
-        for (addr, size) in &options.hw_watches {
+        for watch in &options.hw_watches {
+            let value = watch.size as u64
+                | if watch.atomic {
+                    ordo_probe_common::HW_WATCH_ATOMIC
+                } else {
+                    0
+                };
             watches
-                .insert(addr, *size as u64, 0)
+                .insert(watch.addr, value, 0)
                 .context("write hardware watches")?;
         }
     }
@@ -315,7 +321,7 @@ fn attach_hw_watches(ebpf: &mut Ebpf, options: &RecordOptions) -> Result<()> {
         .context("ordo_hw_watch")?
         .try_into()?;
     prog.load().map_err(|e| load_error(e.into()))?;
-    for (addr, size) in &options.hw_watches {
+    for HwWatch { addr, size, .. } in &options.hw_watches {
         let length = match size {
             1 => PerfBreakpointLength::Len1,
             2 => PerfBreakpointLength::Len2,
@@ -331,8 +337,10 @@ fn attach_hw_watches(ebpf: &mut Ebpf, options: &RecordOptions) -> Result<()> {
         // One breakpoint per CPU, for every process: it covers threads created
         // later from their first instruction; the program keeps the target's hits.
         for &cpu in &cpus {
+            // Read or write: x86 debug registers have no read-only mode, and reads
+            // matter to races as much as writes (the recorder tells them apart).
             let config = PerfEventConfig::Breakpoint(BreakpointConfig::Data {
-                r#type: PerfBreakpointType::Write,
+                r#type: PerfBreakpointType::ReadWrite,
                 address: *addr,
                 length,
             });

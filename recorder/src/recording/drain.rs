@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Context, Result};
 use aya::maps::{MapData, RingBuf};
-use ordo_probe_common::{kind, RawEvent};
+use ordo_probe_common::{kind, via, RawEvent};
 use ordo_trace::schema::{Footer, ModuleRecord, ThreadRecord};
 use ordo_trace::symbolize::modules_of_process;
 use ordo_trace::{Event, Kind, LogicalIdAssigner, TraceWriter};
@@ -33,6 +33,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::attach::Probes;
 use super::{monotonic_ns, RecordSummary};
+use crate::watch::TrapDecoder;
 
 /// Events per chunk before it is handed to the writer.
 const CHUNK_EVENTS: usize = 65536;
@@ -174,6 +175,10 @@ pub(crate) struct DrainState {
     last_module_scan: Option<Instant>,
     by_kind: [u64; kind::COUNT as usize],
     unknown_kinds: u64,
+    /// Hardware-watchpoint traps: which instruction, what access.
+    traps: TrapDecoder,
+    /// Traps whose instruction could not be found (recorded as writes).
+    unclassified_traps: u64,
     started: Instant,
     /// How long attaching took (reported in the summary).
     pub(crate) attach_time: Duration,
@@ -201,6 +206,8 @@ impl DrainState {
             last_module_scan: None,
             by_kind: [0; kind::COUNT as usize],
             unknown_kinds: 0,
+            traps: TrapDecoder::default(),
+            unclassified_traps: 0,
             started: Instant::now(),
             attach_time: Duration::ZERO,
         })
@@ -229,11 +236,15 @@ impl DrainState {
 
     /// Takes one probe record into the current chunk.
     pub(crate) fn take(&mut self, raw: &RawEvent) {
-        let Some(event) = Event::from_raw(raw) else {
+        let Some(mut event) = Event::from_raw(raw) else {
             self.unknown_kinds += 1;
             return;
         };
-        if let Some(n) = self.by_kind.get_mut(raw.kind as usize) {
+        let mut raw_kind = raw.kind;
+        if raw.via == via::TRAP || raw.via == via::TRAP_ATOMIC {
+            raw_kind = self.classify_trap(raw, &mut event);
+        }
+        if let Some(n) = self.by_kind.get_mut(raw_kind as usize) {
             *n += 1;
         }
         if event.tid != self.last_tid {
@@ -259,6 +270,35 @@ impl DrainState {
             self.scan_modules();
         }
         self.pending.push(event);
+    }
+
+    /// A hardware watchpoint's trap: the kind, atomicity and site of the access
+    /// from the instruction that ends where the trap left the thread. Returns the
+    /// kind code.
+    fn classify_trap(&mut self, raw: &RawEvent, event: &mut Event) -> u16 {
+        let atomic_type = raw.via == via::TRAP_ATOMIC;
+        let mut found = self.traps.classify(raw.site, &self.modules);
+        if found.is_none() {
+            self.scan_modules();
+            found = self.traps.classify(raw.site, &self.modules);
+        }
+        let (code, atomic) = match found {
+            Some(access) => {
+                event.site = access.ip;
+                (access.kind, access.atomic)
+            }
+            None => {
+                self.unclassified_traps += 1;
+                (kind::WRITE, false)
+            }
+        };
+        event.kind = Kind::from_code(code).unwrap_or(Kind::Write);
+        event.via = if atomic || atomic_type {
+            ordo_trace::Via::Atomic
+        } else {
+            ordo_trace::Via::Plain
+        };
+        code
     }
 
     /// Whether the current chunk is full.
@@ -407,7 +447,14 @@ impl DrainState {
             duration: self.started.elapsed(),
             exit,
             attach_time: self.attach_time,
-            notes: Vec::new(),
+            notes: if self.unclassified_traps > 0 {
+                vec![format!(
+                    "{} hardware watchpoint hits had no decodable instruction before them (recorded as writes)",
+                    self.unclassified_traps
+                )]
+            } else {
+                Vec::new()
+            },
         })
     }
 }

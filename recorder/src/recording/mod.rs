@@ -34,6 +34,17 @@ pub(crate) use drain::DrainState;
 
 /// Default ring buffer size.
 pub const DEFAULT_BUFFER_SIZE: usize = 16 << 20;
+/// One hardware watchpoint to set.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HwWatch {
+    /// Runtime address of the watched bytes (aligned to `size`).
+    pub addr: u64,
+    /// 1, 2, 4 or 8 bytes.
+    pub size: u8,
+    /// The variable's type is atomic: every access is recorded as atomic.
+    pub atomic: bool,
+}
+
 /// What to record and where.
 #[derive(Clone, Debug)]
 pub struct RecordOptions {
@@ -48,8 +59,8 @@ pub struct RecordOptions {
     /// Instruction sites of watched variables: the module file, the instruction's
     /// file offset, and the site description with link-time addresses.
     pub watch_sites: Vec<(PathBuf, u64, WatchSite)>,
-    /// Hardware-watched runtime addresses and their sizes (1, 2, 4 or 8).
-    pub hw_watches: Vec<(u64, u8)>,
+    /// Hardware watchpoints (read or write) at runtime addresses.
+    pub hw_watches: Vec<HwWatch>,
     /// Record the pthread API in process, through the preloaded agent writing into
     /// this mapping (the launched program must have it and `ORDO_RECORD_FD`); the
     /// pthread uprobes are then not attached. `None`: everything by eBPF.

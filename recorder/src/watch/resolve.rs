@@ -10,7 +10,7 @@ use object::{
     Object, ObjectSection, ObjectSegment, ObjectSymbol, SectionKind, SegmentFlags, SymbolKind,
 };
 
-use super::spec::{WatchSpec, WatchTarget, MAX_WATCH_SIZE};
+use super::spec::{FieldStep, WatchSpec, WatchTarget, MAX_WATCH_SIZE};
 
 /// A watch located in one ELF file, in link-time terms (add the module's load
 /// bias for runtime addresses).
@@ -30,6 +30,27 @@ pub struct ResolvedWatch {
     /// Size of the whole variable in bytes (0 when unknown). Accesses through the
     /// variable's base address plus an offset or index are searched inside it.
     pub object_size: u64,
+    /// The watched bytes have an atomic type in DWARF: C11 `_Atomic`, C++
+    /// `std::atomic<T>`, `std::atomic_flag`, `std::__atomic_base<T>`, Rust
+    /// `core::sync::atomic::Atomic*`. Every access to them is atomic, plain `mov`s
+    /// included (x86 atomic loads and release stores are plain moves, so the
+    /// instruction alone cannot tell).
+    pub atomic: bool,
+    /// Set for `POINTER->field`: the watched bytes are inside whatever the global
+    /// pointer points to when the access happens. `vaddr`, `object_vaddr` and
+    /// `object_size` then describe the pointer variable, not the watched bytes.
+    pub through_pointer: Option<PointerHop>,
+}
+
+/// How `POINTER->field` reaches its bytes: the pointer's value plus an offset.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PointerHop {
+    /// Link-time address of the pointer (a global, or a field of one).
+    pub pointer_vaddr: u64,
+    /// Bytes from the pointed-to object's start to the first watched byte.
+    pub offset: u64,
+    /// Size of the pointed-to type in bytes (0 when unknown).
+    pub pointee_size: u64,
 }
 
 impl ResolvedWatch {
@@ -37,6 +58,12 @@ impl ResolvedWatch {
     /// 1, 2, 4 or 8 and the address aligned to it. Load biases are page-aligned, so
     /// link-time alignment is runtime alignment.
     pub fn check_hw_breakpoint(&self) -> Result<(), String> {
+        if self.through_pointer.is_some() {
+            return Err(format!(
+                "`{}` is reached through a pointer: a hardware watch is armed at one address before the program runs, when the pointer is not set yet; watch it with --watch (its accesses are found where the pointer is loaded), or watch the pointer itself",
+                self.name
+            ));
+        }
         if !matches!(self.size, 1 | 2 | 4 | 8) {
             return Err(format!(
                 "`{}`: a debug register watches 1, 2, 4 or 8 bytes, not {}",
@@ -81,9 +108,46 @@ struct Candidate {
     vaddr: u64,
     size: u64,
     nature: Nature,
+    /// From DWARF: the compilation unit's source file.
+    file: Option<String>,
+    /// From DWARF: the variable's type, to follow fields and tell atomics.
+    ty: Option<TypeRef>,
+    /// From DWARF: the variable's type is atomic.
+    atomic: bool,
+}
+
+/// A DWARF type: its unit (by offset in .debug_info) and its entry in the unit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct TypeRef {
+    unit: gimli::DebugInfoOffset,
+    entry: gimli::UnitOffset,
 }
 
 impl Candidate {
+    /// Whether the candidate was defined in source file `file` (a trailing part of
+    /// its path: `a.c`, `src/a.c`).
+    fn in_file(&self, file: &str) -> bool {
+        self.file.as_deref().is_some_and(|f| {
+            f == file || f.ends_with(&format!("/{file}")) || file.ends_with(&format!("/{f}"))
+        })
+    }
+
+    /// How to name this candidate alone, for ambiguity messages.
+    fn pick_hint(&self) -> String {
+        let mut hint = format!("`{}` at {:#x}", self.name, self.vaddr);
+        if let Some(file) = &self.file {
+            let short = file.rsplit('/').next().unwrap_or(file);
+            hint += &format!(" (`{short}:{}`", self.name);
+            if self.raw != self.name {
+                hint += &format!(" or `{}`", self.raw);
+            }
+            hint += ")";
+        } else if self.raw != self.name {
+            hint += &format!(" (`{}`)", self.raw);
+        }
+        hint
+    }
+
     /// How well `query` names this candidate: 0 exact, 1 by a trailing path, as
     /// `crate::path`, or without a compiler-added suffix, 2 the same inside Rust's standard library,
     /// `None` not at all.
@@ -171,6 +235,9 @@ impl Module {
                 vaddr: sym.address(),
                 size: sym.size(),
                 nature,
+                file: None,
+                ty: None,
+                atomic: false,
             });
         }
         let mut data_ranges: Vec<(u64, u64)> = file
@@ -211,6 +278,27 @@ impl Module {
         self.dwarf.as_deref().unwrap_or_default()
     }
 
+    /// `c` with what DWARF says of the variable at its address (source file, type,
+    /// atomic), when `c` is an ELF symbol.
+    fn with_dwarf_facts(&mut self, c: &Candidate) -> Candidate {
+        let mut c = c.clone();
+        if c.ty.is_none() {
+            if let Some(d) = self
+                .dwarf_candidates()
+                .iter()
+                .find(|d| d.vaddr == c.vaddr && d.nature == c.nature)
+            {
+                c.file = d.file.clone();
+                c.ty = d.ty;
+                c.atomic = d.atomic;
+                if c.size == 0 {
+                    c.size = d.size;
+                }
+            }
+        }
+        c
+    }
+
     /// The data symbol containing `vaddr`, with the offset into it.
     fn data_symbol_at(&self, vaddr: u64) -> Option<(&Candidate, u64)> {
         self.symbols
@@ -231,9 +319,12 @@ impl Module {
 }
 
 /// Matches among `candidates` at the best tier (returned too), one per address.
-fn best_matches<'c>(candidates: &'c [Candidate], query: &str) -> (u8, Vec<&'c Candidate>) {
+fn best_matches<'c>(
+    candidates: impl IntoIterator<Item = &'c Candidate>,
+    query: &str,
+) -> (u8, Vec<&'c Candidate>) {
     let mut found: Vec<(u8, &Candidate)> = candidates
-        .iter()
+        .into_iter()
         .filter_map(|c| c.match_tier(query).map(|tier| (tier, c)))
         .collect();
     // A variable and a function of the same name: the variable is what a watch means.
@@ -311,6 +402,11 @@ impl Resolver {
             Some((sym, off)) => (format!("{}+{off}", sym.name), sym.vaddr, sym.size),
             None => (format!("{addr:#x}"), addr, size as u64),
         };
+        // Bytes inside a variable of atomic type are accessed atomically.
+        let atomic = main
+            .dwarf_candidates()
+            .iter()
+            .any(|c| c.atomic && c.vaddr <= addr && addr + size as u64 <= c.vaddr + c.size.max(1));
         Ok(ResolvedWatch {
             module: main.path.clone(),
             vaddr: addr,
@@ -318,51 +414,73 @@ impl Resolver {
             name,
             object_vaddr,
             object_size,
+            atomic,
+            through_pointer: None,
         })
     }
 
     fn resolve_symbol(&mut self, query: &str, spec: &WatchSpec) -> Result<ResolvedWatch, String> {
         let mut function_in: Option<String> = None;
+        let mut in_other_files: Vec<String> = Vec::new();
         for index in 0..self.paths.len() {
             let Some(module) = self.module(index) else {
                 continue;
             };
-            // DWARF, read only when the symbols give no good answer, holds only
-            // variables: it wins over functions and over a worse match.
-            let (symbol_tier, symbol_found) = best_matches(&module.symbols, query);
-            let only_functions = symbol_found.iter().all(|c| c.nature == Nature::Function);
-            let from_dwarf = (symbol_tier > 1 || only_functions) && {
-                let (dwarf_tier, dwarf_found) = best_matches(module.dwarf_candidates(), query);
-                !dwarf_found.is_empty() && (dwarf_tier < symbol_tier || only_functions)
-            };
-            let candidates = if from_dwarf {
-                module.dwarf.as_deref().unwrap_or_default()
+            let found: Vec<Candidate> = if let Some(file) = &spec.file {
+                // Only DWARF knows which source file defined a variable.
+                let dwarf = module.dwarf_candidates();
+                let (_, all) = best_matches(dwarf, query);
+                in_other_files.extend(all.iter().filter_map(|c| c.file.clone()));
+                let (_, found) = best_matches(dwarf.iter().filter(|c| c.in_file(file)), query);
+                found.into_iter().cloned().collect()
             } else {
-                &module.symbols
+                // DWARF, read only when the symbols give no good answer, holds only
+                // variables: it wins over functions and over a worse match.
+                let (symbol_tier, symbol_found) = best_matches(&module.symbols, query);
+                let only_functions = symbol_found.iter().all(|c| c.nature == Nature::Function);
+                let from_dwarf = (symbol_tier > 1 || only_functions) && {
+                    let (dwarf_tier, dwarf_found) = best_matches(module.dwarf_candidates(), query);
+                    !dwarf_found.is_empty() && (dwarf_tier < symbol_tier || only_functions)
+                };
+                let candidates = if from_dwarf {
+                    module.dwarf.as_deref().unwrap_or_default()
+                } else {
+                    &module.symbols
+                };
+                let (_, found) = best_matches(candidates, query);
+                found.into_iter().cloned().collect()
             };
-            let (_, found) = best_matches(candidates, query);
             let Some(first) = found.first() else { continue };
             if first.nature == Nature::Function {
                 function_in.get_or_insert_with(|| module.file_name());
                 continue;
             }
+            let found: Vec<Candidate> = found.iter().map(|c| module.with_dwarf_facts(c)).collect();
             if found.len() > 1 {
-                let names: Vec<String> = found
-                    .iter()
-                    .map(|c| format!("`{}` at {:#x}", c.name, c.vaddr))
-                    .collect();
+                let names: Vec<String> = found.iter().map(Candidate::pick_hint).collect();
                 return Err(format!(
-                    "`{query}` names {} variables in {}: {}; name one in full or by address (0xADDR:SIZE)",
+                    "`{query}` names {} variables in {}: {}; pick one as FILE:NAME, by its full or mangled name, or by address (0xADDR:SIZE)",
                     found.len(),
                     module.file_name(),
                     names.join(", ")
                 ));
             }
-            let var = found[0].clone();
-            return finish_symbol(module, &var, spec);
+            return finish_symbol(module, &found[0], spec);
         }
         if let Some(file) = function_in {
             return Err(format!("`{query}` is a function in {file}, not a variable"));
+        }
+        if let (Some(file), false) = (&spec.file, in_other_files.is_empty()) {
+            in_other_files.sort();
+            in_other_files.dedup();
+            return Err(format!(
+                "no variable named `{query}` is defined in source file `{file}`; it is defined in {}",
+                in_other_files
+                    .iter()
+                    .map(|f| format!("`{f}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
         }
         Err(self.unknown_symbol_message(query))
     }
@@ -431,39 +549,382 @@ fn finish_symbol(
             .find(|c| c.vaddr == var.vaddr && c.nature == Nature::Variable)
             .map_or(0, |c| c.size)
     };
+    let mut name = var.name.clone();
+    for step in &spec.fields {
+        name += &step.to_string();
+    }
+    let part = if spec.fields.is_empty() {
+        Part {
+            offset: 0,
+            size: object_size,
+            atomic: var.atomic,
+            pointer: None,
+        }
+    } else {
+        let Some(ty) = var.ty else {
+            return Err(format!(
+                "`{}` has no DWARF type (build with -g) to follow `{}`; name the bytes as {}+OFFSET:SIZE",
+                var.name,
+                &name[var.name.len()..],
+                var.name
+            ));
+        };
+        follow_fields(&module.data, ty, &spec.fields).map_err(|e| format!("`{name}`: {e}"))?
+    };
     let size = match spec.size {
         Some(size) => size,
-        None if object_size == 0 => {
-            return Err(format!("the size of `{}` is unknown; give one: {}:SIZE", var.name, var.name))
+        None if part.size == 0 => {
+            return Err(format!("the size of `{name}` is unknown; give one: {name}:SIZE"))
         }
-        None if object_size > MAX_WATCH_SIZE as u64 => {
+        None if part.size > MAX_WATCH_SIZE as u64 => {
             return Err(format!(
-                "`{}` is {object_size} bytes but a watch covers at most {MAX_WATCH_SIZE}; name a field as {}+OFFSET:SIZE",
-                var.name, var.name
+                "`{name}` is {} bytes but a watch covers at most {MAX_WATCH_SIZE}; name a field (.field, [n]) or the bytes as {name}+OFFSET:SIZE",
+                part.size
             ))
         }
-        None => object_size as u32,
+        None => part.size as u32,
     };
-    let end = spec.offset + size as u64;
-    if object_size != 0 && end > object_size {
+    let start = part.offset + spec.offset;
+    let end = start + size as u64;
+    let limit = match &part.pointer {
+        Some((_, pointee_size)) => *pointee_size,
+        None => object_size,
+    };
+    if limit != 0 && end > limit {
         return Err(format!(
-            "bytes {}..{end} go past the end of `{}` ({object_size} bytes)",
-            spec.offset, var.name
+            "bytes {start}..{end} go past the end of `{}` ({limit} bytes)",
+            if part.pointer.is_some() {
+                "the pointed-to object"
+            } else {
+                var.name.as_str()
+            }
         ));
     }
-    let name = if spec.offset == 0 {
-        var.name.clone()
-    } else {
-        format!("{}+{}", var.name, spec.offset)
+    if spec.offset != 0 {
+        name += &format!("+{}", spec.offset);
+    }
+    let (vaddr, through_pointer) = match part.pointer {
+        Some((pointer_offset, pointee_size)) => (
+            var.vaddr + pointer_offset,
+            Some(PointerHop {
+                pointer_vaddr: var.vaddr + pointer_offset,
+                offset: start,
+                pointee_size,
+            }),
+        ),
+        None => (var.vaddr + start, None),
     };
     Ok(ResolvedWatch {
         module: module.path.clone(),
-        vaddr: var.vaddr + spec.offset,
+        vaddr,
         size,
         name,
         object_vaddr: var.vaddr,
         object_size,
+        atomic: part.atomic,
+        through_pointer,
     })
+}
+
+/// Where a field path leads inside a variable.
+struct Part {
+    /// Bytes from the variable's start (or, through a pointer, from the pointed-to
+    /// object's start) to the part.
+    offset: u64,
+    /// The part's size in bytes (0 if unknown).
+    size: u64,
+    /// The part's type is atomic.
+    atomic: bool,
+    /// For `->`: the pointer's offset in the variable and the pointed-to type's size.
+    pointer: Option<(u64, u64)>,
+}
+
+/// Follows `.member`, `[index]` and one `->member` from a variable of type `ty`.
+fn follow_fields(data: &[u8], ty: TypeRef, steps: &[FieldStep]) -> Result<Part, String> {
+    let dwarf_error = |e: gimli::Error| format!("reading DWARF: {e}");
+    with_dwarf(data, |dwarf| Ok(follow_in(dwarf, ty, steps)))
+        .map_err(dwarf_error)?
+        .ok_or_else(|| "not an ELF file".to_string())?
+}
+
+fn follow_in(
+    dwarf: &gimli::Dwarf<Reader<'_>>,
+    ty: TypeRef,
+    steps: &[FieldStep],
+) -> Result<Part, String> {
+    let dwarf_error = |e: gimli::Error| format!("reading DWARF: {e}");
+    let header = dwarf
+        .debug_info
+        .header_from_offset(ty.unit)
+        .map_err(dwarf_error)?;
+    let unit = dwarf.unit(header).map_err(dwarf_error)?;
+    let qualified = qualified_names(dwarf, &unit).map_err(dwarf_error)?;
+    let mut current = ty.entry;
+    let mut offset = 0u64;
+    let mut pointer = None;
+    for step in steps {
+        let concrete = strip_qualifiers(&unit, current);
+        let entry = unit.entry(concrete).map_err(dwarf_error)?;
+        let type_name = describe_type(&unit, &qualified, concrete);
+        match step {
+            FieldStep::Member(member) | FieldStep::Deref(member) => {
+                let holder = if let FieldStep::Deref(_) = step {
+                    if entry.tag() != gimli::DW_TAG_pointer_type {
+                        return Err(format!("`->{member}` needs a pointer, not {type_name}"));
+                    }
+                    if pointer.is_some() {
+                        return Err("only one `->` is supported".into());
+                    }
+                    let pointee = type_attr(&entry)
+                        .ok_or_else(|| format!("`->{member}`: the pointer has no pointee type"))?;
+                    let pointee = strip_qualifiers(&unit, pointee);
+                    pointer = Some((offset, type_size(&unit, pointee, 0)));
+                    offset = 0;
+                    pointee
+                } else {
+                    if entry.tag() == gimli::DW_TAG_pointer_type {
+                        return Err(format!(
+                            "`.{member}`: {type_name} is a pointer; write `->{member}`"
+                        ));
+                    }
+                    concrete
+                };
+                let (at, member_type) = find_member(dwarf, &unit, holder, member, 0)
+                    .map_err(dwarf_error)?
+                    .ok_or_else(|| {
+                        format!(
+                            "{} has no member `{member}`",
+                            describe_type(&unit, &qualified, holder)
+                        )
+                    })?;
+                offset += at;
+                current = member_type;
+            }
+            FieldStep::Index(index) => {
+                if entry.tag() != gimli::DW_TAG_array_type {
+                    return Err(format!("`[{index}]` needs an array, not {type_name}"));
+                }
+                let element = type_attr(&entry)
+                    .ok_or_else(|| format!("`[{index}]`: the array has no element type"))?;
+                let total = type_size(&unit, concrete, 0);
+                let count = first_dimension(&unit, concrete);
+                let stride = match count {
+                    Some(n) if n > 0 && total > 0 => total / n,
+                    _ => type_size(&unit, element, 0),
+                };
+                if let Some(n) = count {
+                    if *index >= n {
+                        return Err(format!("index {index} is past the end of an array of {n}"));
+                    }
+                }
+                offset += index * stride;
+                // A multi-dimensional array's element is the rest of the array: not
+                // modelled, the element type is the innermost one.
+                current = element;
+            }
+        }
+    }
+    Ok(Part {
+        offset,
+        size: type_size(&unit, current, 0),
+        atomic: is_atomic_type(&unit, current, &qualified, 0),
+        pointer,
+    })
+}
+
+fn type_attr(
+    entry: &gimli::DebuggingInformationEntry<'_, '_, Reader<'_>>,
+) -> Option<gimli::UnitOffset> {
+    match entry.attr_value(gimli::DW_AT_type) {
+        Ok(Some(gimli::AttributeValue::UnitRef(offset))) => Some(offset),
+        _ => None,
+    }
+}
+
+/// Through typedefs and const/volatile/restrict/_Atomic qualifiers to the type itself.
+fn strip_qualifiers(
+    unit: &gimli::Unit<Reader<'_>>,
+    mut offset: gimli::UnitOffset,
+) -> gimli::UnitOffset {
+    for _ in 0..16 {
+        let Ok(entry) = unit.entry(offset) else {
+            break;
+        };
+        let qualifier = matches!(
+            entry.tag(),
+            gimli::DW_TAG_typedef
+                | gimli::DW_TAG_const_type
+                | gimli::DW_TAG_volatile_type
+                | gimli::DW_TAG_restrict_type
+                | gimli::DW_TAG_atomic_type
+        );
+        match (qualifier, type_attr(&entry)) {
+            (true, Some(inner)) => offset = inner,
+            _ => break,
+        }
+    }
+    offset
+}
+
+/// A type for messages: `struct Node`, `int`, `a pointer`.
+fn describe_type(
+    unit: &gimli::Unit<Reader<'_>>,
+    qualified: &HashMap<gimli::UnitOffset, String>,
+    offset: gimli::UnitOffset,
+) -> String {
+    let Ok(entry) = unit.entry(offset) else {
+        return "an unknown type".into();
+    };
+    let what = match entry.tag() {
+        gimli::DW_TAG_structure_type => "struct",
+        gimli::DW_TAG_class_type => "class",
+        gimli::DW_TAG_union_type => "union",
+        gimli::DW_TAG_pointer_type => return "a pointer".into(),
+        gimli::DW_TAG_array_type => return "an array".into(),
+        gimli::DW_TAG_base_type => "type",
+        _ => "type",
+    };
+    match qualified.get(&offset) {
+        Some(name) => format!("{what} `{name}`"),
+        None => format!("an unnamed {what}"),
+    }
+}
+
+/// The member `name` of a struct, class or union: its offset and type. Looks into
+/// anonymous structs and unions and into base classes.
+fn find_member(
+    dwarf: &gimli::Dwarf<Reader<'_>>,
+    unit: &gimli::Unit<Reader<'_>>,
+    holder: gimli::UnitOffset,
+    name: &str,
+    depth: u32,
+) -> Result<Option<(u64, gimli::UnitOffset)>, gimli::Error> {
+    if depth > 8 {
+        return Ok(None);
+    }
+    let mut tree = unit.entries_tree(Some(holder))?;
+    let root = tree.root()?;
+    let mut children = root.children();
+    let mut nested = Vec::new();
+    while let Some(child) = children.next()? {
+        let entry = child.entry();
+        let tag = entry.tag();
+        if tag != gimli::DW_TAG_member && tag != gimli::DW_TAG_inheritance {
+            continue;
+        }
+        let location = match entry.attr_value(gimli::DW_AT_data_member_location)? {
+            Some(value) => value.udata_value().unwrap_or(0),
+            None => 0,
+        };
+        let member_name = entry
+            .attr_value(gimli::DW_AT_name)?
+            .and_then(|v| dwarf.attr_string(unit, v).ok())
+            .map(|s| s.to_string_lossy().into_owned());
+        let Some(ty) = type_attr(entry) else { continue };
+        match member_name {
+            Some(n) if n == name && tag == gimli::DW_TAG_member => {
+                if entry.attr_value(gimli::DW_AT_bit_size)?.is_some() {
+                    // A bit-field has no byte address of its own.
+                    return Ok(None);
+                }
+                return Ok(Some((location, ty)));
+            }
+            // Anonymous members and base classes: look inside them afterwards.
+            None => nested.push((location, ty)),
+            _ => {}
+        }
+    }
+    for (location, ty) in nested {
+        let inner = strip_qualifiers(unit, ty);
+        if let Some((at, member)) = find_member(dwarf, unit, inner, name, depth + 1)? {
+            return Ok(Some((location + at, member)));
+        }
+    }
+    Ok(None)
+}
+
+/// The element count of an array type's first dimension.
+fn first_dimension(unit: &gimli::Unit<Reader<'_>>, array: gimli::UnitOffset) -> Option<u64> {
+    let mut tree = unit.entries_tree(Some(array)).ok()?;
+    let root = tree.root().ok()?;
+    let mut children = root.children();
+    while let Ok(Some(child)) = children.next() {
+        let sub = child.entry();
+        if sub.tag() != gimli::DW_TAG_subrange_type {
+            continue;
+        }
+        return match (
+            sub.attr_value(gimli::DW_AT_count),
+            sub.attr_value(gimli::DW_AT_upper_bound),
+        ) {
+            (Ok(Some(count)), _) => count.udata_value(),
+            (_, Ok(Some(upper))) => upper.udata_value().map(|u| u + 1),
+            _ => None,
+        };
+    }
+    None
+}
+
+/// Whether a qualified type name is one of the atomic types of C++'s and Rust's
+/// standard libraries (libstdc++ and libc++ spellings).
+fn atomic_type_name(qualified: &str) -> bool {
+    if let Some(rust) = qualified.strip_prefix("core::sync::atomic::") {
+        return rust.starts_with("Atomic");
+    }
+    let Some(std) = qualified.strip_prefix("std::") else {
+        return false;
+    };
+    let std = std.strip_prefix("__1::").unwrap_or(std);
+    [
+        "atomic<",
+        "__atomic_base<",
+        "__atomic_float<",
+        "__cxx_atomic_impl<",
+    ]
+    .iter()
+    .any(|p| std.starts_with(p))
+        || matches!(std, "atomic_flag" | "__atomic_flag_base")
+}
+
+/// Whether a type is atomic: C11 `_Atomic` (through typedefs such as
+/// `atomic_int`) or a standard library atomic class.
+fn is_atomic_type(
+    unit: &gimli::Unit<Reader<'_>>,
+    offset: gimli::UnitOffset,
+    qualified: &HashMap<gimli::UnitOffset, String>,
+    depth: u32,
+) -> bool {
+    if depth > 16 {
+        return false;
+    }
+    let Ok(entry) = unit.entry(offset) else {
+        return false;
+    };
+    match entry.tag() {
+        gimli::DW_TAG_atomic_type => true,
+        gimli::DW_TAG_typedef
+        | gimli::DW_TAG_const_type
+        | gimli::DW_TAG_volatile_type
+        | gimli::DW_TAG_restrict_type => {
+            type_attr(&entry).is_some_and(|inner| is_atomic_type(unit, inner, qualified, depth + 1))
+        }
+        gimli::DW_TAG_structure_type | gimli::DW_TAG_class_type | gimli::DW_TAG_union_type => {
+            qualified.get(&offset).is_some_and(|q| atomic_type_name(q))
+        }
+        _ => false,
+    }
+}
+
+/// Every named entry of a unit by its path-qualified name.
+fn qualified_names(
+    dwarf: &gimli::Dwarf<Reader<'_>>,
+    unit: &gimli::Unit<Reader<'_>>,
+) -> Result<HashMap<gimli::UnitOffset, String>, gimli::Error> {
+    let mut qualified = HashMap::new();
+    let mut pending = Vec::new();
+    let mut tree = unit.entries_tree(None)?;
+    walk(dwarf, unit, tree.root()?, "", &mut qualified, &mut pending)?;
+    Ok(qualified)
 }
 
 type Reader<'a> = gimli::EndianSlice<'a, gimli::RunTimeEndian>;
@@ -477,10 +938,9 @@ struct PendingVariable {
     vaddr: u64,
     thread_local: bool,
     size: u64,
+    ty: Option<gimli::UnitOffset>,
 }
 
-/// Every DWARF variable with a static location (DW_OP_addr), path-qualified by its
-/// enclosing namespaces, types and functions.
 /// A file's DWARF sections (empty where missing) and its byte order.
 pub(crate) fn dwarf_sections<'d>(
     file: &object::File<'d>,
@@ -499,12 +959,26 @@ pub(crate) fn dwarf_sections<'d>(
     Ok((sections, endian))
 }
 
+/// Every DWARF variable with a static location (DW_OP_addr), path-qualified by its
+/// enclosing namespaces, types and functions.
 fn read_dwarf_variables(data: &[u8]) -> Result<Vec<Candidate>, gimli::Error> {
+    Ok(with_dwarf(data, dwarf_variables)?.unwrap_or_default())
+}
+
+/// Runs `f` on an ELF file's DWARF sections; `None` when `data` is not an ELF file.
+fn with_dwarf<T>(
+    data: &[u8],
+    f: impl FnOnce(&gimli::Dwarf<Reader<'_>>) -> Result<T, gimli::Error>,
+) -> Result<Option<T>, gimli::Error> {
     let Ok(file) = object::File::parse(data) else {
-        return Ok(Vec::new());
+        return Ok(None);
     };
     let (sections, endian) = dwarf_sections(&file)?;
     let dwarf = sections.borrow(|section| gimli::EndianSlice::new(section, endian));
+    f(&dwarf).map(Some)
+}
+
+fn dwarf_variables(dwarf: &gimli::Dwarf<Reader<'_>>) -> Result<Vec<Candidate>, gimli::Error> {
     let mut out = Vec::new();
     let mut units = dwarf.units();
     while let Some(header) = units.next()? {
@@ -520,7 +994,16 @@ fn read_dwarf_variables(data: &[u8]) -> Result<Vec<Candidate>, gimli::Error> {
             &mut qualified,
             &mut pending,
         )?;
+        let unit_offset = unit.header.offset().as_debug_info_offset();
+        let file = unit.name.map(|n| n.to_string_lossy().into_owned());
         for var in pending {
+            let atomic = var
+                .ty
+                .is_some_and(|ty| is_atomic_type(&unit, ty, &qualified, 0));
+            let ty = match (unit_offset, var.ty) {
+                (Some(unit), Some(entry)) => Some(TypeRef { unit, entry }),
+                _ => None,
+            };
             let name = match (var.name, var.specification.and_then(|o| qualified.get(&o))) {
                 (_, Some(declared)) => declared.clone(),
                 (Some(name), None) => name,
@@ -538,6 +1021,9 @@ fn read_dwarf_variables(data: &[u8]) -> Result<Vec<Candidate>, gimli::Error> {
                 vaddr: var.vaddr,
                 size: var.size,
                 nature,
+                file: file.clone(),
+                ty,
+                atomic,
             });
         }
     }
@@ -556,7 +1042,11 @@ fn walk(
     let name = entry
         .attr_value(gimli::DW_AT_name)?
         .and_then(|v| dwarf.attr_string(unit, v).ok())
-        .map(|s| s.to_string_lossy().into_owned());
+        .map(|s| s.to_string_lossy().into_owned())
+        // `nm -C` spells an unnamed namespace this way.
+        .or_else(|| {
+            (entry.tag() == gimli::DW_TAG_namespace).then(|| "(anonymous namespace)".to_string())
+        });
     let full = name.as_ref().map(|n| {
         if prefix.is_empty() {
             n.clone()
@@ -579,10 +1069,12 @@ fn walk(
                 .or(entry.attr_value(gimli::DW_AT_MIPS_linkage_name)?)
                 .and_then(|v| dwarf.attr_string(unit, v).ok())
                 .map(|s| s.to_string_lossy().into_owned());
-            let size = match entry.attr_value(gimli::DW_AT_type)? {
-                Some(gimli::AttributeValue::UnitRef(offset)) => type_size(unit, offset, 0),
-                _ => 0,
-            };
+            // A C++ static member's definition may leave the type to its declaration.
+            let ty = type_attr(entry).or_else(|| {
+                let declaration = unit.entry(specification?).ok()?;
+                type_attr(&declaration)
+            });
+            let size = ty.map_or(0, |offset| type_size(unit, offset, 0));
             pending.push(PendingVariable {
                 name: full.clone(),
                 linkage,
@@ -590,6 +1082,7 @@ fn walk(
                 vaddr,
                 thread_local,
                 size,
+                ty,
             });
         }
     }

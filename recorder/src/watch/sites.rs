@@ -28,7 +28,8 @@ pub enum ProbePoint {
     Previous,
     /// On the instruction just after it, which nothing else jumps to: the probe runs
     /// just after the access, so memory already holds the value it left (for a
-    /// read-modify-write, the new value). The fallback when `Previous` is not possible.
+    /// read-modify-write, the new value). The fallback when `Previous` is not
+    /// possible, and the choice for atomic loads (see [`WatchPlan::sites`]).
     Next,
 }
 
@@ -47,9 +48,12 @@ pub struct PlannedSite {
     pub access_ip: u64,
     /// Whether the uprobe sits on the accessing instruction or on a neighbour.
     pub probe: ProbePoint,
-    /// The access is an atomic read-modify-write (lock prefix, or `xchg` with
-    /// memory). Non-atomic read-modify-writes (`add $1, mem`, `inc mem`) are also
-    /// [`kind::RMW`] but not atomic: they race like a read and a write.
+    /// The access is atomic: a read-modify-write with a lock prefix (`lock add`,
+    /// `lock xadd`, `lock cmpxchg`) or `xchg` with memory, or any access to a
+    /// variable whose type is atomic ([`ResolvedWatch::atomic`]: x86 atomic loads
+    /// and release stores are plain `mov`s). Non-atomic read-modify-writes (`add
+    /// $1, mem`, `inc mem`) are also [`kind::RMW`] but not atomic: they race like a
+    /// read and a write.
     pub atomic: bool,
     /// Whether the probe, which runs before the instruction, can know the value
     /// accessed. Reads and read-modify-writes: yes, it reads the memory (for a
@@ -62,7 +66,8 @@ pub struct PlannedSite {
     /// hold the variable's address (`lea var(%rip), %reg` earlier in the same
     /// straight-line code), not a RIP-relative or absolute operand. The probe must
     /// compute the effective address from the registers and drop accesses that do
-    /// not overlap the watched bytes.
+    /// not overlap the watched bytes. Also set for `ptr->field` sites, whose base
+    /// register holds the pointer's value (`site.relative`).
     pub via_register: bool,
     /// The instruction in Intel syntax, for messages.
     pub instruction: String,
@@ -73,7 +78,10 @@ pub struct PlannedSite {
 pub struct WatchPlan {
     /// The watch these sites are for.
     pub watch: ResolvedWatch,
-    /// Instructions that access the watched bytes, in address order.
+    /// Instructions that access the watched bytes, in address order. Atomic loads
+    /// are probed on the next instruction when possible ([`ProbePoint::Next`], the
+    /// loaded register as the value): their place in the variable's order is then
+    /// after the store they saw, as the acquire edge needs.
     pub sites: Vec<PlannedSite>,
     /// Instructions that access the watched bytes but that no uprobe can observe:
     /// the kernel refuses a probe on them and no neighbour qualifies (e.g. a
@@ -98,7 +106,9 @@ pub trait Relocate {
 impl Relocate for WatchSite {
     fn relocated(&self, bias: u64) -> WatchSite {
         let mut site = *self;
-        site.watch_addr = site.watch_addr.wrapping_add(bias);
+        if site.relative == 0 {
+            site.watch_addr = site.watch_addr.wrapping_add(bias);
+        }
         site.ip = site.ip.wrapping_add(bias);
         // Only an operand without registers holds an absolute address; a register
         // operand's displacement is an offset from runtime register values.
@@ -165,6 +175,7 @@ pub fn plan_sites(watch: &ResolvedWatch) -> Result<WatchPlan, String> {
         }
     }
     scanner.place_refused_probes(&data);
+    scanner.probe_atomic_loads_after(&data);
     let Scanner {
         mut sites,
         mut address_refs,
@@ -274,6 +285,9 @@ struct Scanner<'w> {
     factory: InstructionInfoFactory,
     /// Registers known to hold an address inside the variable (index: [`reg`] number).
     known: [Option<u64>; 16],
+    /// For `ptr->field` watches: registers known to hold the pointer's value (loaded
+    /// from it in the same straight-line code).
+    pointee: [bool; 16],
     sites: Vec<PlannedSite>,
     address_refs: Vec<u64>,
     /// Every address something may jump or call to (direct branch targets,
@@ -292,14 +306,22 @@ struct Scanner<'w> {
 impl<'w> Scanner<'w> {
     fn new(watch: &'w ResolvedWatch, got: &'w HashMap<u64, u64>) -> Scanner<'w> {
         let object_end = watch.object_vaddr + watch.object_size.max(1);
-        let object =
-            watch.object_vaddr.min(watch.vaddr)..object_end.max(watch.vaddr + watch.size as u64);
+        let object = match &watch.through_pointer {
+            // The pointer is what is loaded; the watched bytes are elsewhere.
+            Some(hop) => {
+                watch.object_vaddr.min(hop.pointer_vaddr)..object_end.max(hop.pointer_vaddr + 8)
+            }
+            None => {
+                watch.object_vaddr.min(watch.vaddr)..object_end.max(watch.vaddr + watch.size as u64)
+            }
+        };
         Scanner {
             watch,
             got,
             object,
             factory: InstructionInfoFactory::new(),
             known: [None; 16],
+            pointee: [false; 16],
             sites: Vec::new(),
             address_refs: Vec::new(),
             targets: HashSet::new(),
@@ -317,6 +339,7 @@ impl<'w> Scanner<'w> {
 
     fn scan(&mut self, code: &[u8], vaddr: u64, file_offset: u64) {
         self.known = [None; 16];
+        self.pointee = [false; 16];
         self.previous = None;
         self.regions.push((vaddr, code.len() as u64, file_offset));
         let mut decoder = Decoder::with_ip(64, code, vaddr, DecoderOptions::NONE);
@@ -325,6 +348,7 @@ impl<'w> Scanner<'w> {
             decoder.decode_out(&mut instr);
             if instr.is_invalid() {
                 self.known = [None; 16];
+                self.pointee = [false; 16];
                 self.previous = None;
                 continue;
             }
@@ -379,6 +403,57 @@ impl<'w> Scanner<'w> {
                     | OpAccess::ReadCondWrite
             ) && gpr_number(used.register()).is_some_and(|r| registers.contains(&r))
         })
+    }
+
+    /// Moves the probe of each atomic load onto the next instruction, so the event
+    /// takes its place in the variable's order *after* the load: a load that saw a
+    /// store is then always ordered after it (the store's probe ran before the
+    /// store), which is what the acquire edge needs. A probe before the load could
+    /// be overtaken by the store it then reads. The value recorded is the loaded
+    /// register's. Only when nothing jumps to the next instruction and the load
+    /// leaves its address registers alone; otherwise the probe stays before it.
+    fn probe_atomic_loads_after(&mut self, data: &[u8]) {
+        for index in 0..self.sites.len() {
+            let planned = &self.sites[index];
+            if !planned.atomic
+                || planned.probe != ProbePoint::Instruction
+                || planned.site.access != kind::READ as u8
+            {
+                continue;
+            }
+            let site = planned.site;
+            let Some(access) = self.code_at(data, planned.access_ip).map(|(_, bytes)| {
+                Decoder::with_ip(64, bytes, planned.access_ip, DecoderOptions::NONE).decode()
+            }) else {
+                continue;
+            };
+            let address_registers: Vec<u8> = [site.base, site.index]
+                .into_iter()
+                .filter(|r| *r != reg::NONE)
+                .collect();
+            let next_ip = access.next_ip();
+            if self.targets.contains(&next_ip) || self.writes_any(&access, &address_registers) {
+                continue;
+            }
+            let Some((offset, after)) = self.probeable_at(data, next_ip) else {
+                continue;
+            };
+            // `mov`/`movzx`/`movsx` into a general register: that register holds
+            // what was loaded (the memory may have changed since).
+            let loaded = matches!(
+                access.mnemonic(),
+                Mnemonic::Mov | Mnemonic::Movzx | Mnemonic::Movsx | Mnemonic::Movsxd
+            ) && access.op0_kind() == OpKind::Register;
+            let planned = &mut self.sites[index];
+            planned.file_offset = offset;
+            planned.site.ip = after.ip();
+            planned.probe = ProbePoint::Next;
+            if loaded {
+                if let Some(dest) = gpr_number(access.op0_register()) {
+                    planned.site.value_reg = dest;
+                }
+            }
+        }
     }
 
     /// Moves the probe of each site the kernel refuses onto a neighbour that sees
@@ -439,9 +514,17 @@ impl<'w> Scanner<'w> {
         let memory_operand = (0..instr.op_count()).find(|&i| instr.op_kind(i) == OpKind::Memory);
         let operand = memory_operand.and_then(|_| self.operand(instr));
         let mut new_value = None;
+        let mut new_pointee = None;
+        if self.watch.through_pointer.is_some() {
+            if let Some(dest) = self.pointer_load(instr, operand.as_ref()) {
+                new_pointee = Some(dest);
+            } else if memory_operand.is_some() {
+                self.consider_pointee_site(instr, bytes, file_offset);
+            }
+        }
         if let Some(operand) = &operand {
             new_value = self.address_load(instr, operand);
-            if new_value.is_none() {
+            if new_value.is_none() && self.watch.through_pointer.is_none() {
                 self.consider_site(instr, operand, bytes, file_offset);
             }
         } else if let Some(value) = self.immediate_address(instr) {
@@ -450,8 +533,11 @@ impl<'w> Scanner<'w> {
             // A copy of a tracked register is tracked too.
             if let (OpKind::Register, OpKind::Register) = (instr.op0_kind(), instr.op1_kind()) {
                 if instr.op1_register().size() == 8 {
-                    new_value =
-                        gpr_number(instr.op1_register()).and_then(|r| self.known[r as usize]);
+                    let source = gpr_number(instr.op1_register());
+                    new_value = source.and_then(|r| self.known[r as usize]);
+                    if source.is_some_and(|r| self.pointee[r as usize]) {
+                        new_pointee = gpr_number(instr.op0_register());
+                    }
                 }
             }
         }
@@ -463,18 +549,118 @@ impl<'w> Scanner<'w> {
             if let Some(dest) = dest {
                 self.known[dest as usize] = Some(value);
             }
-        } else if self.known.iter().any(Option::is_some) {
+        } else if self.known.iter().any(Option::is_some) || self.pointee.contains(&true) {
             self.forget_written(instr);
+        }
+        if let Some(dest) = new_pointee {
+            self.pointee[dest as usize] = true;
         }
         match instr.flow_control() {
             FlowControl::Next | FlowControl::ConditionalBranch | FlowControl::XbeginXabortXend => {}
             FlowControl::Call | FlowControl::IndirectCall => {
                 for r in CALLER_SAVED {
                     self.known[r as usize] = None;
+                    self.pointee[r as usize] = false;
                 }
             }
-            _ => self.known = [None; 16],
+            _ => {
+                self.known = [None; 16];
+                self.pointee = [false; 16];
+            }
         }
+    }
+
+    /// For `ptr->field`: the register an instruction loads the pointer's value
+    /// into (`mov ptr(%rip), %reg`, or through a register holding its address).
+    fn pointer_load(&self, instr: &Instruction, operand: Option<&Operand>) -> Option<u8> {
+        let hop = self.watch.through_pointer.as_ref()?;
+        let address = match operand? {
+            Operand::Fixed(a) | Operand::Based(a) => *a,
+            Operand::Indexed => return None,
+        };
+        let loads = instr.mnemonic() == Mnemonic::Mov
+            && instr.op0_kind() == OpKind::Register
+            && instr.op0_register().size() == 8;
+        (loads && address == hop.pointer_vaddr).then(|| gpr_number(instr.op0_register()))?
+    }
+
+    /// For `ptr->field`: an access `[reg + disp]` (or with an index) where `reg`
+    /// holds the pointer's value and the bytes can reach the field.
+    fn consider_pointee_site(&mut self, instr: &Instruction, bytes: &[u8], file_offset: u64) {
+        let Some(hop) = self.watch.through_pointer.clone() else {
+            return;
+        };
+        let base = instr.memory_base();
+        let Some(base_number) = gpr_number(base).filter(|_| base.size() == 8) else {
+            return;
+        };
+        if !self.pointee[base_number as usize] {
+            return;
+        }
+        let disp = instr.memory_displacement64();
+        let len = instr.memory_size().size() as u64;
+        let field = hop.offset..hop.offset + self.watch.size as u64;
+        let reachable = if instr.memory_index() == Register::None {
+            disp < field.end && field.start < disp.wrapping_add(len.max(1))
+        } else {
+            // An index into an array inside the object: checked at run time.
+            hop.pointee_size == 0 || disp < hop.pointee_size
+        };
+        if !reachable {
+            return;
+        }
+        let info = self.factory.info(instr);
+        let access = info
+            .used_memory()
+            .iter()
+            .find(|m| m.base() == base && m.index() == instr.memory_index())
+            .map(|m| m.access());
+        let Some(access) = access.and_then(access_kind) else {
+            return;
+        };
+        let atomic = self.watch.atomic || atomic_instruction(instr, access);
+        let site = WatchSite {
+            watch_addr: hop.offset,
+            watch_len: self.watch.size,
+            ip: instr.ip(),
+            size: len.min(u8::MAX as u64) as u8,
+            access: access as u8,
+            value_reg: reg::NONE,
+            via: if atomic { via::ATOMIC } else { via::PLAIN },
+            relative: 1,
+            base: base_number,
+            index: gpr_number(instr.memory_index()).unwrap_or(reg::NONE),
+            scale: instr.memory_index_scale() as u8,
+            disp: disp as i64,
+            ..WatchSite::default()
+        };
+        self.add_site(instr, site, atomic, true, bytes, file_offset);
+    }
+
+    /// Records a site (and whether the kernel will refuse a uprobe on it).
+    fn add_site(
+        &mut self,
+        instr: &Instruction,
+        mut site: WatchSite,
+        atomic: bool,
+        via_register: bool,
+        bytes: &[u8],
+        file_offset: u64,
+    ) {
+        let value_known = site.access != kind::WRITE as u8 || fill_written_value(instr, &mut site);
+        if !kernel_accepts(instr, bytes) {
+            self.refused.push((self.sites.len(), self.previous));
+        }
+        self.sites.push(PlannedSite {
+            file_offset,
+            site,
+            access_ip: instr.ip(),
+            probe: ProbePoint::Instruction,
+            atomic,
+            value_known,
+            via_register,
+            instruction: instr.to_string(),
+        });
     }
 
     /// The memory operand's static target, if it has one that matters here.
@@ -554,6 +740,7 @@ impl<'w> Scanner<'w> {
             );
             if let (true, Some(r)) = (written, gpr_number(used.register())) {
                 self.known[r as usize] = None;
+                self.pointee[r as usize] = false;
             }
         }
     }
@@ -588,15 +775,11 @@ impl<'w> Scanner<'w> {
                 _ => m.base() == base && m.index() == index,
             })
             .map(|m| m.access());
-        let access = match access {
-            Some(OpAccess::Read | OpAccess::CondRead) => kind::READ,
-            Some(OpAccess::Write | OpAccess::CondWrite) => kind::WRITE,
-            Some(OpAccess::ReadWrite | OpAccess::ReadCondWrite) => kind::RMW,
-            // lea, prefetch, nop with a memory operand: no access.
-            _ => return,
+        // lea, prefetch, nop with a memory operand: no access.
+        let Some(access) = access.and_then(access_kind) else {
+            return;
         };
-        let atomic =
-            access == kind::RMW && (instr.has_lock_prefix() || instr.mnemonic() == Mnemonic::Xchg);
+        let atomic = self.watch.atomic || atomic_instruction(instr, access);
         let mut site = WatchSite {
             watch_addr: self.watch.vaddr,
             watch_len: self.watch.size,
@@ -623,25 +806,26 @@ impl<'w> Scanner<'w> {
                 true
             }
         };
-        let value_known = if access == kind::WRITE {
-            fill_written_value(instr, &mut site)
-        } else {
-            true
-        };
-        if !kernel_accepts(instr, bytes) {
-            self.refused.push((self.sites.len(), self.previous));
-        }
-        self.sites.push(PlannedSite {
-            file_offset,
-            site,
-            access_ip: instr.ip(),
-            probe: ProbePoint::Instruction,
-            atomic,
-            value_known,
-            via_register,
-            instruction: instr.to_string(),
-        });
+        self.add_site(instr, site, atomic, via_register, bytes, file_offset);
     }
+}
+
+/// The watch event kind of a memory operand's access ([`kind::READ`],
+/// [`kind::WRITE`], [`kind::RMW`]); `None` when it does not access memory.
+pub(crate) fn access_kind(access: OpAccess) -> Option<u16> {
+    match access {
+        OpAccess::Read | OpAccess::CondRead => Some(kind::READ),
+        OpAccess::Write | OpAccess::CondWrite => Some(kind::WRITE),
+        OpAccess::ReadWrite | OpAccess::ReadCondWrite => Some(kind::RMW),
+        _ => None,
+    }
+}
+
+/// Whether an access of kind `access` by `instr` is atomic by the instruction
+/// alone: a read-modify-write with a lock prefix (`lock add`, `lock xadd`, `lock
+/// cmpxchg`…) or `xchg` with memory (implicitly locked).
+pub(crate) fn atomic_instruction(instr: &Instruction, access: u16) -> bool {
+    access == kind::RMW && (instr.has_lock_prefix() || instr.mnemonic() == Mnemonic::Xchg)
 }
 
 /// Fills `value_reg` or `imm` for a plain store; false when the value written is

@@ -633,6 +633,8 @@ fn hardware_breakpoint_constraints() {
         name: "v".into(),
         object_vaddr: vaddr,
         object_size: 8,
+        atomic: false,
+        through_pointer: None,
     };
     assert!(watch(0x4010, 8).check_hw_breakpoint().is_ok());
     assert!(watch(0x4012, 2).check_hw_breakpoint().is_ok());
@@ -707,4 +709,122 @@ fn library_variable_is_found_in_the_library() {
         err.contains("or its library") && err.contains("did you mean `shared_value`"),
         "{err}"
     );
+}
+
+/// Two C files with a `static int counter` each, and C11 atomics.
+fn build_dup() -> Program {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("watch_dup");
+    let testdata = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/watch/testdata");
+    run(Command::new("cc")
+        .args(["-O1", "-g", "-o"])
+        .arg(&path)
+        .arg(testdata.join("watch_dup_a.c"))
+        .arg(testdata.join("watch_dup_b.c")));
+    Program { _dir: dir, path }
+}
+
+#[test]
+fn ambiguous_names_list_candidates_and_file_picks_one() {
+    let program = build_dup();
+    let bin = &program.path;
+    let err = resolve(&WatchSpec::parse("counter").unwrap(), bin, &[]).unwrap_err();
+    assert!(
+        err.contains("names 2 variables")
+            && err.contains("`watch_dup_a.c:counter`")
+            && err.contains("`watch_dup_b.c:counter`")
+            && err.contains("FILE:NAME")
+            && !err.contains('\n'),
+        "{err}"
+    );
+    let a = resolve(
+        &WatchSpec::parse("watch_dup_a.c:counter").unwrap(),
+        bin,
+        &[],
+    )
+    .unwrap();
+    let b = resolve(
+        &WatchSpec::parse("watch_dup_b.c:counter:4").unwrap(),
+        bin,
+        &[],
+    )
+    .unwrap();
+    assert_ne!(a.vaddr, b.vaddr);
+    assert_eq!((a.size, b.size), (4, 4));
+    // Each is the one its own file's code accesses.
+    let functions = |w: &ResolvedWatch| -> Vec<String> {
+        let sites = plan_sites(w).unwrap().sites;
+        functions_of(bin, sites.iter().map(|s| s.access_ip))
+    };
+    assert!(
+        functions(&a).iter().all(|f| f == "bump_a" || f == "main"),
+        "{:?}",
+        functions(&a)
+    );
+    assert!(
+        functions(&b).iter().all(|f| f == "bump_b"),
+        "{:?}",
+        functions(&b)
+    );
+    let err = resolve(&WatchSpec::parse("other.c:counter").unwrap(), bin, &[]).unwrap_err();
+    assert!(
+        err.contains("not defined in source file `other.c`") || err.contains("is defined in"),
+        "{err}"
+    );
+}
+
+#[test]
+fn fields_elements_and_atomic_types_through_dwarf() {
+    let program = build_dup();
+    let bin = &program.path;
+    let stats = nm_address(bin, "stats");
+    let at = |spec: &str| resolve(&WatchSpec::parse(spec).unwrap(), bin, &[]).unwrap();
+    let live = at("stats.live");
+    assert_eq!((live.vaddr, live.size, live.atomic), (stats + 4, 4, true));
+    let hi = at("stats.range.hi");
+    assert_eq!((hi.vaddr, hi.size, hi.atomic), (stats + 10, 2, false));
+    let element = at("stats.history[3]");
+    assert_eq!((element.vaddr, element.size), (stats + 12 + 12, 4));
+    assert!(!at("stats.plain").atomic);
+    // C11 `_Atomic` and the `atomic_int` typedef.
+    assert!(at("c11_total").atomic && at("c11_flag").atomic);
+    assert!(!at("watch_dup_a.c:counter").atomic);
+    // Every access to an atomic variable is atomic, plain `mov` stores included.
+    let flag = plan_sites(&at("c11_flag")).unwrap();
+    assert!(!flag.sites.is_empty());
+    assert!(flag
+        .sites
+        .iter()
+        .all(|s| s.atomic && s.site.via == via::ATOMIC));
+    // Through the pointer: the planner finds where `stats_ptr` is loaded and the
+    // field read through it.
+    let through = at("stats_ptr->range.hi");
+    let hop = through.through_pointer.clone().unwrap();
+    assert_eq!(hop.pointer_vaddr, nm_address(bin, "stats_ptr"));
+    assert_eq!((hop.offset, through.size), (10, 2));
+    assert!(through
+        .check_hw_breakpoint()
+        .unwrap_err()
+        .contains("through a pointer"));
+    let plan = plan_sites(&through).unwrap();
+    assert_eq!(plan.sites.len(), 1, "{:?}", plan.sites);
+    let site = &plan.sites[0];
+    assert_eq!(
+        (site.site.relative, site.site.watch_addr, site.site.access),
+        (1, 10, kind::READ as u8)
+    );
+    assert!(site.via_register && site.site.base != reg::NONE);
+    // Relocation leaves the offset alone.
+    assert_eq!(site.site.relocated(0x1000).watch_addr, 10);
+    for (spec, needle) in [
+        ("stats.nothing", "has no member `nothing`"),
+        ("stats.history[5]", "past the end of an array of 5"),
+        ("stats.plain.x", "has no member"),
+        ("stats_ptr.live", "is a pointer; write `->live`"),
+        ("stats->live", "needs a pointer"),
+        ("stats.history", "20 bytes"),
+    ] {
+        let err = resolve(&WatchSpec::parse(spec).unwrap(), bin, &[]).unwrap_err();
+        assert!(err.contains(needle) && !err.contains('\n'), "{spec}: {err}");
+    }
 }
