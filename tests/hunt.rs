@@ -118,7 +118,7 @@ fn hunt_by_strategy(strategy: &str) -> (i32, serde_json::Value) {
     let dir = scratch(&format!("hunt_{strategy}"));
     for _ in 0..3 {
         let (code, json, _) = hunt(
-            &["--strategy", strategy, "--seed", "2", "--budget", "60"],
+            &["--strategy", strategy, "--seed", "2", "--budget", "150"],
             &dir,
             &program,
         );
