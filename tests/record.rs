@@ -19,7 +19,10 @@ on_both_paths!(
     barrier_rounds,
     cxx_std_mutex_is_seen_through_pthread,
     rust_std_mutex_contention_shows_as_futex_events,
-    exit_status_passes_through_and_bad_commands_fail_clearly
+    exit_status_passes_through_and_bad_commands_fail_clearly,
+    interrupted_recordings_are_readable,
+    signals_to_a_launched_recording_reach_the_program_and_finish_the_trace,
+    a_second_signal_ends_the_recording_at_once
 );
 
 fn counts(pairs: &[(&str, usize)]) -> BTreeMap<String, usize> {
@@ -545,16 +548,15 @@ fn attach_to_a_running_process() {
     assert!(s["threads"].as_u64().unwrap() >= 2);
 }
 
-#[test]
-fn interrupted_recordings_are_readable() {
+fn interrupted_recordings_are_readable(probes: &str) {
     if !have_root("interrupted_recordings_are_readable") {
         return;
     }
-    let dir = scratch("interrupt");
+    let dir = scratch(&format!("interrupt-{probes}"));
     let program = build_program("record_sync");
     // SIGINT to ordo (not the program): the recording still ends with a footer.
     let trace = dir.join("int.ordo");
-    let mut rec = start_long_recording(&trace, &program);
+    let mut rec = start_long_recording(&trace, &program, probes);
     unsafe { libc::kill(rec.id() as i32, libc::SIGINT) };
     std::thread::sleep(std::time::Duration::from_millis(100));
     unsafe { libc::kill(rec.id() as i32, libc::SIGINT) };
@@ -572,13 +574,15 @@ fn interrupted_recordings_are_readable() {
 
     // SIGKILL of the recorder: the trace reads back up to its last complete chunk.
     let trace = dir.join("kill.ordo");
-    let mut rec = start_long_recording(&trace, &program);
+    let mut rec = spawn_long_recording(&trace, &program, probes);
+    // Its own program only (the other path's test may run the same command).
+    let target = wait_for_child(rec.id(), "record_sync");
+    wait_for_events(&trace);
     let _ = rec.kill();
     let _ = rec.wait();
     std::thread::sleep(std::time::Duration::from_millis(200));
-    let _ = Command::new("pkill")
-        .args(["-f", "record_sync contention 2 300000"])
-        .status();
+    // SAFETY: killing the program this test started (orphaned by the SIGKILL).
+    unsafe { libc::kill(target as i32, libc::SIGKILL) };
     let mut out = run_ordo(&["dump", "--stats", "--json", trace.to_str().unwrap()]);
     if !out.status.success() {
         // Killed in the middle of writing a chunk: strict reading names the offset,
@@ -741,18 +745,31 @@ fn wait_for_events(trace: &std::path::Path) {
 
 /// Starts `ordo record` of a long contention run and returns once it has written
 /// event chunks.
-fn start_long_recording(trace: &std::path::Path, program: &std::path::Path) -> std::process::Child {
-    let rec = Command::new(ordo())
-        .args(["record", "-o"])
+fn start_long_recording(
+    trace: &std::path::Path,
+    program: &std::path::Path,
+    probes: &str,
+) -> std::process::Child {
+    let rec = spawn_long_recording(trace, program, probes);
+    wait_for_events(trace);
+    rec
+}
+
+/// Starts recording a long contention run (without waiting for anything).
+fn spawn_long_recording(
+    trace: &std::path::Path,
+    program: &std::path::Path,
+    probes: &str,
+) -> std::process::Child {
+    Command::new(ordo())
+        .args(["record", "--probes", probes, "-o"])
         .arg(trace)
         .arg("--")
         .arg(program)
         .args(["contention", "2", "300000"])
         .stdout(std::process::Stdio::null())
         .spawn()
-        .unwrap();
-    wait_for_events(trace);
-    rec
+        .unwrap()
 }
 
 /// Waits until `parent` has a child process running `comm` (the launched program
@@ -841,12 +858,11 @@ fn attaching_is_atomic_no_release_before_the_first_acquire() {
     }
 }
 
-#[test]
-fn signals_to_a_launched_recording_reach_the_program_and_finish_the_trace() {
+fn signals_to_a_launched_recording_reach_the_program_and_finish_the_trace(probes: &str) {
     if !have_root("signals_to_a_launched_recording_reach_the_program_and_finish_the_trace") {
         return;
     }
-    let dir = scratch("signals_launch");
+    let dir = scratch(&format!("signals_launch-{probes}"));
     for (sig, name) in [
         (libc::SIGTERM, "SIGTERM"),
         (libc::SIGINT, "SIGINT"),
@@ -854,7 +870,7 @@ fn signals_to_a_launched_recording_reach_the_program_and_finish_the_trace() {
     ] {
         let trace = dir.join(format!("{name}.ordo"));
         let rec = Command::new(ordo())
-            .args(["record", "-o"])
+            .args(["record", "--probes", probes, "-o"])
             .arg(&trace)
             .args(["--", "sleep", "30"])
             .stdout(std::process::Stdio::piped())
@@ -876,16 +892,15 @@ fn signals_to_a_launched_recording_reach_the_program_and_finish_the_trace() {
     }
 }
 
-#[test]
-fn a_second_signal_ends_the_recording_at_once() {
+fn a_second_signal_ends_the_recording_at_once(probes: &str) {
     if !have_root("a_second_signal_ends_the_recording_at_once") {
         return;
     }
-    let dir = scratch("signals_twice");
+    let dir = scratch(&format!("signals_twice-{probes}"));
     let trace = dir.join("t.ordo");
     // A program that ignores SIGTERM: the forwarded signal does not end it.
     let rec = Command::new(ordo())
-        .args(["record", "-o"])
+        .args(["record", "--probes", probes, "-o"])
         .arg(&trace)
         .args([
             "--",

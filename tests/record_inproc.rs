@@ -169,12 +169,35 @@ fn exec_ends_the_in_process_part_cleanly() {
     assert_eq!(printed(&out.stdout, "after-exec"), "fd=- preload=-");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!stderr.contains("ordo agent"), "{stderr}");
+    // The summary says so, in one line.
+    assert!(
+        stderr.contains("1 exec by the program: after it only thread events were recorded"),
+        "{stderr}"
+    );
     // The three locks before the exec are recorded; the trace is complete.
     let lock = printed(&out.stdout, "lock");
     let events = dump_json(&trace);
     assert_eq!(
         count_by_thread(&events, "mutex_lock", &lock),
         [("0".to_string(), 3)].into_iter().collect()
+    );
+}
+
+/// The kernel path reports an exec too (its probes stay on libc in the new image).
+#[test]
+fn an_exec_is_reported_on_the_kernel_path() {
+    if !have_root("an_exec_is_reported_on_the_kernel_path") {
+        return;
+    }
+    let dir = scratch("ebpf-exec");
+    let program = build_program("record_lifecycle");
+    let trace = dir.join("t.ordo");
+    let out = record_probes("ebpf", &trace, &program, &["exec"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("1 exec by the program: the new image was recorded as the same process"),
+        "{stderr}"
     );
 }
 

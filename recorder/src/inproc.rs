@@ -42,7 +42,8 @@ use std::time::Duration;
 use anyhow::{bail, Result};
 use ordo_probe_common::inproc::{
     mapping_size, ring_header_offset, ring_records_offset, seq_table_offset, Header, Record,
-    RingHeader, ENV_FD, MAGIC, MAX_RINGS, RING_FREE, RING_RECORDS, VERSION,
+    RingHeader, CLOCK_MONOTONIC_NS, CLOCK_TSC, ENV_FD, MAGIC, MAX_RINGS, RING_FREE, RING_RECORDS,
+    VERSION,
 };
 use ordo_probe_common::{kind, RawEvent};
 
@@ -52,6 +53,9 @@ pub struct InprocMapping {
     base: *mut u8,
     /// Rings whose pages are allocated already.
     prefaulted: std::sync::atomic::AtomicUsize,
+    /// With TSC time stamps: the calibration point taken before the program
+    /// started (the first segment's start).
+    tsc_start: Option<ClockPoint>,
 }
 
 // SAFETY: the mapping is shared memory accessed through atomics (headers) and plain
@@ -70,7 +74,9 @@ impl std::fmt::Debug for InprocMapping {
 impl InprocMapping {
     /// A zeroed, sparse mapping with its header filled in. The descriptor is
     /// close-on-exec here; [`crate::launch`] clears that in the forked child only.
-    pub fn create() -> Result<InprocMapping> {
+    /// `tsc_allowed`: the agent may stamp records with the TSC (used when the
+    /// kernel's clocksource is the TSC).
+    pub fn create(tsc_allowed: bool) -> Result<InprocMapping> {
         let size = mapping_size();
         // SAFETY: plain syscalls on values we own; results are checked.
         unsafe {
@@ -105,19 +111,28 @@ impl InprocMapping {
             let header = p as *mut Header;
             (*header).magic = MAGIC;
             (*header).version = VERSION;
+            let tsc = tsc_allowed && tsc_is_the_kernel_clock();
+            (*header).clock = if tsc { CLOCK_TSC } else { CLOCK_MONOTONIC_NS };
             let mapping = InprocMapping {
                 fd,
                 base: p.cast(),
                 prefaulted: 0.into(),
+                tsc_start: tsc.then(ClockPoint::now),
             };
             mapping.prefault(RINGS_AHEAD);
             Ok(mapping)
         }
     }
 
+    /// Allocates the pages of the rings after the ones in use (from the converter,
+    /// at idle priority), so a thread claiming one does not wait for the kernel.
+    pub(crate) fn prefault_ahead(&self) {
+        self.prefault(self.header().rings_used.load(Ordering::Relaxed) as usize + RINGS_AHEAD);
+    }
+
     /// Allocates the pages of the rings below `upto`, so a thread claiming one
     /// (the agent then populates its page tables at once) does not wait for the
-    /// kernel to allocate and clear 6 MiB.
+    /// kernel to allocate and clear its pages.
     fn prefault(&self, upto: usize) {
         let upto = upto.min(MAX_RINGS);
         let from = self.prefaulted.load(Ordering::Relaxed);
@@ -182,15 +197,11 @@ impl InprocMapping {
         self.header().seq_full.load(Ordering::Relaxed)
     }
 
-    /// Takes every published record, in each ring's order, as raw events (one batch
-    /// per ring, handed to `batch`); frees the rings of threads in `exited` once they
-    /// are empty.
-    fn read_rings(
-        &self,
-        out: &mut Vec<RawEvent>,
-        exited: &HashSet<u32>,
-        mut batch: impl FnMut(u32, &mut Vec<RawEvent>),
-    ) {
+    /// Copies every published record out of the rings into `pass` (one batch per
+    /// ring, in each ring's order) and hands the space back to the agents at once;
+    /// frees the rings of threads in `exited` once they are empty. Only a copy: the
+    /// records are expanded, merged and encoded later, off the program's CPU.
+    fn copy_rings(&self, pass: &mut RawPass, exited: &HashSet<u32>) {
         let used = (self.header().rings_used.load(Ordering::Acquire) as usize).min(MAX_RINGS);
         for i in 0..used {
             let ring = self.ring(i);
@@ -203,14 +214,25 @@ impl InprocMapping {
             let tid = ring.tid.load(Ordering::Relaxed);
             if head > tail {
                 // SAFETY: records in [tail, head) are published and not rewritten
-                // until `tail` moves past them.
-                let records = unsafe { self.base.add(ring_records_offset(i)) as *const Record };
-                for n in tail..head {
-                    let r = unsafe { records.add(n as usize & (RING_RECORDS - 1)).read() };
-                    out.push(expand(&r, tid));
+                // until `tail` moves past them; the ring is RING_RECORDS long.
+                let records = unsafe {
+                    std::slice::from_raw_parts(
+                        self.base.add(ring_records_offset(i)) as *const Record,
+                        RING_RECORDS,
+                    )
+                };
+                let from = tail as usize & (RING_RECORDS - 1);
+                let n = (head - tail) as usize;
+                pass.records.reserve(n);
+                if from + n <= RING_RECORDS {
+                    pass.records.extend_from_slice(&records[from..from + n]);
+                } else {
+                    pass.records.extend_from_slice(&records[from..]);
+                    pass.records
+                        .extend_from_slice(&records[..from + n - RING_RECORDS]);
                 }
+                pass.batches.push((tid, pass.records.len()));
                 ring.tail.0.store(head, Ordering::Release);
-                batch(tid, out);
                 if ring.waiting.swap(0, Ordering::AcqRel) != 0 {
                     // SAFETY: a futex word in the shared mapping.
                     unsafe { futex_wake(ring.waiting.as_ptr()) };
@@ -221,6 +243,18 @@ impl InprocMapping {
                 ring.state.0.store(RING_FREE, Ordering::Release);
             }
         }
+    }
+
+    /// With TSC time stamps, the calibration point before the program started.
+    pub(crate) fn tsc_start(&self) -> Option<ClockPoint> {
+        self.tsc_start
+    }
+
+    /// Counts a drain pass without reading anything: the drain is alive but holds
+    /// off (its backlog is full), so waiting agents keep waiting instead of
+    /// dropping.
+    pub(crate) fn count_idle_pass(&self) {
+        self.header().passes.fetch_add(1, Ordering::Release);
     }
 
     /// Sleeps until an agent rings the doorbell or `timeout` passes.
@@ -263,6 +297,79 @@ impl Drop for InprocMapping {
     fn drop(&mut self) {
         // SAFETY: unmapping our own mapping once.
         unsafe { libc::munmap(self.base.cast(), mapping_size()) };
+    }
+}
+
+/// Whether the kernel keeps CLOCK_MONOTONIC with the TSC: then the TSC is
+/// synchronized across CPUs (the kernel checked) and CLOCK_MONOTONIC is a linear
+/// function of it between NTP adjustments.
+fn tsc_is_the_kernel_clock() -> bool {
+    std::fs::read_to_string("/sys/devices/system/clocksource/clocksource0/current_clocksource")
+        .is_ok_and(|s| s.trim() == "tsc")
+}
+
+/// A TSC reading and CLOCK_MONOTONIC at the same moment (within the few
+/// nanoseconds between two `rdtsc`s).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct ClockPoint {
+    tsc: u64,
+    ns: u64,
+}
+
+impl ClockPoint {
+    /// The narrowest of a few tries (a try the scheduler interrupted is wide).
+    pub(crate) fn now() -> ClockPoint {
+        let mut best = (u64::MAX, ClockPoint::default());
+        for _ in 0..5 {
+            // SAFETY: rdtsc has no preconditions.
+            let a = unsafe { std::arch::x86_64::_rdtsc() };
+            let ns = crate::recording::monotonic_ns();
+            // SAFETY: as above.
+            let b = unsafe { std::arch::x86_64::_rdtsc() };
+            if b.wrapping_sub(a) < best.0 {
+                best = (
+                    b.wrapping_sub(a),
+                    ClockPoint {
+                        tsc: a + (b - a) / 2,
+                        ns,
+                    },
+                );
+            }
+        }
+        best.1
+    }
+}
+
+/// Converts TSC stamps to CLOCK_MONOTONIC nanoseconds: linear between the
+/// calibration points of consecutive passes (taken before each pass reads the
+/// rings), extended past the last one for records written after it; each thread's
+/// converted times never go backwards (the merge relies on per-thread order).
+struct TscClock {
+    from: ClockPoint,
+    to: ClockPoint,
+    last: HashMap<u32, u64>,
+}
+
+impl TscClock {
+    /// Moves to the segment ending at `to`.
+    fn advance(&mut self, to: ClockPoint) {
+        if to.tsc > self.to.tsc && to.ns > self.to.ns {
+            self.from = self.to;
+            self.to = to;
+        }
+    }
+
+    fn ns(&mut self, tid: u32, tsc: u64) -> u64 {
+        let (a, b) = (self.from, self.to);
+        let ns = if b.tsc > a.tsc {
+            let dt = tsc as i128 - a.tsc as i128;
+            (a.ns as i128 + dt * (b.ns - a.ns) as i128 / (b.tsc - a.tsc) as i128).max(0) as u64
+        } else {
+            a.ns
+        };
+        let last = self.last.entry(tid).or_insert(0);
+        *last = (*last).max(ns);
+        *last
     }
 }
 
@@ -311,34 +418,46 @@ struct ThreadQueue {
     /// Since which pass this thread's own THREAD_CREATE has been waiting for the
     /// thread's creation to be released.
     parent_waiting_since: Option<u64>,
+    /// The thread's exit was seen: the queue goes once it is empty.
+    exited: bool,
 }
 
 /// Interleaves each thread's agent and eBPF events by time (see the module doc).
 /// Logical ids are assigned as creations are taken, so a thread's own creations
 /// must be taken after its creation: a thread's THREAD_CREATE waits (at most
 /// [`CREATE_PATIENCE`] passes) until the creation of the thread itself was released.
+///
+/// It works on the [`RawPass`]es the drain copied, one after the other, exactly as
+/// they were read: what it releases does not depend on when it runs.
 #[derive(Default)]
 pub(crate) struct Merger {
     threads: HashMap<u32, ThreadQueue>,
     /// Threads whose creation was released (and the main thread).
     pub(crate) created: HashSet<u32>,
     pass: u64,
-    /// Threads whose exit was seen: their rings are freed once drained.
-    exited: HashSet<u32>,
-    /// Exits seen in the current pass (effective from the next one).
-    exited_now: Vec<u32>,
     scratch: Vec<RawEvent>,
     /// Events released in one pass, before they are sorted by time.
     batch: Vec<RawEvent>,
-    /// Events read so far (a change means new events arrived).
-    pub(crate) held: u64,
+    /// Converts the records' TSC stamps (when the agent uses the TSC).
+    tsc: Option<TscClock>,
 }
 
 impl Merger {
+    /// A merger for records stamped as `mapping` says.
+    pub(crate) fn for_mapping(mapping: &InprocMapping) -> Merger {
+        Merger {
+            tsc: mapping.tsc_start().map(|start| TscClock {
+                from: start,
+                to: start,
+                last: HashMap::new(),
+            }),
+            ..Merger::default()
+        }
+    }
+
     /// Starts a pass: what was read before it becomes releasable.
     fn begin_pass(&mut self) {
         self.pass += 1;
-        self.exited.extend(self.exited_now.drain(..));
         for q in self.threads.values_mut() {
             let last = |d: &VecDeque<(u64, RawEvent)>| d.back().map(|e| e.1.ts_ns).unwrap_or(0);
             q.safe_ts = q.safe_ts.max(last(&q.agent)).max(last(&q.kernel));
@@ -347,23 +466,42 @@ impl Merger {
 
     fn push_agent(&mut self, tid: u32, events: &mut Vec<RawEvent>) {
         let pass = self.pass;
-        self.held += events.len() as u64;
         let queue = &mut self.threads.entry(tid).or_default().agent;
         queue.extend(events.drain(..).map(|e| (pass, e)));
     }
 
     /// Adds an event from the eBPF ring buffer.
-    pub(crate) fn push_kernel(&mut self, e: RawEvent) {
-        if e.kind == kind::THREAD_EXIT {
-            self.exited_now.push(e.tid);
-        }
-        self.held += 1;
+    fn push_kernel(&mut self, e: RawEvent) {
         let pass = self.pass;
-        self.threads
-            .entry(e.tid)
-            .or_default()
-            .kernel
-            .push_back((pass, e));
+        let q = self.threads.entry(e.tid).or_default();
+        q.exited |= e.kind == kind::THREAD_EXIT;
+        q.kernel.push_back((pass, e));
+    }
+
+    /// Merges one pass the drain copied and releases what is safe to `out` (all of
+    /// it on the last pass).
+    pub(crate) fn take_pass(&mut self, pass: &RawPass, out: &mut impl FnMut(&RawEvent)) {
+        self.begin_pass();
+        let mut scratch = std::mem::take(&mut self.scratch);
+        let mut start = 0;
+        if let (Some(clock), Some(point)) = (&mut self.tsc, pass.clock) {
+            clock.advance(point);
+        }
+        for &(tid, end) in &pass.batches {
+            scratch.extend(pass.records[start..end].iter().map(|r| expand(r, tid)));
+            if let Some(clock) = &mut self.tsc {
+                for e in &mut scratch {
+                    e.ts_ns = clock.ns(tid, e.ts_ns);
+                }
+            }
+            self.push_agent(tid, &mut scratch);
+            start = end;
+        }
+        self.scratch = scratch;
+        for e in &pass.kernel {
+            self.push_kernel(*e);
+        }
+        self.release(pass.all, out);
     }
 
     /// Releases, per thread in time order, every event that is safe (all of them when
@@ -484,33 +622,102 @@ impl Merger {
                 }
             }
         }
+        // Queues of live threads are kept with their buffers: freeing and growing
+        // them again every pass cost a page fault per few dozen events.
         self.threads
-            .retain(|_, q| !q.agent.is_empty() || !q.kernel.is_empty());
+            .retain(|_, q| !q.agent.is_empty() || !q.kernel.is_empty() || !q.exited);
     }
 }
 
-/// One drain pass over the in-process source: read the agent rings, then (through
-/// `read_kernel`) the eBPF ring, then release what is safe to `out`.
-pub(crate) fn pass(
-    mapping: &InprocMapping,
-    merger: &mut Merger,
-    read_kernel: &mut dyn FnMut(&mut Merger) -> Result<()>,
-    all: bool,
-    out: &mut impl FnMut(&RawEvent),
-) -> Result<usize> {
-    merger.begin_pass();
-    let mut scratch = std::mem::take(&mut merger.scratch);
-    let exited = std::mem::take(&mut merger.exited);
-    let mut largest = 0;
-    mapping.read_rings(&mut scratch, &exited, |tid, events| {
-        largest = largest.max(events.len());
-        merger.push_agent(tid, events)
-    });
-    merger.exited = exited;
-    merger.scratch = scratch;
-    mapping.header().passes.fetch_add(1, Ordering::Release);
-    mapping.prefault(mapping.header().rings_used.load(Ordering::Relaxed) as usize + RINGS_AHEAD);
-    read_kernel(merger)?;
-    merger.release(all, out);
-    Ok(largest)
+/// What one drain pass copied, in the order it was read: the agent rings (one
+/// batch per ring), then the eBPF ring buffer. [`Merger::take_pass`] turns it into
+/// events later; the copy is all the drain does while the program runs.
+#[derive(Default)]
+pub(crate) struct RawPass {
+    /// Per ring batch: the owning thread and where its records end in `records`.
+    pub(crate) batches: Vec<(u32, usize)>,
+    pub(crate) records: Vec<Record>,
+    pub(crate) kernel: Vec<RawEvent>,
+    /// Snapshots of the program's modules taken before this pass's events were
+    /// read (they describe the events' sites).
+    pub(crate) modules: Vec<Vec<ordo_trace::schema::ModuleRecord>>,
+    /// Events dropped so far (agent and eBPF), for the chunk headers.
+    pub(crate) dropped: u64,
+    /// With TSC time stamps: the calibration point taken just before the rings
+    /// were read.
+    pub(crate) clock: Option<ClockPoint>,
+    /// The last pass: release everything.
+    pub(crate) all: bool,
+}
+
+impl RawPass {
+    /// Empties it, keeping its buffers.
+    pub(crate) fn clear(&mut self) {
+        self.batches.clear();
+        self.records.clear();
+        self.kernel.clear();
+        self.modules.clear();
+        self.dropped = 0;
+        self.clock = None;
+        self.all = false;
+    }
+
+    /// Memory its events take.
+    pub(crate) fn bytes(&self) -> usize {
+        self.records.len() * std::mem::size_of::<Record>()
+            + self.kernel.len() * std::mem::size_of::<RawEvent>()
+    }
+
+    /// Whether some event's call site lies outside every range `known` knows
+    /// (consecutive events mostly share their site: each is looked up once).
+    pub(crate) fn has_site_outside(&self, known: &mut impl FnMut(u64) -> bool) -> bool {
+        let mut last = 0;
+        for site in self
+            .records
+            .iter()
+            .map(|r| r.site)
+            .chain(self.kernel.iter().map(|e| e.site))
+        {
+            if site != last && site != 0 {
+                if !known(site) {
+                    return true;
+                }
+                last = site;
+            }
+        }
+        false
+    }
+}
+
+/// The drain's side of the in-process source: copies the rings and remembers which
+/// threads exited, so their rings can be freed.
+#[derive(Default)]
+pub(crate) struct RingReader {
+    /// Threads whose exit was seen: their rings are freed once drained.
+    exited: HashSet<u32>,
+    /// Exits seen in the current pass (effective from the next one).
+    exited_now: Vec<u32>,
+}
+
+impl RingReader {
+    /// Starts a pass: copies the agent rings into `pass` and counts the pass
+    /// (waiting agents see the drain is alive).
+    /// The eBPF ring buffer is read next, into the same pass
+    /// ([`RingReader::kernel_event`]).
+    pub(crate) fn copy_rings(&mut self, mapping: &InprocMapping, pass: &mut RawPass) {
+        self.exited.extend(self.exited_now.drain(..));
+        if mapping.tsc_start.is_some() {
+            pass.clock = Some(ClockPoint::now());
+        }
+        mapping.copy_rings(pass, &self.exited);
+        mapping.header().passes.fetch_add(1, Ordering::Release);
+    }
+
+    /// Adds an event from the eBPF ring buffer to the pass.
+    pub(crate) fn kernel_event(&mut self, pass: &mut RawPass, e: RawEvent) {
+        if e.kind == kind::THREAD_EXIT {
+            self.exited_now.push(e.tid);
+        }
+        pass.kernel.push(e);
+    }
 }

@@ -187,7 +187,10 @@ pub fn record_launched(
     let mut agent = None;
     let mut inherit = Vec::new();
     if inproc {
-        let mapping = std::sync::Arc::new(crate::inproc::InprocMapping::create()?);
+        // Watched accesses interleave with the agent's events nanoseconds apart: keep
+        // them on the kernel's own clock rather than a calibrated TSC.
+        let watched = !record.watch_sites.is_empty() || !record.hw_watches.is_empty();
+        let mapping = std::sync::Arc::new(crate::inproc::InprocMapping::create(!watched)?);
         let file = ordo_agent::AgentFile::write()?;
         let user_preload = env
             .iter()

@@ -99,7 +99,9 @@ mod tests;
 pub use mark::{resolve_mark, ResolvedMark};
 pub use resolve::PointerHop;
 pub use resolve::{resolve, ResolvedWatch, Resolver};
-pub use sites::{access_ending_at, plan_sites, PlannedSite, ProbePoint, Relocate, WatchPlan};
+pub use sites::{
+    access_at, access_ending_at, plan_sites, PlannedSite, ProbePoint, Relocate, WatchPlan,
+};
 pub use spec::{split_offset, FieldStep, WatchSpec, WatchTarget, MAX_WATCH_SIZE};
 pub use trapped::{classify_access, instruction_ending_at, TrapDecoder, TrappedAccess};
 pub use uprobe::kernel_accepts as uprobe_accepts;

@@ -19,8 +19,8 @@ use anyhow::{anyhow, bail, Result};
 use ordo_probe_common::WatchSite;
 use ordo_recorder::launch;
 use ordo_recorder::watch::{
-    access_ending_at, plan_sites, resolve_mark, PlannedSite, ResolvedWatch, Resolver, WatchSpec,
-    WatchTarget,
+    access_at, access_ending_at, plan_sites, resolve_mark, PlannedSite, ResolvedWatch, Resolver,
+    WatchSpec, WatchTarget,
 };
 use ordo_schedule::EventNamer;
 use ordo_schedule::{EventRef, ObjectRef, Schedule, ThreadRef};
@@ -224,7 +224,12 @@ pub fn plan_access_sites(
                     site_of_recorded.insert(key, sites.len() + at);
                     continue;
                 }
-                let decoded = access_ending_at(&resolved, *vaddr).map_err(|e| anyhow!("{e}"))?;
+                // A hardware watch records the accessing instruction (the recorder
+                // decodes the trap); traces from before that record the one after it.
+                let decoded = match access_at(&resolved, *vaddr).map_err(|e| anyhow!("{e}"))? {
+                    Some(site) => Some(site),
+                    None => access_ending_at(&resolved, *vaddr).map_err(|e| anyhow!("{e}"))?,
+                };
                 let Some(p) = decoded else {
                     notes.push(format!(
                         "warning: {}: the recorded access site {vaddr:#x} of `{text}` is not after a decodable access; not armed",

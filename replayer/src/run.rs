@@ -345,7 +345,9 @@ pub fn replay(options: &ReplayOptions) -> Result<ReplayOutcome> {
         );
         record.inputs.push(path.clone());
         record_accesses(&mut record, &plan, &path, &options.watches)?;
-        let mapping = std::sync::Arc::new(InprocMapping::create()?);
+        // Watched accesses stay on the kernel's clock (see the recorder's inproc).
+        let watched = !record.watch_sites.is_empty() || !record.hw_watches.is_empty();
+        let mapping = std::sync::Arc::new(InprocMapping::create(!watched)?);
         env.push(mapping.env());
         inherit.push(mapping.raw_fd());
         record.inproc = Some(mapping);

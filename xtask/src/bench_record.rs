@@ -23,12 +23,16 @@ use serde_json::{json, Value};
 use report::{Metric, Sample};
 use sites::{EmptyProgram, Sites};
 
-/// `cargo xtask bench record [--quick] [--only W,...] [--reps N] [--recorders R,...]`.
+/// `cargo xtask bench record [--quick] [--only W,...] [--reps N] [--recorders R,...]
+/// [--baseline ORDO]`.
 struct Options {
     quick: bool,
     only: Option<Vec<String>>,
     reps: usize,
     recorders: Option<Vec<String>>,
+    /// Another `ordo` binary run as recorder `ordo baseline` (launch mode), to
+    /// compare a change with what it replaces in the same run.
+    baseline: Option<PathBuf>,
 }
 
 fn parse_options(args: &[String]) -> Result<Options> {
@@ -37,6 +41,7 @@ fn parse_options(args: &[String]) -> Result<Options> {
         only: None,
         reps: 0,
         recorders: None,
+        baseline: None,
     };
     let mut it = args.iter();
     let list = |v: Option<&String>, flag: &str| -> Result<Vec<String>> {
@@ -51,11 +56,18 @@ fn parse_options(args: &[String]) -> Result<Options> {
             "--quick" => o.quick = true,
             "--only" => o.only = Some(list(it.next(), "--only")?),
             "--recorders" => o.recorders = Some(list(it.next(), "--recorders")?),
+            "--baseline" => {
+                let v = it.next().context("--baseline needs the path of an ordo binary")?;
+                if !Path::new(v).is_file() {
+                    bail!("--baseline {v}: no such file");
+                }
+                o.baseline = Some(PathBuf::from(v));
+            }
             "--reps" => {
                 let v = it.next().context("--reps needs a number")?;
                 o.reps = v.parse().ok().filter(|n| *n > 0).with_context(|| format!("--reps {v}: expected a positive number"))?;
             }
-            other => bail!("bench record: unknown option `{other}` (use --quick, --only W,..., --reps N, --recorders R,...)"),
+            other => bail!("bench record: unknown option `{other}` (use --quick, --only W,..., --reps N, --recorders R,..., --baseline ORDO)"),
         }
     }
     if o.reps == 0 {
@@ -93,6 +105,8 @@ enum Recorder {
     Native,
     /// `ordo record`, with `--probes VALUE` when given.
     Ordo(Option<String>),
+    /// `ordo record` by another ordo binary (`--baseline`), launch mode only.
+    OrdoBaseline(PathBuf),
     Bpftrace,
     EmptyProbe,
     Tsan,
@@ -106,6 +120,7 @@ impl Recorder {
             Recorder::Native => "native".into(),
             Recorder::Ordo(None) => "ordo".into(),
             Recorder::Ordo(Some(p)) => format!("ordo --probes {p}"),
+            Recorder::OrdoBaseline(_) => "ordo baseline".into(),
             Recorder::Bpftrace => "bpftrace".into(),
             Recorder::EmptyProbe => "empty probe".into(),
             Recorder::Tsan => "tsan".into(),
@@ -120,7 +135,7 @@ impl Recorder {
         let micro = matches!(workload, "lock" | "pair" | "pingpong" | "rwlock");
         match self {
             Recorder::Tsan | Recorder::Helgrind => micro,
-            Recorder::Lttng => workload != "memcached-attach",
+            Recorder::Lttng | Recorder::OrdoBaseline(_) => workload != "memcached-attach",
             Recorder::Ordo(Some(p)) if workload == "memcached-attach" => p != "inproc",
             _ => true,
         }
@@ -584,6 +599,13 @@ impl Bench {
                 c.args(args);
                 c
             }
+            Recorder::OrdoBaseline(binary) => {
+                let _ = std::fs::remove_file(trace);
+                let mut c = Command::new(binary);
+                c.arg("record").arg("-o").arg(trace);
+                c.arg("--").arg(program).args(args);
+                c
+            }
             Recorder::Ordo(probes) => {
                 let _ = std::fs::remove_file(trace);
                 let mut c = Command::new(&self.ordo);
@@ -789,7 +811,7 @@ impl Bench {
         returned: f64,
     ) -> Result<()> {
         match recorder {
-            Recorder::Ordo(_) => {
+            Recorder::Ordo(_) | Recorder::OrdoBaseline(_) => {
                 let (events, lost, span, bytes, first) = self.ordo_trace(trace)?;
                 sample.events = Some(events);
                 sample.lost = Some(lost);
@@ -1165,7 +1187,7 @@ impl Bench {
                 Some(stopped),
                 returned,
             )?;
-            if matches!(recorder, Recorder::Ordo(_)) {
+            if matches!(recorder, Recorder::Ordo(_) | Recorder::OrdoBaseline(_)) {
                 sample.detach_s = Some(returned - stopped);
             }
             Ok(sample)
@@ -1354,6 +1376,9 @@ pub fn run_record(args: &[String]) -> Result<()> {
     for v in probe_values.iter().filter(|v| *v != "auto") {
         recorders.push(Recorder::Ordo(Some(v.clone())));
     }
+    if let Some(b) = &options.baseline {
+        recorders.push(Recorder::OrdoBaseline(b.clone()));
+    }
     recorders.extend([
         Recorder::Bpftrace,
         Recorder::EmptyProbe,
@@ -1364,9 +1389,11 @@ pub fn run_record(args: &[String]) -> Result<()> {
     if let Some(chosen) = &options.recorders {
         recorders.retain(|r| {
             r.label() == "native"
-                || chosen
-                    .iter()
-                    .any(|c| *c == r.label() || r.label().starts_with(&format!("{c} ")))
+                || chosen.iter().any(|c| match c.strip_suffix('$') {
+                    // `ordo$`: that row only, not `ordo --probes ...`.
+                    Some(exact) => exact == r.label(),
+                    None => *c == r.label() || r.label().starts_with(&format!("{c} ")),
+                })
         });
     }
     let kernel_ordo = if probe_values.iter().any(|v| v == "ebpf") {
@@ -1452,6 +1479,15 @@ pub fn run_record(args: &[String]) -> Result<()> {
     let rows = report::rows(&samples, metric_of);
     let exact_sites = bench.sites.as_ref().is_some_and(|s| s.exact);
     let targets = report::targets(&rows, &kernel_ordo, "ordo", exact_sites);
+    // The baseline's issue-14 figures, to read next to ordo's.
+    let baseline_targets: Vec<report::Target> = if options.baseline.is_some() {
+        report::targets(&rows, &kernel_ordo, "ordo baseline", exact_sites)
+            .into_iter()
+            .filter(|t| t.issue == 14)
+            .collect()
+    } else {
+        Vec::new()
+    };
     let s = &bench.sizes;
     println!(
         "\nbench record{}: median of {} interleaved repetitions, {:.0} s. lock = 4 threads × {} lock/inc/unlock; pair = 1 thread × {} uncontended pairs; \
@@ -1474,6 +1510,13 @@ pub fn run_record(args: &[String]) -> Result<()> {
         );
     }
     println!("targets:\n{}", report::target_lines(&targets));
+    if !baseline_targets.is_empty() {
+        println!(
+            "the same issue-14 targets for `ordo baseline` ({}):\n{}",
+            options.baseline.as_ref().unwrap().display(),
+            report::target_lines(&baseline_targets)
+        );
+    }
     for (r, why) in &unavailable {
         println!("could not run {r}: {why}");
     }
@@ -1507,6 +1550,10 @@ pub fn run_record(args: &[String]) -> Result<()> {
         })),
         "rows": rows.iter().map(report::row_json).collect::<Vec<_>>(),
         "targets": targets.iter().map(|t| t.to_json()).collect::<Vec<_>>(),
+        "baseline": options.baseline.as_ref().map(|b| json!({
+            "binary": b.display().to_string(),
+            "targets": baseline_targets.iter().map(|t| t.to_json()).collect::<Vec<_>>(),
+        })),
         "true_ten": true_ten,
         "unavailable": unavailable.iter().map(|(r, w)| json!({"recorder": r, "why": w})).collect::<Vec<_>>(),
         "failures": bench.failures.iter().map(|(w, r, why)| json!({"workload": w, "recorder": r, "why": why})).collect::<Vec<_>>(),

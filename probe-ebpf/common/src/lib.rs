@@ -358,6 +358,10 @@ pub mod sysno {
     pub const CLONE: u64 = 56;
     /// clone3(2).
     pub const CLONE3: u64 = 435;
+    /// execve(2).
+    pub const EXECVE: u64 = 59;
+    /// execveat(2).
+    pub const EXECVEAT: u64 = 322;
 }
 
 /// `CLONE_THREAD` from `<linux/sched.h>`.
@@ -367,6 +371,8 @@ pub const CLONE_THREAD: u64 = 0x0001_0000;
 pub const EVENTS_MAP: &str = "EVENTS";
 /// Name of the per-CPU drop counter map.
 pub const DROPS_MAP: &str = "DROPS";
+/// Name of the per-CPU map counting the target's successful execs.
+pub const EXECS_MAP: &str = "EXECS";
 /// Name of the configuration array map.
 pub const CONFIG_MAP: &str = "CONFIG";
 
@@ -468,13 +474,16 @@ pub mod inproc {
     /// "ORDO_REC".
     pub const MAGIC: u64 = 0x4f52_444f_5f52_4543;
     /// Bumped whenever the layout changes.
-    pub const VERSION: u32 = 1;
+    pub const VERSION: u32 = 2;
     /// Rings in the mapping: threads recording at the same time (a ring is reused
     /// once its thread has exited and the ring is drained).
     pub const MAX_RINGS: usize = 1024;
-    /// Records per ring (a power of two): 12 MiB, enough for a burst of 262 144
-    /// events while the drain, which runs at idle priority, waits for a free CPU.
-    pub const RING_RECORDS: usize = 1 << 18;
+    /// Records per ring (a power of two): 3 MiB. The drain only copies records
+    /// out, at high priority, when a ring is half full and every few milliseconds;
+    /// 65 536 events cover a thread making several million a second. Small enough
+    /// that the pages a thread writes stay few (allocating them is the expensive
+    /// part: ~6 µs a page).
+    pub const RING_RECORDS: usize = 1 << 16;
     /// Entries of the sequence counter table (a power of two).
     pub const SEQ_SLOTS: usize = 1 << 20;
     /// A thread whose ring is full waits for the drain as long as the drain makes
@@ -487,7 +496,9 @@ pub mod inproc {
     #[repr(C)]
     #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
     pub struct Record {
-        /// CLOCK_MONOTONIC nanoseconds (the clock `bpf_ktime_get_ns` reads).
+        /// When: in the unit [`Header::clock`] names — CLOCK_MONOTONIC nanoseconds
+        /// (the clock `bpf_ktime_get_ns` reads) or TSC ticks, which the recorder
+        /// turns into CLOCK_MONOTONIC nanoseconds.
         pub ts_ns: u64,
         /// Per-object sequence number (0 for kinds that take none).
         pub seq: u64,
@@ -582,7 +593,18 @@ pub mod inproc {
         pub seq_full: AtomicU64,
         /// Child processes forked by the target, not followed.
         pub forks: AtomicU64,
+        /// What [`Record::ts_ns`] counts: [`CLOCK_MONOTONIC_NS`] or [`CLOCK_TSC`]
+        /// (set by the recorder before the program starts).
+        pub clock: u32,
     }
+
+    /// [`Header::clock`]: records carry CLOCK_MONOTONIC nanoseconds (the vDSO).
+    pub const CLOCK_MONOTONIC_NS: u32 = 0;
+    /// [`Header::clock`]: records carry the time stamp counter (`rdtsc`), which the
+    /// recorder converts to CLOCK_MONOTONIC nanoseconds by calibration points it
+    /// takes every drain pass. Used only when the kernel's own clocksource is the
+    /// TSC (so the two are one clock, synchronized across CPUs).
+    pub const CLOCK_TSC: u32 = 1;
 
     /// Byte offset of ring `i`'s header in the mapping.
     pub const fn ring_header_offset(i: usize) -> usize {

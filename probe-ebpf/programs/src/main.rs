@@ -51,6 +51,10 @@ mod programs {
     #[map(name = "DROPS")]
     static DROPS: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
 
+    /// Successful execs by the target, per CPU (reported in the summary).
+    #[map(name = "EXECS")]
+    static EXECS: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
+
     /// Settings written by user space (see `ordo_probe_common::config`).
     #[map(name = "CONFIG")]
     static CONFIG: Array<u64> = Array::with_max_entries(config::LEN, 0);
@@ -770,6 +774,12 @@ mod programs {
                     ret,
                     val,
                 );
+            }
+        } else if (id == sysno::EXECVE || id == sysno::EXECVEAT) && ret == 0 {
+            // Returning into the new image (same tgid).
+            if let Some(counter) = EXECS.get_ptr_mut(0) {
+                // SAFETY: per-CPU slot, only this CPU writes it while the program runs.
+                unsafe { *counter += 1 };
             }
         } else if id == sysno::CLONE || id == sysno::CLONE3 {
             if ret == 0 {

@@ -21,7 +21,7 @@ use aya::programs::uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeScope
 use aya::programs::{PerfEvent, RawTracePoint, UProbe};
 use aya::{Ebpf, EbpfLoader};
 use ordo_probe_common::{
-    config, ProbeSite, WatchSite, CONFIG_MAP, DROPS_MAP, EVENTS_MAP, MAX_WATCH_SITES,
+    config, ProbeSite, WatchSite, CONFIG_MAP, DROPS_MAP, EVENTS_MAP, EXECS_MAP, MAX_WATCH_SITES,
     PROBE_SITES_MAP, WATCH_SITES_MAP,
 };
 
@@ -50,6 +50,9 @@ pub(super) struct Probes {
     multi: Vec<OwnedFd>,
     /// Why uprobes were attached one at a time, if they were.
     pub(super) fallback_note: Option<String>,
+    /// Execs that are ordo's own: launching, the stopped child execs the program
+    /// once recording is on.
+    launch_execs: u64,
 }
 
 impl Probes {
@@ -71,6 +74,7 @@ impl Probes {
             ebpf,
             multi: Vec::new(),
             fallback_note: None,
+            launch_execs: if options.attached { 0 } else { 1 },
         };
         let all: Vec<Sites> = sites.0;
         if let Err(e) = probes.attach_multi(pid, &all) {
@@ -180,16 +184,45 @@ impl Probes {
 
     /// Events lost so far because the ring buffer was full.
     pub(super) fn drops(&self) -> u64 {
-        let Some(map) = self.ebpf.map(DROPS_MAP) else {
+        self.per_cpu_total(DROPS_MAP)
+    }
+
+    /// Successful execs by the program so far (not counting the launch's).
+    pub(super) fn execs(&self) -> u64 {
+        self.per_cpu_total(EXECS_MAP)
+            .saturating_sub(self.launch_execs)
+    }
+
+    /// The sum over CPUs of a per-CPU counter map's only slot.
+    fn per_cpu_total(&self, name: &str) -> u64 {
+        let Some(map) = self.ebpf.map(name) else {
             return 0;
         };
-        let Ok(drops) = PerCpuArray::<_, u64>::try_from(map) else {
+        let Ok(counts) = PerCpuArray::<_, u64>::try_from(map) else {
             return 0;
         };
-        drops
+        counts
             .get(&0, 0)
             .map(|values| values.iter().sum())
             .unwrap_or(0)
+    }
+
+    /// The summary's line about execs by the program, if it made any. In process,
+    /// the agent ends at exec (the new image has none): only the kernel's thread
+    /// events follow; the uprobes of the eBPF path stay on libc in the new image.
+    pub(super) fn exec_note(&self, in_process: bool) -> Option<String> {
+        let n = self.execs();
+        (n > 0).then(|| {
+            let after = if in_process {
+                "after it only thread events were recorded (the in-process agent ends at exec)"
+            } else {
+                "the new image was recorded as the same process"
+            };
+            format!(
+                "{n} exec{} by the program: {after}",
+                if n == 1 { "" } else { "s" }
+            )
+        })
     }
 }
 

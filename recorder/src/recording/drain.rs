@@ -68,7 +68,7 @@ type TidSet = HashSet<u32, BuildHasherDefault<TidHasher>>;
 /// Address ranges of the modules already described in the trace, for the one
 /// question asked per event: is this site in a known module?
 #[derive(Default)]
-struct KnownRanges {
+pub(crate) struct KnownRanges {
     /// Sorted, non-overlapping `[start, end)` ranges.
     ranges: Vec<(u64, u64)>,
     /// The range the last lookup hit: consecutive events mostly share a module.
@@ -84,7 +84,19 @@ impl KnownRanges {
         self.ranges.sort_unstable();
     }
 
-    fn contains(&mut self, site: u64) -> bool {
+    /// Adds the ranges of `modules`.
+    pub(crate) fn extend(&mut self, modules: &[ModuleRecord]) {
+        self.ranges.extend(
+            modules
+                .iter()
+                .flat_map(|m| m.mappings.iter().map(|map| (map.start, map.end))),
+        );
+        self.ranges.sort_unstable();
+        self.ranges.dedup();
+    }
+
+    /// Whether `site` lies in a known range.
+    pub(crate) fn contains(&mut self, site: u64) -> bool {
         if (self.last.0..self.last.1).contains(&site) {
             return true;
         }
@@ -113,15 +125,20 @@ struct ChunkWriter {
     /// Emptied event buffers coming back for reuse.
     spare: Receiver<Vec<Event>>,
     thread: JoinHandle<Result<TraceWriter>>,
+    /// The writer thread's kernel tid (for changing its priority).
+    tid: i32,
 }
 
 impl ChunkWriter {
     fn start(mut writer: TraceWriter, output: PathBuf) -> Result<ChunkWriter> {
         let (chunks, incoming) = sync_channel::<Chunk>(CHUNKS_IN_FLIGHT);
         let (give_back, spare) = sync_channel(CHUNKS_IN_FLIGHT + 1);
+        let (tell_tid, tid) = sync_channel(1);
         let thread = std::thread::Builder::new()
             .name("ordo-writer".into())
             .spawn(move || -> Result<TraceWriter> {
+                // SAFETY: gettid has no preconditions.
+                let _ = tell_tid.send(unsafe { libc::gettid() });
                 for mut chunk in incoming {
                     writer
                         .write_chunk(&chunk.events, &chunk.threads, &chunk.modules, chunk.dropped)
@@ -131,10 +148,14 @@ impl ChunkWriter {
                 }
                 Ok(writer)
             })?;
+        let tid = tid
+            .recv()
+            .map_err(|_| anyhow!("the trace writer thread did not start"))?;
         Ok(ChunkWriter {
             chunks,
             spare,
             thread,
+            tid,
         })
     }
 
@@ -272,6 +293,11 @@ impl DrainState {
         self.pending.push(event);
     }
 
+    /// The kernel tid of the thread that encodes and writes the chunks.
+    pub(crate) fn writer_tid(&self) -> i32 {
+        self.writer.as_ref().map_or(0, |w| w.tid)
+    }
+
     /// A hardware watchpoint's trap: the kind, atomicity and site of the access
     /// from the instruction that ends where the trap left the thread. Returns the
     /// kind code.
@@ -317,15 +343,6 @@ impl DrainState {
         }
         self.last_module_scan = Some(Instant::now());
         self.add_modules(modules_of_process(self.pid));
-    }
-
-    /// Reads the target's modules now if none are known yet (the in-process drain
-    /// holds events back, and a short program may be gone by the time they reach
-    /// [`DrainState::take`]).
-    pub(crate) fn ensure_modules(&mut self) {
-        if self.modules.is_empty() {
-            self.scan_modules();
-        }
     }
 
     /// Whether the target's modules have been read at least once.
@@ -466,7 +483,7 @@ fn comm(name: &[u8; 16]) -> String {
 
 /// Raises the calling thread's scheduling priority so the target cannot starve it;
 /// says what it got.
-fn raise_priority() -> &'static str {
+pub(super) fn raise_priority() -> &'static str {
     // SAFETY: plain syscalls on the calling thread with a valid sched_param.
     unsafe {
         let param = libc::sched_param { sched_priority: 1 };
@@ -531,7 +548,10 @@ pub(super) async fn drain(
     drain_ready(ring.get_mut(), &mut state, &probes)?;
     let dropped = probes.drops();
     drop(ring);
-    let summary = state.finish(dropped, exit);
+    let mut summary = state.finish(dropped, exit);
+    if let Ok(summary) = &mut summary {
+        summary.notes.extend(probes.exec_note(false));
+    }
     let handoff = super::detach::hand_off();
     drop(probes);
     drop(handoff);

@@ -1,88 +1,189 @@
-//! The drain of a recording with the in-process source (see `crate::inproc`):
-//! passes over the agent's rings and the eBPF ring buffer, merged per thread, into
-//! the same [`DrainState`] the eBPF-only drain feeds. A plain thread, not tokio: it
-//! sleeps on the agents' doorbell (a futex in the shared mapping) between passes.
+//! The drain of a recording with the in-process source (see `crate::inproc`), in two
+//! threads, so that recording costs the program as little CPU as possible:
+//!
+//! - **the drain** (`ordo-drain`, high priority) makes the passes: it copies the
+//!   agent rings' records and the eBPF ring buffer's events, as they are, into a
+//!   [`RawPass`] and hands it on — a memcpy of 48 bytes an event — so the rings never
+//!   fill and the agents never wait;
+//! - **the converter** (`ordo-convert`, idle priority while the program runs) takes
+//!   the passes in order and does the expensive part: merging each thread's two
+//!   sources by time ([`Merger`]), the per-event bookkeeping and, in the writer
+//!   thread it feeds (idle priority too), encoding and compression — about a
+//!   microsecond of CPU an event, which a program that keeps every CPU busy would
+//!   otherwise pay for. It runs when a CPU would be idle; what it has not done when
+//!   the program ends it finishes then, at normal priority.
+//!
+//! The merge works on the passes exactly as they were read (pass boundaries
+//! included), so the trace is the same as if it ran at once. The backlog is bounded:
+//! past [`BACKLOG_NORMAL`] bytes the converter runs at normal priority (it then takes
+//! its share of the CPU, as before), past [`BACKLOG_FULL`] the drain stops copying
+//! (still counting passes, so the agents wait for room rather than drop events).
+//! Events not converted yet are lost if the recorder itself is SIGKILLed; what was
+//! written stays readable.
 
 use std::process::ExitStatus;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::Result;
+use anyhow::{anyhow, Result};
 use aya::maps::{MapData, RingBuf};
-use ordo_probe_common::inproc::RING_RECORDS;
 use ordo_probe_common::RawEvent;
 use ordo_trace::schema::ModuleRecord;
+use ordo_trace::symbolize::modules_of_process;
 use tokio::sync::{mpsc, oneshot};
 
 use super::attach::Probes;
-use super::drain::FLUSH_INTERVAL;
+use super::drain::{raise_priority, KnownRanges, FLUSH_INTERVAL};
 use super::{DrainState, RecordSummary};
-use crate::inproc::{pass, InprocMapping, Merger};
-
-/// The drain thread's scheduling: idle priority while the rings are nearly empty,
-/// normal once a pass found a ring a quarter full (see [`drain`]).
-#[derive(Default)]
-struct DrainPriority {
-    normal: bool,
-    started: bool,
-}
-
-impl DrainPriority {
-    /// Adjusts after a pass that took at most `largest` records from one ring.
-    fn after_pass(&mut self, largest: usize) {
-        let want_normal = if self.normal {
-            largest > RING_RECORDS / 32
-        } else {
-            largest >= RING_RECORDS / 4
-        };
-        if self.started && want_normal == self.normal {
-            return;
-        }
-        self.started = true;
-        self.normal = want_normal;
-        let policy = if want_normal {
-            libc::SCHED_OTHER
-        } else {
-            libc::SCHED_IDLE
-        };
-        let param = libc::sched_param { sched_priority: 0 };
-        // SAFETY: changes this thread's scheduling policy only.
-        unsafe { libc::sched_setscheduler(0, policy, &param) };
-    }
-}
+use crate::inproc::{InprocMapping, Merger, RawPass, RingReader};
 
 /// How long the drain sleeps between passes when no ring fills up.
 const PASS_INTERVAL: Duration = Duration::from_millis(5);
 
+/// Unconverted bytes past which the converter stops yielding to the program.
+const BACKLOG_NORMAL: usize = 1 << 30;
+/// Unconverted bytes past which the drain stops copying until the converter caught
+/// up (the agents wait for room meanwhile).
+const BACKLOG_FULL: usize = 2 << 30;
+
+/// What the drain hands the converter.
+enum ToConverter {
+    Pass(RawPass),
+    /// The last pass was sent: finish the trace.
+    Finish {
+        dropped: u64,
+        exit: Option<ExitStatus>,
+    },
+}
+
+/// State shared by the drain and the converter.
+#[derive(Default)]
+struct Shared {
+    /// Bytes of events copied and not converted yet.
+    backlog: AtomicUsize,
+    /// The program ended: convert the rest at normal priority.
+    finishing: AtomicBool,
+}
+
+/// Sets a thread's policy: SCHED_IDLE (runs only on a CPU nothing else wants) or
+/// SCHED_OTHER. `tid` 0 is the calling thread.
+fn set_idle(tid: i32, idle: bool) {
+    if tid < 0 {
+        return;
+    }
+    let policy = if idle {
+        libc::SCHED_IDLE
+    } else {
+        libc::SCHED_OTHER
+    };
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: changes one thread's scheduling policy only.
+    unsafe { libc::sched_setscheduler(tid, policy, &param) };
+}
+
+/// The program's modules as the drain knows them: every site of an event is checked
+/// against them while the program is still there to read (the converter may run
+/// long after a library was unloaded or the program exited).
+struct ModuleWatch {
+    pid: u32,
+    known: KnownRanges,
+    any: bool,
+    last_scan: Option<Instant>,
+}
+
+impl ModuleWatch {
+    fn add(&mut self, snapshot: &[ModuleRecord], pass: &mut RawPass) {
+        if snapshot.is_empty() {
+            return;
+        }
+        self.known.extend(snapshot);
+        self.any = true;
+        pass.modules.push(snapshot.to_vec());
+    }
+
+    /// Reads the program's modules (rate-limited, unless `now`) into the pass.
+    fn scan(&mut self, pass: &mut RawPass, now: bool) {
+        if !now
+            && self
+                .last_scan
+                .is_some_and(|t| t.elapsed() < Duration::from_millis(200))
+        {
+            return;
+        }
+        self.last_scan = Some(Instant::now());
+        let snapshot = modules_of_process(self.pid);
+        self.add(&snapshot, pass);
+    }
+
+    /// Scans again if a site of the pass lies in no known module (a library loaded
+    /// since).
+    fn check(&mut self, pass: &mut RawPass) {
+        let unknown = pass.has_site_outside(&mut |site| self.known.contains(site));
+        if unknown || (!self.any && !(pass.records.is_empty() && pass.kernel.is_empty())) {
+            self.scan(pass, false);
+        }
+    }
+}
+
+/// What the drain reads in a pass, and what it knows about it.
+struct Sources {
+    reader: RingReader,
+    modules: ModuleWatch,
+    /// The eBPF ring buffer.
+    ring: RingBuf<MapData>,
+}
+
 /// The drain of a recording with the in-process source: passes over the agent
-/// rings and the eBPF ring until told to stop, then the rest, then the footer.
+/// rings and the eBPF ring until told to stop, then the rest; the converter turns
+/// them into the trace.
 pub(super) fn drain(
     mut probes: Probes,
-    mut ring: RingBuf<MapData>,
-    mut state: DrainState,
+    ring: RingBuf<MapData>,
+    state: DrainState,
     mut stop: oneshot::Receiver<Option<ExitStatus>>,
     mut snapshots: mpsc::UnboundedReceiver<Vec<ModuleRecord>>,
     mapping: Arc<InprocMapping>,
 ) -> Result<RecordSummary> {
-    // The drain yields the CPU to the program while the rings absorb the load: it
-    // runs at idle priority until a pass finds a ring a quarter full, then at normal
-    // priority until the rings stay nearly empty. Always at idle priority it starves
-    // under a saturating load (a server and its load generator on every CPU), the
-    // rings fill and the program waits; always at normal priority it takes its share
-    // of the CPU from a program in the middle of a burst the rings could have held.
-    let mut priority = DrainPriority::default();
-    let mut merger = Merger::default();
-    merger.created.insert(state.pid);
-    let mut released = Vec::new();
-    let mut last_flush = Instant::now();
-    let mut doorbell = mapping.doorbell();
-    let mut run_pass = |merger: &mut Merger,
-                        state: &mut DrainState,
-                        all: bool,
-                        ring: &mut RingBuf<MapData>,
-                        probes: &Probes|
-     -> Result<()> {
-        let mut read_kernel = |m: &mut Merger| -> Result<()> {
+    raise_priority();
+    let pid = state.pid;
+    let shared = Arc::new(Shared::default());
+    let (to_converter, passes) = channel();
+    let (give_back, spare) = channel();
+    let converter = {
+        let shared = shared.clone();
+        std::thread::Builder::new()
+            .name("ordo-convert".into())
+            .spawn({
+                let mapping = mapping.clone();
+                move || convert(state, passes, give_back, &shared, &mapping)
+            })?
+    };
+    let mut sources = Sources {
+        reader: RingReader::default(),
+        modules: ModuleWatch {
+            pid,
+            known: KnownRanges::default(),
+            any: false,
+            last_scan: None,
+        },
+        ring,
+    };
+    let next_pass = |spare: &Receiver<RawPass>| {
+        let mut p = spare.try_recv().unwrap_or_default();
+        p.clear();
+        p
+    };
+    let mut pass = next_pass(&spare);
+    let run_pass =
+        |pass: &mut RawPass, sources: &mut Sources, probes: &Probes, all: bool| -> Result<()> {
+            let Sources {
+                reader,
+                modules,
+                ring,
+            } = sources;
+            reader.copy_rings(&mapping, pass);
             while let Some(item) = ring.next() {
                 if item.len() < std::mem::size_of::<RawEvent>() {
                     continue;
@@ -90,43 +191,35 @@ pub(super) fn drain(
                 // SAFETY: the probes write whole RawEvent records; read_unaligned copes
                 // with the ring buffer's 8-byte record alignment.
                 let raw: RawEvent = unsafe { std::ptr::read_unaligned(item.as_ptr().cast()) };
-                m.push_kernel(raw);
+                reader.kernel_event(pass, raw);
             }
-            Ok(())
+            modules.check(pass);
+            pass.dropped = probes.drops() + mapping.dropped();
+            pass.all = all;
+            let pass = std::mem::replace(pass, next_pass(&spare));
+            shared.backlog.fetch_add(pass.bytes(), Ordering::Relaxed);
+            to_converter
+                .send(ToConverter::Pass(pass))
+                .map_err(|_| anyhow!("the trace converter stopped"))
         };
-        let held = merger.held;
-        let largest = pass(&mapping, merger, &mut read_kernel, all, &mut |e| {
-            released.push(*e)
-        })?;
-        priority.after_pass(largest);
-        if merger.held != held || !released.is_empty() {
-            state.ensure_modules();
-        }
-        for e in released.drain(..) {
-            state.take(&e);
-            if state.chunk_full() {
-                state.flush(probes.drops() + mapping.dropped(), false)?;
-            }
-        }
-        Ok(())
-    };
     let mut modules_read = false;
     let mut waking_each = true;
+    let mut doorbell = mapping.doorbell();
     let exit = loop {
         while let Ok(snapshot) = snapshots.try_recv() {
-            state.add_modules(snapshot);
+            sources.modules.add(&snapshot, &mut pass);
         }
-        if waking_each && state.has_modules() {
+        if waking_each && sources.modules.any {
             // The eBPF side need not wake anyone per record: this drain polls.
             probes.stop_waking_each();
             waking_each = false;
         }
         // The program's modules are read as soon as the agent started in it (all its
         // start-up libraries are mapped then; the agent waits for this), as the eBPF
-        // path reads them at the first event: by the time held-back events are taken
-        // a short program may be gone, or its binary replaced on disk.
+        // path reads them at the first event: by the time the events are converted a
+        // short program may be gone, or its binary replaced on disk.
         if !modules_read && mapping.attached() {
-            state.ensure_modules();
+            sources.modules.scan(&mut pass, true);
             modules_read = true;
             mapping.modules_read();
         }
@@ -139,31 +232,128 @@ pub(super) fn drain(
             mapping.wait_doorbell(doorbell, PASS_INTERVAL);
         }
         doorbell = mapping.doorbell();
-        run_pass(&mut merger, &mut state, false, &mut ring, &probes)?;
-        if last_flush.elapsed() >= FLUSH_INTERVAL {
-            state.flush(probes.drops() + mapping.dropped(), false)?;
-            last_flush = Instant::now();
+        if shared.backlog.load(Ordering::Relaxed) > BACKLOG_FULL {
+            // Copying more would only grow the backlog: let the rings hold the
+            // events (a full ring waits while passes are counted).
+            mapping.count_idle_pass();
+            continue;
         }
+        run_pass(&mut pass, &mut sources, &probes, false)?;
     };
+    shared.finishing.store(true, Ordering::Relaxed);
     while let Ok(snapshot) = snapshots.try_recv() {
-        state.add_modules(snapshot);
+        sources.modules.add(&snapshot, &mut pass);
     }
     // A live target stops paying for the programs' work now, before the detach.
     probes.disable();
     // Everything published or committed belongs to the run: one more ordinary pass
     // (so the last eBPF events meet the agent events before them), then the rest.
-    run_pass(&mut merger, &mut state, false, &mut ring, &probes)?;
-    run_pass(&mut merger, &mut state, true, &mut ring, &probes)?;
-    let dropped = probes.drops() + mapping.dropped();
-    drop(ring);
-    let mut summary = state.finish(dropped, exit);
-    if let Ok(summary) = &mut summary {
-        summary.notes.extend(notes(&mapping));
+    for all in [false, true] {
+        run_pass(&mut pass, &mut sources, &probes, all)?;
     }
+    let dropped = probes.drops() + mapping.dropped();
+    let _ = to_converter.send(ToConverter::Finish { dropped, exit });
+    drop(sources);
+    let mut summary = converter
+        .join()
+        .map_err(|_| anyhow!("the trace converter panicked"))?;
+    // Only now: the detach hands the probes to a forked process, and a fork copies
+    // the page tables of the backlog, which must be freed and given back first.
+    drop(pass);
+    drop(spare);
+    // SAFETY: malloc_trim only returns free memory to the kernel.
+    unsafe { libc::malloc_trim(0) };
+    let exec_note = probes.exec_note(true);
     let handoff = super::detach::hand_off();
     drop(probes);
     drop(handoff);
+    if let Ok(summary) = &mut summary {
+        summary.notes.extend(notes(&mapping));
+        summary.notes.extend(exec_note);
+    }
     summary
+}
+
+/// The converter's body: merges and takes the passes in order, at idle priority
+/// while the program runs (see the module doc), and finishes the trace.
+fn convert(
+    mut state: DrainState,
+    passes: Receiver<ToConverter>,
+    give_back: Sender<RawPass>,
+    shared: &Shared,
+    mapping: &InprocMapping,
+) -> Result<RecordSummary> {
+    // -1: no writer thread (it stopped), nothing to change.
+    let writer = match state.writer_tid() {
+        0 => -1,
+        tid => tid,
+    };
+    let mut idle = true;
+    set_idle(0, true);
+    set_idle(writer, true);
+    let mut merger = Merger::for_mapping(mapping);
+    merger.created.insert(state.pid);
+    let mut last_flush = Instant::now();
+    let mut dropped = 0;
+    let mut failed = None;
+    for message in passes {
+        let pass = match message {
+            ToConverter::Pass(pass) => pass,
+            ToConverter::Finish {
+                dropped: total,
+                exit,
+            } => {
+                if let Some(e) = failed {
+                    return Err(e);
+                }
+                return state.finish(total, exit);
+            }
+        };
+        let backlog = shared
+            .backlog
+            .fetch_sub(pass.bytes(), Ordering::Relaxed)
+            .saturating_sub(pass.bytes());
+        let want_idle = !shared.finishing.load(Ordering::Relaxed)
+            && backlog
+                < if idle {
+                    BACKLOG_NORMAL
+                } else {
+                    BACKLOG_NORMAL / 4
+                };
+        if want_idle != idle {
+            idle = want_idle;
+            set_idle(0, idle);
+            set_idle(writer, idle);
+        }
+        if failed.is_some() {
+            // Keep receiving (the drain must not block on us) until Finish.
+            continue;
+        }
+        for snapshot in &pass.modules {
+            state.add_modules(snapshot.clone());
+        }
+        dropped = dropped.max(pass.dropped);
+        let mut result = Ok(());
+        merger.take_pass(&pass, &mut |e| {
+            state.take(e);
+            if result.is_ok() && state.chunk_full() {
+                result = state.flush(dropped, false);
+            }
+        });
+        if result.is_ok() && last_flush.elapsed() >= FLUSH_INTERVAL {
+            result = state.flush(dropped, false);
+            last_flush = Instant::now();
+        }
+        if let Err(e) = result {
+            failed = Some(e);
+        }
+        let _ = give_back.send(pass);
+        mapping.prefault_ahead();
+    }
+    match failed {
+        Some(e) => Err(e),
+        None => Err(anyhow!("the drain stopped without finishing the trace")),
+    }
 }
 
 /// What the in-process path did not see, in words.

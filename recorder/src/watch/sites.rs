@@ -870,11 +870,30 @@ fn fill_written_value(instr: &Instruction, site: &mut WatchSite) -> bool {
 /// follow). `Ok(None)` when no function covers the address or no instruction ends
 /// exactly there with a memory access.
 pub fn access_ending_at(watch: &ResolvedWatch, after: u64) -> Result<Option<PlannedSite>, String> {
+    access_found_by(watch, after, true)
+}
+
+/// Like [`access_ending_at`] for the instruction that starts at `ip` (what a
+/// hardware-watch recording names since the recorder decodes the trap: the
+/// accessing instruction itself).
+pub fn access_at(watch: &ResolvedWatch, ip: u64) -> Result<Option<PlannedSite>, String> {
+    access_found_by(watch, ip, false)
+}
+
+/// The access instruction that ends at `address` (`ends`) or starts there.
+fn access_found_by(
+    watch: &ResolvedWatch,
+    address: u64,
+    ends: bool,
+) -> Result<Option<PlannedSite>, String> {
+    // Decoding runs from the function's start to the instruction's end; an
+    // instruction starting at `address` is at most 15 bytes long.
+    let after = if ends { address } else { address + 15 };
     let path = &watch.module;
     let data = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     let file = object::File::parse(data.as_slice())
         .map_err(|e| format!("{}: not an ELF file: {e}", path.display()))?;
-    let inside = after.wrapping_sub(1);
+    let inside = if ends { after.wrapping_sub(1) } else { address };
     let Some(function) = file
         .symbols()
         .chain(file.dynamic_symbols())
@@ -888,10 +907,10 @@ pub fn access_ending_at(watch: &ResolvedWatch, after: u64) -> Result<Option<Plan
     let Some((file_offset, code)) = file.sections().find_map(|section| {
         let (offset, len) = section.file_range()?;
         let base = section.address();
-        (section.kind() == SectionKind::Text && base <= start && after <= base + len)
+        (section.kind() == SectionKind::Text && base <= start && inside < base + len)
             .then(|| {
                 let from = (start - base) as usize;
-                let to = (after - base) as usize;
+                let to = (after.min(base + len) - base) as usize;
                 Some((
                     offset + from as u64,
                     data.get(offset as usize + from..offset as usize + to)?,
@@ -906,7 +925,8 @@ pub fn access_ending_at(watch: &ResolvedWatch, after: u64) -> Result<Option<Plan
     let mut instr = Instruction::default();
     while decoder.can_decode() {
         decoder.decode_out(&mut instr);
-        if instr.next_ip() != after {
+        let here = if ends { instr.next_ip() } else { instr.ip() };
+        if here != address {
             continue;
         }
         let Some(memory) = factory.info(&instr).used_memory().first().copied() else {
