@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 
 mod analyze;
 mod dump;
+mod hunt;
 mod oracle_args;
 mod record;
 mod replay;
@@ -35,6 +36,9 @@ enum Command {
         after_help = "Exit status: 0 passed, 1 reproduced, 2 error, 3 infeasible, 4 not_exercised (docs/REPLAY.md)."
     )]
     Replay(replay::ReplayArgs),
+    /// Find a concurrency bug by itself: record, analyze, replay candidates (or
+    /// PCT / random-walk runs) until one fails, then pin it as a schedule file.
+    Hunt(hunt::HuntArgs),
 }
 
 /// Writes one line to stderr, ignoring failure: `eprintln!` panics when stderr is
@@ -68,6 +72,7 @@ fn main() -> ExitCode {
         Command::Analyze(args) => analyze::run(args),
         Command::Export(args) => analyze::export(args),
         Command::Replay(args) => replay::run(args),
+        Command::Hunt(args) => hunt::run(args),
     };
     match result {
         Ok(code) => ExitCode::from(code),

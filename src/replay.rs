@@ -110,6 +110,7 @@ pub fn run(args: ReplayArgs) -> Result<u8> {
             sites_from: args.sites_from,
         },
         oracle: args.oracle.into(),
+        env: Vec::new(),
     };
     ordo_replayer::stop_replays_on_interrupt();
     let outcome = replay(&options)?;

@@ -356,32 +356,33 @@ fn message(f: &RawFinding, n: &Namer<'_>, rank: Rank) -> String {
     m
 }
 
+impl Finding {
+    /// One finding as `ordo analyze --json` (and `ordo hunt --json`) print it.
+    pub fn to_json(&self) -> Value {
+        json!({
+            "kind": self.kind.name(),
+            "class": self.kind.class(),
+            "harmful": self.kind.is_harmful(),
+            "threads": self.threads,
+            "objects": self.objects.iter().map(|o| json!({
+                "addr": format!("{:#x}", o.addr),
+                "name": o.name,
+                "family": o.family,
+            })).collect::<Vec<_>>(),
+            "sites": self.sites,
+            "schedule": self.schedule,
+            "rank": {"v": self.rank.v, "t": self.rank.t, "distance": self.rank.distance},
+            "message": self.message,
+            "details": self.details,
+            "possibly_affected_by_drops": self.possibly_affected_by_drops,
+        })
+    }
+}
+
 impl Analysis {
     /// The JSON document of `ordo analyze --json`.
     pub fn to_json(&self) -> Value {
-        let findings: Vec<Value> = self
-            .findings
-            .iter()
-            .map(|f| {
-                json!({
-                    "kind": f.kind.name(),
-                    "class": f.kind.class(),
-                    "harmful": f.kind.is_harmful(),
-                    "threads": f.threads,
-                    "objects": f.objects.iter().map(|o| json!({
-                        "addr": format!("{:#x}", o.addr),
-                        "name": o.name,
-                        "family": o.family,
-                    })).collect::<Vec<_>>(),
-                    "sites": f.sites,
-                    "schedule": f.schedule,
-                    "rank": {"v": f.rank.v, "t": f.rank.t, "distance": f.rank.distance},
-                    "message": f.message,
-                    "details": f.details,
-                    "possibly_affected_by_drops": f.possibly_affected_by_drops,
-                })
-            })
-            .collect();
+        let findings: Vec<Value> = self.findings.iter().map(Finding::to_json).collect();
         let p = &self.stats.pass;
         let mut objects = serde_json::Map::new();
         for (i, name) in [

@@ -82,6 +82,9 @@ pub struct ReplayOptions {
     pub watches: AccessWatches,
     /// What counts as the bug showing.
     pub oracle: Oracle,
+    /// Extra environment for the program and its agent (e.g. the agent's
+    /// scheduling strategy, `shm::ENV_STRATEGY`, which `ordo hunt` sets).
+    pub env: Vec<(OsString, OsString)>,
 }
 
 impl ReplayOptions {
@@ -100,6 +103,7 @@ impl ReplayOptions {
             stdout_to_stderr: false,
             watches: AccessWatches::default(),
             oracle: Oracle::default(),
+            env: Vec::new(),
         }
     }
 }
@@ -323,6 +327,7 @@ pub fn replay(options: &ReplayOptions) -> Result<ReplayOutcome> {
     } else if options.stdout_to_stderr {
         env.push((shm::ENV_STDOUT_TO_STDERR.into(), "1".into()));
     }
+    env.extend(options.env.iter().cloned());
 
     // `--record`: the replay is recorded in process by the same agent (see
     // docs/REPLAY.md, "Recording a replay"): call sites are the program's, and the

@@ -6,13 +6,14 @@
 //!   helgrind and LTTng-UST, on micro-benchmarks, pigz and memcached
 //!   (`record [--quick] [--only W,...] [--reps N] [--recorders R,...]`; docs/BENCHMARKS.md).
 //! - `watch`: the per-access cost of each watch mechanism.
+//! - `hunt`: what one `ordo hunt` iteration costs beyond the program's run time.
 //! - `gate`: the cost of replay's memory-access gates (a trap per counted access).
 //!
 //! `cargo xtask bench` runs them all; `cargo xtask bench NAME [OPTIONS]…` runs some.
 
 use anyhow::{bail, Result};
 
-const ALL: [&str; 4] = ["record", "watch", "gate", "analysis"];
+const ALL: [&str; 5] = ["record", "watch", "gate", "analysis", "hunt"];
 
 /// Splits `NAME [--options…] NAME …` into (name, its options).
 fn groups(args: &[String]) -> Result<Vec<(String, Vec<String>)>> {
@@ -42,6 +43,7 @@ pub fn run(args: &[String]) -> Result<()> {
             "record" => crate::bench_record::run_record(&options)?,
             "watch" => crate::bench_watch::run_watch()?,
             "gate" => crate::bench_watch::run_gate()?,
+            "hunt" => crate::bench_hunt::run_hunt()?,
             other => bail!(
                 "unknown benchmark `{other}` (choose from {})",
                 ALL.join(", ")

@@ -139,7 +139,7 @@ fn thread_gone(tid: u32) -> bool {
 }
 
 /// Whether thread `tid` of this process is asleep in the kernel (`S` or `D`), or gone.
-fn thread_asleep(tid: u32) -> bool {
+pub(crate) fn thread_asleep(tid: u32) -> bool {
     let mut path = *b"/proc/self/task/0000000000/stat\0";
     let mut digits = [0u8; 10];
     let mut n = tid;
@@ -411,6 +411,7 @@ pub(crate) fn enter() -> Option<Caller> {
         }
         Some(c)
     })
+    .inspect(|c| crate::strategy::at_sync_event(shared(), c.slot))
 }
 
 impl Caller {

@@ -11,6 +11,10 @@
 //!   event, and holds a thread on a futex word before a call the schedule orders
 //!   after others, until those have happened.
 //!
+//! - **strategies** ([`strategy`]): under `ordo hunt`'s PCT and random-walk
+//!   baselines, lets only the highest-priority enabled thread go on at each
+//!   synchronization event.
+//!
 //! [`interpose`] holds the wrappers and finds the real functions. The agent never
 //! takes a lock of its own (atomics and the raw futex syscall only), so it cannot
 //! deadlock with the program or show up in a recording.
@@ -26,6 +30,7 @@ pub mod gate;
 pub mod interpose;
 pub mod record;
 pub mod shm;
+pub mod strategy;
 pub mod trap;
 
 pub use shm::probe_common;
@@ -193,6 +198,7 @@ unsafe extern "C" fn agent_init() {
         record::start(fd);
     }
     if let Some(fd) = replay_fd {
+        strategy::init();
         gate::start(fd);
     }
 }

@@ -281,3 +281,9 @@ pub const ENV_SHM_FD: &str = "ORDO_REPLAY_SHM_FD";
 /// Environment variable asking the agent to send the program's stdout to stderr
 /// (`ordo replay --json` keeps stdout for the JSON outcome).
 pub const ENV_STDOUT_TO_STDERR: &str = "ORDO_REPLAY_STDOUT_TO_STDERR";
+
+/// Environment variable asking the agent to schedule the program's synchronization
+/// events by a strategy (`ordo hunt --strategy pct|random`), read and removed at
+/// start-up: `pct:SEED:DEPTH:K` (PCT with DEPTH−1 priority change points spread
+/// over about K events) or `random:SEED` (a random walk). See `strategy.rs`.
+pub const ENV_STRATEGY: &str = "ORDO_REPLAY_STRATEGY";

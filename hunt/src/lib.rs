@@ -1,0 +1,690 @@
+//! `ordo hunt`: find a concurrency bug and pin it, without a person in the loop.
+//!
+//! A hunt records a run of the program, analyzes it, and replays the analyzer's
+//! candidate schedules best first, each replay recorded and analyzed in turn so
+//! the candidates it suggests join the queue (deduplicated by the order they ask
+//! for: [`queue`]). Or it runs the program under a baseline the replay agent
+//! enforces by itself (PCT, a random walk: [`runs::Baseline`]). It stops at the first
+//! run that fails — the oracle is the replayer's verdict — or when its budget of
+//! runs or time is spent. A failing run is pinned as a schedule file (a candidate's
+//! own schedule, or the hand-overs of a baseline run: [`pin`]), which is then
+//! replayed [`HuntOptions::confirm_runs`] times to measure how reliably it
+//! reproduces.
+//!
+//! ```no_run
+//! # fn main() -> anyhow::Result<()> {
+//! use ordo_hunt::{hunt, HuntOptions, Strategy};
+//! let mut options = HuntOptions::new(vec!["./bank".into()], "hunt-out".into());
+//! options.strategy = Strategy::Predict;
+//! let outcome = hunt(&options, &mut |_status: &ordo_hunt::Status| {})?;
+//! println!("{}", outcome.render());
+//! # Ok(()) }
+//! ```
+//!
+//! Runs are independent, so up to [`HuntOptions::jobs`] run at once; a hunt spreads
+//! over machines by [`Shard`] (docs/HUNT.md).
+
+pub mod pin;
+pub mod queue;
+pub mod runs;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use ordo_replayer::{replay, FailOn, Oracle, Verdict};
+use ordo_schedule::Schedule;
+use serde_json::{json, Value};
+
+use queue::CandidateQueue;
+use runs::{Baseline, Job, RunResult};
+
+/// How a hunt chooses the runs after the first recording.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Strategy {
+    /// The analyzer's candidates, best first (and those of each replay's recording).
+    Predict,
+    /// PCT over synchronization events, enforced by the replay agent.
+    Pct,
+    /// A random walk over synchronization events, enforced by the replay agent.
+    Random,
+    /// Predict until its candidates run out, then PCT.
+    Auto,
+}
+
+impl Strategy {
+    /// The name `--strategy` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Strategy::Predict => "predict",
+            Strategy::Pct => "pct",
+            Strategy::Random => "random",
+            Strategy::Auto => "auto",
+        }
+    }
+}
+
+/// This process's part of a hunt spread over `count` processes (`--shard I/N`):
+/// it replays the candidates whose serving index is `index` modulo `count`, and its
+/// baseline runs use seeds no other shard uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Shard {
+    /// 0-based.
+    pub index: u32,
+    /// At least 1.
+    pub count: u32,
+}
+
+impl Shard {
+    /// The whole hunt.
+    pub const ALL: Shard = Shard { index: 0, count: 1 };
+
+    /// Parses `I/N` with `0 <= I < N`.
+    pub fn parse(text: &str) -> Result<Shard, String> {
+        let parsed = text
+            .split_once('/')
+            .and_then(|(i, n)| Some((i.trim().parse().ok()?, n.trim().parse().ok()?)));
+        match parsed {
+            Some((index, count)) if count >= 1 && index < count => Ok(Shard { index, count }),
+            _ => Err(format!("`{text}`: expected I/N with 0 <= I < N (e.g. 0/4)")),
+        }
+    }
+
+    fn takes(self, candidate_index: u64) -> bool {
+        candidate_index % self.count as u64 == self.index as u64
+    }
+}
+
+/// What to hunt and how.
+#[derive(Clone, Debug)]
+pub struct HuntOptions {
+    /// Program and arguments.
+    pub command: Vec<String>,
+    /// Most runs, the first recording included (confirmation replays not counted).
+    pub budget: u32,
+    /// Start no run after this much time.
+    pub time: Option<Duration>,
+    /// How runs are chosen.
+    pub strategy: Strategy,
+    /// PCT's depth d: d − 1 priority change points.
+    pub depth: u32,
+    /// Seed of the baselines' choices: the same seed makes the same choices.
+    pub seed: u64,
+    /// `--watch` specs for the first recording.
+    pub watch: Vec<String>,
+    /// Runs at a time.
+    pub jobs: usize,
+    /// Where the runs' traces and the reproducing schedule go.
+    pub out_dir: PathBuf,
+    /// Replays of the reproducing schedule that measure its reproduction rate.
+    pub confirm_runs: u32,
+    /// Longest a run may take (a hang is a failure).
+    pub timeout: Duration,
+    /// Every thread blocked this long: a deadlock (or an infeasible schedule).
+    pub stall: Duration,
+    /// This process's part of a sharded hunt.
+    pub shard: Shard,
+    /// Send the program's stdout to stderr (keeps stdout for `--json`).
+    pub program_stdout_to_stderr: bool,
+    /// What counts as a failing run (`--expect-exit`, `--fail-on`), as for `ordo replay`.
+    pub oracle: Oracle,
+}
+
+impl HuntOptions {
+    /// The defaults of `ordo hunt` for `command`, writing into `out_dir`.
+    pub fn new(command: Vec<String>, out_dir: PathBuf) -> HuntOptions {
+        HuntOptions {
+            command,
+            budget: 50,
+            time: None,
+            strategy: Strategy::Auto,
+            depth: 3,
+            seed: 0,
+            watch: Vec::new(),
+            jobs: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            out_dir,
+            confirm_runs: 20,
+            timeout: Duration::from_secs(60),
+            stall: Duration::from_millis(300),
+            shard: Shard::ALL,
+            program_stdout_to_stderr: false,
+            oracle: Oracle::default(),
+        }
+    }
+}
+
+/// Where a hunt stands, for a progress display.
+#[derive(Clone, Debug, Default)]
+pub struct Status {
+    /// Runs finished.
+    pub runs: u32,
+    /// The budget.
+    pub budget: u32,
+    /// Candidates not tried yet.
+    pub pending: usize,
+    /// The best pending candidate (kind and rank), or what runs now.
+    pub best: String,
+    /// Confirmation replays finished (after a reproduction).
+    pub confirming: Option<(u32, u32)>,
+}
+
+/// A reproduced bug.
+#[derive(Clone, Debug)]
+pub struct Found {
+    /// The run that showed it.
+    pub run: u32,
+    /// What chose that run's schedule: `predict`, `pct`, `random`, `recorded`.
+    pub source: &'static str,
+    /// The finding as JSON (a candidate's analysis finding, or a description of the
+    /// failing baseline run).
+    pub finding: Value,
+    /// Why the run counts as failing (`exit code 1`, `deadlock: …`).
+    pub reason: String,
+    /// The schedule file that reproduces it.
+    pub schedule: PathBuf,
+    /// The failing run's recording.
+    pub trace: PathBuf,
+    /// Further runs that failed in the same batch (the same bug, reported once).
+    pub also_failed: u32,
+}
+
+/// The end of a hunt.
+#[derive(Clone, Debug)]
+pub struct HuntOutcome {
+    /// The bug, when one reproduced.
+    pub found: Option<Found>,
+    /// Runs taken (the first recording included).
+    pub runs: u32,
+    /// The strategy asked for.
+    pub strategy: Strategy,
+    /// Time to the end of the search (confirmation excluded).
+    pub search_time: Duration,
+    /// Confirmation: (replays, reproduced).
+    pub confirm: Option<(u32, u32)>,
+    /// The command that reproduces the bug.
+    pub replay_command: Option<String>,
+    /// Whole hunt, confirmation included.
+    pub elapsed: Duration,
+    /// Why the hunt stopped without a bug (budget, time, no candidates left).
+    pub stopped: String,
+}
+
+impl HuntOutcome {
+    /// `ordo hunt`'s exit status: 1 reproduced, 0 not.
+    pub fn exit_status(&self) -> u8 {
+        u8::from(self.found.is_some())
+    }
+
+    /// The `--json` object.
+    pub fn to_json(&self) -> Value {
+        let found = self.found.as_ref();
+        json!({
+            "reproduced": found.is_some(),
+            "schedule": found.map(|f| f.schedule.display().to_string()),
+            "finding": found.map(|f| f.finding.clone()),
+            "reason": found.map(|f| f.reason.clone()),
+            "source": found.map(|f| f.source),
+            "run": found.map(|f| f.run),
+            "also_failed": found.map(|f| f.also_failed),
+            "trace": found.map(|f| f.trace.display().to_string()),
+            "runs": self.runs,
+            "confirm": self.confirm.map(|(runs, reproduced)| json!({"runs": runs, "reproduced": reproduced})),
+            "replay_command": self.replay_command,
+            "strategy": self.strategy.name(),
+            "search_ms": self.search_time.as_millis() as u64,
+            "elapsed_ms": self.elapsed.as_millis() as u64,
+            "stopped": if found.is_some() { None } else { Some(self.stopped.as_str()) },
+        })
+    }
+
+    /// The text report.
+    pub fn render(&self) -> String {
+        let Some(f) = &self.found else {
+            return format!(
+                "ordo hunt: no bug reproduced in {} runs, {:.1} s ({}; strategy {})\n",
+                self.runs,
+                self.search_time.as_secs_f64(),
+                self.stopped,
+                self.strategy.name()
+            );
+        };
+        let mut out = format!(
+            "ordo hunt: reproduced in run {} of {} ({:.1} s, strategy {}, found by {}): {}\n",
+            f.run,
+            self.runs,
+            self.search_time.as_secs_f64(),
+            self.strategy.name(),
+            f.source,
+            f.reason
+        );
+        if let Some(message) = f.finding["message"].as_str() {
+            out.push_str(&format!("  finding: {message}\n"));
+        }
+        out.push_str(&format!("  schedule: {}\n", f.schedule.display()));
+        out.push_str(&format!(
+            "  trace of the failing run: {}\n",
+            f.trace.display()
+        ));
+        if let Some((runs, reproduced)) = self.confirm {
+            out.push_str(&format!(
+                "  confirmed: reproduced in {reproduced} of {runs} replays\n"
+            ));
+        }
+        if let Some(cmd) = &self.replay_command {
+            out.push_str(&format!("  reproduce with: {cmd}\n"));
+        }
+        out
+    }
+}
+
+/// The state of a hunt between runs.
+struct Hunter<'a> {
+    options: &'a HuntOptions,
+    queue: CandidateQueue,
+    /// Runs started so far (the next run's number).
+    runs: u32,
+    /// Baseline runs started so far (each gets its own seed).
+    baseline_runs: u64,
+    /// PCT's k: the first recording's events.
+    k: u64,
+    started: Instant,
+    stopped: String,
+    progress: &'a mut dyn FnMut(&Status),
+}
+
+/// Runs a hunt; `progress` hears about every finished run.
+pub fn hunt(options: &HuntOptions, progress: &mut dyn FnMut(&Status)) -> Result<HuntOutcome> {
+    if options.command.is_empty() {
+        bail!("no command given: ordo hunt [OPTIONS] -- CMD ARGS...");
+    }
+    std::fs::create_dir_all(options.out_dir.join("runs"))
+        .with_context(|| format!("create the hunt directory {}", options.out_dir.display()))?;
+    let started = Instant::now();
+    let mut hunter = Hunter {
+        options,
+        queue: CandidateQueue::default(),
+        runs: 0,
+        baseline_runs: 0,
+        k: 1,
+        started,
+        stopped: String::new(),
+        progress,
+    };
+    let found = hunter.search()?;
+    let search_time = started.elapsed();
+    let mut confirm = None;
+    let mut replay_command = None;
+    if let Some(f) = &found {
+        replay_command = Some(replay_command_line(
+            &f.schedule,
+            &options.oracle,
+            &options.command,
+        ));
+        confirm = Some((options.confirm_runs, hunter.confirm(&f.schedule)?));
+    }
+    Ok(HuntOutcome {
+        found,
+        runs: hunter.runs,
+        strategy: options.strategy,
+        search_time,
+        confirm,
+        replay_command,
+        elapsed: started.elapsed(),
+        stopped: hunter.stopped,
+    })
+}
+
+impl Hunter<'_> {
+    fn status(&mut self) {
+        let best = match self.queue.best() {
+            Some(c) => format!(
+                "next: {} (v={}, t={})",
+                c.finding.kind.name(),
+                c.rank().v,
+                c.rank().t
+            ),
+            None if self.baseline_runs > 0 => format!("{} runs", self.baseline_name()),
+            None => String::new(),
+        };
+        let status = Status {
+            runs: self.runs,
+            budget: self.options.budget,
+            pending: self.queue.len(),
+            best,
+            confirming: None,
+        };
+        (self.progress)(&status);
+    }
+
+    fn baseline_name(&self) -> &'static str {
+        match self.options.strategy {
+            Strategy::Random => "random",
+            _ => "pct",
+        }
+    }
+
+    /// Records, then runs batches until a run fails or the budget is spent.
+    fn search(&mut self) -> Result<Option<Found>> {
+        let first = runs::run(self.options, 0, Job::Record)?;
+        self.runs = 1;
+        if first.verdict == Verdict::Error {
+            // Every later run would end the same way: nothing to hunt in.
+            bail!("the first run could not be judged: {}", first.reason);
+        }
+        if let Some(a) = &first.analysis {
+            self.k = a.stats.pass.events.max(1);
+        }
+        if let Some(found) = self.take(vec![first])? {
+            return Ok(Some(found));
+        }
+        loop {
+            if ordo_replayer::run::interrupted() {
+                self.stopped = "interrupted".to_string();
+                return Ok(None);
+            }
+            if self.runs >= self.options.budget {
+                self.stopped = format!("budget of {} runs spent", self.options.budget);
+                return Ok(None);
+            }
+            if self
+                .options
+                .time
+                .is_some_and(|t| self.started.elapsed() >= t)
+            {
+                self.stopped = "time budget spent".to_string();
+                return Ok(None);
+            }
+            let batch = self.next_batch();
+            if batch.is_empty() {
+                self.stopped = "no candidates left".to_string();
+                return Ok(None);
+            }
+            let results = self.run_batch(batch)?;
+            if let Some(found) = self.take(results)? {
+                return Ok(Some(found));
+            }
+        }
+    }
+
+    /// The next runs, at most `jobs` and what the budget allows.
+    fn next_batch(&mut self) -> Vec<(u32, Job)> {
+        let room = (self.options.budget - self.runs) as usize;
+        let mut batch = Vec::new();
+        while batch.len() < self.options.jobs.max(1).min(room) {
+            let job = match self.options.strategy {
+                Strategy::Predict | Strategy::Auto => match self.next_candidate() {
+                    Some(c) => Job::Candidate(Box::new(c)),
+                    // Candidates of runs still in this batch may come: wait for them.
+                    None if !batch.is_empty() => break,
+                    None if self.options.strategy == Strategy::Auto => self.next_baseline(),
+                    None => break,
+                },
+                Strategy::Pct | Strategy::Random => self.next_baseline(),
+            };
+            batch.push((self.runs, job));
+            self.runs += 1;
+        }
+        batch
+    }
+
+    fn next_candidate(&mut self) -> Option<queue::Candidate> {
+        while let Some((index, c)) = self.queue.pop() {
+            if self.options.shard.takes(index) {
+                return Some(c);
+            }
+        }
+        None
+    }
+
+    fn next_baseline(&mut self) -> Job {
+        let baseline = match self.options.strategy {
+            Strategy::Random => Baseline::Random,
+            _ => Baseline::Pct {
+                depth: self.options.depth,
+                k: self.k,
+            },
+        };
+        let n = self.baseline_runs;
+        self.baseline_runs += 1;
+        let shard = self.options.shard;
+        let seed = run_seed(
+            self.options.seed,
+            n * shard.count as u64 + shard.index as u64,
+        );
+        Job::Baseline(baseline, seed)
+    }
+
+    /// Runs a batch concurrently; results in run order.
+    fn run_batch(&mut self, batch: Vec<(u32, Job)>) -> Result<Vec<RunResult>> {
+        let options = self.options;
+        let results: Vec<Result<RunResult>> = std::thread::scope(|scope| {
+            let handles: Vec<_> = batch
+                .into_iter()
+                .map(|(number, job)| scope.spawn(move || runs::run(options, number, job)))
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err(anyhow::anyhow!("a run panicked")))
+                })
+                .collect()
+        });
+        results.into_iter().collect()
+    }
+
+    /// Takes finished runs in order: the first failing one is the bug (later ones in
+    /// the same batch are the same hunt's duplicates); the others' candidates join
+    /// the queue.
+    fn take(&mut self, results: Vec<RunResult>) -> Result<Option<Found>> {
+        let failed = results
+            .iter()
+            .filter(|r| r.verdict == Verdict::Reproduced)
+            .count() as u32;
+        let mut found = None;
+        for r in results {
+            if r.verdict == Verdict::Reproduced {
+                if found.is_none() {
+                    found = Some(self.pin(r, failed - 1)?);
+                }
+                continue;
+            }
+            if let Some(a) = &r.analysis {
+                self.queue.extend(&a.findings, r.number);
+            }
+            // Traces of runs that showed nothing are not kept (a long hunt would
+            // fill the disk); the first recording stays for reference.
+            if r.number > 0 {
+                let _ = std::fs::remove_file(&r.trace);
+            }
+        }
+        self.status();
+        Ok(found)
+    }
+
+    /// Writes the schedule that reproduces a failing run.
+    fn pin(&self, r: RunResult, also_failed: u32) -> Result<Found> {
+        let path = self.options.out_dir.join("reproduce.sched");
+        let source = r.job.source();
+        let (finding, text) = match &r.job {
+            Job::Candidate(c) => {
+                let mut finding = c.finding.to_json();
+                finding["from_run"] = json!(c.from_run);
+                (finding, c.finding.schedule.clone())
+            }
+            Job::Record | Job::Baseline(..) => {
+                let schedule = pin::schedule_of_run(&r.trace)?;
+                let seed = match &r.job {
+                    Job::Baseline(_, seed) => Some(*seed),
+                    _ => None,
+                };
+                let finding = json!({
+                    "kind": "failure",
+                    "message": format!("a {source} run failed ({}); the schedule pins the order its synchronization events took", r.reason),
+                    "seed": seed,
+                    "schedule": schedule.to_string(),
+                });
+                (finding, schedule.to_string())
+            }
+        };
+        let header = format!(
+            "# ordo hunt: run {} ({source}) failed: {}\n# {}\n",
+            r.number,
+            r.reason,
+            finding["message"].as_str().unwrap_or("").replace('\n', " ")
+        );
+        std::fs::write(&path, format!("{header}{text}"))
+            .with_context(|| format!("write {}", path.display()))?;
+        Ok(Found {
+            run: r.number,
+            source,
+            finding,
+            reason: r.reason,
+            schedule: path,
+            trace: r.trace,
+            also_failed,
+        })
+    }
+
+    /// Replays the schedule `confirm_runs` times, `jobs` at a time; returns how many
+    /// reproduced.
+    fn confirm(&mut self, schedule_file: &Path) -> Result<u32> {
+        let text = std::fs::read_to_string(schedule_file)?;
+        let mut template = runs::replay_template(self.options);
+        template.schedule = Schedule::parse(&text)
+            .map_err(|e| anyhow::anyhow!("{}:{e}", schedule_file.display()))?;
+        let total = self.options.confirm_runs;
+        let (mut done, mut reproduced) = (0, 0);
+        while done < total && !ordo_replayer::run::interrupted() {
+            let n = (total - done).min(self.options.jobs.max(1) as u32);
+            let template = &template;
+            let verdicts: Vec<Result<Verdict>> = std::thread::scope(|scope| {
+                let handles: Vec<_> = (0..n)
+                    .map(|_| scope.spawn(move || replay(template).map(|o| o.verdict)))
+                    .collect();
+                handles
+                    .into_iter()
+                    .map(|h| {
+                        h.join()
+                            .unwrap_or_else(|_| Err(anyhow::anyhow!("a replay panicked")))
+                    })
+                    .collect()
+            });
+            for v in verdicts {
+                if v? == Verdict::Reproduced {
+                    reproduced += 1;
+                }
+            }
+            done += n;
+            let status = Status {
+                runs: self.runs,
+                budget: self.options.budget,
+                pending: self.queue.len(),
+                best: "confirming".to_string(),
+                confirming: Some((done, total)),
+            };
+            (self.progress)(&status);
+        }
+        Ok(reproduced)
+    }
+}
+
+/// The seed of baseline run `n`: every run its own, all from the hunt's seed.
+fn run_seed(seed: u64, n: u64) -> u64 {
+    let mut z = seed ^ n.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    // The agent parses a decimal u64; keep it readable in schedule comments.
+    (z ^ (z >> 31)) >> 1
+}
+
+/// `ordo replay --schedule FILE [ORACLE OPTIONS] -- CMD ARGS`, quoted for a POSIX
+/// shell: the oracle's options only where they differ from the defaults.
+pub fn replay_command_line(schedule: &Path, oracle: &Oracle, command: &[String]) -> String {
+    let schedule = std::fs::canonicalize(schedule).unwrap_or_else(|_| schedule.to_path_buf());
+    let mut words = vec![
+        "ordo".to_string(),
+        "replay".to_string(),
+        "--schedule".to_string(),
+        shell_quote(&schedule.display().to_string()),
+    ];
+    if oracle.expect_exit != 0 {
+        words.push("--expect-exit".to_string());
+        words.push(oracle.expect_exit.to_string());
+    }
+    let kinds: Vec<String> = oracle.fail_on.iter().map(|f| f.to_string()).collect();
+    let defaults: Vec<String> = FailOn::DEFAULT.iter().map(|f| f.to_string()).collect();
+    if kinds != defaults {
+        for kind in kinds {
+            words.push("--fail-on".to_string());
+            words.push(shell_quote(&kind));
+        }
+    }
+    words.push("--".to_string());
+    words.extend(command.iter().map(|w| shell_quote(w)));
+    words.join(" ")
+}
+
+/// A word as a POSIX shell reads it back unchanged.
+pub fn shell_quote(word: &str) -> String {
+    let plain = !word.is_empty()
+        && word
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_-./:=@%+,".contains(&b));
+    if plain {
+        word.to_string()
+    } else {
+        format!("'{}'", word.replace('\'', "'\\''"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shards_parse_and_split_candidates() {
+        assert_eq!(Shard::parse("1/4"), Ok(Shard { index: 1, count: 4 }));
+        for bad in ["4/4", "1", "a/b", "0/0", "-1/2"] {
+            assert!(Shard::parse(bad).is_err(), "{bad}");
+        }
+        let s = Shard::parse("1/3").unwrap();
+        let taken: Vec<u64> = (0..9).filter(|&i| s.takes(i)).collect();
+        assert_eq!(taken, vec![1, 4, 7]);
+    }
+
+    #[test]
+    fn words_are_quoted_only_when_needed() {
+        assert_eq!(shell_quote("./prog"), "./prog");
+        assert_eq!(shell_quote("a b"), "'a b'");
+        assert_eq!(shell_quote("it's"), "'it'\\''s'");
+        assert_eq!(shell_quote(""), "''");
+    }
+
+    #[test]
+    fn the_replay_command_carries_a_non_default_oracle() {
+        let cmd = |oracle: &Oracle| {
+            replay_command_line(
+                Path::new("/x/r.sched"),
+                oracle,
+                &["./p".into(), "a b".into()],
+            )
+        };
+        assert_eq!(
+            cmd(&Oracle::default()),
+            "ordo replay --schedule /x/r.sched -- ./p 'a b'"
+        );
+        let oracle = Oracle::new(3, vec!["stderr:bad (x)".parse().unwrap()]);
+        assert_eq!(
+            cmd(&oracle),
+            "ordo replay --schedule /x/r.sched --expect-exit 3 --fail-on 'stderr:bad (x)' -- ./p 'a b'"
+        );
+    }
+
+    #[test]
+    fn run_seeds_differ_and_repeat() {
+        assert_eq!(run_seed(7, 3), run_seed(7, 3));
+        assert_ne!(run_seed(7, 3), run_seed(7, 4));
+        assert_ne!(run_seed(7, 3), run_seed(8, 3));
+    }
+}
