@@ -160,6 +160,8 @@ fn record_with_watches(
         buffer_size: ordo_recorder::DEFAULT_BUFFER_SIZE,
         watch: options.watch.clone(),
         probes: ProbeChoice::Auto,
+        // The hunt's own output directory: a file from an earlier hunt is replaced.
+        force: true,
         ..SessionOptions::default()
     };
     let end =
