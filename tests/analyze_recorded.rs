@@ -36,15 +36,6 @@ fn record_and_analyze(program: &str) -> Option<Value> {
     Some(doc)
 }
 
-fn kinds(doc: &Value) -> Vec<&str> {
-    doc["findings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|f| f["kind"].as_str().unwrap())
-        .collect()
-}
-
 fn first<'a>(doc: &'a Value, kind: &str) -> &'a Value {
     doc["findings"]
         .as_array()
@@ -130,9 +121,13 @@ fn correct_producer_consumer_has_no_bug_findings() {
     let Some(doc) = record_and_analyze("analyze_correct") else {
         return;
     };
-    let bugs: Vec<_> = kinds(&doc)
-        .into_iter()
-        .filter(|k| *k != "reorder")
+    // Orders worth trying (reorders, chains, overtakes…) depend on the run's
+    // interleaving; nothing may be predicted to be a bug.
+    let bugs: Vec<_> = doc["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["class"] != "order_to_try")
         .collect();
     assert!(bugs.is_empty(), "{doc:#}");
     assert!(doc["stats"]["critical_sections"].as_u64().unwrap() >= 400);
