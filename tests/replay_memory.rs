@@ -16,6 +16,15 @@ use std::process::Command;
 
 use common::{build_program, have_root, ordo, replay_json, scratch};
 
+/// The tests of this file take it in turn: each arms hardware breakpoints (gates) or
+/// a hardware watchpoint, and x86 has 4 debug registers: a CPU-wide watchpoint
+/// cannot be set while another test's thread holds 4 execute breakpoints
+/// (`perf_event_open`: ENOSPC).
+fn debug_registers() -> std::sync::MutexGuard<'static, ()> {
+    static REGISTERS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    REGISTERS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// `ordo record WATCH_ARGS -o TRACE -- PROGRAM`.
 fn record_watching(trace: &Path, program: &Path, watch: &[&str]) {
     let out = Command::new(ordo())
@@ -146,21 +155,25 @@ fn race_replays(name: &str, var: &str, replay_args: &[&str]) -> String {
 
 #[test]
 fn flag_checked_before_it_is_set() {
+    let _registers = debug_registers();
     race_replays("memgate_flag", "ready", &[]);
 }
 
 #[test]
 fn use_after_free_across_threads() {
+    let _registers = debug_registers();
     race_replays("memgate_use_after_free", "current", &[]);
 }
 
 #[test]
 fn double_checked_initialization() {
+    let _registers = debug_registers();
     race_replays("memgate_double_checked", "config", &[]);
 }
 
 #[test]
 fn lost_update_on_a_plain_counter() {
+    let _registers = debug_registers();
     let top = race_replays("memgate_lost_update", "total", &[]);
     if top.is_empty() {
         return;
@@ -193,6 +206,7 @@ fn lost_update_on_a_plain_counter() {
 
 #[test]
 fn torn_read_of_a_two_field_struct() {
+    let _registers = debug_registers();
     let top = race_replays("memgate_torn_read", "range", &[]);
     if top.is_empty() {
         return;
@@ -213,6 +227,7 @@ fn torn_read_of_a_two_field_struct() {
 /// instruction the recording saw (`--watch-hw` with `--sites-from`).
 #[test]
 fn pointer_reached_variable_gated_at_recorded_sites() {
+    let _registers = debug_registers();
     if !have_root("pointer_reached_variable_gated_at_recorded_sites") {
         return;
     }
@@ -262,6 +277,7 @@ fn pointer_reached_variable_gated_at_recorded_sites() {
 /// variable: one-line errors before the program runs (exit status 2).
 #[test]
 fn access_gates_refuse_what_they_cannot_arm() {
+    let _registers = debug_registers();
     let program = build_program("memgate_many_sites");
     let dir = scratch("replay_memory_errors");
     for (schedule, needle) in [
@@ -300,6 +316,7 @@ fn access_gates_refuse_what_they_cannot_arm() {
 /// debug register instead of six, its fifth read five (still one too many).
 #[test]
 fn recorded_sites_narrow_what_a_thread_arms() {
+    let _registers = debug_registers();
     if !have_root("recorded_sites_narrow_what_a_thread_arms") {
         return;
     }
@@ -338,6 +355,7 @@ fn recorded_sites_narrow_what_a_thread_arms() {
 /// writes `level` once, a worker reads it in a loop.
 #[test]
 fn accesses_trap_only_until_the_last_named_one() {
+    let _registers = debug_registers();
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/programs/gate_bench.c");
     let dir = scratch("replay_memory_traps");
     let program = dir.join("gate_bench");
@@ -392,6 +410,7 @@ fn accesses_trap_only_until_the_last_named_one() {
 /// Without the mark the same orderings cannot hold the owner, and the run passes.
 #[test]
 fn a_mark_holds_a_thread_between_an_unlock_and_the_next_statement() {
+    let _registers = debug_registers();
     if !have_root("a_mark_holds_a_thread_between_an_unlock_and_the_next_statement") {
         return;
     }
