@@ -3,7 +3,8 @@
 //! `thread_start` is held in the child (its parent goes on), a failed trylock is
 //! not held at the gate of the thread's next acquisition, and a held `cond_wait`
 //! gives its mutex back so another thread can barge in; `mutex_lock#N` names the
-//! same acquisition whether or not a condvar wait came first.
+//! same acquisition whether or not a condvar wait came first; `@K` names any of a
+//! thread's objects, far past the first 32.
 
 mod common;
 
@@ -206,5 +207,39 @@ fn occurrence_numbers_do_not_depend_on_condvar_waits() {
             assert_eq!(json["verdict"], "reproduced", "{mode}: {json}");
             assert_followed(&json);
         }
+    }
+}
+
+#[test]
+fn at_k_names_a_threads_hundred_and_twentieth_mutex() {
+    let program = build_program("replay_many_mutexes");
+    let dir = scratch("at_k_120");
+    // Thread 2's section on its 120th mutex first: the program exits 1.
+    let second_first = write_schedule(
+        &dir,
+        "second.sched",
+        "2:mutex_unlock(@120)#1 -> 1:mutex_lock(@120)#1\n",
+    );
+    // And the other way round, the run passes with the order held.
+    let first_first = write_schedule(
+        &dir,
+        "first.sched",
+        "1:mutex_unlock(@120)#1 -> 2:mutex_lock(@120)#1\n",
+    );
+    for _ in 0..3 {
+        let (code, json) = replay_json(&[], &second_first, &program);
+        assert_eq!(
+            (code, json["verdict"].as_str()),
+            (1, Some("reproduced")),
+            "{json}"
+        );
+        assert_followed(&json);
+        let (code, json) = replay_json(&[], &first_first, &program);
+        assert_eq!(
+            (code, json["verdict"].as_str()),
+            (0, Some("passed")),
+            "{json}"
+        );
+        assert_followed(&json);
     }
 }

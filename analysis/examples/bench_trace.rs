@@ -1,7 +1,8 @@
 //! Writes the analysis benchmark's generated traces (used by `cargo xtask bench`):
 //! `bench_trace PATH EVENTS THREADS` (the mixed trace),
 //! `bench_trace --stripes PATH EVENTS STRIPES` (one thread holding many locks),
-//! `bench_trace --short-threads PATH THREADS` (many short-lived threads).
+//! `bench_trace --short-threads PATH THREADS` (many short-lived threads, joined),
+//! `bench_trace --detached-threads PATH THREADS` (many short-lived threads, never joined).
 
 use std::path::Path;
 
@@ -29,6 +30,13 @@ fn main() {
                 number(threads) as u32,
             ),
         ),
+        ["--detached-threads", path, threads] => (
+            path,
+            ordo_analysis::synthetic::write_detached_threads_trace(
+                Path::new(path),
+                number(threads) as u32,
+            ),
+        ),
         [path, events, threads] => (
             path,
             ordo_analysis::synthetic::write_benchmark_trace(
@@ -38,7 +46,7 @@ fn main() {
             ),
         ),
         _ => {
-            eprintln!("usage: bench_trace [--stripes PATH EVENTS STRIPES | --short-threads PATH THREADS | PATH EVENTS THREADS]");
+            eprintln!("usage: bench_trace [--stripes PATH EVENTS STRIPES | --short-threads PATH THREADS | --detached-threads PATH THREADS | PATH EVENTS THREADS]");
             std::process::exit(2);
         }
     };

@@ -239,6 +239,13 @@ struct ThreadState {
     start: Option<(EventId, u32)>,
     /// Whether it took a lock yet (its first critical section is remembered).
     had_section: bool,
+    /// Own clock at its latest event other than its exit: the epoch of everything
+    /// of the thread that detectors may still compare (see [`FreeSlot`]).
+    last_event: u32,
+    /// Whether it took a lock while holding another (left lock-order edges).
+    nested: bool,
+    /// Its entry in `first_sections`, if it has one.
+    first_section: Option<usize>,
 }
 
 /// A recent release on an object other than a lock (barrier arrival, semaphore
@@ -282,6 +289,9 @@ impl ThreadState {
             barrier: None,
             start: None,
             had_section: false,
+            last_event: 0,
+            nested: false,
+            first_section: None,
         }
     }
 
@@ -345,6 +355,39 @@ impl ThreadState {
 
 /// No clock slot yet.
 const NO_SLOT: u32 = u32::MAX;
+
+/// The clock slot of an exited thread, until a later thread takes it over.
+///
+/// A thread B created by C may continue slot `s` of an exited thread A (B's own
+/// clock starting at `last_own + 1`) exactly when C's clock at the creation knows
+/// every event of A that left an epoch anywhere: `vc_C[s] >= last_event`. Then
+/// any point whose clock reaches B's values knows B's start, so C's creation, so
+/// all of A, and comparing A's recorded epochs with it stays exact; points that
+/// know only part of A hold values `<= last_own`, below all of B's. C learns A by
+/// a join (the fork/join case) or by any chain of synchronization: a detached
+/// thread that posts a semaphore, unlocks a mutex or signals as its last act
+/// before exiting hands its slot on once the creator has acquired that. A thread
+/// whose last events nobody acquired keeps its slot: its epochs are still
+/// concurrent with everything after, and reusing the slot would order them.
+///
+/// Fork/join clocks (lock-order edges, early exits) compare epochs too, and only
+/// a join makes C fork/join-know A. So a takeover C learned of by other
+/// synchronization is allowed only when A left no lock-order edge (it never took
+/// a lock while holding one), and A's first critical section, kept for the
+/// early-exit candidates, is then taken as not known to the main thread's exit
+/// (the candidate is offered, as for a thread never joined).
+#[derive(Clone, Copy, Debug)]
+struct FreeSlot {
+    slot: u32,
+    /// The exited thread's own clock at its exit.
+    last_own: u32,
+    /// Its own clock at its last event before the exit.
+    last_event: u32,
+    /// Whether it left lock-order edges.
+    nested: bool,
+    /// Its entry in `first_sections`, if it has one.
+    first_section: Option<usize>,
+}
 /// Freed slots examined for reuse when a thread starts.
 const SLOT_CANDIDATES: usize = 16;
 
@@ -412,8 +455,8 @@ pub struct Engine<'a> {
     creates: FxHashMap<u32, (VectorClock, VectorClock)>,
     handles: FxHashMap<u64, u32>,
     exits: FxHashMap<u32, (VectorClock, VectorClock)>,
-    /// Slots of exited threads, with their last own-clock value.
-    free_slots: Vec<(u32, u32)>,
+    /// Slots of exited threads.
+    free_slots: Vec<FreeSlot>,
     graph: LockGraph,
     found: FindingSet,
     looped_wait_sites: FxHashSet<u64>,
@@ -503,24 +546,33 @@ impl<'a> Engine<'a> {
     }
 
     /// Gives a thread at its first event (or its first after it exited) a clock
-    /// slot: a freed one whose last owner's exit the creation is fork/join-ordered
-    /// after, continuing its counter, else a fresh one.
+    /// slot: a freed one whose last owner the creator knew entirely ([`FreeSlot`]),
+    /// continuing its counter, else a fresh one.
     fn give_slot(&mut self, t: u32, e: &Event) {
         let created = if e.kind == Kind::ThreadStart {
-            self.creates.get(&e.tid).map(|(_, fj)| fj)
+            self.creates.get(&e.tid).map(|(vc, fj)| (vc, fj))
         } else {
             None
         };
-        let reuse = created.and_then(|fj| {
+        let reuse = created.and_then(|(vc, fj)| {
             let from = self.free_slots.len().saturating_sub(SLOT_CANDIDATES);
-            (from..self.free_slots.len())
-                .rev()
-                .find(|&i| fj.get(self.free_slots[i].0) >= self.free_slots[i].1)
+            (from..self.free_slots.len()).rev().find_map(|i| {
+                let free = self.free_slots[i];
+                let joined = fj.get(free.slot) >= free.last_own;
+                (joined || (!free.nested && vc.get(free.slot) >= free.last_event))
+                    .then_some((i, joined))
+            })
         });
         let (slot, own) = match reuse {
-            Some(i) => {
-                let (slot, last) = self.free_slots.swap_remove(i);
-                (slot, last + 1)
+            Some((i, joined)) => {
+                let free = self.free_slots.swap_remove(i);
+                if let Some(entry) = free.first_section.filter(|_| !joined) {
+                    // No fork/join clock can say whether that section is known now.
+                    if let Some(f) = self.first_sections.get_mut(entry) {
+                        f.1 = NO_SLOT;
+                    }
+                }
+                (free.slot, free.last_own + 1)
             }
             None => {
                 self.stats.clock_slots += 1;
@@ -662,6 +714,10 @@ impl<'a> Engine<'a> {
     /// Processes the next event in global order; returns its identity.
     pub fn process(&mut self, e: &Event) -> EventId {
         let t = self.thread_index(e);
+        if e.kind != Kind::ThreadExit {
+            let th = &mut self.states[self.slot_of[t as usize] as usize];
+            th.last_event = th.vc.get(th.slot);
+        }
         let id = self.name(t, e);
         self.index += 1;
         self.stats.events += 1;
@@ -699,7 +755,15 @@ impl<'a> Engine<'a> {
                     let th = &mut self.states[self.slot_of[t as usize] as usize];
                     self.creates
                         .insert(child, (th.vc.clone(), th.fj_snapshot()));
-                    self.handles.insert(e.addr, child);
+                    // A handle names one thread at a time: pthread_t values are
+                    // reused only once the thread was joined or was detached and
+                    // exited, so a thread whose handle is reused is never joined
+                    // and its exit clocks go.
+                    if let Some(old) = self.handles.insert(e.addr, child) {
+                        if old != child {
+                            self.exits.remove(&old);
+                        }
+                    }
                     th.vc.tick(th.slot);
                 }
             }
@@ -717,11 +781,17 @@ impl<'a> Engine<'a> {
                 }
                 let th = &mut self.states[self.slot_of[t as usize] as usize];
                 let fj = th.fj_snapshot();
-                let last = th.vc.get(th.slot);
+                let free = FreeSlot {
+                    slot: th.slot,
+                    last_own: th.vc.get(th.slot),
+                    last_event: th.last_event,
+                    nested: th.nested,
+                    first_section: th.first_section,
+                };
                 self.exits.insert(e.tid, (std::mem::take(&mut th.vc), fj));
-                // Nothing of the thread is needed any more: its clocks went to the
+                // Nothing of the thread is needed any more: its clocks wait for a
                 // joiner, and its slot goes to a later thread.
-                self.free_slots.push((th.slot, last));
+                self.free_slots.push(free);
                 th.fj = Rc::new(VectorClock::default());
                 th.held = Vec::new();
                 th.held_set = None;
@@ -769,6 +839,7 @@ impl<'a> Engine<'a> {
             }
         };
         if via != Via::Try {
+            th.nested |= !th.held.is_empty();
             self.graph.acquired(&mut th.held, node, slot, id, epoch);
         }
         let (woken_by, named_as) = match th.woken.take() {
@@ -822,6 +893,7 @@ impl<'a> Engine<'a> {
         if th.held.is_empty() && !th.had_section && via != Via::CondWait {
             th.had_section = true;
             if self.first_sections.len() < MAX_FIRST_SECTIONS {
+                th.first_section = Some(self.first_sections.len());
                 self.first_sections.push((id, slot, epoch));
             }
         }
@@ -1155,7 +1227,8 @@ impl<'a> Engine<'a> {
         let mut offered = 0;
         let sections = std::mem::take(&mut self.first_sections);
         for &(acq, slot, epoch) in &sections {
-            if acq.thread == exit.thread || fj.get(slot) >= epoch {
+            // NO_SLOT: the thread's slot was taken over (FreeSlot): not known.
+            if acq.thread == exit.thread || (slot != NO_SLOT && fj.get(slot) >= epoch) {
                 continue;
             }
             self.offer(FindingKind::EarlyExit, &[exit, acq], &[(&[exit], acq)], "");

@@ -393,8 +393,23 @@ pub fn write_striped_resize_trace(path: &Path, events: u64, stripes: u32) -> io:
 /// at once. Thread records go with the chunk of their creation, as the recorder
 /// writes them. Returns the events written.
 pub fn write_short_threads_trace(path: &Path, threads: u32) -> io::Result<u64> {
+    write_short_lived(path, threads, false)
+}
+
+/// Writes the "many short-lived detached threads" scale shape: like
+/// [`write_short_threads_trace`], but nothing joins the threads. Each posts a
+/// semaphore as its last act, and the main thread waits on it before creating the
+/// next pair (a thread-per-task server bounding its concurrency); pthread_t handles
+/// recycle, as glibc's stack cache reuses a detached thread's descriptor. Returns
+/// the events written.
+pub fn write_detached_threads_trace(path: &Path, threads: u32) -> io::Result<u64> {
+    write_short_lived(path, threads, true)
+}
+
+fn write_short_lived(path: &Path, threads: u32, detached: bool) -> io::Result<u64> {
     const MUTEX: u64 = 0x5000_0000;
     const VAR: u64 = 0x6000_0000;
+    const DONE: u64 = 0x5100_0000;
     const CHUNK: usize = 65_536;
     let mut w = TraceWriter::create(path, &bench_header())?;
     let mut b = TraceBuilder::new();
@@ -413,9 +428,17 @@ pub fn write_short_threads_trace(path: &Path, threads: u32) -> io::Result<u64> {
             b.lock(t, MUTEX, 0x402000);
             b.write(t, VAR, 0x402008);
             b.unlock(t, MUTEX, 0x402010);
+            if detached {
+                b.push(t, Kind::SemPost, DONE, 0x402018);
+            }
         }
         for (i, &t) in pair.iter().enumerate() {
-            b.exit_join(MAIN_TID, t, 0x7000_0000 + 8 * i as u64, 0x401100);
+            if detached {
+                b.push(t, Kind::ThreadExit, 0, 0);
+                b.push(MAIN_TID, Kind::SemWait, DONE, 0x401100);
+            } else {
+                b.exit_join(MAIN_TID, t, 0x7000_0000 + 8 * i as u64, 0x401100);
+            }
         }
         if b.len() >= CHUNK || created == threads {
             w.write_chunk(&b.events, &b.threads[records_written..], &[], 0)?;

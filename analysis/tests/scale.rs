@@ -5,6 +5,7 @@
 
 use ordo_analysis::synthetic::{TraceBuilder, MAIN_TID};
 use ordo_analysis::{analyze_trace, Analysis, FindingKind};
+use ordo_trace::Kind;
 
 const LOCKS: u64 = 0x10_0000;
 const VAR: u64 = 0x3000;
@@ -148,5 +149,131 @@ fn reused_clock_slots_do_not_hide_a_race_between_live_threads() {
     assert!(
         threads.contains(&"17001".to_string()) && threads.contains(&"17002".to_string()),
         "{threads:?}"
+    );
+}
+
+const DONE: u64 = 0x5100;
+const M1: u64 = 0x5200;
+const M2: u64 = 0x5240;
+
+/// `threads` detached threads (never joined), two live at a time, as a
+/// thread-per-task server bounding its concurrency: each writes `VAR` under
+/// `lock(0)` and posts `DONE` as its last act; main waits on `DONE` once per thread
+/// before creating more. Handles recycle (glibc reuses a detached thread's
+/// descriptor). With `unsynchronized_write_at`, that thread also writes `VAR` after
+/// its post, under no lock: the next pair's writes race with it.
+fn detached_threads(threads: u32, unsynchronized_write_at: Option<u32>) -> TraceBuilder {
+    let mut b = TraceBuilder::new();
+    b.chunk_events = 1 << 16;
+    let mut n = 0;
+    while n < threads {
+        let pair = [b.spawn(MAIN_TID), b.spawn(MAIN_TID)];
+        b.create(MAIN_TID, pair[0], H1, 0x400010);
+        b.create(MAIN_TID, pair[1], H2, 0x400020);
+        for (i, &t) in pair.iter().enumerate() {
+            b.lock(t, lock(0), 0x401000);
+            b.write(t, VAR, 0x401008);
+            b.unlock(t, lock(0), 0x401010);
+            b.push(t, Kind::SemPost, DONE, 0x401018);
+            if unsynchronized_write_at == Some(n + i as u32) {
+                b.write(t, VAR, 0x401020);
+            }
+            b.push(t, Kind::ThreadExit, 0, 0);
+        }
+        for _ in pair {
+            b.push(MAIN_TID, Kind::SemWait, DONE, 0x400030);
+        }
+        n += 2;
+    }
+    b
+}
+
+#[test]
+fn detached_threads_hand_their_clock_slots_on_once_their_creator_learned_their_end() {
+    let a = analyze(&detached_threads(20_000, None));
+    let p = &a.stats.pass;
+    assert_eq!(p.threads_exited, 20_000);
+    // Main and the two live workers: every later pair continues the slots of the
+    // pair main waited for.
+    assert!(p.clock_slots <= 4, "{p:?}");
+    assert!(
+        a.findings.iter().all(|f| f.kind != FindingKind::Race),
+        "{:#?}",
+        a.findings.first()
+    );
+}
+
+#[test]
+fn a_detached_threads_access_after_its_last_release_keeps_its_slot_and_its_race() {
+    // Thread 1001 writes VAR after its post, which main's wait does not cover:
+    // the next pair's writes (threads 1003 and 1004) race with it.
+    let a = analyze(&detached_threads(2_000, Some(1_000)));
+    assert!(a.stats.pass.clock_slots <= 6, "{:?}", a.stats.pass);
+    let races: Vec<_> = a
+        .findings
+        .iter()
+        .filter(|f| f.kind == FindingKind::Race)
+        .collect();
+    assert!(!races.is_empty(), "{:#?}", a.findings);
+    for race in &races {
+        assert!(
+            race.threads.contains(&"1001".to_string()),
+            "{:?}",
+            race.threads
+        );
+    }
+}
+
+#[test]
+fn a_detached_thread_nobody_synchronized_with_keeps_its_slot() {
+    // Thread 1 writes VAR and exits; main, knowing nothing of it, creates thread 2,
+    // which writes VAR too: a race, whatever slot thread 2 gets.
+    let mut b = TraceBuilder::new();
+    let t1 = b.spawn(MAIN_TID);
+    let t2 = b.spawn(MAIN_TID);
+    b.create(MAIN_TID, t1, H1, 0x400010);
+    b.write(t1, VAR, 0x401000);
+    b.push(t1, Kind::ThreadExit, 0, 0);
+    b.create(MAIN_TID, t2, H1, 0x400020);
+    b.write(t2, VAR, 0x401010);
+    b.push(t2, Kind::ThreadExit, 0, 0);
+    let a = analyze(&b);
+    assert_eq!(a.stats.pass.clock_slots, 3, "{:?}", a.stats.pass);
+    assert!(
+        a.findings.iter().any(|f| f.kind == FindingKind::Race),
+        "{:#?}",
+        a.findings
+    );
+}
+
+#[test]
+fn a_lock_cycle_with_a_detached_thread_main_waited_for_is_still_reported() {
+    // Thread 1 takes M1 then M2, posts DONE and exits; main waits for it, then
+    // creates thread 2, which takes M2 then M1. Only a semaphore orders them, not
+    // fork/join: the lock-order cycle stays a finding (thread 1's slot, which
+    // left lock-order edges, is not handed on by that wait).
+    let mut b = TraceBuilder::new();
+    let t1 = b.spawn(MAIN_TID);
+    let t2 = b.spawn(MAIN_TID);
+    b.create(MAIN_TID, t1, H1, 0x400010);
+    b.lock(t1, M1, 0x401000);
+    b.lock(t1, M2, 0x401008);
+    b.unlock(t1, M2, 0x401010);
+    b.unlock(t1, M1, 0x401018);
+    b.push(t1, Kind::SemPost, DONE, 0x401020);
+    b.push(t1, Kind::ThreadExit, 0, 0);
+    b.push(MAIN_TID, Kind::SemWait, DONE, 0x400018);
+    b.create(MAIN_TID, t2, H1, 0x400020);
+    b.lock(t2, M2, 0x402000);
+    b.lock(t2, M1, 0x402008);
+    b.unlock(t2, M1, 0x402010);
+    b.unlock(t2, M2, 0x402018);
+    b.push(t2, Kind::ThreadExit, 0, 0);
+    let a = analyze(&b);
+    assert_eq!(a.stats.pass.clock_slots, 3, "{:?}", a.stats.pass);
+    assert!(
+        a.findings.iter().any(|f| f.kind == FindingKind::Deadlock),
+        "{:#?}",
+        a.findings
     );
 }

@@ -1,4 +1,4 @@
-//! ordo's developer tasks: `cargo xtask setup | test | demo | bench | eval`.
+//! ordo's developer tasks: `cargo xtask setup | test | demo | bench | eval | fuzz`.
 //!
 //! `setup` installs what the eBPF build needs on a fresh Debian 12 machine and is
 //! fast when everything is present; `test` and `demo` run it first, so the README's
@@ -16,6 +16,7 @@ mod bench_hunt;
 mod bench_record;
 mod bench_watch;
 mod eval;
+mod fuzz;
 mod setup;
 
 fn root() -> PathBuf {
@@ -30,10 +31,11 @@ fn usage() -> ExitCode {
         "usage: cargo xtask <task>\n\n\
          tasks:\n  \
          setup   install the eBPF toolchain (Debian rustc-web, libstd-rust-web-dev-bpf, bpf-linker)\n  \
-         test    setup, then run every test\n  \
+         test    setup, then run every test and a short run of each fuzz target\n  \
          demo    setup, then record, analyze and replay the bundled demo program\n  \
          bench   setup, then run the benchmarks\n  \
-         eval    run `ordo hunt` on the evaluation suite tests/eval, write docs/EVALUATION.md (--help)"
+         eval    run `ordo hunt` on the evaluation suite tests/eval, write docs/EVALUATION.md (--help)\n  \
+         fuzz    fuzz the trace reader, schedule and --watch parsers, 10 M runs each (--help)"
     );
     ExitCode::from(2)
 }
@@ -48,6 +50,8 @@ fn main() -> ExitCode {
         // eval parses its options first (so `--help` needs nothing installed) and
         // runs setup itself when it builds ordo.
         Some("eval") => eval::run(&args[1..]),
+        // fuzz installs only what it needs (nightly, cargo-fuzz), after parsing its options.
+        Some("fuzz") => fuzz::run(&args[1..]),
         _ => return usage(),
     };
     match result {
@@ -79,6 +83,8 @@ fn test(extra: &[String]) -> Result<()> {
     run(Command::new("cargo")
         .args(["test", "--workspace", "--no-fail-fast"])
         .args(extra))?;
+    // The parsers of untrusted input, a few seconds each (`cargo xtask fuzz` for long).
+    fuzz::short()?;
     eprintln!(
         "xtask: all tests passed in {:.0} s",
         started.elapsed().as_secs_f64()

@@ -75,6 +75,37 @@ pub fn run() -> Result<()> {
     if !have_linker {
         install_bpf_linker()?;
     }
+    cargo_fuzz()
+}
+
+/// The fuzz targets (fuzz/, `cargo xtask fuzz`) need rustup's nightly toolchain and
+/// cargo-fuzz: installs what is missing (cargo-fuzz builds in about a minute).
+pub fn cargo_fuzz() -> Result<()> {
+    let toolchains = Command::new("rustup")
+        .args(["toolchain", "list"])
+        .output()
+        .context("run rustup")?;
+    if !String::from_utf8_lossy(&toolchains.stdout)
+        .lines()
+        .any(|l| l.starts_with("nightly"))
+    {
+        eprintln!("xtask: installing rustup's nightly toolchain (for cargo-fuzz)");
+        crate::run(Command::new("rustup").args([
+            "toolchain",
+            "install",
+            "nightly",
+            "--profile",
+            "minimal",
+        ]))?;
+    }
+    let present = Command::new("cargo")
+        .args(["fuzz", "--version"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !present {
+        eprintln!("xtask: installing cargo-fuzz");
+        crate::run(Command::new("cargo").args(["install", "cargo-fuzz", "--locked"]))?;
+    }
     Ok(())
 }
 

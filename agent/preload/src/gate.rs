@@ -100,8 +100,11 @@ pub(crate) struct ThreadState {
     pub(crate) exited: Cell<bool>,
     /// Distinct objects seen per family, for `@K` (capped at the plan's `kmax`).
     pub(crate) nobjects: Cell<[u32; FAMILIES]>,
-    /// The first `kmax` distinct objects per family, in order of first event.
-    pub(crate) objects: UnsafeCell<[[u64; MAX_K]; FAMILIES]>,
+    /// The first [`INLINE_K`] distinct objects per family, in order of first event.
+    pub(crate) objects: UnsafeCell<[[u64; INLINE_K]; FAMILIES]>,
+    /// The thread's objects past the first [`INLINE_K`] of a family, up to the
+    /// plan's `kmax` (any `@K` a schedule names can be gated).
+    pub(crate) more_objects: Cell<ObjectTable>,
     /// Per `*` successor: this thread's matching events so far.
     pub(crate) wild_counts: UnsafeCell<[u32; MAX_WILD]>,
 }
@@ -117,7 +120,8 @@ thread_local! {
             busy: Cell::new(false),
             exited: Cell::new(false),
             nobjects: Cell::new([0; FAMILIES]),
-            objects: UnsafeCell::new([[0; MAX_K]; FAMILIES]),
+            objects: UnsafeCell::new([[0; INLINE_K]; FAMILIES]),
+            more_objects: Cell::new(ObjectTable::EMPTY),
             wild_counts: UnsafeCell::new([0; MAX_WILD]),
         }
     };
@@ -335,6 +339,7 @@ pub(crate) fn thread_begin(depth: u32, path: [u32; MAX_DEPTH]) {
         me.children.set(0);
         me.exited.set(false);
         me.nobjects.set([0; FAMILIES]);
+        me.more_objects.replace(ObjectTable::EMPTY).free();
         // SAFETY: this thread's own state; no reference to it is live.
         unsafe { *me.wild_counts.get() = [0; MAX_WILD] };
         me.slot.set(take_slot(depth, path));
@@ -364,11 +369,155 @@ pub(crate) fn thread_end() {
     // The exit takes effect when the kernel has finished the thread.
     c.begins(kind::THREAD_EXIT, 0, stamp);
     c.set_state(STATE_EXITED, 0);
+    // Named events of this thread are over; a later call (a TLS destructor taking
+    // a lock) would map a fresh table.
+    ME.with(|me| me.more_objects.replace(ObjectTable::EMPTY).free());
 }
 
 // ---------------------------------------------------------------------------------
 // Naming and gating
 // ---------------------------------------------------------------------------------
+
+/// Objects per family a thread keeps in its fixed array (a linear scan, the common
+/// case); those past it go to its [`ObjectTable`].
+pub(crate) const INLINE_K: usize = 32;
+
+/// One entry of an [`ObjectTable`]: an object's address, family and `@K`
+/// (`k == 0`: empty).
+#[derive(Clone, Copy)]
+#[repr(C)]
+struct ObjectEntry {
+    addr: u64,
+    family: u32,
+    k: u32,
+}
+
+/// A thread's objects past the first [`INLINE_K`] of their family: an
+/// open-addressing hash table from (family, address) to `@K`, in anonymous memory
+/// of its own (mmap, not malloc: the agent names objects inside interposed calls
+/// and the SIGTRAP handler of memory gates), doubled when half full. `Copy` so it
+/// fits the thread's `Cell`s (no TLS destructor): the owner frees it explicitly.
+#[derive(Clone, Copy)]
+pub(crate) struct ObjectTable {
+    entries: *mut ObjectEntry,
+    /// Capacity in entries: 0 or a power of two.
+    cap: usize,
+    len: usize,
+}
+
+extern "C" {
+    #[link_name = "mmap"]
+    fn mmap_anon(
+        addr: *mut c_void,
+        len: usize,
+        prot: c_int,
+        flags: c_int,
+        fd: c_int,
+        off: i64,
+    ) -> *mut c_void;
+    fn munmap(addr: *mut c_void, len: usize) -> c_int;
+}
+
+impl ObjectTable {
+    pub(crate) const EMPTY: ObjectTable = ObjectTable {
+        entries: null_mut(),
+        cap: 0,
+        len: 0,
+    };
+
+    fn slot_of(&self, family: usize, addr: u64) -> usize {
+        // Fibonacci hashing of the address, mixed with the family.
+        let h = (addr ^ ((family as u64) << 59)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        (h >> 32) as usize & (self.cap - 1)
+    }
+
+    /// The `@K` of `addr` in `family`, if the table has it.
+    fn find(&self, family: usize, addr: u64) -> Option<u32> {
+        if self.cap == 0 {
+            return None;
+        }
+        let mut i = self.slot_of(family, addr);
+        loop {
+            // SAFETY: i < cap, within the mapping.
+            let e = unsafe { *self.entries.add(i) };
+            if e.k == 0 {
+                return None;
+            }
+            if e.addr == addr && e.family == family as u32 {
+                return Some(e.k);
+            }
+            i = (i + 1) & (self.cap - 1);
+        }
+    }
+
+    /// Adds an object not in the table; false when no memory could be mapped.
+    fn insert(&mut self, family: usize, addr: u64, k: u32) -> bool {
+        if 2 * (self.len + 1) > self.cap && !self.grow() {
+            return false;
+        }
+        let mut i = self.slot_of(family, addr);
+        // SAFETY: i < cap; the table is at most half full, so an empty entry exists.
+        unsafe {
+            while (*self.entries.add(i)).k != 0 {
+                i = (i + 1) & (self.cap - 1);
+            }
+            *self.entries.add(i) = ObjectEntry {
+                addr,
+                family: family as u32,
+                k,
+            };
+        }
+        self.len += 1;
+        true
+    }
+
+    fn grow(&mut self) -> bool {
+        let cap = (self.cap * 2).max(4096 / std::mem::size_of::<ObjectEntry>());
+        let bytes = cap * std::mem::size_of::<ObjectEntry>();
+        // SAFETY: a fresh private anonymous mapping (zeroed: every entry empty).
+        let p = unsafe {
+            mmap_anon(
+                null_mut(),
+                bytes,
+                3,    /* PROT_READ|PROT_WRITE */
+                0x22, /* MAP_PRIVATE|MAP_ANONYMOUS */
+                -1,
+                0,
+            )
+        };
+        if p as isize == -1 {
+            return false;
+        }
+        let old = *self;
+        *self = ObjectTable {
+            entries: p.cast(),
+            cap,
+            len: 0,
+        };
+        for i in 0..old.cap {
+            // SAFETY: i < old.cap, within the old mapping.
+            let e = unsafe { *old.entries.add(i) };
+            if e.k != 0 {
+                self.insert(e.family as usize, e.addr, e.k);
+            }
+        }
+        old.free();
+        true
+    }
+
+    /// Unmaps the table's memory.
+    fn free(self) {
+        if self.cap != 0 {
+            // SAFETY: the mapping `grow` made, no longer referenced.
+            unsafe {
+                munmap(
+                    self.entries.cast(),
+                    self.cap * std::mem::size_of::<ObjectEntry>(),
+                )
+            };
+        }
+    }
+}
 
 /// How a gate picks the plan events it applies to.
 #[derive(Clone, Copy)]
@@ -443,16 +592,31 @@ impl Caller {
             let n = counts[family] as usize;
             // SAFETY: this thread's own state; no other reference to it is live.
             let objects = unsafe { &mut (*me.objects.get())[family] };
-            if let Some(k) = objects[..n].iter().position(|&a| a == addr) {
+            if let Some(k) = objects[..n.min(INLINE_K)].iter().position(|&a| a == addr) {
                 return Some(k as u32 + 1);
             }
-            if n < kmax {
-                objects[n] = addr;
-                counts[family] = n as u32 + 1;
-                me.nobjects.set(counts);
-                return Some(n as u32 + 1);
+            let mut more = me.more_objects.get();
+            if n > INLINE_K {
+                if let Some(k) = more.find(family, addr) {
+                    return Some(k);
+                }
             }
-            None
+            if n >= kmax {
+                return None;
+            }
+            if n < INLINE_K {
+                objects[n] = addr;
+            } else {
+                // Out of memory for the table: the object stays unnamed (its
+                // events are not gated), as past `kmax`.
+                if !more.insert(family, addr, n as u32 + 1) {
+                    return None;
+                }
+                me.more_objects.set(more);
+            }
+            counts[family] = n as u32 + 1;
+            me.nobjects.set(counts);
+            Some(n as u32 + 1)
         })
     }
 

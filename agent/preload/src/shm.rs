@@ -29,8 +29,6 @@ pub const MAX_PLAN_THREADS: usize = 4096;
 pub const MAX_SLOTS: usize = 4096;
 /// Deepest logical thread id (`1.2.3` has depth 3).
 pub const MAX_DEPTH: usize = 8;
-/// Largest `@K` a named event can use.
-pub const MAX_K: usize = 32;
 /// `*` successors (orderings `A -> *:KIND(OBJ)#N`) a plan can hold.
 pub const MAX_WILD: usize = 32;
 /// Object families (see `ordo_schedule::Family::ALL`, same order).

@@ -14,6 +14,7 @@ use object::{
 use ordo_probe_common::{kind, reg, via, WatchSite};
 
 use super::resolve::ResolvedWatch;
+use super::trapped::{data_access, find_instruction, Boundary, FoundInstruction};
 use super::uprobe::kernel_accepts;
 
 /// Where a watch uprobe sits relative to the instruction that accesses the variable.
@@ -880,100 +881,58 @@ pub fn access_at(watch: &ResolvedWatch, ip: u64) -> Result<Option<PlannedSite>, 
     access_found_by(watch, ip, false)
 }
 
-/// The access instruction that ends at `address` (`ends`) or starts there.
+/// The access instruction that ends at `address` (`ends`) or starts there, found
+/// and classified by the trap decoder's [`find_instruction`] and [`data_access`].
 fn access_found_by(
     watch: &ResolvedWatch,
     address: u64,
     ends: bool,
 ) -> Result<Option<PlannedSite>, String> {
-    // Decoding runs from the function's start to the instruction's end; an
-    // instruction starting at `address` is at most 15 bytes long.
-    let after = if ends { address } else { address + 15 };
     let path = &watch.module;
     let data = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    let file = object::File::parse(data.as_slice())
+    object::File::parse(data.as_slice())
         .map_err(|e| format!("{}: not an ELF file: {e}", path.display()))?;
-    let inside = if ends { after.wrapping_sub(1) } else { address };
-    let Some(function) = file
-        .symbols()
-        .chain(file.dynamic_symbols())
-        .filter(|s| s.kind() == SymbolKind::Text && s.address() <= inside)
-        .filter(|s| s.size() == 0 || inside < s.address() + s.size())
-        .max_by_key(|s| s.address())
+    let boundary = if ends { Boundary::End } else { Boundary::Start };
+    let Some(FoundInstruction { instr, file_offset }) = find_instruction(&data, address, boundary)
     else {
         return Ok(None);
     };
-    let start = function.address();
-    let Some((file_offset, code)) = file.sections().find_map(|section| {
-        let (offset, len) = section.file_range()?;
-        let base = section.address();
-        (section.kind() == SectionKind::Text && base <= start && inside < base + len)
-            .then(|| {
-                let from = (start - base) as usize;
-                let to = (after.min(base + len) - base) as usize;
-                Some((
-                    offset + from as u64,
-                    data.get(offset as usize + from..offset as usize + to)?,
-                ))
-            })
-            .flatten()
-    }) else {
+    let Some((memory, access, atomic)) = data_access(&instr, &mut InstructionInfoFactory::new())
+    else {
         return Ok(None);
     };
-    let mut decoder = Decoder::with_ip(64, code, start, DecoderOptions::NONE);
-    let mut factory = InstructionInfoFactory::new();
-    let mut instr = Instruction::default();
-    while decoder.can_decode() {
-        decoder.decode_out(&mut instr);
-        let here = if ends { instr.next_ip() } else { instr.ip() };
-        if here != address {
-            continue;
-        }
-        let Some(memory) = factory.info(&instr).used_memory().first().copied() else {
-            return Ok(None);
-        };
-        let access = match memory.access() {
-            OpAccess::Read | OpAccess::CondRead => kind::READ,
-            OpAccess::Write | OpAccess::CondWrite => kind::WRITE,
-            OpAccess::ReadWrite | OpAccess::ReadCondWrite => kind::RMW,
-            _ => return Ok(None),
-        };
-        let atomic =
-            access == kind::RMW && (instr.has_lock_prefix() || instr.mnemonic() == Mnemonic::Xchg);
-        let fixed = matches!(
-            memory.base(),
-            Register::None | Register::RIP | Register::EIP
-        ) && memory.index() == Register::None;
-        let mut site = WatchSite {
-            watch_addr: watch.vaddr,
-            watch_len: watch.size,
-            ip: instr.ip(),
-            size: instr.memory_size().size().min(u8::MAX as usize) as u8,
-            access: access as u8,
-            value_reg: reg::NONE,
-            via: if atomic { via::ATOMIC } else { via::PLAIN },
-            base: reg::NONE,
-            index: reg::NONE,
-            scale: 1,
-            disp: memory.displacement() as i64,
-            ..WatchSite::default()
-        };
-        if !fixed {
-            site.base = gpr_number(memory.base()).unwrap_or(reg::NONE);
-            site.index = gpr_number(memory.index()).unwrap_or(reg::NONE);
-            site.scale = memory.scale() as u8;
-        }
-        let value_known = access != kind::WRITE || fill_written_value(&instr, &mut site);
-        return Ok(Some(PlannedSite {
-            file_offset: file_offset + (instr.ip() - start),
-            site,
-            access_ip: instr.ip(),
-            probe: ProbePoint::Instruction,
-            atomic,
-            value_known,
-            via_register: !fixed,
-            instruction: instr.to_string(),
-        }));
+    let fixed = matches!(
+        memory.base(),
+        Register::None | Register::RIP | Register::EIP
+    ) && memory.index() == Register::None;
+    let mut site = WatchSite {
+        watch_addr: watch.vaddr,
+        watch_len: watch.size,
+        ip: instr.ip(),
+        size: instr.memory_size().size().min(u8::MAX as usize) as u8,
+        access: access as u8,
+        value_reg: reg::NONE,
+        via: if atomic { via::ATOMIC } else { via::PLAIN },
+        base: reg::NONE,
+        index: reg::NONE,
+        scale: 1,
+        disp: memory.displacement() as i64,
+        ..WatchSite::default()
+    };
+    if !fixed {
+        site.base = gpr_number(memory.base()).unwrap_or(reg::NONE);
+        site.index = gpr_number(memory.index()).unwrap_or(reg::NONE);
+        site.scale = memory.scale() as u8;
     }
-    Ok(None)
+    let value_known = access != kind::WRITE || fill_written_value(&instr, &mut site);
+    Ok(Some(PlannedSite {
+        file_offset,
+        site,
+        access_ip: instr.ip(),
+        probe: ProbePoint::Instruction,
+        atomic,
+        value_known,
+        via_register: !fixed,
+        instruction: instr.to_string(),
+    }))
 }

@@ -4,6 +4,9 @@
 //! by decoding its function from the symbol's start with iced-x86 (instructions
 //! have variable length, so decoding backwards is ambiguous), and takes the
 //! access kind and atomicity from it, as the planner does for uprobe sites.
+//! [`find_instruction`] and [`data_access`] are the one decoder of single accesses:
+//! the replayer's sites from a recording (`sites::access_at`, `access_ending_at`)
+//! use them too.
 //!
 //! This runs in the recorder, once per distinct trap address (cached), rather
 //! than when the trace is read: the trace then says `read`/`write`/`rmw` and names
@@ -16,7 +19,9 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::sites::{access_kind, atomic_instruction};
-use iced_x86::{Decoder, DecoderOptions, Instruction, InstructionInfoFactory, OpAccess, Register};
+use iced_x86::{
+    Decoder, DecoderOptions, Instruction, InstructionInfoFactory, OpAccess, Register, UsedMemory,
+};
 use object::{Object, ObjectSection, ObjectSymbol, SectionKind, SymbolKind};
 use ordo_trace::schema::ModuleRecord;
 use ordo_trace::symbolize::ElfInfo;
@@ -32,28 +37,63 @@ pub struct TrappedAccess {
     pub ip: u64,
 }
 
-/// The kind and atomicity of an instruction's data access (its first memory
-/// operand that is not the stack of a push, pop or call), if it has one.
-pub fn classify_access(
+/// An instruction's data access: its first memory operand that is not the stack of
+/// a push, pop or call (the stack one only when it has no other), with the access
+/// kind (`ordo_probe_common::kind::READ`, `WRITE` or `RMW`) and atomicity.
+pub fn data_access(
     instr: &Instruction,
     factory: &mut InstructionInfoFactory,
-) -> Option<(u16, bool)> {
+) -> Option<(UsedMemory, u16, bool)> {
     let info = factory.info(instr);
-    let memory = info
+    let memory = *info
         .used_memory()
         .iter()
         .filter(|m| m.access() != OpAccess::NoMemAccess)
         .min_by_key(|m| m.base() == Register::RSP)?;
     let access = access_kind(memory.access())?;
-    Some((access, atomic_instruction(instr, access)))
+    Some((memory, access, atomic_instruction(instr, access)))
 }
 
-/// The instruction that ends at link-time address `after` in an ELF file's code:
-/// decoded from the start of the function symbol holding `after - 1`; without
-/// one, the longest instruction with a memory operand that ends exactly there.
-pub fn instruction_ending_at(data: &[u8], after: u64) -> Option<Instruction> {
+/// The kind and atomicity of an instruction's data access (see [`data_access`]).
+pub fn classify_access(
+    instr: &Instruction,
+    factory: &mut InstructionInfoFactory,
+) -> Option<(u16, bool)> {
+    data_access(instr, factory).map(|(_, access, atomic)| (access, atomic))
+}
+
+/// Which end of the instruction sought is at the given address.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Boundary {
+    /// The instruction starts there.
+    Start,
+    /// The instruction ends there (the address is the next instruction's: where a
+    /// data breakpoint leaves the instruction pointer).
+    End,
+}
+
+/// An instruction found in an ELF file's code, and the file offset of its first byte.
+#[derive(Clone, Copy, Debug)]
+pub struct FoundInstruction {
+    /// The instruction, at its link-time address.
+    pub instr: Instruction,
+    /// Its offset in the file (where a uprobe on it goes).
+    pub file_offset: u64,
+}
+
+/// The instruction that starts or ends (`boundary`) at link-time address `address`
+/// in an ELF file's code. Instructions have variable length, so it is decoded from
+/// the start of the function symbol holding it — it must be an instruction of that
+/// function, not bytes inside another. Without a symbol: the instruction decoded at
+/// `address` (`Start`), or the longest instruction with a memory operand that ends
+/// exactly there (`End`).
+pub fn find_instruction(data: &[u8], address: u64, boundary: Boundary) -> Option<FoundInstruction> {
     let file = object::File::parse(data).ok()?;
-    let inside = after.checked_sub(1)?;
+    // A byte of the instruction, and where decoding may stop (at most 15 bytes long).
+    let (inside, until) = match boundary {
+        Boundary::Start => (address, address.checked_add(15)?),
+        Boundary::End => (address.checked_sub(1)?, address),
+    };
     let function = file
         .symbols()
         .chain(file.dynamic_symbols())
@@ -61,36 +101,58 @@ pub fn instruction_ending_at(data: &[u8], after: u64) -> Option<Instruction> {
         .filter(|s| s.size() == 0 || inside < s.address() + s.size())
         .max_by_key(|s| s.address())
         .map(|s| s.address());
-    let (section_vaddr, code) = file.sections().find_map(|section| {
+    let (section_vaddr, section_offset, code) = file.sections().find_map(|section| {
         let base = section.address();
         let holds =
             section.kind() == SectionKind::Text && base <= inside && inside < base + section.size();
-        holds.then(|| Some((base, section.data().ok()?)))?
+        holds.then(|| Some((base, section.file_range()?.0, section.data().ok()?)))?
     })?;
-    let bytes_from =
-        |start: u64| code.get((start - section_vaddr) as usize..(after - section_vaddr) as usize);
+    let until = until.min(section_vaddr + code.len() as u64);
+    let bytes_from = |start: u64| {
+        code.get(start.checked_sub(section_vaddr)? as usize..(until - section_vaddr) as usize)
+    };
+    let found = |instr: Instruction| FoundInstruction {
+        instr,
+        file_offset: section_offset + (instr.ip() - section_vaddr),
+    };
+    let at = |instr: &Instruction| match boundary {
+        Boundary::Start => instr.ip() == address,
+        Boundary::End => instr.next_ip() == address,
+    };
     if let Some(start) = function.filter(|f| *f >= section_vaddr) {
         let mut decoder = Decoder::with_ip(64, bytes_from(start)?, start, DecoderOptions::NONE);
         let mut instr = Instruction::default();
         while decoder.can_decode() {
             decoder.decode_out(&mut instr);
-            if instr.next_ip() == after && !instr.is_invalid() {
-                return Some(instr);
+            if at(&instr) && !instr.is_invalid() {
+                return Some(found(instr));
             }
         }
         return None;
     }
+    if boundary == Boundary::Start {
+        let instr =
+            Decoder::with_ip(64, bytes_from(address)?, address, DecoderOptions::NONE).decode();
+        return (!instr.is_invalid()).then(|| found(instr));
+    }
     // No symbol: an x86 instruction is at most 15 bytes.
-    (1..=15u64.min(after - section_vaddr))
+    (1..=15u64.min(address - section_vaddr))
         .rev()
         .find_map(|len| {
-            let start = after - len;
+            let start = address - len;
             let instr =
                 Decoder::with_ip(64, bytes_from(start)?, start, DecoderOptions::NONE).decode();
             let memory =
                 (0..instr.op_count()).any(|i| instr.op_kind(i) == iced_x86::OpKind::Memory);
             (!instr.is_invalid() && instr.len() as u64 == len && memory).then_some(instr)
         })
+        .map(found)
+}
+
+/// The instruction that ends at link-time address `after` in an ELF file's code
+/// ([`find_instruction`] with [`Boundary::End`]).
+pub fn instruction_ending_at(data: &[u8], after: u64) -> Option<Instruction> {
+    find_instruction(data, after, Boundary::End).map(|f| f.instr)
 }
 
 /// Classifies hardware-watchpoint traps by the instruction before the trap

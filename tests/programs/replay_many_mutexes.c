@@ -1,0 +1,37 @@
+// Two threads each lock 150 heap mutexes in turn (a per-bucket lock table) and
+// record which thread reached each bucket first. Exits 1 when thread 2 reached
+// bucket 120 before thread 1: what `2:mutex_unlock(@120)#1 -> 1:mutex_lock(@120)#1`
+// asks for. Heap mutexes have no symbol, so schedules name them `@K`: the thread's
+// K-th distinct mutex, far past the first 32.
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#define BUCKETS 150
+
+static pthread_mutex_t *locks;
+static int first[BUCKETS];
+
+static void *visit(void *arg) {
+    int me = (int)(long)arg;
+    for (int i = 0; i < BUCKETS; i++) {
+        pthread_mutex_lock(&locks[i]);
+        if (first[i] == 0)
+            first[i] = me;
+        pthread_mutex_unlock(&locks[i]);
+    }
+    return NULL;
+}
+
+int main(void) {
+    locks = malloc(sizeof *locks * BUCKETS);
+    for (int i = 0; i < BUCKETS; i++)
+        pthread_mutex_init(&locks[i], NULL);
+    pthread_t t1, t2;
+    pthread_create(&t1, NULL, visit, (void *)1L);
+    pthread_create(&t2, NULL, visit, (void *)2L);
+    pthread_join(t1, NULL);
+    pthread_join(t2, NULL);
+    printf("bucket 120 first reached by thread %d\n", first[119]);
+    return first[119] == 2 ? 1 : 0;
+}

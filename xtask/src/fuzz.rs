@@ -1,0 +1,288 @@
+//! `cargo xtask fuzz`: libFuzzer campaigns (cargo-fuzz) on the parsers of untrusted
+//! input — the trace reader, the schedule parser and the `--watch` spec parser
+//! (targets in `fuzz/fuzz_targets`, a workspace of its own built with nightly).
+//!
+//! Each target starts from a seed corpus made at run time in `fuzz/corpus/TARGET`
+//! (not committed): the repository's schedules, `--watch` forms from the docs, and
+//! small traces written by the analysis' trace generator (the same `TraceWriter` the
+//! recorder uses). Every run has libFuzzer's limits on: `-rss_limit_mb=1024` (also
+//! the largest single allocation), `-timeout` per input (a hang is a failure), and
+//! any panic is a crash. A crashing input is left in `fuzz/artifacts/TARGET`.
+//!
+//! `cargo xtask fuzz [--runs N] [--target NAME]...` runs each target for N
+//! executions (default 10 million) and reports the counts and speeds;
+//! `cargo xtask test` ends with [`short`], a few seconds per target.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+
+/// The fuzz targets, as named in fuzz/Cargo.toml.
+pub const TARGETS: [&str; 3] = ["trace_reader", "schedule_parser", "watch_spec"];
+/// Executions per target of the long campaign.
+const DEFAULT_RUNS: u64 = 10_000_000;
+/// Seconds per target of the run inside `cargo xtask test`.
+const SHORT_SECONDS: u64 = 20;
+/// Optimized, with debug assertions and overflow checks: an arithmetic overflow on
+/// a hostile input is a finding too.
+const BUILD_FLAGS: [&str; 2] = ["-O", "-a"];
+/// libFuzzer's memory limit: resident set, and any one allocation.
+const RSS_LIMIT_MB: u32 = 1024;
+/// Seconds one input may take before it counts as a hang.
+const INPUT_TIMEOUT_S: u32 = 10;
+
+/// `--watch` forms from README.md and docs/ANALYSIS.md §3: one seed file each.
+const WATCH_SEEDS: &[&str] = &[
+    "balance",
+    "cfg+8:4",
+    "cfg.inner.count",
+    "current->users",
+    "(anonymous namespace)::hits",
+    "ns::holder<int, 3>::value",
+    "ns::operator+=(X const&)::calls",
+    "crate::module::STATIC",
+    "prog.c:counter",
+    "0x4010a0:4",
+    "table[2]",
+    "counter:8",
+    "a.b[3]->c+2:2",
+    "_ZN4prog7COUNTER17h0123456789abcdefE",
+    "calls.0",
+];
+
+/// How long a campaign runs.
+#[derive(Clone, Copy)]
+enum Budget {
+    Runs(u64),
+    Seconds(u64),
+}
+
+/// What one target's run did.
+struct Outcome {
+    target: &'static str,
+    runs: u64,
+    seconds: f64,
+    corpus: usize,
+}
+
+/// `cargo xtask fuzz`.
+pub fn run(args: &[String]) -> Result<()> {
+    let mut runs = DEFAULT_RUNS;
+    let mut targets: Vec<&'static str> = Vec::new();
+    let mut i = 0;
+    while i < args.len() {
+        match args[i].as_str() {
+            "--runs" => {
+                let value = args.get(i + 1).context("--runs needs a number")?;
+                runs = value
+                    .replace('_', "")
+                    .parse()
+                    .with_context(|| format!("--runs {value:?}: not a number"))?;
+                i += 1;
+            }
+            "--target" => {
+                let value = args.get(i + 1).context("--target needs a name")?;
+                let Some(t) = TARGETS.iter().find(|t| **t == value) else {
+                    bail!("--target {value:?}: one of {}", TARGETS.join(", "));
+                };
+                targets.push(t);
+                i += 1;
+            }
+            "--help" | "-h" => {
+                println!(
+                    "usage: cargo xtask fuzz [--runs N] [--target NAME]...\n\n\
+                     Runs each fuzz target ({}) for N executions (default {DEFAULT_RUNS}).",
+                    TARGETS.join(", ")
+                );
+                return Ok(());
+            }
+            other => bail!("unknown option {other:?} (see cargo xtask fuzz --help)"),
+        }
+        i += 1;
+    }
+    if targets.is_empty() {
+        targets = TARGETS.to_vec();
+    }
+    campaign(&targets, Budget::Runs(runs))
+}
+
+/// The short run of every target at the end of `cargo xtask test`.
+pub fn short() -> Result<()> {
+    campaign(&TARGETS, Budget::Seconds(SHORT_SECONDS))
+}
+
+fn campaign(targets: &[&'static str], budget: Budget) -> Result<()> {
+    crate::setup::cargo_fuzz()?;
+    let fuzz = crate::root().join("fuzz");
+    crate::run(
+        Command::new("cargo")
+            .args(["+nightly", "fuzz", "build"])
+            .args(BUILD_FLAGS)
+            .current_dir(&fuzz),
+    )?;
+    let mut outcomes = Vec::new();
+    for &target in targets {
+        let corpus = seed_corpus(target)?;
+        outcomes.push(fuzz_one(target, &corpus, budget)?);
+    }
+    println!("\n== fuzzing (libFuzzer via cargo-fuzz; -rss_limit_mb={RSS_LIMIT_MB}, -timeout={INPUT_TIMEOUT_S})");
+    for o in &outcomes {
+        println!(
+            "{:>16}: {:>11} executions in {:>6.0} s ({:>6.0}/s), corpus {} inputs: no crash, hang or allocation over the limit",
+            o.target,
+            o.runs,
+            o.seconds,
+            o.runs as f64 / o.seconds.max(1e-9),
+            o.corpus
+        );
+    }
+    Ok(())
+}
+
+/// Runs one target; fails when libFuzzer found a crash, a hang or an allocation
+/// over the limit (its report is on stderr, the input in fuzz/artifacts).
+fn fuzz_one(target: &'static str, corpus: &Path, budget: Budget) -> Result<Outcome> {
+    let fuzz = crate::root().join("fuzz");
+    let artifacts = fuzz.join("artifacts").join(target);
+    std::fs::create_dir_all(&artifacts)?;
+    let limit = match budget {
+        Budget::Runs(n) => format!("-runs={n}"),
+        Budget::Seconds(s) => format!("-max_total_time={s}"),
+    };
+    eprintln!("xtask: fuzzing {target} ({limit})");
+    let started = Instant::now();
+    let output = Command::new("cargo")
+        .args(["+nightly", "fuzz", "run"])
+        .args(BUILD_FLAGS)
+        .arg(target)
+        .arg(corpus)
+        .arg("--")
+        .arg(limit)
+        .arg(format!("-rss_limit_mb={RSS_LIMIT_MB}"))
+        .arg(format!("-timeout={INPUT_TIMEOUT_S}"))
+        .arg(format!("-artifact_prefix={}/", artifacts.display()))
+        .arg("-print_final_stats=1")
+        .current_dir(&fuzz)
+        .output()
+        .with_context(|| format!("run cargo fuzz run {target}"))?;
+    let seconds = started.elapsed().as_secs_f64();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    if !output.status.success() {
+        let report: Vec<&str> = stderr
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .rev()
+            .take(40)
+            .collect();
+        for line in report.iter().rev() {
+            eprintln!("{line}");
+        }
+        bail!(
+            "fuzz target {target} failed ({}); the input is in {}",
+            output.status,
+            artifacts.display()
+        );
+    }
+    let runs = final_stat(&stderr, "stat::number_of_executed_units:")
+        .with_context(|| format!("{target}: libFuzzer printed no execution count"))?;
+    Ok(Outcome {
+        target,
+        runs,
+        seconds,
+        corpus: std::fs::read_dir(corpus)?.count(),
+    })
+}
+
+fn final_stat(stderr: &str, key: &str) -> Option<u64> {
+    stderr
+        .lines()
+        .find_map(|l| l.strip_prefix(key))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// Makes (or tops up) `fuzz/corpus/TARGET` with the target's seeds; inputs
+/// libFuzzer added in earlier runs stay.
+fn seed_corpus(target: &str) -> Result<PathBuf> {
+    let root = crate::root();
+    let dir = root.join("fuzz/corpus").join(target);
+    std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
+    match target {
+        "schedule_parser" => {
+            for file in schedules(&root.join("tests"))? {
+                let name = file
+                    .strip_prefix(&root)
+                    .unwrap_or(&file)
+                    .to_string_lossy()
+                    .replace('/', "_");
+                std::fs::copy(&file, dir.join(format!("seed-{name}")))?;
+            }
+        }
+        "watch_spec" => {
+            for (i, spec) in WATCH_SEEDS.iter().enumerate() {
+                std::fs::write(dir.join(format!("seed-{i}")), spec)?;
+            }
+        }
+        "trace_reader" => seed_traces(&dir)?,
+        other => bail!("no seeds for fuzz target {other}"),
+    }
+    Ok(dir)
+}
+
+/// Every `.sched` file under `dir`.
+fn schedules(dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        if path.is_dir() {
+            out.extend(schedules(&path)?);
+        } else if path.extension().is_some_and(|e| e == "sched") {
+            out.push(path);
+        }
+    }
+    Ok(out)
+}
+
+/// Small generated traces of each shape the analysis benchmark uses (a few KB each,
+/// so libFuzzer mutates real chunk, thread and footer records quickly), plus one cut
+/// short without its footer.
+fn seed_traces(dir: &Path) -> Result<()> {
+    crate::run(Command::new("cargo").args([
+        "build",
+        "-p",
+        "ordo-analysis",
+        "--example",
+        "bench_trace",
+    ]))?;
+    let generator = crate::root().join("target/debug/examples/bench_trace");
+    let shapes: [(&str, &[&str]); 4] = [
+        ("mixed", &["400", "3"]),
+        ("stripes", &["--stripes", "300", "8"]),
+        ("short-threads", &["--short-threads", "12"]),
+        ("detached-threads", &["--detached-threads", "12"]),
+    ];
+    for (name, args) in shapes {
+        let path = dir.join(format!("seed-{name}.ordo"));
+        let _ = std::fs::remove_file(&path);
+        let mut command = Command::new(&generator);
+        match args {
+            [flag, rest @ ..] if flag.starts_with("--") => {
+                command.arg(flag).arg(&path).args(rest);
+            }
+            _ => {
+                command.arg(&path).args(args);
+            }
+        }
+        crate::run(&mut command)?;
+        if name == "mixed" {
+            // The same trace cut in the middle of its footer: read by scanning chunks.
+            let bytes = std::fs::read(&path)?;
+            std::fs::write(
+                dir.join("seed-cut-short.ordo"),
+                &bytes[..bytes.len() - bytes.len().min(40)],
+            )?;
+        }
+    }
+    Ok(())
+}
