@@ -240,7 +240,8 @@ impl TraceReader {
         };
         let file = File::open(path).map_err(|e| err(0, format!("cannot open: {e}")))?;
         let len = file.metadata().map_err(|e| err(0, e.to_string()))?.len();
-        let mut file = BufReader::with_capacity(1 << 20, file);
+        // No bigger than the file: a small trace needs no megabyte of buffer.
+        let mut file = BufReader::with_capacity((1 << 20).min(len as usize).max(64), file);
         let mut magic = [0u8; 8];
         if len < 8 {
             return Err(err(len, "file too short to be an ordo trace".into()));
