@@ -26,4 +26,5 @@ pub use recording::{
 };
 pub use session::{
     record_attached, record_launched, snapshot_after_exec, ProbeChoice, SessionEnd, SessionOptions,
+    EXIT_WRITE_FAILED,
 };

@@ -120,13 +120,29 @@ struct Chunk {
 }
 
 /// The writer thread: encodes and compresses chunks into the trace file.
+///
+/// The first write error (a full disk) ends the writing, not the recording: it is
+/// said at once on stderr (one line naming the file), the file keeps every chunk
+/// before it (see `TraceWriter`), and later chunks are only counted, so the drain
+/// keeps emptying the rings and the program runs on unhindered.
 struct ChunkWriter {
+    /// Set at the first write error.
+    failed: std::sync::Arc<std::sync::atomic::AtomicBool>,
     chunks: SyncSender<Chunk>,
     /// Emptied event buffers coming back for reuse.
     spare: Receiver<Vec<Event>>,
-    thread: JoinHandle<Result<TraceWriter>>,
+    thread: JoinHandle<WriterEnd>,
     /// The writer thread's kernel tid (for changing its priority).
     tid: i32,
+}
+
+/// What the writer thread ends with.
+struct WriterEnd {
+    writer: TraceWriter,
+    /// The first write error, in words (naming the file).
+    error: Option<String>,
+    /// Events received after it and not written.
+    unwritten: u64,
 }
 
 impl ChunkWriter {
@@ -134,24 +150,48 @@ impl ChunkWriter {
         let (chunks, incoming) = sync_channel::<Chunk>(CHUNKS_IN_FLIGHT);
         let (give_back, spare) = sync_channel(CHUNKS_IN_FLIGHT + 1);
         let (tell_tid, tid) = sync_channel(1);
+        let failed = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let failed_here = failed.clone();
         let thread = std::thread::Builder::new()
             .name("ordo-writer".into())
-            .spawn(move || -> Result<TraceWriter> {
+            .spawn(move || -> WriterEnd {
                 // SAFETY: gettid has no preconditions.
                 let _ = tell_tid.send(unsafe { libc::gettid() });
+                let mut error = None;
+                let mut unwritten = 0;
                 for mut chunk in incoming {
-                    writer
-                        .write_chunk(&chunk.events, &chunk.threads, &chunk.modules, chunk.dropped)
-                        .with_context(|| format!("write {}", output.display()))?;
+                    if error.is_none() {
+                        if let Err(e) = writer.write_chunk(
+                            &chunk.events,
+                            &chunk.threads,
+                            &chunk.modules,
+                            chunk.dropped,
+                        ) {
+                            let message = write_error(&output, &e, writer.bytes_written());
+                            say_now(&format!(
+                                "ordo: error: {message}; recording goes on without writing (the program keeps running)"
+                            ));
+                            error = Some(message);
+                            failed_here.store(true, std::sync::atomic::Ordering::Relaxed);
+                        }
+                    }
+                    if error.is_some() {
+                        unwritten += chunk.events.len() as u64;
+                    }
                     chunk.events.clear();
                     let _ = give_back.try_send(chunk.events);
                 }
-                Ok(writer)
+                WriterEnd {
+                    writer,
+                    error,
+                    unwritten,
+                }
             })?;
         let tid = tid
             .recv()
             .map_err(|_| anyhow!("the trace writer thread did not start"))?;
         Ok(ChunkWriter {
+            failed,
             chunks,
             spare,
             thread,
@@ -159,7 +199,7 @@ impl ChunkWriter {
         })
     }
 
-    /// Queues a chunk; an error means the writer failed (its error comes at finish).
+    /// Queues a chunk; false means the writer thread is gone (it panicked).
     fn send(&self, chunk: Chunk) -> bool {
         self.chunks.send(chunk).is_ok()
     }
@@ -170,12 +210,28 @@ impl ChunkWriter {
             .unwrap_or_else(|_| Vec::with_capacity(CHUNK_EVENTS))
     }
 
-    fn finish(self) -> Result<TraceWriter> {
+    fn finish(self) -> Result<WriterEnd> {
         drop(self.chunks);
         self.thread
             .join()
-            .map_err(|_| anyhow!("the trace writer thread panicked"))?
+            .map_err(|_| anyhow!("the trace writer thread panicked"))
     }
+}
+
+/// A failed write to the trace `output`, in words: the file, the error, and what
+/// the file still holds.
+fn write_error(output: &std::path::Path, e: &std::io::Error, kept: u64) -> String {
+    format!(
+        "writing {}: {e}: the trace keeps its first {kept} bytes, readable with `ordo analyze --salvage`",
+        output.display()
+    )
+}
+
+/// Writes a line to stderr now, ignoring errors (a closed stderr must not stop a
+/// recording).
+fn say_now(line: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr().lock(), "{line}");
 }
 
 /// Everything the drain keeps between chunks: turns raw records into trace events
@@ -183,7 +239,8 @@ impl ChunkWriter {
 pub(crate) struct DrainState {
     pub(crate) pid: u32,
     writer: Option<ChunkWriter>,
-    output: PathBuf,
+    /// The trace file.
+    pub(crate) output: PathBuf,
     pending: Vec<Event>,
     ids: LogicalIdAssigner,
     names: HashMap<u32, String>,
@@ -200,6 +257,8 @@ pub(crate) struct DrainState {
     traps: TrapDecoder,
     /// Traps whose instruction could not be found (recorded as writes).
     unclassified_traps: u64,
+    /// Events skipped after a write error (see [`DrainState::skip`]).
+    skipped: u64,
     started: Instant,
     /// How long attaching took (reported in the summary).
     pub(crate) attach_time: Duration,
@@ -229,6 +288,7 @@ impl DrainState {
             unknown_kinds: 0,
             traps: TrapDecoder::default(),
             unclassified_traps: 0,
+            skipped: 0,
             started: Instant::now(),
             attach_time: Duration::ZERO,
         })
@@ -291,6 +351,19 @@ impl DrainState {
             self.scan_modules();
         }
         self.pending.push(event);
+    }
+
+    /// Whether writing the trace failed: what is taken from now on is only counted.
+    pub(crate) fn write_failed(&self) -> bool {
+        self.writer
+            .as_ref()
+            .is_some_and(|w| w.failed.load(std::sync::atomic::Ordering::Relaxed))
+    }
+
+    /// Counts `n` events that were recorded but, writing having failed, are not
+    /// even converted.
+    pub(crate) fn skip(&mut self, n: u64) {
+        self.skipped += n;
     }
 
     /// The kernel tid of the thread that encodes and writes the chunks.
@@ -413,7 +486,6 @@ impl DrainState {
             dropped,
         });
         if !sent {
-            // The writer stopped on an error: finishing it returns that error.
             self.writer.take().expect("not finished").finish()?;
             return Err(anyhow!("the trace writer stopped"));
         }
@@ -434,7 +506,11 @@ impl DrainState {
             self.scan_modules();
         }
         self.flush(dropped, true)?;
-        let writer = self.writer.take().expect("finished once").finish()?;
+        let WriterEnd {
+            writer,
+            mut error,
+            unwritten,
+        } = self.writer.take().expect("finished once").finish()?;
         let footer = Footer {
             dropped,
             end_monotonic_ns: monotonic_ns(),
@@ -444,9 +520,18 @@ impl DrainState {
             ..Default::default()
         };
         let events = writer.events_written();
-        let bytes = writer
-            .finish(footer)
-            .with_context(|| format!("finish {}", self.output.display()))?;
+        let kept = writer.bytes_written();
+        // After a failed write the trace stays without footer: it ends where its
+        // intact chunks end, as if the recording had been cut short there.
+        let bytes = match error {
+            Some(_) => kept,
+            None => writer.finish(footer).unwrap_or_else(|e| {
+                let message = write_error(&self.output, &e, kept);
+                say_now(&format!("ordo: error: {message}"));
+                error = Some(message);
+                kept
+            }),
+        };
         let by_kind: BTreeMap<&'static str, u64> = self
             .by_kind
             .iter()
@@ -464,6 +549,8 @@ impl DrainState {
             duration: self.started.elapsed(),
             exit,
             attach_time: self.attach_time,
+            write_error: error,
+            unwritten: unwritten + self.skipped,
             notes: if self.unclassified_traps > 0 {
                 vec![format!(
                     "{} hardware watchpoint hits had no decodable instruction before them (recorded as writes)",

@@ -120,6 +120,11 @@ pub struct RecordSummary {
     pub attach_time: Duration,
     /// Lines worth saying after the totals (e.g. what the in-process path did not follow).
     pub notes: Vec<String>,
+    /// Writing the trace failed (a full disk): the error, naming the file. The trace
+    /// holds the chunks written before it, without footer.
+    pub write_error: Option<String>,
+    /// Events recorded after the write error and not written.
+    pub unwritten: u64,
 }
 
 impl RecordSummary {
@@ -167,6 +172,15 @@ impl RecordSummary {
             s.push_str(&format!(
                 "ordo: the program was killed by signal {sig} ({})\n",
                 signal_name(sig)
+            ));
+        }
+        if let Some(error) = &self.write_error {
+            if let Some(code) = self.exit.and_then(|e| e.code()) {
+                s.push_str(&format!("ordo: the program exited with status {code}\n"));
+            }
+            s.push_str(&format!(
+                "ordo: error: {error}; {} events recorded after it were not written\n",
+                self.unwritten
             ));
         }
         s

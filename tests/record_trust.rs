@@ -1,0 +1,177 @@
+//! `ordo record` when things go wrong around it: a disk that fills up while
+//! recording, thread ids the kernel hands out again, signals and options that must
+//! not be silently ignored. Real recordings of real programs on the real kernel.
+
+mod common;
+
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::Value;
+
+on_both_paths!(a_full_disk_stops_the_writing_not_the_program);
+
+/// A tmpfs of `size` mounted at `dir` while the value lives.
+struct SmallDisk(PathBuf);
+
+impl SmallDisk {
+    fn mount(dir: &Path, size: &str) -> SmallDisk {
+        std::fs::create_dir_all(dir).unwrap();
+        let status = Command::new("mount")
+            .args([
+                "-t",
+                "tmpfs",
+                "-o",
+                &format!("size={size},mode=0700"),
+                "tmpfs",
+            ])
+            .arg(dir)
+            .status()
+            .expect("run mount");
+        assert!(
+            status.success(),
+            "mount a {size} tmpfs at {}",
+            dir.display()
+        );
+        SmallDisk(dir.to_path_buf())
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+/// Pid of `parent`'s child named `comm`, if it runs.
+fn child_named(parent: u32, comm: &str) -> Option<u32> {
+    let children =
+        std::fs::read_to_string(format!("/proc/{parent}/task/{parent}/children")).ok()?;
+    children
+        .split_whitespace()
+        .filter_map(|p| p.parse::<u32>().ok())
+        .find(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == comm)
+        })
+}
+
+fn stats(trace: &Path, salvage: bool) -> Value {
+    let mut args = vec!["dump", "--stats", "--json"];
+    if salvage {
+        args.push("--salvage");
+    }
+    args.push(trace.to_str().unwrap());
+    let out = run_ordo(&args);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// The trace lives on a 256 KiB tmpfs that a 6-second program taking a lock
+/// 100 000 times a second fills within a fraction of its run (about 3 bytes an
+/// event): the recorder says so as soon as a write fails, in one line naming the
+/// file, while the program keeps running to its normal end; `ordo record` exits 74
+/// with the program's own status in the summary, and the trace holds its intact
+/// chunks for `analyze --salvage` and `dump --salvage`.
+fn a_full_disk_stops_the_writing_not_the_program(probes: &str) {
+    if !have_root(&format!(
+        "a_full_disk_stops_the_writing_not_the_program ({probes})"
+    )) {
+        return;
+    }
+    let dir = scratch(&format!("full-disk-{probes}"));
+    let disk = SmallDisk::mount(&dir.join("disk"), "256k");
+    let program = build_program("record_trust");
+    let trace = disk.0.join("t.ordo");
+    let mut rec = Command::new(ordo())
+        .args(["record", "--probes", probes, "-o"])
+        .arg(&trace)
+        .arg("--")
+        .arg(&program)
+        .args(["paced", "1", "6000"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    let stderr = rec.stderr.take().unwrap();
+    let (lines_tx, lines) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let _ = lines_tx.send(line);
+        }
+    });
+    // The error comes while the program runs.
+    let mut seen = Vec::new();
+    let error_at = loop {
+        let line = lines
+            .recv_timeout(Duration::from_secs(60))
+            .unwrap_or_else(|_| panic!("no write error reported; stderr so far: {seen:#?}"));
+        if line.starts_with("ordo: error: writing") {
+            break line;
+        }
+        seen.push(line);
+    };
+    assert!(
+        started.elapsed() < Duration::from_millis(5000),
+        "the write error was said {:?} after starting, not at once",
+        started.elapsed()
+    );
+    assert!(
+        child_named(rec.id(), "record_trust").is_some(),
+        "the program keeps running after the write error"
+    );
+    assert!(
+        error_at.contains(trace.to_str().unwrap())
+            && error_at.contains("No space left on device")
+            && error_at.contains("--salvage"),
+        "{error_at}"
+    );
+    let out = rec.wait_with_output().unwrap();
+    reader.join().unwrap();
+    let rest: Vec<String> = lines.try_iter().collect();
+    let text = rest.join("\n");
+    assert_eq!(out.status.code(), Some(74), "{text}");
+    assert!(
+        printed(&out.stdout, "lock").starts_with("0x"),
+        "the program ran to its end: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(
+        text.contains("the program exited with status 0") && text.contains("were not written"),
+        "{text}"
+    );
+    assert_eq!(
+        rest.iter()
+            .filter(|l| l.starts_with("ordo: error: writing"))
+            .count(),
+        1,
+        "one more error line, in the summary: {text}"
+    );
+    // What was written is intact: read with and without --salvage.
+    assert!(std::fs::metadata(&trace).unwrap().len() <= 256 << 10);
+    let s = stats(&trace, true);
+    assert!(s["events"].as_u64().unwrap() > 0, "{s}");
+    let analyzed = run_ordo(&["analyze", "--salvage", trace.to_str().unwrap()]);
+    assert!(
+        analyzed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&analyzed.stderr)
+    );
+    let strict = run_ordo(&["dump", "--stats", trace.to_str().unwrap()]);
+    assert!(
+        strict.status.success(),
+        "a trace cut at a chunk boundary reads without --salvage too: {}",
+        String::from_utf8_lossy(&strict.stderr)
+    );
+    drop(disk);
+}
