@@ -12,7 +12,10 @@ use std::time::{Duration, Instant};
 use common::*;
 use serde_json::Value;
 
-on_both_paths!(a_full_disk_stops_the_writing_not_the_program);
+on_both_paths!(
+    a_full_disk_stops_the_writing_not_the_program,
+    a_reused_thread_id_is_a_new_thread
+);
 
 /// A tmpfs of `size` mounted at `dir` while the value lives.
 struct SmallDisk(PathBuf);
@@ -174,4 +177,71 @@ fn a_full_disk_stops_the_writing_not_the_program(probes: &str) {
         String::from_utf8_lossy(&strict.stderr)
     );
     drop(disk);
+}
+
+/// `/proc/sys/kernel/pid_max` lowered while the value lives, restored after.
+struct LowPidMax(String);
+
+impl LowPidMax {
+    fn set(max: u32) -> LowPidMax {
+        let path = "/proc/sys/kernel/pid_max";
+        let before = std::fs::read_to_string(path).unwrap();
+        std::fs::write(path, max.to_string()).unwrap();
+        LowPidMax(before)
+    }
+}
+
+impl Drop for LowPidMax {
+    fn drop(&mut self) {
+        let _ = std::fs::write("/proc/sys/kernel/pid_max", self.0.trim());
+    }
+}
+
+/// With pid_max at 4096, 6000 threads created one after the other get fewer than
+/// 4096 distinct tids (the program counts them): each is still its own logical
+/// thread, with its own start, lock and exit, and the thread count is the number
+/// created.
+fn a_reused_thread_id_is_a_new_thread(probes: &str) {
+    if !have_root(&format!("a_reused_thread_id_is_a_new_thread ({probes})")) {
+        return;
+    }
+    let dir = scratch(&format!("tid-reuse-{probes}"));
+    let program = build_program("record_trust");
+    let trace = dir.join("t.ordo");
+    const THREADS: usize = 6000;
+    let out = {
+        let _low = LowPidMax::set(4096);
+        record_probes(probes, &trace, &program, &["churn", &THREADS.to_string()])
+    };
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let distinct: usize = printed(&out.stdout, "tids").parse().unwrap();
+    assert!(
+        distinct < THREADS,
+        "the kernel reused no tid ({distinct} distinct): the test proves nothing"
+    );
+    let s = stats(&trace, false);
+    assert_eq!(s["threads"].as_u64(), Some(THREADS as u64 + 1), "{s}");
+    let events = dump_json(&trace);
+    let lock = printed(&out.stdout, "lock");
+    let locks = count_by_thread(&events, "mutex_lock", &lock);
+    let expected: std::collections::BTreeMap<String, usize> =
+        (1..=THREADS).map(|n| (n.to_string(), 1)).collect();
+    assert_eq!(locks, expected);
+    for kind in ["thread_start", "thread_exit"] {
+        let mut per_thread = std::collections::BTreeMap::new();
+        for e in events.iter().filter(|e| e["kind"] == kind) {
+            *per_thread
+                .entry(e["thread"].as_str().unwrap().to_string())
+                .or_insert(0) += 1;
+        }
+        assert!(
+            per_thread.len() >= THREADS && per_thread.values().all(|&n| n == 1),
+            "{kind}: {} threads, some more than once",
+            per_thread.len()
+        );
+    }
 }

@@ -27,6 +27,7 @@ use aya::maps::{MapData, RingBuf};
 use ordo_probe_common::{kind, via, RawEvent};
 use ordo_trace::schema::{Footer, ModuleRecord, ThreadRecord};
 use ordo_trace::symbolize::modules_of_process;
+use ordo_trace::thread::TID_BITS;
 use ordo_trace::{Event, Kind, LogicalIdAssigner, TraceWriter};
 use tokio::io::unix::AsyncFd;
 use tokio::sync::{mpsc, oneshot};
@@ -64,6 +65,87 @@ impl Hasher for TidHasher {
 }
 
 type TidSet = HashSet<u32, BuildHasherDefault<TidHasher>>;
+
+/// The highest incarnation number a thread key can hold (in its upper 10 bits).
+const MAX_INCARNATION: u32 = (1 << (32 - TID_BITS)) - 1;
+
+/// Thread keys: what the trace's `tid` column holds (see `ordo_trace::thread::TID_BITS`).
+/// The kernel reuses the tid of an exited thread for a later one (at once with a
+/// low `pid_max`, eventually with any), and two threads must never share an
+/// identity in the trace. A thread's key is its tid for the first thread with that
+/// tid, and `incarnation << TID_BITS | tid` for the n-th later one: a `thread_start`
+/// for a tid whose `thread_exit` was taken starts a new incarnation. Each thread's
+/// events come in its program order, and a tid is handed out again only after its
+/// previous thread's exit, so the exit is always taken before the new thread's
+/// start. The creation naming a child can come before the child's start or after
+/// it (even after its exit: pthread_create's return is recorded when it returns),
+/// so it goes to the oldest started thread of that tid whose creation was not taken
+/// yet, and only when there is none does it start a new incarnation itself.
+#[derive(Default)]
+struct ThreadKeys {
+    /// Keys of tids that were reused (the others are their tid).
+    reused: HashMap<u32, u32>,
+    /// Tids whose last thread exited.
+    exited: TidSet,
+    /// Per tid: keys of started threads whose creation was not taken yet.
+    uncreated: HashMap<u32, std::collections::VecDeque<u32>>,
+    /// Tids whose last key came from a creation, before the thread's start.
+    created_first: TidSet,
+    /// Reuses beyond [`MAX_INCARNATION`] (merged with the last incarnation).
+    overflow: u64,
+}
+
+impl ThreadKeys {
+    /// The key of the live thread with `tid`.
+    fn key(&self, tid: u32) -> u32 {
+        self.reused.get(&tid).copied().unwrap_or(tid)
+    }
+
+    /// The key of a new thread with `tid`: a new one if the tid's last thread exited.
+    fn next(&mut self, tid: u32) -> u32 {
+        let key = self.key(tid);
+        if !self.exited.remove(&tid) {
+            return key;
+        }
+        let incarnation = (key >> TID_BITS) + 1;
+        if incarnation > MAX_INCARNATION || tid >> TID_BITS != 0 {
+            self.overflow += 1;
+            return key;
+        }
+        let key = incarnation << TID_BITS | tid;
+        self.reused.insert(tid, key);
+        key
+    }
+
+    /// The key of a thread that starts with `tid`.
+    fn started(&mut self, tid: u32) -> u32 {
+        if self.created_first.remove(&tid) {
+            return self.key(tid);
+        }
+        let key = self.next(tid);
+        self.uncreated.entry(tid).or_default().push_back(key);
+        key
+    }
+
+    /// The key of the child `tid` a creation names.
+    fn created(&mut self, tid: u32) -> u32 {
+        if let Some(waiting) = self.uncreated.get_mut(&tid) {
+            if let Some(key) = waiting.pop_front() {
+                if waiting.is_empty() {
+                    self.uncreated.remove(&tid);
+                }
+                return key;
+            }
+        }
+        let key = self.next(tid);
+        self.created_first.insert(tid);
+        key
+    }
+
+    fn exited(&mut self, tid: u32) {
+        self.exited.insert(tid);
+    }
+}
 
 /// Address ranges of the modules already described in the trace, for the one
 /// question asked per event: is this site in a known module?
@@ -242,6 +324,9 @@ pub(crate) struct DrainState {
     /// The trace file.
     pub(crate) output: PathBuf,
     pending: Vec<Event>,
+    /// Thread keys (distinct for threads that had the same tid).
+    keys: ThreadKeys,
+    /// Logical ids and names by thread key.
     ids: LogicalIdAssigner,
     names: HashMap<u32, String>,
     seen: TidSet,
@@ -275,6 +360,7 @@ impl DrainState {
             pending: writer.empty_buffer(),
             writer: Some(writer),
             output,
+            keys: ThreadKeys::default(),
             ids: LogicalIdAssigner::new(pid),
             names: HashMap::new(),
             seen,
@@ -328,6 +414,11 @@ impl DrainState {
         if let Some(n) = self.by_kind.get_mut(raw_kind as usize) {
             *n += 1;
         }
+        event.tid = if raw.kind == kind::THREAD_START {
+            self.keys.started(raw.tid)
+        } else {
+            self.keys.key(raw.tid)
+        };
         if event.tid != self.last_tid {
             self.last_tid = event.tid;
             self.seen.insert(event.tid);
@@ -335,6 +426,8 @@ impl DrainState {
         match raw.kind {
             kind::THREAD_CREATE => {
                 if let Some(child) = event.child_tid() {
+                    let child = self.keys.created(child);
+                    event.value = child as u64;
                     self.ids.created(event.tid, child);
                     self.seen.insert(child);
                 }
@@ -343,6 +436,9 @@ impl DrainState {
                 let name = comm(&raw.name);
                 if !name.is_empty() {
                     self.names.insert(event.tid, name);
+                }
+                if raw.kind == kind::THREAD_EXIT {
+                    self.keys.exited(raw.tid);
                 }
             }
             _ => {}
@@ -551,14 +647,17 @@ impl DrainState {
             attach_time: self.attach_time,
             write_error: error,
             unwritten: unwritten + self.skipped,
-            notes: if self.unclassified_traps > 0 {
-                vec![format!(
+            notes: (self.unclassified_traps > 0)
+                .then(|| format!(
                     "{} hardware watchpoint hits had no decodable instruction before them (recorded as writes)",
                     self.unclassified_traps
-                )]
-            } else {
-                Vec::new()
-            },
+                ))
+                .into_iter()
+                .chain((self.keys.overflow > 0).then(|| format!(
+                    "{} threads reused a tid more than {MAX_INCARNATION} times and were merged with the thread before them",
+                    self.keys.overflow
+                )))
+                .collect(),
         })
     }
 }
@@ -706,6 +805,30 @@ mod tests {
             ordo_trace::read_trace(&output, ordo_trace::ReadMode::Strict).unwrap();
         assert_eq!(events.len(), 7);
         assert_eq!(reader.footer.unwrap().unknown_kinds, 1);
+    }
+
+    #[test]
+    fn a_reused_tid_gets_a_new_key_whichever_comes_first() {
+        let mut keys = ThreadKeys::default();
+        let second = 1 << TID_BITS | 7;
+        // Creation after the child's start and exit (a short thread), then the
+        // tid again, created before it starts.
+        assert_eq!(keys.started(7), 7);
+        keys.exited(7);
+        assert_eq!(keys.created(7), 7);
+        assert_eq!(keys.created(7), second);
+        assert_eq!(keys.started(7), second);
+        assert_eq!(keys.key(7), second);
+        keys.exited(7);
+        // Two later threads with it start before either creation is taken: the
+        // creations go to them in order.
+        let third = 2 << TID_BITS | 7;
+        assert_eq!(keys.started(7), third);
+        keys.exited(7);
+        assert_eq!(keys.started(7), 3 << TID_BITS | 7);
+        assert_eq!(keys.created(7), third);
+        assert_eq!(keys.created(7), 3 << TID_BITS | 7);
+        assert_eq!(ordo_trace::thread::kernel_tid(third), 7);
     }
 
     #[test]
