@@ -14,7 +14,8 @@ use serde_json::Value;
 
 on_both_paths!(
     a_full_disk_stops_the_writing_not_the_program,
-    a_reused_thread_id_is_a_new_thread
+    a_reused_thread_id_is_a_new_thread,
+    a_script_whose_work_runs_in_children_is_warned_about
 );
 
 /// A tmpfs of `size` mounted at `dir` while the value lives.
@@ -243,5 +244,96 @@ fn a_reused_thread_id_is_a_new_thread(probes: &str) {
             "{kind}: {} threads, some more than once",
             per_thread.len()
         );
+    }
+}
+
+/// A shell script whose work runs in child processes (forked by the shell, which
+/// dash does with vfork, running no atfork handlers): one warning line that they
+/// were not followed. A program that only creates threads gets none.
+fn a_script_whose_work_runs_in_children_is_warned_about(probes: &str) {
+    if !have_root(&format!(
+        "a_script_whose_work_runs_in_children_is_warned_about ({probes})"
+    )) {
+        return;
+    }
+    let dir = scratch(&format!("children-{probes}"));
+    let program = build_program("record_trust");
+    let trace = dir.join("t.ordo");
+    let run = program.to_str().unwrap();
+    let script = format!("{run} churn 3; {run} churn 3");
+    let out = Command::new(ordo())
+        .args(["record", "--probes", probes, "-o"])
+        .arg(&trace)
+        .args(["--", "sh", "-c", &script])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let warnings: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("child process"))
+        .collect();
+    assert_eq!(
+        warnings,
+        ["ordo: warning: 2 forked child processes not followed: ordo records the launched (or attached) process only; record a child's program on its own"],
+        "{stderr}"
+    );
+    let threads_only = record_probes(
+        probes,
+        &dir.join("threads.ordo"),
+        &program,
+        &["churn", "20"],
+    );
+    let stderr = String::from_utf8_lossy(&threads_only.stderr);
+    assert!(
+        threads_only.status.success() && !stderr.contains("child process"),
+        "{stderr}"
+    );
+}
+
+/// `--duration` bounds an attached recording; without `--pid` it is refused, not
+/// ignored.
+#[test]
+fn duration_without_pid_is_refused() {
+    let out = run_ordo(&["record", "--duration", "1", "--", "true"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("--duration works with --pid only") && stderr.lines().count() == 1,
+        "{stderr}"
+    );
+    assert!(!Path::new("true.ordo").exists());
+}
+
+/// The same variable watched twice (the same spec given twice) is probed once:
+/// each access is recorded once, with a note, by uprobe and by hardware watchpoint.
+#[test]
+fn a_duplicated_watch_records_each_access_once() {
+    if !have_root("a_duplicated_watch_records_each_access_once") {
+        return;
+    }
+    let dir = scratch("watch-twice");
+    let program = build_program("record_watch");
+    for flag in ["--watch=hits", "--watch-hw=hits"] {
+        let trace = dir.join("t.ordo");
+        let out = Command::new(ordo())
+            .args(["record", "--force", "-o"])
+            .arg(&trace)
+            .args([flag, flag, "--"])
+            .arg(&program)
+            .args(["plain", "3", "500"])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{flag}: {stderr}");
+        assert!(stderr.contains("watched already"), "{flag}: {stderr}");
+        let addr = printed(&out.stdout, "hits_addr");
+        let events = dump_json(&trace);
+        let writes = count_by_thread(&events, "write", &addr);
+        let each: std::collections::BTreeMap<String, usize> = ["1", "2", "3"]
+            .iter()
+            .map(|t| (t.to_string(), 500))
+            .collect();
+        assert_eq!(writes, each, "{flag}: writes per thread");
     }
 }

@@ -318,12 +318,14 @@ pub(super) fn drain(
     // SAFETY: malloc_trim only returns free memory to the kernel.
     unsafe { libc::malloc_trim(0) };
     let exec_note = probes.exec_note(true);
+    let fork_note = probes.fork_note(mapping.forks());
     let handoff = super::detach::hand_off();
     drop(probes);
     drop(handoff);
     if let Ok(summary) = &mut summary {
         summary.notes.extend(notes(&mapping));
         summary.notes.extend(exec_note);
+        summary.notes.extend(fork_note);
     }
     summary
 }
@@ -433,13 +435,6 @@ fn notes(mapping: &InprocMapping) -> Vec<String> {
     let mut notes = Vec::new();
     if !mapping.attached() {
         notes.push("the in-process agent never started in the program: its pthread calls were not recorded (run with --probes ebpf)".to_string());
-    }
-    let forks = mapping.forks();
-    if forks > 0 {
-        notes.push(format!(
-            "{forks} forked child process{} not followed",
-            if forks == 1 { "" } else { "es" }
-        ));
     }
     let unsequenced = mapping.unsequenced();
     if unsequenced > 0 {
