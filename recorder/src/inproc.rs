@@ -47,6 +47,8 @@ use ordo_probe_common::inproc::{
 };
 use ordo_probe_common::{kind, RawEvent};
 
+use crate::prefault::PassBuf;
+
 /// The shared mapping, owned by the recorder.
 pub struct InprocMapping {
     fd: OwnedFd,
@@ -210,6 +212,12 @@ impl InprocMapping {
         pass_number: u64,
     ) {
         let used = (self.header().rings_used.load(Ordering::Acquire) as usize).min(MAX_RINGS);
+        // Heads first, so the whole pass is reserved at once (`PassBuf` never grows
+        // by copying in the middle of a pass); records published after this point
+        // wait for the next pass.
+        let mut heads = std::mem::take(&mut pass.heads);
+        heads.clear();
+        let mut total = pass.records.len();
         for i in 0..used {
             let ring = self.ring(i);
             if ring.state.0.load(Ordering::Acquire) == RING_FREE {
@@ -217,6 +225,17 @@ impl InprocMapping {
             }
             // `head` first: its release store orders the owner's `tid` before it.
             let head = ring.head.0.load(Ordering::Acquire);
+            total += (head - ring.tail.0.load(Ordering::Relaxed)) as usize;
+            heads.push((i, head));
+        }
+        if !pass.records.reserve_total(total) {
+            // No memory for a copy: the records stay in the rings (their agents wait
+            // for room) until a later pass finds some.
+            pass.heads = heads;
+            return;
+        }
+        for &(i, head) in &heads {
+            let ring = self.ring(i);
             let tail = ring.tail.0.load(Ordering::Relaxed);
             let tid = ring.tid.load(Ordering::Relaxed);
             let seen = &mut first_seen[i];
@@ -234,7 +253,6 @@ impl InprocMapping {
                 };
                 let from = tail as usize & (RING_RECORDS - 1);
                 let n = (head - tail) as usize;
-                pass.records.reserve(n);
                 if from + n <= RING_RECORDS {
                     pass.records.extend_from_slice(&records[from..from + n]);
                 } else {
@@ -255,6 +273,7 @@ impl InprocMapping {
                 ring.state.0.store(RING_FREE, Ordering::Release);
             }
         }
+        pass.heads = heads;
     }
 
     /// With TSC time stamps, the calibration point before the program started.
@@ -652,8 +671,11 @@ impl Merger {
 pub(crate) struct RawPass {
     /// Per ring batch: the owning thread and where its records end in `records`.
     pub(crate) batches: Vec<(u32, usize)>,
-    pub(crate) records: Vec<Record>,
+    /// The agents' records (see `crate::prefault`).
+    pub(crate) records: PassBuf<Record>,
     pub(crate) kernel: Vec<RawEvent>,
+    /// Scratch for the rings' heads at the start of the copy.
+    pub(crate) heads: Vec<(usize, u64)>,
     /// Snapshots of the program's modules taken before this pass's events were
     /// read (they describe the events' sites).
     pub(crate) modules: Vec<Vec<ordo_trace::schema::ModuleRecord>>,

@@ -40,9 +40,16 @@ use super::attach::Probes;
 use super::drain::{raise_priority, KnownRanges, FLUSH_INTERVAL};
 use super::{DrainState, RecordSummary};
 use crate::inproc::{InprocMapping, Merger, RawPass, RingReader};
+use crate::prefault::PrefaultPool;
 
 /// How long the drain sleeps between passes when no ring fills up.
 const PASS_INTERVAL: Duration = Duration::from_millis(5);
+
+/// Buffers kept faulted in for the drain's copies, and their size in records
+/// (4 MiB each, more than a busy thread's half ring: 1.5 MiB).
+const PREFAULT_BUFFERS: usize = 8;
+const PREFAULT_RECORDS: usize =
+    (4 << 20) / std::mem::size_of::<ordo_probe_common::inproc::Record>();
 
 /// Unconverted bytes past which the converter stops yielding to the program.
 const BACKLOG_NORMAL: usize = 1 << 30;
@@ -222,10 +229,18 @@ pub(super) fn drain(
         },
         ring,
     };
-    let next_pass = |spare: &Receiver<RawPass>| {
-        let mut p = spare.try_recv().unwrap_or_default();
-        p.clear();
-        p
+    // Buffers the converter gave back come first (their pages are in already);
+    // else one the prefault thread made ready; else the drain faults its own in.
+    let prefaulted = PrefaultPool::start(PREFAULT_BUFFERS, PREFAULT_RECORDS, || set_idle(0, true))?;
+    let next_pass = |spare: &Receiver<RawPass>| match spare.try_recv() {
+        Ok(mut p) => {
+            p.clear();
+            p
+        }
+        Err(_) => RawPass {
+            records: prefaulted.take().unwrap_or_default(),
+            ..RawPass::default()
+        },
     };
     let mut pass = next_pass(&spare);
     let run_pass =
