@@ -337,3 +337,39 @@ fn a_duplicated_watch_records_each_access_once() {
         assert_eq!(writes, each, "{flag}: writes per thread");
     }
 }
+
+/// A long `ordo analyze` draws a progress bar on a terminal (a pseudo-terminal
+/// from script(1) here), and nothing when stderr is not one.
+#[test]
+fn a_long_analysis_shows_progress_on_a_terminal_only() {
+    let dir = scratch("progress");
+    let trace = dir.join("big.ordo");
+    ordo_analysis::synthetic::write_benchmark_trace(&trace, 2_000_000, 4).unwrap();
+    let plain = run_ordo(&["analyze", trace.to_str().unwrap()]);
+    assert!(plain.status.success());
+    assert!(
+        plain.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&plain.stderr)
+    );
+    if Command::new("script").arg("--version").output().is_err() {
+        eprintln!("SKIPPED the terminal half: no script(1) to make a pseudo-terminal");
+        return;
+    }
+    let command = format!(
+        "{} analyze {} > /dev/null",
+        ordo().display(),
+        trace.display()
+    );
+    let on_terminal = Command::new("script")
+        .args(["-qec", &command, "/dev/null"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let drawn = String::from_utf8_lossy(&on_terminal.stdout);
+    assert!(on_terminal.status.success(), "{drawn}");
+    assert!(
+        drawn.contains("ordo: analyzing") && drawn.contains("MiB"),
+        "no progress bar on the terminal: {drawn:?}"
+    );
+}

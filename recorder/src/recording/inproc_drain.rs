@@ -75,8 +75,9 @@ enum ToConverter {
 /// State shared by the drain and the converter.
 #[derive(Default)]
 struct Shared {
-    /// Bytes of events copied and not converted yet.
-    backlog: AtomicUsize,
+    /// Bytes of events copied and not converted yet (also read by
+    /// `Recording::finish` for its progress bar).
+    backlog: Arc<AtomicUsize>,
     /// The program ended: convert the rest at normal priority.
     finishing: AtomicBool,
     /// The trace's file system is nearly full: convert at normal priority.
@@ -196,10 +197,14 @@ pub(super) fn drain(
     mut stop: oneshot::Receiver<Option<ExitStatus>>,
     mut snapshots: mpsc::UnboundedReceiver<Vec<ModuleRecord>>,
     mapping: Arc<InprocMapping>,
+    backlog: Arc<AtomicUsize>,
 ) -> Result<RecordSummary> {
     raise_priority();
     let pid = state.pid;
-    let shared = Arc::new(Shared::default());
+    let shared = Arc::new(Shared {
+        backlog,
+        ..Shared::default()
+    });
     let (to_converter, passes) = channel();
     let (give_back, spare) = channel();
     let output = state.output.clone();
