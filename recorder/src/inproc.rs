@@ -47,7 +47,7 @@ use ordo_probe_common::inproc::{
 };
 use ordo_probe_common::{kind, RawEvent};
 
-use crate::prefault::PassBuf;
+use crate::prefault::{PassBuf, PrefaultPool};
 
 /// The shared mapping, owned by the recorder.
 pub struct InprocMapping {
@@ -203,7 +203,12 @@ impl InprocMapping {
     /// ring, in each ring's order) and hands the space back to the agents at once;
     /// frees the rings of threads in `exited` once they are empty. Only a copy: the
     /// records are expanded, merged and encoded later, off the program's CPU.
-    fn copy_rings(&self, pass: &mut RawPass, exited: &HashSet<u32>) {
+    fn copy_rings(
+        &self,
+        pass: &mut RawPass,
+        exited: &HashSet<u32>,
+        pool: Option<&PrefaultPool<Record>>,
+    ) {
         let used = (self.header().rings_used.load(Ordering::Acquire) as usize).min(MAX_RINGS);
         // Heads first, so the whole pass is reserved at once (`PassBuf` never grows
         // by copying in the middle of a pass); records published after this point
@@ -220,6 +225,11 @@ impl InprocMapping {
             let head = ring.head.0.load(Ordering::Acquire);
             total += (head - ring.tail.0.load(Ordering::Relaxed)) as usize;
             heads.push((i, head));
+        }
+        if pass.records.is_empty() && !pass.records.has_room(total) {
+            if let Some(ready) = pool.and_then(|p| p.take(total)) {
+                pass.records = ready;
+            }
         }
         if !pass.records.reserve_total(total) {
             // No memory for a copy: the records stay in the rings (their agents wait
@@ -719,9 +729,19 @@ pub(crate) struct RingReader {
     exited: HashSet<u32>,
     /// Exits seen in the current pass (effective from the next one).
     exited_now: Vec<u32>,
+    /// Memory faulted in ahead for the copies (see `crate::prefault`).
+    prefaulted: Option<PrefaultPool<Record>>,
 }
 
 impl RingReader {
+    /// A reader that copies into memory `pool` faulted in ahead, when it has some.
+    pub(crate) fn with_pool(pool: Option<PrefaultPool<Record>>) -> RingReader {
+        RingReader {
+            prefaulted: pool,
+            ..RingReader::default()
+        }
+    }
+
     /// Starts a pass: copies the agent rings into `pass` and counts the pass
     /// (waiting agents see the drain is alive).
     /// The eBPF ring buffer is read next, into the same pass
@@ -731,7 +751,7 @@ impl RingReader {
         if mapping.tsc_start.is_some() {
             pass.clock = Some(ClockPoint::now());
         }
-        mapping.copy_rings(pass, &self.exited);
+        mapping.copy_rings(pass, &self.exited, self.prefaulted.as_ref());
         mapping.header().passes.fetch_add(1, Ordering::Release);
     }
 
