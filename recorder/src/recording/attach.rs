@@ -148,7 +148,12 @@ impl Probes {
     /// (`syscalls:sys_{enter,exit}_*`), mounting tracefs first if it is not. On
     /// error nothing stays attached and the raw `sys_enter`/`sys_exit` tracepoints
     /// are used instead: they see the same calls but run on every syscall.
+    ///
+    /// `ORDO_SYSCALL_PROBES=raw` forces the fallback (to test it, or to compare).
     fn attach_syscall_tracepoints(&mut self) -> Result<()> {
+        if std::env::var_os("ORDO_SYSCALL_PROBES").is_some_and(|v| v == "raw") {
+            bail!("ORDO_SYSCALL_PROBES=raw");
+        }
         ensure_tracefs();
         let mut links = Vec::new();
         let result = (|| -> Result<()> {
