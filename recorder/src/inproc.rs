@@ -47,7 +47,7 @@ use ordo_probe_common::inproc::{
 };
 use ordo_probe_common::{kind, RawEvent};
 
-use crate::prefault::PassBuf;
+use crate::prefault::{PassBuf, PrefaultPool};
 
 /// The shared mapping, owned by the recorder.
 pub struct InprocMapping {
@@ -210,6 +210,7 @@ impl InprocMapping {
         exited: &HashSet<u32>,
         first_seen: &mut [(u32, u64)],
         pass_number: u64,
+        pool: Option<&PrefaultPool<Record>>,
     ) {
         let used = (self.header().rings_used.load(Ordering::Acquire) as usize).min(MAX_RINGS);
         // Heads first, so the whole pass is reserved at once (`PassBuf` never grows
@@ -227,6 +228,11 @@ impl InprocMapping {
             let head = ring.head.0.load(Ordering::Acquire);
             total += (head - ring.tail.0.load(Ordering::Relaxed)) as usize;
             heads.push((i, head));
+        }
+        if pass.records.is_empty() && !pass.records.has_room(total) {
+            if let Some(ready) = pool.and_then(|p| p.take(total)) {
+                pass.records = ready;
+            }
         }
         if !pass.records.reserve_total(total) {
             // No memory for a copy: the records stay in the rings (their agents wait
@@ -746,6 +752,8 @@ pub(crate) struct RingReader {
     /// Per ring: the tid it was first seen owned by, and the pass (0: not seen).
     first_seen: Vec<(u32, u64)>,
     pass: u64,
+    /// Memory faulted in ahead for the copies (see `crate::prefault`).
+    prefaulted: Option<PrefaultPool<Record>>,
 }
 
 impl Default for RingReader {
@@ -755,11 +763,20 @@ impl Default for RingReader {
             lifecycle_now: Vec::new(),
             first_seen: vec![(0, 0); MAX_RINGS],
             pass: 0,
+            prefaulted: None,
         }
     }
 }
 
 impl RingReader {
+    /// A reader that copies into memory `pool` faulted in ahead, when it has some.
+    pub(crate) fn with_pool(pool: Option<PrefaultPool<Record>>) -> RingReader {
+        RingReader {
+            prefaulted: pool,
+            ..RingReader::default()
+        }
+    }
+
     /// Starts a pass: copies the agent rings into `pass` and counts the pass
     /// (waiting agents see the drain is alive).
     /// The eBPF ring buffer is read next, into the same pass
@@ -776,7 +793,13 @@ impl RingReader {
         if mapping.tsc_start.is_some() {
             pass.clock = Some(ClockPoint::now());
         }
-        mapping.copy_rings(pass, &self.exited, &mut self.first_seen, self.pass);
+        mapping.copy_rings(
+            pass,
+            &self.exited,
+            &mut self.first_seen,
+            self.pass,
+            self.prefaulted.as_ref(),
+        );
         mapping.header().passes.fetch_add(1, Ordering::Release);
     }
 

@@ -225,7 +225,9 @@ pub(super) fn drain(
             .spawn(move || watch_free_space(&output, &shared, &space_watch_stop))?
     };
     let mut sources = Sources {
-        reader: RingReader::default(),
+        reader: RingReader::with_pool(
+            PrefaultPool::start(PREFAULT_BUFFERS, PREFAULT_RECORDS, || set_idle(0, true)).ok(),
+        ),
         modules: ModuleWatch {
             pid,
             known: KnownRanges::default(),
@@ -234,18 +236,11 @@ pub(super) fn drain(
         },
         ring,
     };
-    // Buffers the converter gave back come first (their pages are in already);
-    // else one the prefault thread made ready; else the drain faults its own in.
-    let prefaulted = PrefaultPool::start(PREFAULT_BUFFERS, PREFAULT_RECORDS, || set_idle(0, true))?;
-    let next_pass = |spare: &Receiver<RawPass>| match spare.try_recv() {
-        Ok(mut p) => {
-            p.clear();
-            p
-        }
-        Err(_) => RawPass {
-            records: prefaulted.take().unwrap_or_default(),
-            ..RawPass::default()
-        },
+    // Buffers the converter gave back come first (their pages are in already).
+    let next_pass = |spare: &Receiver<RawPass>| {
+        let mut p = spare.try_recv().unwrap_or_default();
+        p.clear();
+        p
     };
     let mut pass = next_pass(&spare);
     let run_pass =
