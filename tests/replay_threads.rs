@@ -211,20 +211,20 @@ fn occurrence_numbers_do_not_depend_on_condvar_waits() {
 }
 
 #[test]
-fn at_k_names_a_threads_hundred_and_twentieth_mutex() {
+fn at_k_names_a_threads_three_hundredth_mutex() {
     let program = build_program("replay_many_mutexes");
-    let dir = scratch("at_k_120");
-    // Thread 2's section on its 120th mutex first: the program exits 1.
+    let dir = scratch("at_k_300");
+    // Thread 2's section on its 300th mutex first: the program exits 1.
     let second_first = write_schedule(
         &dir,
         "second.sched",
-        "2:mutex_unlock(@120)#1 -> 1:mutex_lock(@120)#1\n",
+        "2:mutex_unlock(@300)#1 -> 1:mutex_lock(@300)#1\n",
     );
     // And the other way round, the run passes with the order held.
     let first_first = write_schedule(
         &dir,
         "first.sched",
-        "1:mutex_unlock(@120)#1 -> 2:mutex_lock(@120)#1\n",
+        "1:mutex_unlock(@300)#1 -> 2:mutex_lock(@300)#1\n",
     );
     for _ in 0..3 {
         let (code, json) = replay_json(&[], &second_first, &program);

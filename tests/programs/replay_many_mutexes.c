@@ -1,13 +1,14 @@
-// Two threads each lock 150 heap mutexes in turn (a per-bucket lock table) and
+// Two threads each lock 400 heap mutexes in turn (a per-bucket lock table) and
 // record which thread reached each bucket first. Exits 1 when thread 2 reached
-// bucket 120 before thread 1: what `2:mutex_unlock(@120)#1 -> 1:mutex_lock(@120)#1`
+// bucket 300 before thread 1: what `2:mutex_unlock(@300)#1 -> 1:mutex_lock(@300)#1`
 // asks for. Heap mutexes have no symbol, so schedules name them `@K`: the thread's
-// K-th distinct mutex, far past the first 32.
+// K-th distinct mutex, far past the first 32 (the agent's table of them grows
+// twice on the way).
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 
-#define BUCKETS 150
+#define BUCKETS 400
 
 static pthread_mutex_t *locks;
 static int first[BUCKETS];
@@ -32,6 +33,6 @@ int main(void) {
     pthread_create(&t2, NULL, visit, (void *)2L);
     pthread_join(t1, NULL);
     pthread_join(t2, NULL);
-    printf("bucket 120 first reached by thread %d\n", first[119]);
-    return first[119] == 2 ? 1 : 0;
+    printf("bucket 300 first reached by thread %d\n", first[299]);
+    return first[299] == 2 ? 1 : 0;
 }
