@@ -109,6 +109,73 @@ fn predict_finds_and_pins_the_deadlock() {
     );
 }
 
+/// A program that fails by itself in the hunt's first run (and rarely after): the
+/// hunt reports it as found in that run, and the schedule it pins from the run's
+/// recording must make the fast later runs fail too (the marker file makes only the
+/// first run slow).
+fn assert_first_run_failure_pinned(program: &str, reason: &str) {
+    let binary = build_program(program);
+    let dir = scratch(&format!("hunt_{program}"));
+    let marker = dir.with_extension("marker");
+    let _ = std::fs::remove_file(&marker);
+    let out = Command::new(ordo())
+        .args([
+            "hunt",
+            "--json",
+            "--strategy",
+            "predict",
+            "--budget",
+            "4",
+            "-o",
+        ])
+        .arg(&dir)
+        .arg("--")
+        .arg(&binary)
+        .arg(&marker)
+        .output()
+        .expect("run ordo hunt");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let json: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
+        panic!(
+            "no JSON outcome ({e}): {stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    assert_eq!(out.status.code(), Some(1), "{json}");
+    assert_eq!(
+        json["source"], "recorded",
+        "the first run failed by itself: {json}"
+    );
+    assert_eq!(json["run"], 0, "{json}");
+    assert!(
+        json["reason"].as_str().unwrap().starts_with(reason),
+        "{json}"
+    );
+    let schedule = std::fs::read_to_string(json["schedule"].as_str().unwrap()).unwrap();
+    let confirmed = json["confirm"]["reproduced"].as_u64().unwrap();
+    assert!(
+        confirmed >= 19,
+        "{program}: the schedule pinned from the failing first run reproduced {confirmed}/20:\n{schedule}"
+    );
+    eprintln!("{program}: pinned from run 0, confirmed {confirmed}/20:\n{schedule}");
+}
+
+#[test]
+fn a_deadlock_in_the_first_run_is_pinned_by_its_blocked_locks() {
+    if !have_root("a_deadlock_in_the_first_run_is_pinned_by_its_blocked_locks") {
+        return;
+    }
+    assert_first_run_failure_pinned("hunt_first_run_deadlock", "deadlock");
+}
+
+#[test]
+fn a_failed_trylock_in_the_first_run_is_pinned_inside_the_other_section() {
+    if !have_root("a_failed_trylock_in_the_first_run_is_pinned_inside_the_other_section") {
+        return;
+    }
+    assert_first_run_failure_pinned("hunt_first_run_trylock", "killed by signal 6");
+}
+
 /// Hunts the lost update with a baseline `strategy` and seed 2. The first
 /// (unscheduled) run fails by itself now and then on a loaded machine (the first
 /// worker delayed past main's 5 ms of computing), which proves nothing about the

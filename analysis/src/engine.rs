@@ -662,6 +662,9 @@ impl<'a> Engine<'a> {
     /// Processes the next event in global order; returns its identity.
     pub fn process(&mut self, e: &Event) -> EventId {
         let t = self.thread_index(e);
+        if e.kind == Kind::Blocked {
+            return self.blocked(t, e);
+        }
         let id = self.name(t, e);
         self.index += 1;
         self.stats.events += 1;
@@ -673,6 +676,8 @@ impl<'a> Engine<'a> {
             Kind::MutexLockFailed | Kind::RwlockLockFailed | Kind::SemWaitFailed => {}
             // Filtered out before the pass (lib.rs): blocking orders nothing.
             Kind::MutexBlock => {}
+            // Handled above (`blocked`).
+            Kind::Blocked => {}
             // A marked program point (`--mark`) orders nothing; it is only named.
             Kind::At => {}
             Kind::CondWaitBegin => self.wait_begin(t, e, id),
@@ -741,6 +746,57 @@ impl<'a> Engine<'a> {
             }
             Kind::Read | Kind::Write | Kind::Rmw => self.access(t, id, e.via == Via::Atomic),
         }
+        id
+    }
+
+    /// A thread still inside a blocking call when the recording ended (its last
+    /// event). A lock it waited for is an attempted acquisition: named as the
+    /// occurrence it would have been, it adds the lock-order edges from the locks
+    /// the thread holds, without being held, so a deadlock the run really had is
+    /// the cycle of its held locks and blocked attempts.
+    fn blocked(&mut self, t: u32, e: &Event) -> EventId {
+        let attempted = Kind::from_code(e.value as u16);
+        let mode = match attempted {
+            Some(Kind::MutexLock) => Mode::Exclusive,
+            Some(Kind::RwlockRdlock) => Mode::Read,
+            Some(Kind::RwlockWrlock) => Mode::Write,
+            _ => {
+                let id = EventId {
+                    thread: t,
+                    kind: e.kind,
+                    obj: NO_OBJECT,
+                    occurrence: 0,
+                    nth: 0,
+                    site: e.site,
+                    ts: e.ts_ns,
+                    index: self.index,
+                };
+                self.index += 1;
+                self.stats.events += 1;
+                return id;
+            }
+        };
+        let attempt = Event {
+            kind: attempted.unwrap(),
+            via: Via::Plain,
+            ..e.clone()
+        };
+        let id = self.name(t, &attempt);
+        self.index += 1;
+        self.stats.events += 1;
+        if id.obj == NO_OBJECT || id.occurrence == 0 {
+            return id;
+        }
+        let th = &mut self.states[self.slot_of[t as usize] as usize];
+        if th.held_position(id.obj).is_some() {
+            return id;
+        }
+        let node = match th.held.last() {
+            Some(h) if h.node != NO_NODE => self.graph.context(h.node, id.obj, mode),
+            _ => return id,
+        };
+        let (slot, epoch) = (th.slot, th.vc.get(th.slot));
+        self.graph.acquired(&mut th.held, node, slot, id, epoch);
         id
     }
 

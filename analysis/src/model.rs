@@ -81,6 +81,8 @@ pub fn kind_slot(kind: Kind) -> usize {
         | Kind::SemPost
         | Kind::Rmw => 2,
         Kind::CondBroadcast | Kind::RwlockUnlock | Kind::MutexBlock => 3,
+        // Never named as itself: the engine names it as the call it waited in.
+        Kind::Blocked => 3,
     }
 }
 

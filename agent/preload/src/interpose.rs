@@ -128,7 +128,14 @@ fn acquire(
             c.set_state(blocking, ok_kind as u32);
         }
     }
+    let recording = blocking == STATE_BLOCKED && record::on();
+    if recording {
+        record::block_begin(ok_kind, addr, site);
+    }
     let r = call();
+    if recording {
+        record::block_end();
+    }
     if let Some(c) = gate {
         if blocking != STATE_RUNNING {
             c.set_state(STATE_RUNNING, 0);
@@ -281,7 +288,8 @@ unsafe fn cond_wait(
         me.begins(kind::COND_WAIT_BEGIN, cond, stamp);
         me.set_state(blocking, kind::COND_WAIT as u32);
     }
-    if record::on() {
+    let recording = record::on();
+    if recording {
         record_cond_pair(
             kind::COND_WAIT_BEGIN,
             kind::MUTEX_UNLOCK,
@@ -291,8 +299,14 @@ unsafe fn cond_wait(
             site,
             0,
         );
+        if blocking == STATE_BLOCKED {
+            record::block_begin(kind::COND_WAIT, cond, site);
+        }
     }
     let r = call();
+    if recording && blocking == STATE_BLOCKED {
+        record::block_end();
+    }
     let saved = errno();
     if let Some(me) = gate {
         me.set_state(STATE_RUNNING, 0);
@@ -526,8 +540,13 @@ pub unsafe extern "C-unwind" fn pthread_barrier_wait(b: P) -> c_int {
             0,
         );
     }
+    let recording = record::on();
+    if recording {
+        record::block_begin(kind::BARRIER_WAIT, addr, site);
+    }
     let r = real(b);
-    if record::on() {
+    if recording {
+        record::block_end();
         record::emit(
             kind::BARRIER_WAIT,
             via::PLAIN,
@@ -659,7 +678,14 @@ unsafe fn join(th: u64, via_: u8, blocking: u32, site: u64, call: impl FnOnce() 
         c.gate(kind::THREAD_JOIN, th, GateObject::Addr);
         c.set_state(blocking, kind::THREAD_JOIN as u32);
     }
+    let recording = blocking == STATE_BLOCKED && record::on();
+    if recording {
+        record::block_begin(kind::THREAD_JOIN, th, site);
+    }
     let r = call();
+    if recording {
+        record::block_end();
+    }
     if record::on() {
         let saved = errno();
         record::emit(kind::THREAD_JOIN, via_, th, site, 0, 0, r);
