@@ -224,6 +224,8 @@ impl HuntOutcome {
             "finding": found.map(|f| f.finding.clone()),
             "reason": found.map(|f| f.reason.clone()),
             "source": found.map(|f| f.source),
+            // The first recording failed by itself: no strategy had to act.
+            "unforced": found.map(|f| f.source == "recorded"),
             "run": found.map(|f| f.run),
             "also_failed": found.map(|f| f.also_failed),
             "trace": found.map(|f| f.trace.display().to_string()),
@@ -257,6 +259,11 @@ impl HuntOutcome {
             f.source,
             f.reason
         );
+        if f.source == "recorded" {
+            out.push_str(
+                "  the first run failed by itself, before any schedule was forced: the schedule pins what it did\n",
+            );
+        }
         if let Some(message) = f.finding["message"].as_str() {
             out.push_str(&format!("  finding: {message}\n"));
         }
