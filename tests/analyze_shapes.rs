@@ -136,6 +136,16 @@ fn main_ends_before_the_unjoined_workers_section() {
 }
 
 #[test]
+fn the_flusher_runs_after_mains_last_section_before_its_late_join() {
+    let Some(r) = record_and_analyze("shape_late_join") else {
+        return;
+    };
+    let schedule = "0:mutex_unlock(log_lock)#1 -> 1:mutex_lock(cache_lock)#1\n";
+    candidate(&r.doc, "late_join", schedule);
+    assert_reproduces(&r, "late_join", schedule);
+}
+
+#[test]
 fn reporter_overtakes_a_barrier_arrival_or_a_workers_start() {
     let Some(r) = record_and_analyze("shape_missing_barrier") else {
         return;

@@ -227,6 +227,8 @@ struct ThreadState {
     condwait_release: Option<(u64, u32)>,
     /// The thread's last mutex release outside a cond wait: (address, epoch).
     last_release: Option<(u64, Epoch)>,
+    /// That release as an event with a name (for late-join candidates).
+    last_unlock: Option<EventId>,
     /// After a cond wait returned: (mutex address, waking signal, wait site, the
     /// `cond_wait` event), for the reacquire that follows. Schedules name the
     /// reacquire by the `cond_wait` event (`ordo_schedule::namer`).
@@ -262,6 +264,8 @@ const NO_RELEASES: usize = usize::MAX;
 const MAX_FIRST_SECTIONS: usize = 4096;
 /// Early-exit candidates offered at the main thread's exit, at most.
 const MAX_EARLY_EXITS: usize = 64;
+/// Late-join candidates offered at one join, at most.
+const MAX_LATE_JOINS: usize = 16;
 /// Other threads' first sections a section must come before for a `*` candidate.
 const MANY_THREADS: u32 = 3;
 
@@ -277,6 +281,7 @@ impl ThreadState {
             lifecycle: [0; 2],
             condwait_release: None,
             last_release: None,
+            last_unlock: None,
             woken: None,
             after_wake: None,
             barrier: None,
@@ -739,6 +744,10 @@ impl<'a> Engine<'a> {
                     .get(&e.addr)
                     .and_then(|child| self.exits.remove(child))
                 {
+                    let th = &self.states[self.slot_of[t as usize] as usize];
+                    if let Some(unlock) = th.last_unlock {
+                        self.late_join_candidates(t, unlock, &vc);
+                    }
                     let th = &mut self.states[self.slot_of[t as usize] as usize];
                     th.vc.join(&vc);
                     Rc::make_mut(&mut th.fj).join(&fj);
@@ -1223,6 +1232,36 @@ impl<'a> Engine<'a> {
         self.first_sections = sections;
     }
 
+    /// At a join by thread `t`, whose last critical section ended with `unlock`:
+    /// every first critical section that `t` learns of only by this join (the
+    /// joined thread's, or ones it knew) could have come after that section — `t`
+    /// did its work, e.g. destroyed or reused what the section needs, before the
+    /// join that should have preceded it (a join placed too late).
+    #[inline(never)]
+    fn late_join_candidates(&mut self, t: u32, unlock: EventId, joined: &VectorClock) {
+        // By fork/join only, as for early exits: that the section's lock was handed
+        // to a thread joined earlier is this run's order, which a schedule can change.
+        let fj = self.states[self.slot_of[t as usize] as usize].fj_snapshot();
+        let mut offers = Vec::new();
+        for &(acq, slot, epoch) in &self.first_sections {
+            if acq.thread == t || fj.get(slot) >= epoch || joined.get(slot) < epoch {
+                continue;
+            }
+            offers.push(acq);
+            if offers.len() == MAX_LATE_JOINS {
+                break;
+            }
+        }
+        for acq in offers {
+            self.offer(
+                FindingKind::LateJoin,
+                &[unlock, acq],
+                &[(&[unlock], acq)],
+                "",
+            );
+        }
+    }
+
     /// One thread's first section on a lock, before every other thread's first
     /// one: `cur -> *:KIND(OBJ)#1`.
     #[inline(never)]
@@ -1303,6 +1342,9 @@ impl<'a> Engine<'a> {
         } else {
             th.after_wake = None;
             th.last_release = Some((e.addr, th.epoch()));
+            if mode.is_some() && id.occurrence > 0 {
+                th.last_unlock = Some(id);
+            }
         }
         th.vc.tick(th.slot);
     }

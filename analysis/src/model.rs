@@ -158,6 +158,10 @@ pub enum FindingKind {
     /// section: nothing joins that thread first (a missing join, or a join of the
     /// wrong thread).
     EarlyExit,
+    /// A thread's critical section can come after the joining thread's last
+    /// critical section before the join: the joiner's work (destroying, reusing
+    /// or checking what the section touches) overtakes a thread it joins only later.
+    LateJoin,
     /// A critical section can run before another thread even starts.
     DelayedStart,
     /// A critical section can overtake another thread's barrier arrival, semaphore
@@ -173,7 +177,7 @@ pub enum FindingKind {
 
 impl FindingKind {
     /// Every kind, in report order.
-    pub const ALL: [FindingKind; 11] = [
+    pub const ALL: [FindingKind; 12] = [
         FindingKind::Deadlock,
         FindingKind::LostWakeup,
         FindingKind::Barging,
@@ -181,6 +185,7 @@ impl FindingKind {
         FindingKind::Atomicity,
         FindingKind::Chain,
         FindingKind::EarlyExit,
+        FindingKind::LateJoin,
         FindingKind::DelayedStart,
         FindingKind::Overtake,
         FindingKind::FirstOfMany,
@@ -231,6 +236,7 @@ impl FindingKind {
             FindingKind::Atomicity => "atomicity",
             FindingKind::Chain => "chain",
             FindingKind::EarlyExit => "early_exit",
+            FindingKind::LateJoin => "late_join",
             FindingKind::DelayedStart => "delayed_start",
             FindingKind::Overtake => "overtake",
             FindingKind::FirstOfMany => "first_of_many",

@@ -308,6 +308,17 @@ fn message(f: &RawFinding, n: &Namer<'_>, rank: Rank) -> String {
             s(&ev[1]),
             t(&ev[1])
         ),
+        FindingKind::LateJoin => format!(
+            "thread {}'s critical section on {} ({}) can come after thread {}'s on {} ({}), which precedes \
+             its join of thread {}: the join comes too late to protect what the section uses",
+            t(&ev[1]),
+            o(&ev[1]),
+            s(&ev[1]),
+            t(&ev[0]),
+            o(&ev[0]),
+            s(&ev[0]),
+            t(&ev[1])
+        ),
         FindingKind::DelayedStart => format!(
             "thread {}'s critical section on {} ({}) can run before thread {} starts: it knows nothing of \
              thread {} (e.g. of its {} {} at {})",

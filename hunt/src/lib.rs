@@ -497,7 +497,15 @@ impl Hunter<'_> {
                 continue;
             }
             if let Some(a) = &r.analysis {
-                self.queue.extend(&a.findings, r.number);
+                // A candidate's replay that followed its schedule and passed: its
+                // findings are also tried on top of that schedule.
+                let base = match &r.job {
+                    Job::Candidate(c) if r.verdict == Verdict::Passed => {
+                        Schedule::parse(&c.finding.schedule).ok()
+                    }
+                    _ => None,
+                };
+                self.queue.extend_on(&a.findings, r.number, base.as_ref());
             }
             // Traces of runs that showed nothing are not kept (a long hunt would
             // fill the disk); the first recording stays for reference.
