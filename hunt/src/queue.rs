@@ -36,8 +36,9 @@ pub fn order_key(schedule: &Schedule) -> String {
 /// of later runs (a stream of small new findings from each replay must not starve
 /// a larger one of the first recording, e.g. a `*` schedule whose rank counts
 /// every thread), then the rank, harmful shapes before plain reorderings among
-/// equal ranks, then arrival.
-type QueueKey = (bool, Rank, u8, u64);
+/// equal ranks, then arrival. Built-on candidates go deepest first (most
+/// orderings): the search follows one promising order step by step.
+type QueueKey = (bool, std::cmp::Reverse<usize>, Rank, u8, u64);
 
 /// Most orderings a candidate built on a replayed schedule may have.
 pub const MAX_COMPOSED_ORDERINGS: usize = 16;
@@ -136,7 +137,14 @@ impl CandidateQueue {
         // Among equal ranks, harmful shapes (deadlock, lost wakeup, atomicity) go
         // first, as in the analyzer's own order.
         let class = u8::from(!finding.kind.is_harmful());
-        let key = (from_run != 0, finding.rank, class, self.arrivals);
+        let depth = if composed { schedule.orderings.len() } else { 0 };
+        let key = (
+            from_run != 0,
+            std::cmp::Reverse(depth),
+            finding.rank,
+            class,
+            self.arrivals,
+        );
         self.arrivals += 1;
         let list = &mut self.pending[usize::from(composed)];
         let at = list.partition_point(|(k, _)| *k <= key);
