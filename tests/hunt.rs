@@ -327,3 +327,40 @@ fn an_interrupted_hunt_stops_with_exit_130() {
     assert_eq!(json["stopped"], "interrupted", "{json}");
     assert!(json["runs"].as_u64().unwrap() < 500, "{json}");
 }
+
+/// The schedule pinned from a failing run must hold what made it fail even when
+/// that is an order across objects: a forced run of `shape_late_join` (the flusher
+/// locks the cache lock after main destroyed it and logged under another lock)
+/// pins main's log section before the flusher's lock, and the pin reproduces.
+#[test]
+fn a_failing_runs_pin_orders_the_last_thread_after_the_others_across_objects() {
+    if !have_root("a_failing_runs_pin_orders_the_last_thread_after_the_others_across_objects") {
+        return;
+    }
+    let program = build_program("shape_late_join");
+    let dir = scratch("hunt_pin_frontier");
+    let forced = dir.join("forced.sched");
+    std::fs::write(
+        &forced,
+        "0:mutex_unlock(log_lock)#1 -> 1:mutex_lock(cache_lock)#1\n",
+    )
+    .unwrap();
+    let trace = dir.join("failing.ordo");
+    let (_, outcome) =
+        common::replay_json(&["--record", trace.to_str().unwrap()], &forced, &program);
+    assert_eq!(outcome["verdict"], "reproduced", "{outcome}");
+    let pinned = ordo_hunt::pin::schedule_of_run(&trace).unwrap().to_string();
+    assert!(
+        pinned.contains("0:mutex_unlock(log_lock)#1 -> 1:mutex_lock_failed(cache_lock)#1"),
+        "{pinned}"
+    );
+    let file = dir.join("pinned.sched");
+    std::fs::write(&file, &pinned).unwrap();
+    let reproduced = (0..20)
+        .filter(|_| common::replay_json(&[], &file, &program).1["verdict"] == "reproduced")
+        .count();
+    assert!(
+        reproduced >= 19,
+        "the pin reproduced {reproduced}/20:\n{pinned}"
+    );
+}

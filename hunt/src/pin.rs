@@ -37,6 +37,7 @@ pub fn schedule_of_run(trace: &Path) -> Result<Schedule> {
     // Stamped like the thread's last event before it blocked, but blocked until the
     // end: placed once every lock taken meanwhile is known.
     let mut blocked = Vec::new();
+    let mut timeline = Vec::new();
     for e in global_order(events) {
         if e.kind == Kind::Blocked {
             blocked.push(e);
@@ -50,7 +51,9 @@ pub fn schedule_of_run(trace: &Path) -> Result<Schedule> {
         if family == Family::NoObject {
             continue;
         }
-        if is_failed_try(e.kind) {
+        // The events of each thread, in global order, for the frontier.
+        timeline.push((name.thread.clone(), name.clone(), gated_before(&e)));
+        if is_failed_try(e.kind) && e.via == Via::Try {
             // No hand-over: it failed because another thread held the object.
             locks.failed.push((name, e.addr, e.ts_ns));
             continue;
@@ -70,9 +73,54 @@ pub fn schedule_of_run(trace: &Path) -> Result<Schedule> {
         locks.blocked(e, &mut namer, &mut orderings);
     }
     locks.place_failed_tries(&mut orderings);
+    orderings.extend(frontier(&timeline));
     Ok(Schedule {
         orderings: keep_last_fitting(orderings),
     })
+}
+
+/// Threads whose last event the frontier orders (those that acted last).
+const FRONTIER_THREADS: usize = 2;
+
+/// Where the threads stood when the run failed, across objects: the last event of
+/// each of the [`FRONTIER_THREADS`] threads that acted last waits for the latest
+/// event each other thread had before it. A failure often depends on how far one
+/// thread got while another acted on a different object (a lock destroyed, then
+/// the shutdown logged under another lock, before a late thread's lock), which no
+/// hand-over on one object says. `timeline`: (thread, event, gated before it takes
+/// effect) in the run's global order.
+fn frontier(timeline: &[(ThreadRef, EventRef, bool)]) -> Vec<Ordering> {
+    let mut last_of: Vec<(&ThreadRef, usize)> = Vec::new();
+    for (i, (thread, ..)) in timeline.iter().enumerate() {
+        match last_of.iter_mut().find(|(t, _)| *t == thread) {
+            Some(entry) => entry.1 = i,
+            None => last_of.push((thread, i)),
+        }
+    }
+    if last_of.len() < 2 || last_of.len() > MAX_PINNED_THREADS {
+        return Vec::new();
+    }
+    last_of.sort_by_key(|&(_, i)| i);
+    let mut out = Vec::new();
+    for &(thread, at) in last_of.iter().rev().take(FRONTIER_THREADS) {
+        let (_, last, gated) = &timeline[at];
+        if !gated {
+            continue;
+        }
+        for &(other, _) in &last_of {
+            if other == thread {
+                continue;
+            }
+            if let Some((_, before, _)) = timeline[..at].iter().rev().find(|(t, ..)| t == other) {
+                out.push(Ordering {
+                    before: vec![before.clone()],
+                    after: last.clone(),
+                    line: 0,
+                });
+            }
+        }
+    }
+    out
 }
 
 fn is_failed_try(kind: Kind) -> bool {

@@ -137,7 +137,11 @@ impl CandidateQueue {
         // Among equal ranks, harmful shapes (deadlock, lost wakeup, atomicity) go
         // first, as in the analyzer's own order.
         let class = u8::from(!finding.kind.is_harmful());
-        let depth = if composed { schedule.orderings.len() } else { 0 };
+        let depth = if composed {
+            schedule.orderings.len()
+        } else {
+            0
+        };
         let key = (
             from_run != 0,
             std::cmp::Reverse(depth),
