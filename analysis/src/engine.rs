@@ -921,6 +921,11 @@ impl<'a> Engine<'a> {
         // the move's wide loads wait for the narrow stores that built it.
         th.push_held(id.obj, mode, id, node);
         self.stats.critical_sections += 1;
+        if via == Via::Try {
+            if let Some(p1) = prev1.filter(|p| p.acq.thread != t && p.mode.conflicts(mode)) {
+                self.failed_try_candidate(p1.acq, id);
+            }
+        }
         if let Some(p1) = prev1 {
             self.critical_section_candidates(prev2, (p1, prev1_woken), (cur, woken_by));
             if let Some([p3, p4]) = older {
@@ -1260,6 +1265,41 @@ impl<'a> Engine<'a> {
                 "",
             );
         }
+    }
+
+    /// A successful try (`cur`, a trylock) right after another thread's section
+    /// (`held`): the try could have come while that section held the lock, and
+    /// failed — `held.lock -> T:mutex_lock_failed(L)#n -> held.unlock`, n being
+    /// the thread's next failed try on the lock. A program whose fallback for a
+    /// busy lock is wrong fails only then.
+    #[inline(never)]
+    fn failed_try_candidate(&mut self, held: EventId, cur: EventId) {
+        let (failed_kind, unlock_kind) = match cur.kind {
+            Kind::MutexLock => (Kind::MutexLockFailed, Kind::MutexUnlock),
+            _ => (Kind::RwlockLockFailed, Kind::RwlockUnlock),
+        };
+        let th_slot = self.states[self.slot_of[cur.thread as usize] as usize].slot as usize;
+        let failed_before = self.objects[cur.obj as usize]
+            .naming
+            .get(th_slot)
+            .filter(|n| n.owner == cur.thread)
+            .map_or(0, |n| n.counts[kind_slot(failed_kind)]);
+        let failed = EventId {
+            kind: failed_kind,
+            occurrence: failed_before + 1,
+            ..cur
+        };
+        // The section's own release: the k-th lock's unlock is the k-th unlock.
+        let unlock = EventId {
+            kind: unlock_kind,
+            ..held
+        };
+        self.offer(
+            FindingKind::FailedTry,
+            &[held, failed, unlock],
+            &[(&[held], failed), (&[failed], unlock)],
+            "",
+        );
     }
 
     /// One thread's first section on a lock, before every other thread's first

@@ -162,6 +162,9 @@ pub enum FindingKind {
     /// critical section before the join: the joiner's work (destroying, reusing
     /// or checking what the section touches) overtakes a thread it joins only later.
     LateJoin,
+    /// A trylock that succeeded could have come inside another thread's section
+    /// and failed (a wrong fallback for a busy lock).
+    FailedTry,
     /// A critical section can run before another thread even starts.
     DelayedStart,
     /// A critical section can overtake another thread's barrier arrival, semaphore
@@ -177,7 +180,7 @@ pub enum FindingKind {
 
 impl FindingKind {
     /// Every kind, in report order.
-    pub const ALL: [FindingKind; 12] = [
+    pub const ALL: [FindingKind; 13] = [
         FindingKind::Deadlock,
         FindingKind::LostWakeup,
         FindingKind::Barging,
@@ -186,6 +189,7 @@ impl FindingKind {
         FindingKind::Chain,
         FindingKind::EarlyExit,
         FindingKind::LateJoin,
+        FindingKind::FailedTry,
         FindingKind::DelayedStart,
         FindingKind::Overtake,
         FindingKind::FirstOfMany,
@@ -237,6 +241,7 @@ impl FindingKind {
             FindingKind::Chain => "chain",
             FindingKind::EarlyExit => "early_exit",
             FindingKind::LateJoin => "late_join",
+            FindingKind::FailedTry => "failed_try",
             FindingKind::DelayedStart => "delayed_start",
             FindingKind::Overtake => "overtake",
             FindingKind::FirstOfMany => "first_of_many",

@@ -319,6 +319,15 @@ fn message(f: &RawFinding, n: &Namer<'_>, rank: Rank) -> String {
             s(&ev[0]),
             t(&ev[1])
         ),
+        FindingKind::FailedTry => format!(
+            "thread {}'s trylock of {} ({}) succeeded, but could have come inside thread {}'s critical \
+             section ({}) and failed: what the program does when the lock is busy is never run",
+            t(&ev[1]),
+            o(&ev[1]),
+            s(&ev[1]),
+            t(&ev[0]),
+            s(&ev[0])
+        ),
         FindingKind::DelayedStart => format!(
             "thread {}'s critical section on {} ({}) can run before thread {} starts: it knows nothing of \
              thread {} (e.g. of its {} {} at {})",
