@@ -47,6 +47,8 @@ use ordo_probe_common::inproc::{
 };
 use ordo_probe_common::{kind, RawEvent};
 
+use crate::prefault::{PassBuf, PrefaultPool};
+
 /// The shared mapping, owned by the recorder.
 pub struct InprocMapping {
     fd: OwnedFd,
@@ -199,10 +201,24 @@ impl InprocMapping {
 
     /// Copies every published record out of the rings into `pass` (one batch per
     /// ring, in each ring's order) and hands the space back to the agents at once;
-    /// frees the rings of threads in `exited` once they are empty. Only a copy: the
+    /// frees the rings of threads in `exited` once they are empty, if they were seen
+    /// before this pass (`first_seen`, see [`RingReader`]). Only a copy: the
     /// records are expanded, merged and encoded later, off the program's CPU.
-    fn copy_rings(&self, pass: &mut RawPass, exited: &HashSet<u32>) {
+    fn copy_rings(
+        &self,
+        pass: &mut RawPass,
+        exited: &HashSet<u32>,
+        first_seen: &mut [(u32, u64)],
+        pass_number: u64,
+        pool: Option<&PrefaultPool<Record>>,
+    ) {
         let used = (self.header().rings_used.load(Ordering::Acquire) as usize).min(MAX_RINGS);
+        // Heads first, so the whole pass is reserved at once (`PassBuf` never grows
+        // by copying in the middle of a pass); records published after this point
+        // wait for the next pass.
+        let mut heads = std::mem::take(&mut pass.heads);
+        heads.clear();
+        let mut total = pass.records.len();
         for i in 0..used {
             let ring = self.ring(i);
             if ring.state.0.load(Ordering::Acquire) == RING_FREE {
@@ -210,8 +226,28 @@ impl InprocMapping {
             }
             // `head` first: its release store orders the owner's `tid` before it.
             let head = ring.head.0.load(Ordering::Acquire);
+            total += (head - ring.tail.0.load(Ordering::Relaxed)) as usize;
+            heads.push((i, head));
+        }
+        if pass.records.is_empty() && !pass.records.has_room(total) {
+            if let Some(ready) = pool.and_then(|p| p.take(total)) {
+                pass.records = ready;
+            }
+        }
+        if !pass.records.reserve_total(total) {
+            // No memory for a copy: the records stay in the rings (their agents wait
+            // for room) until a later pass finds some.
+            pass.heads = heads;
+            return;
+        }
+        for &(i, head) in &heads {
+            let ring = self.ring(i);
             let tail = ring.tail.0.load(Ordering::Relaxed);
             let tid = ring.tid.load(Ordering::Relaxed);
+            let seen = &mut first_seen[i];
+            if seen.0 != tid || seen.1 == 0 {
+                *seen = (tid, pass_number);
+            }
             if head > tail {
                 // SAFETY: records in [tail, head) are published and not rewritten
                 // until `tail` moves past them; the ring is RING_RECORDS long.
@@ -223,7 +259,6 @@ impl InprocMapping {
                 };
                 let from = tail as usize & (RING_RECORDS - 1);
                 let n = (head - tail) as usize;
-                pass.records.reserve(n);
                 if from + n <= RING_RECORDS {
                     pass.records.extend_from_slice(&records[from..from + n]);
                 } else {
@@ -237,18 +272,19 @@ impl InprocMapping {
                     // SAFETY: a futex word in the shared mapping.
                     unsafe { futex_wake(ring.waiting.as_ptr()) };
                 }
-            } else if exited.contains(&tid) {
+            } else if exited.contains(&tid) && seen.1 < pass_number {
                 // The thread is gone and everything it published is drained. Gone
                 // from inside a blocking call (the program was killed, or the
                 // thread cancelled): that is its last event.
                 if let Some(record) = self.blocked_record(i, self.now_stamp()) {
-                    pass.records.push(record);
-                    pass.batches.push((tid, pass.records.len()));
+                    push_record(pass, tid, record);
                 }
+                *seen = (0, 0);
                 ring.tid.store(0, Ordering::Relaxed);
                 ring.state.0.store(RING_FREE, Ordering::Release);
             }
         }
+        pass.heads = heads;
     }
 
     /// Now, in the unit of the records' time stamps.
@@ -308,8 +344,7 @@ impl InprocMapping {
             }
             let tid = ring.tid.load(Ordering::Relaxed);
             if let Some(record) = self.blocked_record(i, now) {
-                pass.records.push(record);
-                pass.batches.push((tid, pass.records.len()));
+                push_record(pass, tid, record);
             }
         }
     }
@@ -444,6 +479,15 @@ impl TscClock {
 
 unsafe fn futex_wake(word: *mut u32) {
     libc::syscall(libc::SYS_futex, word, libc::FUTEX_WAKE, i32::MAX);
+}
+
+/// Appends one record of thread `tid` as its own batch (a `blocked` record, outside
+/// the pass's reserved copy: rare, so it may grow the buffer).
+fn push_record(pass: &mut RawPass, tid: u32, record: Record) {
+    if pass.records.reserve_total(pass.records.len() + 1) {
+        pass.records.extend_from_slice(&[record]);
+        pass.batches.push((tid, pass.records.len()));
+    }
 }
 
 /// A ring record as the eBPF path would have reported it.
@@ -627,6 +671,10 @@ impl Merger {
                     progress = true;
                     if e.kind == kind::THREAD_CREATE && e.value != 0 {
                         created.insert(e.value as u32);
+                    } else if e.kind == kind::THREAD_EXIT {
+                        // The tid may be handed out again: a later thread with it
+                        // waits for its own creation.
+                        created.remove(&e.tid);
                     }
                     out(e)
                 };
@@ -718,8 +766,11 @@ impl Merger {
 pub(crate) struct RawPass {
     /// Per ring batch: the owning thread and where its records end in `records`.
     pub(crate) batches: Vec<(u32, usize)>,
-    pub(crate) records: Vec<Record>,
+    /// The agents' records (see `crate::prefault`).
+    pub(crate) records: PassBuf<Record>,
     pub(crate) kernel: Vec<RawEvent>,
+    /// Scratch for the rings' heads at the start of the copy.
+    pub(crate) heads: Vec<(usize, u64)>,
     /// Snapshots of the program's modules taken before this pass's events were
     /// read (they describe the events' sites).
     pub(crate) modules: Vec<Vec<ordo_trace::schema::ModuleRecord>>,
@@ -773,25 +824,71 @@ impl RawPass {
 
 /// The drain's side of the in-process source: copies the rings and remembers which
 /// threads exited, so their rings can be freed.
-#[derive(Default)]
+///
+/// The kernel hands an exited thread's tid out again, so a ring whose tid exited may
+/// belong to a later thread with the same tid. A ring is freed only if its tid's
+/// last thread exited with no thread of that tid started since (both as read from
+/// the eBPF ring buffer by the previous pass), and the ring was already seen in an
+/// earlier pass: a later thread's ring seen then was claimed after that thread
+/// started, whose start the previous pass would have read. Rings of an exited
+/// thread whose tid came back meanwhile wait for that tid's next exit.
 pub(crate) struct RingReader {
-    /// Threads whose exit was seen: their rings are freed once drained.
+    /// Tids whose last thread exited: their rings are freed once drained.
     exited: HashSet<u32>,
-    /// Exits seen in the current pass (effective from the next one).
-    exited_now: Vec<u32>,
+    /// Exits (true) and starts of the current pass, in order (effective from the
+    /// next one).
+    lifecycle_now: Vec<(u32, bool)>,
+    /// Per ring: the tid it was first seen owned by, and the pass (0: not seen).
+    first_seen: Vec<(u32, u64)>,
+    pass: u64,
+    /// Memory faulted in ahead for the copies (see `crate::prefault`).
+    prefaulted: Option<PrefaultPool<Record>>,
+}
+
+impl Default for RingReader {
+    fn default() -> RingReader {
+        RingReader {
+            exited: HashSet::new(),
+            lifecycle_now: Vec::new(),
+            first_seen: vec![(0, 0); MAX_RINGS],
+            pass: 0,
+            prefaulted: None,
+        }
+    }
 }
 
 impl RingReader {
+    /// A reader that copies into memory `pool` faulted in ahead, when it has some.
+    pub(crate) fn with_pool(pool: Option<PrefaultPool<Record>>) -> RingReader {
+        RingReader {
+            prefaulted: pool,
+            ..RingReader::default()
+        }
+    }
+
     /// Starts a pass: copies the agent rings into `pass` and counts the pass
     /// (waiting agents see the drain is alive).
     /// The eBPF ring buffer is read next, into the same pass
     /// ([`RingReader::kernel_event`]).
     pub(crate) fn copy_rings(&mut self, mapping: &InprocMapping, pass: &mut RawPass) {
-        self.exited.extend(self.exited_now.drain(..));
+        for (tid, exit) in self.lifecycle_now.drain(..) {
+            if exit {
+                self.exited.insert(tid);
+            } else {
+                self.exited.remove(&tid);
+            }
+        }
+        self.pass += 1;
         if mapping.tsc_start.is_some() {
             pass.clock = Some(ClockPoint::now());
         }
-        mapping.copy_rings(pass, &self.exited);
+        mapping.copy_rings(
+            pass,
+            &self.exited,
+            &mut self.first_seen,
+            self.pass,
+            self.prefaulted.as_ref(),
+        );
         mapping.header().passes.fetch_add(1, Ordering::Release);
     }
 
@@ -803,8 +900,9 @@ impl RingReader {
 
     /// Adds an event from the eBPF ring buffer to the pass.
     pub(crate) fn kernel_event(&mut self, pass: &mut RawPass, e: RawEvent) {
-        if e.kind == kind::THREAD_EXIT {
-            self.exited_now.push(e.tid);
+        if e.kind == kind::THREAD_EXIT || e.kind == kind::THREAD_START {
+            self.lifecycle_now
+                .push((e.tid, e.kind == kind::THREAD_EXIT));
         }
         pass.kernel.push(e);
     }
