@@ -177,6 +177,7 @@ pub fn schedule(f: &RawFinding, namer: &Namer<'_>) -> Option<Schedule> {
                 kind: o.after.kind,
                 object: ObjectRef::Symbol(namer.symbol(o.after.obj)?),
                 occurrence: o.after.occurrence,
+                after: false,
             }
         } else {
             namer.event_ref(&o.after)?

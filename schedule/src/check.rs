@@ -239,29 +239,36 @@ impl<'s> Checker<'s> {
 /// `thread_start` counts as happening right before the thread's next recorded event
 /// (or at the end): it stands for the start of the thread's start routine, which a
 /// recording does not see (its `thread_start` is the kernel's, which the replayer
-/// cannot delay).
+/// cannot delay). So does `T:after(E)`, the thread passing the point right after E
+/// returned: nothing the trace records happens in T between the two.
 pub fn check<'e>(
     schedule: &Schedule,
     events: impl IntoIterator<Item = &'e Event>,
     namer: &mut EventNamer<'_>,
 ) -> CheckReport {
     let mut checker = Checker::new(schedule);
-    let mut starting: HashMap<u32, Vec<EventRef>> = HashMap::new();
+    let wants_after = schedule.events().iter().any(|e| e.after);
+    // Per thread: names that count right before the thread's next recorded event.
+    let mut deferred: HashMap<u32, Vec<EventRef>> = HashMap::new();
     for e in events {
-        if let Some(start) = starting.remove(&e.tid) {
-            checker.observe_spellings(&start);
+        if let Some(names) = deferred.remove(&e.tid) {
+            checker.observe_spellings(&names);
         }
         let names = namer.name_all(e);
         if names.is_empty() {
             continue;
         }
         if e.kind == Kind::ThreadStart {
-            starting.insert(e.tid, names);
+            deferred.insert(e.tid, names);
         } else {
             checker.observe_spellings(&names);
+            if wants_after {
+                let after: Vec<EventRef> = names.iter().map(EventRef::after_point).collect();
+                deferred.insert(e.tid, after);
+            }
         }
     }
-    let mut rest: Vec<(u32, Vec<EventRef>)> = starting.into_iter().collect();
+    let mut rest: Vec<(u32, Vec<EventRef>)> = deferred.into_iter().collect();
     rest.sort_by_key(|(tid, _)| *tid);
     for (_, start) in rest {
         checker.observe_spellings(&start);
@@ -378,6 +385,42 @@ mod tests {
         let s = Schedule::parse("1.1:thread_start()#1 -> 0:mutex_unlock(@1)#1").unwrap();
         let r = check(&s, &run, &mut EventNamer::new(&threads, &sym));
         assert!(!r.held);
+    }
+
+    #[test]
+    fn after_point_counts_at_the_threads_next_event() {
+        let threads = table();
+        let sym = Symbolizer::new(&[]);
+        // Thread 1 unlocks; 1.1's whole section comes before 1's next event.
+        let run = [
+            ev(101, Kind::MutexLock, 0x10),
+            ev(101, Kind::MutexUnlock, 0x10),
+            ev(102, Kind::MutexLock, 0x10),
+            ev(102, Kind::MutexUnlock, 0x10),
+            ev(101, Kind::ThreadExit, 0),
+        ];
+        let s = Schedule::parse(
+            "1:mutex_unlock(@1)#1 -> 1.1:mutex_lock(@1)#1\n\
+             1.1:mutex_unlock(@1)#1 -> 1:after(mutex_unlock(@1)#1)\n",
+        )
+        .unwrap();
+        let r = check(&s, &run, &mut EventNamer::new(&threads, &sym));
+        assert!(r.held && r.complete(), "{r:?}");
+        // As a predecessor: 1.1's lock must follow thread 1's next event.
+        let s = Schedule::parse("1:after(mutex_unlock(@1)#1) -> 1.1:mutex_lock(@1)#1").unwrap();
+        let r = check(&s, &run, &mut EventNamer::new(&threads, &sym));
+        assert!(!r.held, "{r:?}");
+        // Thread 1 ran on before 1.1's section: the hold was not there.
+        let early = [
+            ev(101, Kind::MutexLock, 0x10),
+            ev(101, Kind::MutexUnlock, 0x10),
+            ev(101, Kind::ThreadExit, 0),
+            ev(102, Kind::MutexLock, 0x10),
+            ev(102, Kind::MutexUnlock, 0x10),
+        ];
+        let s = Schedule::parse("1.1:mutex_unlock(@1)#1 -> 1:after(mutex_unlock(@1)#1)").unwrap();
+        let r = check(&s, &early, &mut EventNamer::new(&threads, &sym));
+        assert!(!r.held, "{r:?}");
     }
 
     #[test]
