@@ -117,6 +117,14 @@ struct LockState {
     window_skip: u16,
     window_backoff: u16,
     window_misses: u16,
+    /// The last explicit outermost release of this exclusive lock (a cond wait's
+    /// release is none).
+    last_release: Option<EventId>,
+    /// While a section that could have run entirely between the previous holder's
+    /// release and that thread's next statement is held: (that release, the
+    /// section's acquisition). Offered as [`FindingKind::AfterRelease`] at the
+    /// section's release.
+    after_window: Option<(EventId, EventId)>,
 }
 
 /// `wait_site` of an atomicity offer keyed by its splitter's site as well.
@@ -614,6 +622,7 @@ impl<'a> Engine<'a> {
                 site: e.site,
                 ts: e.ts_ns,
                 index: self.index,
+                after_point: false,
             };
         }
         let (obj, occurrence) = match Family::of(e.kind) {
@@ -656,6 +665,7 @@ impl<'a> Engine<'a> {
             site: e.site,
             ts: e.ts_ns,
             index: self.index,
+            after_point: false,
         }
     }
 
@@ -801,6 +811,21 @@ impl<'a> Engine<'a> {
             }
         }
         let swappable = unknown & 1 != 0;
+        // Could this section have run whole between the previous holder's release
+        // and that thread's next statement? Only if this thread, before joining
+        // the lock, knows nothing the holder did after releasing it.
+        lock.after_window = match (prev1, lock.last_release) {
+            (Some(p1), Some(rel))
+                if rel.thread == p1.acq.thread
+                    && rel.thread != t
+                    && via != Via::CondWait
+                    && p1.mode.conflicts(mode)
+                    && th.vc.get(p1.slot) <= lock.release.get(p1.slot) =>
+            {
+                Some((rel, id))
+            }
+            _ => None,
+        };
         // Other objects' releases (arrivals, posts, signals) this thread does not
         // know of: its section could overtake them.
         let (mut unknown_releases, mut unknown_starts) = (0u8, 0u8);
@@ -1242,6 +1267,15 @@ impl<'a> Engine<'a> {
             // lost): publish without forgetting earlier releases.
             None => lock.release.join(&th.vc),
         }
+        // A section that fitted after the previous holder's release ends here.
+        let after_release = lock
+            .after_window
+            .take()
+            .filter(|(_, acq)| acq.thread == t && e.via != Via::CondWait);
+        lock.last_release = match mode {
+            Some(Mode::Exclusive | Mode::Write) if e.via != Via::CondWait => Some(id),
+            _ => None,
+        };
         if e.via == Via::CondWait {
             th.condwait_release = Some((e.addr2, th.vc.get(th.slot)));
         } else {
@@ -1249,6 +1283,15 @@ impl<'a> Engine<'a> {
             th.last_release = Some((e.addr, th.epoch()));
         }
         th.vc.tick(th.slot);
+        if let Some((rel, acq)) = after_release {
+            // The holder waits right after its release until this section is over.
+            self.offer(
+                FindingKind::AfterRelease,
+                &[rel, acq, id],
+                &[(&[rel], acq), (&[id], rel.after_point())],
+                "",
+            );
+        }
     }
 
     fn wait_begin(&mut self, t: u32, e: &Event, id: EventId) {

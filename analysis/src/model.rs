@@ -116,6 +116,19 @@ pub struct EventId {
     pub ts: u64,
     /// Position in the global (happens-before consistent) order, from 0.
     pub index: u64,
+    /// In a candidate's ordering: the point right after this event returned (the
+    /// schedule language's `T:after(KIND(OBJ)#N)`), not the event itself.
+    pub after_point: bool,
+}
+
+impl EventId {
+    /// The point right after this event returned (`T:after(…)`).
+    pub fn after_point(self) -> EventId {
+        EventId {
+            after_point: true,
+            ..self
+        }
+    }
 }
 
 /// How a lock is held.
@@ -167,16 +180,21 @@ pub enum FindingKind {
     /// Two critical sections of different threads can run in the other order (the
     /// later one moved before the earlier, possibly past several others).
     Reorder,
+    /// Another thread's whole critical section can fall between a thread's release
+    /// of a lock and its next statement (`T:after(mutex_unlock(m)#k)`): unlock, then
+    /// act on what the lock protected (free it, clear it, use a copy of it).
+    AfterRelease,
 }
 
 impl FindingKind {
     /// Every kind, in report order.
-    pub const ALL: [FindingKind; 11] = [
+    pub const ALL: [FindingKind; 12] = [
         FindingKind::Deadlock,
         FindingKind::LostWakeup,
         FindingKind::Barging,
         FindingKind::Race,
         FindingKind::Atomicity,
+        FindingKind::AfterRelease,
         FindingKind::Chain,
         FindingKind::EarlyExit,
         FindingKind::DelayedStart,
@@ -195,6 +213,7 @@ impl FindingKind {
                 | FindingKind::LostWakeup
                 | FindingKind::Race
                 | FindingKind::Atomicity
+                | FindingKind::AfterRelease
                 | FindingKind::Barging
         )
     }
@@ -233,6 +252,7 @@ impl FindingKind {
             FindingKind::Overtake => "overtake",
             FindingKind::FirstOfMany => "first_of_many",
             FindingKind::Reorder => "reorder",
+            FindingKind::AfterRelease => "after_release",
         }
     }
 

@@ -101,7 +101,7 @@ impl<'a> Namer<'a> {
             kind: e.kind,
             object: self.object_ref(e),
             occurrence: e.occurrence,
-            after: false,
+            after: e.after_point,
         })
     }
 
