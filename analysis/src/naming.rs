@@ -105,6 +105,14 @@ impl<'a> Namer<'a> {
         })
     }
 
+    /// The first statement after the call of `e` (file name, line), from DWARF.
+    pub fn statement_after(&self, e: &EventId) -> Option<(String, u32)> {
+        if e.site == 0 || e.kind.is_access() {
+            return None;
+        }
+        self.symbolizer.statement_after(e.site)
+    }
+
     /// The call site as text. A variable access's site is the accessing
     /// instruction itself, not a return address.
     pub fn site(&self, e: &EventId) -> String {

@@ -46,6 +46,10 @@ pub struct Finding {
     pub details: Vec<String>,
     /// Whether an event of the finding lies at or after the first lost event.
     pub possibly_affected_by_drops: bool,
+    /// Where the schedule holds a thread right after an event (`after(…)`): the
+    /// first statement after it (`file.c:LINE`, from DWARF line info), for
+    /// `ordo record --mark` when a program point should be named instead.
+    pub mark: Option<String>,
 }
 
 /// Events lost to a full ring buffer between two chunks of the trace.
@@ -133,6 +137,12 @@ fn resolve_one(
     let details = f.events.iter().map(|e| describe_event(e, namer)).collect();
     let possibly_affected_by_drops =
         first_loss_ts.is_some_and(|ts| f.events.iter().any(|e| e.ts >= ts));
+    let mark = f
+        .orderings
+        .iter()
+        .find(|o| o.after.after_point)
+        .and_then(|o| namer.statement_after(&o.after))
+        .map(|(file, line)| format!("{file}:{line}"));
     Finding {
         kind: f.kind,
         threads,
@@ -143,6 +153,7 @@ fn resolve_one(
         message: message(f, namer, rank),
         details,
         possibly_affected_by_drops,
+        mark,
     }
 }
 
@@ -387,6 +398,7 @@ impl Finding {
             "message": self.message,
             "details": self.details,
             "possibly_affected_by_drops": self.possibly_affected_by_drops,
+            "mark": self.mark,
         })
     }
 }
@@ -549,6 +561,13 @@ impl Analysis {
                     for line in f.schedule.lines() {
                         let _ = writeln!(out, "        {line}");
                     }
+                }
+                if let Some(mark) = &f.mark {
+                    let _ = writeln!(
+                        out,
+                        "      the `after(…)` point is the statement at {mark}: to name it instead, \
+                         record with `--mark {mark}` and write `at({mark})#N`"
+                    );
                 }
             }
             if group.len() > per_kind {

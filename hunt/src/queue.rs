@@ -123,6 +123,7 @@ mod tests {
             message: String::new(),
             details: Vec::new(),
             possibly_affected_by_drops: false,
+            mark: None,
         }
     }
 

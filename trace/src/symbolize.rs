@@ -386,6 +386,36 @@ impl Symbolizer {
         }))
     }
 
+    /// The first statement after a call, for the return address `ret`: the first
+    /// line-table row from `ret` on (within 512 bytes) in the call's source file on
+    /// a different line, as (file name, line) — what `ordo record --mark FILE:LINE`
+    /// takes to stop a thread there. `None` without DWARF line info.
+    pub fn statement_after(&self, ret: u64) -> Option<(String, u32)> {
+        let (index, vaddr) = self.vaddr(ret)?;
+        self.with_loaded(index, |l| {
+            let dwarf = l.dwarf.as_ref()?;
+            let call = dwarf.find_location(vaddr.checked_sub(1)?).ok()??;
+            let (file, line) = (call.file?, call.line?);
+            let rows = dwarf.find_location_range(vaddr, vaddr + 512).ok()?;
+            for (_, _, loc) in rows {
+                if loc.file != Some(file) {
+                    continue;
+                }
+                match loc.line {
+                    Some(l) if l != line && l != 0 => {
+                        let name = Path::new(file)
+                            .file_name()
+                            .map(|n| n.to_string_lossy().into_owned())
+                            .unwrap_or_else(|| file.to_string());
+                        return Some((name, l));
+                    }
+                    _ => {}
+                }
+            }
+            None
+        })
+    }
+
     /// The name of the global or static variable at `addr` (`name` or `name+off`).
     pub fn data_name(&self, addr: u64) -> Option<String> {
         let (index, vaddr) = self.vaddr(addr)?;

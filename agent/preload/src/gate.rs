@@ -660,8 +660,7 @@ impl Caller {
             if e.gated != 0 {
                 self.wait_for(sh, t.first_event + i as u32, e);
             }
-            e.stamp
-                .store(sh.stamp.fetch_add(1, AcqRel) + 1, Relaxed);
+            e.stamp.store(sh.stamp.fetch_add(1, AcqRel) + 1, Relaxed);
             e.done_tid.store(tid(), Relaxed);
             e.done.store(DONE, Release);
             if e.awaited != 0 {
