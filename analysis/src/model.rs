@@ -213,9 +213,23 @@ impl FindingKind {
                 | FindingKind::LostWakeup
                 | FindingKind::Race
                 | FindingKind::Atomicity
-                | FindingKind::AfterRelease
                 | FindingKind::Barging
         )
+    }
+
+    /// Where the kind goes among candidates of equal (v, t), before distance:
+    /// 0 the harmful shapes ([`FindingKind::is_harmful`]), 1 a section after a
+    /// release ([`FindingKind::AfterRelease`]: the harmful shape of code after an
+    /// unlock, but proposed for every pair of neighbouring sections, so it must not
+    /// push a split check-then-act back), 2 the plain reorderings.
+    pub fn tier(self) -> u8 {
+        if self.is_harmful() {
+            0
+        } else if self == FindingKind::AfterRelease {
+            1
+        } else {
+            2
+        }
     }
 
     /// Whether a finding of this kind is *predicted to be a bug* (a lock-order

@@ -56,8 +56,8 @@ impl CandidateQueue {
                 continue;
             }
             // Among equal ranks, harmful shapes (deadlock, lost wakeup, atomicity)
-            // go first, as in the analyzer's own order.
-            let class = u8::from(!f.kind.is_harmful());
+            // go first, then sections after a release, as in the analyzer's order.
+            let class = f.kind.tier();
             let key = (f.rank, class, self.arrivals);
             self.arrivals += 1;
             let at = self.pending.partition_point(|(k, _)| *k <= key);
