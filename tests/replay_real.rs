@@ -238,3 +238,57 @@ fn atomic_refcount_is_never_reproduced() {
         assert_eq!((code, &json["verdict"]), (0, &"passed".into()), "{json}");
     }
 }
+
+/// `after(…)` composes with `->` both ways: held after its unlock until the
+/// cleaner's unlock (a successor), and the cleaner's exit held until the owner
+/// passed that point (a predecessor); a recorded replay checks both. A cycle
+/// through an after point is infeasible, with the held thread named at it.
+#[test]
+fn after_points_order_both_ways() {
+    if !have_root("after_points_order_both_ways") {
+        return;
+    }
+    let program = build_program("mark_unlock_then_free");
+    let dir = scratch("replay_real_after_both_ways");
+    let both = dir.join("both.sched");
+    std::fs::write(
+        &both,
+        "1:mutex_unlock(slot_lock)#1 -> 2:mutex_lock(slot_lock)#1\n\
+         2:mutex_unlock(slot_lock)#1 -> 1:after(mutex_unlock(slot_lock)#1)\n\
+         after(1:mutex_unlock(slot_lock)#1) -> 2:thread_exit()#1\n",
+    )
+    .unwrap();
+    let trace = dir.join("replay.ordo");
+    let (_, json) = replay_json(&["--record", trace.to_str().unwrap()], &both, &program);
+    assert_eq!(json["verdict"], "reproduced", "{json}");
+    assert_eq!(json["signal_name"], "SIGABRT", "{json}");
+    assert_eq!(json["verified_by"], "recording", "{json}");
+    assert_eq!(json["schedule_held"], true, "{json}");
+    assert_eq!(json["pending"], serde_json::json!([]), "{json}");
+    // Only as a predecessor: the cleaner's section waits until the owner passed
+    // the point after its unlock; by then the slot is cleared: no double free.
+    let first = dir.join("first.sched");
+    std::fs::write(
+        &first,
+        "1:after(mutex_unlock(slot_lock)#1) -> 2:mutex_lock(slot_lock)#1\n",
+    )
+    .unwrap();
+    let trace = dir.join("first.ordo");
+    let (code, json) = replay_json(&["--record", trace.to_str().unwrap()], &first, &program);
+    assert_eq!((code, &json["verdict"]), (0, &"passed".into()), "{json}");
+    assert_eq!(json["schedule_held"], true, "{json}");
+    let cycle = dir.join("cycle.sched");
+    std::fs::write(
+        &cycle,
+        "2:thread_exit()#1 -> 1:after(mutex_unlock(slot_lock)#1)\n\
+         1:after(mutex_unlock(slot_lock)#1) -> 2:mutex_lock(slot_lock)#1\n",
+    )
+    .unwrap();
+    let (_, json) = replay_json(&[], &cycle, &program);
+    assert_eq!(json["verdict"], "infeasible", "{json}");
+    let held = json["held_threads"].to_string();
+    assert!(
+        held.contains("thread 1 before 1:after(mutex_unlock(slot_lock)#1)"),
+        "{json}"
+    );
+}

@@ -65,6 +65,10 @@ pub struct Checker<'s> {
     schedule: &'s Schedule,
     /// Position of each named event in the run, once it happened.
     happened: HashMap<&'s EventRef, u64>,
+    /// For `after(…)` points: the earliest position the point can have been
+    /// passed at (right after its event), used where it is a predecessor; its
+    /// `happened` position is the latest (right before the thread's next event).
+    earliest: HashMap<&'s EventRef, u64>,
     /// Per ordering with a `*` successor: each thread's instance of it and when.
     instances: HashMap<usize, Vec<(LogicalId, u64)>>,
     /// Every event the schedule names directly.
@@ -93,6 +97,7 @@ impl<'s> Checker<'s> {
         Checker {
             schedule,
             happened: HashMap::new(),
+            earliest: HashMap::new(),
             instances: HashMap::new(),
             named,
             wild,
@@ -137,6 +142,29 @@ impl<'s> Checker<'s> {
         named
     }
 
+    /// Records that the `after(…)` points among `spellings` may have been passed
+    /// from now on; [`Checker::observe_spellings`] records when they surely were.
+    /// Where such a point is a predecessor, the earlier moment counts: a recording
+    /// cannot tell when in between the thread went on, and only what it shows
+    /// violates an ordering.
+    pub fn observe_earliest(&mut self, spellings: &[EventRef]) {
+        let pos = self.next;
+        self.next += 1;
+        for event in spellings {
+            if let Some(e) = self.named.get(event) {
+                self.earliest.entry(e).or_insert(pos);
+            }
+        }
+    }
+
+    /// Where a predecessor happened, for the orderings it is in.
+    fn predecessor_at(&self, e: &EventRef) -> Option<u64> {
+        self.earliest
+            .get(e)
+            .or_else(|| self.happened.get(e))
+            .copied()
+    }
+
     /// Whether a named event has been observed (for a `*` pattern: in some thread).
     pub fn has_happened(&self, event: &EventRef) -> bool {
         if event.thread.is_others() {
@@ -169,7 +197,7 @@ impl<'s> Checker<'s> {
                     let late: Vec<EventRef> = o
                         .before
                         .iter()
-                        .filter(|b| self.happened.get(b).is_none_or(|pos| pos > at))
+                        .filter(|b| self.predecessor_at(b).is_none_or(|pos| pos > *at))
                         .cloned()
                         .collect();
                     if !late.is_empty() {
@@ -202,7 +230,7 @@ impl<'s> Checker<'s> {
                     let late: Vec<EventRef> = o
                         .before
                         .iter()
-                        .filter(|b| self.happened.get(b).is_none_or(|&pos| pos > at))
+                        .filter(|b| self.predecessor_at(b).is_none_or(|pos| pos > at))
                         .cloned()
                         .collect();
                     if !late.is_empty() {
@@ -240,7 +268,10 @@ impl<'s> Checker<'s> {
 /// (or at the end): it stands for the start of the thread's start routine, which a
 /// recording does not see (its `thread_start` is the kernel's, which the replayer
 /// cannot delay). So does `T:after(E)`, the thread passing the point right after E
-/// returned: nothing the trace records happens in T between the two.
+/// returned, where it waits for predecessors: nothing the trace records happens in
+/// T between the two. Where `T:after(E)` is itself a predecessor, it counts right
+/// after E (the thread may have gone on at once; a recording cannot tell), so an
+/// ordering is violated only when the recording shows it.
 pub fn check<'e>(
     schedule: &Schedule,
     events: impl IntoIterator<Item = &'e Event>,
@@ -264,6 +295,7 @@ pub fn check<'e>(
             checker.observe_spellings(&names);
             if wants_after {
                 let after: Vec<EventRef> = names.iter().map(EventRef::after_point).collect();
+                checker.observe_earliest(&after);
                 deferred.insert(e.tid, after);
             }
         }
@@ -406,9 +438,20 @@ mod tests {
         .unwrap();
         let r = check(&s, &run, &mut EventNamer::new(&threads, &sym));
         assert!(r.held && r.complete(), "{r:?}");
-        // As a predecessor: 1.1's lock must follow thread 1's next event.
+        // As a predecessor it counts right after the unlock: a recording cannot
+        // tell when thread 1 went on, so nothing here violates it.
         let s = Schedule::parse("1:after(mutex_unlock(@1)#1) -> 1.1:mutex_lock(@1)#1").unwrap();
         let r = check(&s, &run, &mut EventNamer::new(&threads, &sym));
+        assert!(r.held && r.complete(), "{r:?}");
+        // 1.1 locked before thread 1's unlock: violated.
+        let before = [
+            ev(101, Kind::MutexLock, 0x10),
+            ev(102, Kind::MutexLock, 0x20),
+            ev(102, Kind::MutexLock, 0x10),
+            ev(101, Kind::MutexUnlock, 0x10),
+        ];
+        let s = Schedule::parse("1:after(mutex_unlock(@1)#1) -> 1.1:mutex_lock(@2)#1").unwrap();
+        let r = check(&s, &before, &mut EventNamer::new(&threads, &sym));
         assert!(!r.held, "{r:?}");
         // Thread 1 ran on before 1.1's section: the hold was not there.
         let early = [
