@@ -3,9 +3,12 @@
 //! plain statement, or between two plain accesses, in C and C++, each also built
 //! with `-fsanitize=address` (gcc: libasan loads dynamically). For each buggy
 //! program and build: a recording (with `--watch` where the window is between
-//! plain accesses; none needed for the `after(…)` windows), `ordo analyze`'s top
+//! plain accesses, `--mark` where it ends at a plain statement; none for the
+//! `after(…)` windows), `ordo analyze`'s top
 //! candidate, and 20 replays of it, of which at least 19 reproduce the failure with
-//! the expected evidence (the signal, or the sanitizer's report). The ASan build
+//! the expected evidence (the signal, or the sanitizer's report); where the window
+//! opens later than a call's return, the recording marks its end (`--mark`) and the
+//! top candidate names that point. The ASan build
 //! replayed with an empty schedule passes. A correct reference-counted object using
 //! `std::atomic`: no race finding, and no candidate ever reproduces anything.
 
@@ -161,6 +164,28 @@ fn unlock_then_null_store_is_a_use_after_free() {
             asan: "heap-use-after-free",
         },
     );
+}
+
+/// Unlock, free, then the NULL store: the window opens after the free, so the
+/// point right after the unlock is too early (the session is alive there). Recorded
+/// with `--mark` at the NULL store, the top candidate names that point
+/// (`at(closer+OFFSET)`) and holds the closer there.
+#[test]
+fn free_then_null_store_is_bounded_by_a_mark() {
+    let _registers = debug_registers();
+    let spec = spec_of("real_free_then_null_store.c", "// MARK");
+    let top = top_candidate_reproduces(
+        "real_free_then_null_store",
+        &["--mark", &spec],
+        Failure {
+            kind: "after_release",
+            signal: "SIGSEGV",
+            asan: "heap-use-after-free",
+        },
+    );
+    if !top.is_empty() {
+        assert!(top.contains("-> 1:at(closer+"), "{top}");
+    }
 }
 
 /// A singleton published through `std::atomic`, used after `get()` unlocked: a

@@ -125,6 +125,9 @@ struct LockState {
     /// section's acquisition). Offered as [`FindingKind::AfterRelease`] at the
     /// section's release.
     after_window: Option<(EventId, EventId)>,
+    /// The first marked program point (`at`) the thread of `last_release` reached
+    /// after it: a window bounded by a mark is offered naming it.
+    mark_after_release: Option<EventId>,
 }
 
 /// `wait_site` of an atomicity offer keyed by its splitter's site as well.
@@ -235,6 +238,9 @@ struct ThreadState {
     condwait_release: Option<(u64, u32)>,
     /// The thread's last mutex release outside a cond wait: (address, epoch).
     last_release: Option<(u64, Epoch)>,
+    /// The lock of the thread's last explicit release ([`NO_OBJECT`]: none): a
+    /// marked point the thread reaches next bounds that lock's window.
+    released_lock: ObjId,
     /// After a cond wait returned: (mutex address, waking signal, wait site, the
     /// `cond_wait` event), for the reacquire that follows. Schedules name the
     /// reacquire by the `cond_wait` event (`ordo_schedule::namer`).
@@ -285,6 +291,7 @@ impl ThreadState {
             lifecycle: [0; 2],
             condwait_release: None,
             last_release: None,
+            released_lock: NO_OBJECT,
             woken: None,
             after_wake: None,
             barrier: None,
@@ -569,7 +576,7 @@ impl<'a> Engine<'a> {
             Family::Sem | Family::Futex => State::Acc(VectorClock::default()),
             Family::Barrier => State::Barrier(Box::default()),
             Family::Var => State::Var(Box::default()),
-            Family::Thread => State::None,
+            Family::Thread | Family::Mark => State::None,
         };
         self.objects.push(Object {
             addr,
@@ -683,8 +690,9 @@ impl<'a> Engine<'a> {
             Kind::MutexLockFailed | Kind::RwlockLockFailed | Kind::SemWaitFailed => {}
             // Filtered out before the pass (lib.rs): blocking orders nothing.
             Kind::MutexBlock => {}
-            // A marked program point (`--mark`) orders nothing; it is only named.
-            Kind::At => {}
+            // A marked program point (`--mark`) orders nothing; it can bound the
+            // window after the thread's last release.
+            Kind::At => self.mark_reached(t, id),
             Kind::CondWaitBegin => self.wait_begin(t, e, id),
             Kind::CondWait => self.wait_return(t, e, id),
             Kind::CondSignal | Kind::CondBroadcast => {
@@ -1276,6 +1284,12 @@ impl<'a> Engine<'a> {
             Some(Mode::Exclusive | Mode::Write) if e.via != Via::CondWait => Some(id),
             _ => None,
         };
+        let mark = lock.mark_after_release.take();
+        th.released_lock = if lock.last_release.is_some() {
+            id.obj
+        } else {
+            NO_OBJECT
+        };
         if e.via == Via::CondWait {
             th.condwait_release = Some((e.addr2, th.vc.get(th.slot)));
         } else {
@@ -1284,6 +1298,16 @@ impl<'a> Engine<'a> {
         }
         th.vc.tick(th.slot);
         if let Some((rel, acq)) = after_release {
+            // The holder reached a marked point after its release: the window
+            // bounded by the mark first (whoever marked it meant that statement).
+            if let Some(m) = mark.filter(|m| m.thread == rel.thread) {
+                self.offer(
+                    FindingKind::AfterRelease,
+                    &[rel, acq, id, m],
+                    &[(&[rel], acq), (&[id], m)],
+                    "",
+                );
+            }
             // The holder waits right after its release until this section is over.
             self.offer(
                 FindingKind::AfterRelease,
@@ -1291,6 +1315,22 @@ impl<'a> Engine<'a> {
                 &[(&[rel], acq), (&[id], rel.after_point())],
                 "",
             );
+        }
+    }
+
+    /// A marked program point: the first one after the thread's last release of a
+    /// lock, while that is still the lock's last release, bounds the window after it.
+    fn mark_reached(&mut self, t: u32, id: EventId) {
+        let th = &mut self.states[self.slot_of[t as usize] as usize];
+        let lock_obj = std::mem::replace(&mut th.released_lock, NO_OBJECT);
+        if lock_obj == NO_OBJECT {
+            return;
+        }
+        if let State::Lock(lock) = &mut self.objects[lock_obj as usize].state {
+            if lock.last_release.is_some_and(|r| r.thread == t) && lock.mark_after_release.is_none()
+            {
+                lock.mark_after_release = Some(id);
+            }
         }
     }
 
@@ -1666,7 +1706,8 @@ fn quick_rank(events: &[EventId]) -> Rank {
             threads[nt] = e.thread;
             nt += 1;
         }
-        if no < 8 && e.obj != NO_OBJECT && !objects[..no].contains(&e.obj) {
+        // A marked program point is a place in the code, not a shared object.
+        if no < 8 && e.obj != NO_OBJECT && e.kind != Kind::At && !objects[..no].contains(&e.obj) {
             objects[no] = e.obj;
             no += 1;
         }

@@ -24,10 +24,13 @@ pub enum Family {
     Var,
     /// `thread_create`, `thread_join` (the object is the `pthread_t` handle).
     Thread,
+    /// `at`: a marked program point (`ordo record --mark`); the object is the
+    /// instruction's address.
+    Mark,
 }
 
 /// Number of families.
-pub const FAMILIES: usize = 8;
+pub const FAMILIES: usize = 9;
 
 impl Family {
     /// The family of a kind's object; `None` for `thread_start`/`thread_exit`. The
@@ -43,6 +46,7 @@ impl Family {
             f::FUTEX => Family::Futex,
             f::VAR => Family::Var,
             f::THREAD => Family::Thread,
+            f::MARK => Family::Mark,
             _ => return None,
         })
     }
@@ -58,6 +62,7 @@ impl Family {
             Family::Futex => "futex",
             Family::Var => "variable",
             Family::Thread => "thread handle",
+            Family::Mark => "program point",
         }
     }
 }
@@ -344,8 +349,15 @@ impl RawFinding {
             lo = lo.min(e.index);
             hi = hi.max(e.index);
         }
+        // A marked program point is a place in the code, not a shared object.
+        let mut objects = Vec::new();
+        for e in self.all_events() {
+            if e.obj != NO_OBJECT && e.kind != Kind::At && !objects.contains(&e.obj) {
+                objects.push(e.obj);
+            }
+        }
         Rank {
-            v: self.objects().len() as u32,
+            v: objects.len() as u32,
             t: self.threads().len() as u32,
             distance: hi.saturating_sub(lo),
         }

@@ -418,6 +418,7 @@ impl Analysis {
             "futex",
             "variable",
             "thread_handle",
+            "mark",
         ]
         .iter()
         .enumerate()

@@ -668,6 +668,25 @@ fn a_section_fits_after_a_release_unless_it_knows_what_follows() {
         b.unlock(t2, M, 0x602);
     });
     assert!(of(&analyze(&ordered), FindingKind::AfterRelease).is_empty());
+    // Thread 1 reached a marked point (`--mark`) after its unlock: the window
+    // bounded by it comes first, naming the point; the after() one stays.
+    let marked = two_threads(|b, t1, t2| {
+        b.lock(t1, M, 0x500);
+        b.unlock(t1, M, 0x501);
+        b.push(t1, Kind::At, 0x900, 0x900);
+        b.lock(t2, M, 0x600);
+        b.unlock(t2, M, 0x601);
+    });
+    let a = analyze(&marked);
+    let r = of(&a, FindingKind::AfterRelease);
+    assert_eq!(r.len(), 2, "{:#?}", a.findings);
+    assert_eq!(
+        r[0].schedule,
+        "1:mutex_unlock(@1)#1 -> 2:mutex_lock(@1)#1\n\
+         2:mutex_unlock(@1)#1 -> 1:at(@1)#1\n"
+    );
+    assert_eq!(r[0].rank.v, 1, "a program point is not a shared object");
+    assert!(r[1].schedule.contains("1:after(mutex_unlock(@1)#1)"));
 }
 
 #[test]
