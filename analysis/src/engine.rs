@@ -128,6 +128,8 @@ struct LockState {
     /// The first marked program point (`at`) the thread of `last_release` reached
     /// after it: a window bounded by a mark is offered naming it.
     mark_after_release: Option<EventId>,
+    /// The thread of `last_release` made a synchronization call next.
+    release_then_sync: bool,
 }
 
 /// `wait_site` of an atomicity offer keyed by its splitter's site as well.
@@ -682,6 +684,13 @@ impl<'a> Engine<'a> {
         let id = self.name(t, e);
         self.index += 1;
         self.stats.events += 1;
+        if let Some(slot) = self.slot_of.get(t as usize) {
+            if let Some(th) = self.states.get(*slot as usize) {
+                if th.released_lock != NO_OBJECT {
+                    self.next_after_release(t, id);
+                }
+            }
+        }
         match e.kind {
             Kind::MutexLock => self.acquire(t, id, Mode::Exclusive, e.via),
             Kind::RwlockRdlock => self.acquire(t, id, Mode::Read, e.via),
@@ -691,8 +700,8 @@ impl<'a> Engine<'a> {
             // Filtered out before the pass (lib.rs): blocking orders nothing.
             Kind::MutexBlock => {}
             // A marked program point (`--mark`) orders nothing; it can bound the
-            // window after the thread's last release.
-            Kind::At => self.mark_reached(t, id),
+            // window after the thread's last release (`next_after_release`).
+            Kind::At => {}
             Kind::CondWaitBegin => self.wait_begin(t, e, id),
             Kind::CondWait => self.wait_return(t, e, id),
             Kind::CondSignal | Kind::CondBroadcast => {
@@ -819,14 +828,16 @@ impl<'a> Engine<'a> {
             }
         }
         let swappable = unknown & 1 != 0;
-        // Could this section have run whole between the previous holder's release
-        // and that thread's next statement? Only if this thread, before joining
-        // the lock, knows nothing the holder did after releasing it.
+        // Could this section (an outermost one) have run whole between the
+        // previous holder's release and that thread's next statement? Only if this
+        // thread, before joining the lock, knows nothing the holder did after
+        // releasing it.
         lock.after_window = match (prev1, lock.last_release) {
             (Some(p1), Some(rel))
                 if rel.thread == p1.acq.thread
                     && rel.thread != t
                     && via != Via::CondWait
+                    && th.held.is_empty()
                     && p1.mode.conflicts(mode)
                     && th.vc.get(p1.slot) <= lock.release.get(p1.slot) =>
             {
@@ -1280,11 +1291,16 @@ impl<'a> Engine<'a> {
             .after_window
             .take()
             .filter(|(_, acq)| acq.thread == t && e.via != Via::CondWait);
+        // Only a release that leaves the thread holding nothing: held there, it
+        // must not keep another lock the other section needs.
         lock.last_release = match mode {
-            Some(Mode::Exclusive | Mode::Write) if e.via != Via::CondWait => Some(id),
+            Some(Mode::Exclusive | Mode::Write) if e.via != Via::CondWait && th.held.is_empty() => {
+                Some(id)
+            }
             _ => None,
         };
         let mark = lock.mark_after_release.take();
+        let then_sync = std::mem::take(&mut lock.release_then_sync);
         th.released_lock = if lock.last_release.is_some() {
             id.obj
         } else {
@@ -1308,29 +1324,43 @@ impl<'a> Engine<'a> {
                     "",
                 );
             }
-            // The holder waits right after its release until this section is over.
-            self.offer(
-                FindingKind::AfterRelease,
-                &[rel, acq, id],
-                &[(&[rel], acq), (&[id], rel.after_point())],
-                "",
-            );
+            // The holder waits right after its release until this section is over
+            // (unless it made a synchronization call next: a gate there says it).
+            if !then_sync {
+                self.offer(
+                    FindingKind::AfterRelease,
+                    &[rel, acq, id],
+                    &[(&[rel], acq), (&[id], rel.after_point())],
+                    "",
+                );
+            }
         }
     }
 
-    /// A marked program point: the first one after the thread's last release of a
-    /// lock, while that is still the lock's last release, bounds the window after it.
-    fn mark_reached(&mut self, t: u32, id: EventId) {
-        let th = &mut self.states[self.slot_of[t as usize] as usize];
-        let lock_obj = std::mem::replace(&mut th.released_lock, NO_OBJECT);
-        if lock_obj == NO_OBJECT {
+    /// The thread's first event after its last release of a lock (while that is
+    /// still the lock's last release): a marked program point bounds the window
+    /// after the release; a synchronization call there means a gate at that call
+    /// expresses the window (other shapes), so no `after(…)` point is proposed.
+    /// Watched accesses are looked past.
+    #[inline(never)]
+    fn next_after_release(&mut self, t: u32, id: EventId) {
+        if id.kind.is_access() {
             return;
         }
-        if let State::Lock(lock) = &mut self.objects[lock_obj as usize].state {
-            if lock.last_release.is_some_and(|r| r.thread == t) && lock.mark_after_release.is_none()
-            {
-                lock.mark_after_release = Some(id);
+        let th = &mut self.states[self.slot_of[t as usize] as usize];
+        let lock_obj = std::mem::replace(&mut th.released_lock, NO_OBJECT);
+        let State::Lock(lock) = &mut self.objects[lock_obj as usize].state else {
+            return;
+        };
+        if !lock.last_release.is_some_and(|r| r.thread == t) {
+            return;
+        }
+        match id.kind {
+            Kind::At => {
+                lock.mark_after_release.get_or_insert(id);
             }
+            Kind::ThreadExit => {}
+            _ => lock.release_then_sync = true,
         }
     }
 

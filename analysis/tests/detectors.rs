@@ -687,6 +687,24 @@ fn a_section_fits_after_a_release_unless_it_knows_what_follows() {
     );
     assert_eq!(r[0].rank.v, 1, "a program point is not a shared object");
     assert!(r[1].schedule.contains("1:after(mutex_unlock(@1)#1)"));
+    // Thread 1's next step after its unlock is a lock of its own: a gate at that
+    // lock expresses the window, no after() point is proposed.
+    let then_lock = two_threads(|b, t1, t2| {
+        b.lock(t1, M, 0x500);
+        b.unlock(t1, M, 0x501);
+        b.lock(t1, A, 0x502);
+        b.unlock(t1, A, 0x503);
+        b.lock(t2, M, 0x600);
+        b.unlock(t2, M, 0x601);
+    });
+    let a = analyze(&then_lock);
+    assert!(
+        of(&a, FindingKind::AfterRelease)
+            .iter()
+            .all(|f| !f.schedule.contains("after(mutex_unlock(@1)#1)")),
+        "{:#?}",
+        a.findings
+    );
 }
 
 #[test]
