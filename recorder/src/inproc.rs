@@ -47,6 +47,8 @@ use ordo_probe_common::inproc::{
 };
 use ordo_probe_common::{kind, RawEvent};
 
+use crate::prefault::{PassBuf, PrefaultPool};
+
 /// The shared mapping, owned by the recorder.
 pub struct InprocMapping {
     fd: OwnedFd,
@@ -201,8 +203,19 @@ impl InprocMapping {
     /// ring, in each ring's order) and hands the space back to the agents at once;
     /// frees the rings of threads in `exited` once they are empty. Only a copy: the
     /// records are expanded, merged and encoded later, off the program's CPU.
-    fn copy_rings(&self, pass: &mut RawPass, exited: &HashSet<u32>) {
+    fn copy_rings(
+        &self,
+        pass: &mut RawPass,
+        exited: &HashSet<u32>,
+        pool: Option<&PrefaultPool<Record>>,
+    ) {
         let used = (self.header().rings_used.load(Ordering::Acquire) as usize).min(MAX_RINGS);
+        // Heads first, so the whole pass is reserved at once (`PassBuf` never grows
+        // by copying in the middle of a pass); records published after this point
+        // wait for the next pass.
+        let mut heads = std::mem::take(&mut pass.heads);
+        heads.clear();
+        let mut total = pass.records.len();
         for i in 0..used {
             let ring = self.ring(i);
             if ring.state.0.load(Ordering::Acquire) == RING_FREE {
@@ -210,6 +223,22 @@ impl InprocMapping {
             }
             // `head` first: its release store orders the owner's `tid` before it.
             let head = ring.head.0.load(Ordering::Acquire);
+            total += (head - ring.tail.0.load(Ordering::Relaxed)) as usize;
+            heads.push((i, head));
+        }
+        if pass.records.is_empty() && !pass.records.has_room(total) {
+            if let Some(ready) = pool.and_then(|p| p.take(total)) {
+                pass.records = ready;
+            }
+        }
+        if !pass.records.reserve_total(total) {
+            // No memory for a copy: the records stay in the rings (their agents wait
+            // for room) until a later pass finds some.
+            pass.heads = heads;
+            return;
+        }
+        for &(i, head) in &heads {
+            let ring = self.ring(i);
             let tail = ring.tail.0.load(Ordering::Relaxed);
             let tid = ring.tid.load(Ordering::Relaxed);
             if head > tail {
@@ -223,7 +252,6 @@ impl InprocMapping {
                 };
                 let from = tail as usize & (RING_RECORDS - 1);
                 let n = (head - tail) as usize;
-                pass.records.reserve(n);
                 if from + n <= RING_RECORDS {
                     pass.records.extend_from_slice(&records[from..from + n]);
                 } else {
@@ -243,6 +271,7 @@ impl InprocMapping {
                 ring.state.0.store(RING_FREE, Ordering::Release);
             }
         }
+        pass.heads = heads;
     }
 
     /// With TSC time stamps, the calibration point before the program started.
@@ -636,8 +665,11 @@ impl Merger {
 pub(crate) struct RawPass {
     /// Per ring batch: the owning thread and where its records end in `records`.
     pub(crate) batches: Vec<(u32, usize)>,
-    pub(crate) records: Vec<Record>,
+    /// The agents' records (see `crate::prefault`).
+    pub(crate) records: PassBuf<Record>,
     pub(crate) kernel: Vec<RawEvent>,
+    /// Scratch for the rings' heads at the start of the copy.
+    pub(crate) heads: Vec<(usize, u64)>,
     /// Snapshots of the program's modules taken before this pass's events were
     /// read (they describe the events' sites).
     pub(crate) modules: Vec<Vec<ordo_trace::schema::ModuleRecord>>,
@@ -697,9 +729,19 @@ pub(crate) struct RingReader {
     exited: HashSet<u32>,
     /// Exits seen in the current pass (effective from the next one).
     exited_now: Vec<u32>,
+    /// Memory faulted in ahead for the copies (see `crate::prefault`).
+    prefaulted: Option<PrefaultPool<Record>>,
 }
 
 impl RingReader {
+    /// A reader that copies into memory `pool` faulted in ahead, when it has some.
+    pub(crate) fn with_pool(pool: Option<PrefaultPool<Record>>) -> RingReader {
+        RingReader {
+            prefaulted: pool,
+            ..RingReader::default()
+        }
+    }
+
     /// Starts a pass: copies the agent rings into `pass` and counts the pass
     /// (waiting agents see the drain is alive).
     /// The eBPF ring buffer is read next, into the same pass
@@ -709,7 +751,7 @@ impl RingReader {
         if mapping.tsc_start.is_some() {
             pass.clock = Some(ClockPoint::now());
         }
-        mapping.copy_rings(pass, &self.exited);
+        mapping.copy_rings(pass, &self.exited, self.prefaulted.as_ref());
         mapping.header().passes.fetch_add(1, Ordering::Release);
     }
 

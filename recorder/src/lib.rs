@@ -13,6 +13,7 @@
 pub mod empty;
 pub mod inproc;
 pub mod launch;
+mod prefault;
 pub mod probes;
 pub mod recording;
 pub mod session;

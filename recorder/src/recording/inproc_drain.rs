@@ -38,9 +38,16 @@ use super::attach::Probes;
 use super::drain::{raise_priority, KnownRanges, FLUSH_INTERVAL};
 use super::{DrainState, RecordSummary};
 use crate::inproc::{InprocMapping, Merger, RawPass, RingReader};
+use crate::prefault::PrefaultPool;
 
 /// How long the drain sleeps between passes when no ring fills up.
 const PASS_INTERVAL: Duration = Duration::from_millis(5);
+
+/// Buffers kept faulted in for the drain's copies, and their size in records
+/// (4 MiB each, more than a busy thread's half ring: 1.5 MiB).
+const PREFAULT_BUFFERS: usize = 8;
+const PREFAULT_RECORDS: usize =
+    (4 << 20) / std::mem::size_of::<ordo_probe_common::inproc::Record>();
 
 /// Unconverted bytes past which the converter stops yielding to the program.
 const BACKLOG_NORMAL: usize = 1 << 30;
@@ -161,7 +168,9 @@ pub(super) fn drain(
             })?
     };
     let mut sources = Sources {
-        reader: RingReader::default(),
+        reader: RingReader::with_pool(
+            PrefaultPool::start(PREFAULT_BUFFERS, PREFAULT_RECORDS, || set_idle(0, true)).ok(),
+        ),
         modules: ModuleWatch {
             pid,
             known: KnownRanges::default(),
@@ -170,6 +179,7 @@ pub(super) fn drain(
         },
         ring,
     };
+    // Buffers the converter gave back come first (their pages are in already).
     let next_pass = |spare: &Receiver<RawPass>| {
         let mut p = spare.try_recv().unwrap_or_default();
         p.clear();

@@ -1,0 +1,324 @@
+//! Memory for the in-process drain's copies, faulted in ahead of need.
+//!
+//! The drain copies the agents' rings while the program runs, usually into fresh
+//! memory (the converter, at idle priority, gives buffers back late), and in this
+//! virtual machine a first touch of a 4 KiB page costs about 4 µs — 45 ns per
+//! 48-byte record, 1.3–1.7 ms per half ring, time the drain (SCHED_FIFO, so often on
+//! the program's own CPU) took from the program. [`PrefaultPool`] keeps a few
+//! buffers faulted in by a thread at idle priority (`MADV_POPULATE_WRITE`, a loop in
+//! the kernel rather than one exception per page), so a pass costs the copy only.
+//! Transparent huge pages were tried and rejected: their direct compaction made
+//! some passes much slower (measured in docs/ARCHITECTURE.md).
+//!
+//! [`PassBuf`] is a buffer with a fixed reservation in its own anonymous mapping, so
+//! a whole pass is reserved once and records never move while it fills.
+
+use std::marker::PhantomData;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+
+/// Reservations are made in multiples of this.
+const GRANULE: usize = 64 << 10;
+
+/// A buffer of `T`s with a fixed reserved capacity in its own anonymous mapping.
+pub(crate) struct PassBuf<T: Copy> {
+    ptr: NonNull<T>,
+    len: usize,
+    /// Records the reservation holds (0: nothing mapped yet).
+    cap: usize,
+    /// Bytes mapped.
+    mapped: usize,
+    _owns: PhantomData<T>,
+}
+
+// SAFETY: the buffer owns its mapping exclusively, like a Vec<T>.
+unsafe impl<T: Copy + Send> Send for PassBuf<T> {}
+
+impl<T: Copy> Default for PassBuf<T> {
+    fn default() -> Self {
+        PassBuf {
+            ptr: NonNull::dangling(),
+            len: 0,
+            cap: 0,
+            mapped: 0,
+            _owns: PhantomData,
+        }
+    }
+}
+
+impl<T: Copy> PassBuf<T> {
+    /// Makes room for `total` records in all (the records already held included):
+    /// maps a new, larger reservation if needed. Returns false when the address
+    /// space could not be reserved (the caller then has no room).
+    pub(crate) fn reserve_total(&mut self, total: usize) -> bool {
+        if total <= self.cap {
+            return true;
+        }
+        let bytes = (total * std::mem::size_of::<T>()).next_multiple_of(GRANULE);
+        // SAFETY: a fresh private anonymous mapping; no existing memory is touched.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                bytes,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return false;
+        }
+        let new = NonNull::new(p.cast::<T>()).expect("mmap returned null");
+        if self.len > 0 {
+            // SAFETY: both regions hold at least `len` records and do not overlap.
+            unsafe { std::ptr::copy_nonoverlapping(self.ptr.as_ptr(), new.as_ptr(), self.len) };
+        }
+        self.unmap();
+        self.ptr = new;
+        self.cap = bytes / std::mem::size_of::<T>();
+        self.mapped = bytes;
+        true
+    }
+
+    /// Whether `total` records fit without a new reservation.
+    pub(crate) fn has_room(&self, total: usize) -> bool {
+        total <= self.cap
+    }
+
+    /// Appends records; the room must have been reserved.
+    pub(crate) fn extend_from_slice(&mut self, records: &[T]) {
+        assert!(
+            self.len + records.len() <= self.cap,
+            "PassBuf: extend beyond the reservation"
+        );
+        // SAFETY: in bounds of the reservation (checked above); no overlap with a
+        // caller's slice, which cannot point into our unexposed spare room.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                records.as_ptr(),
+                self.ptr.as_ptr().add(self.len),
+                records.len(),
+            )
+        };
+        self.len += records.len();
+    }
+
+    /// Faults the whole reservation in now (`MADV_POPULATE_WRITE`), so that copying
+    /// into it later costs only the copy.
+    fn populate(&mut self) {
+        if self.mapped > 0 {
+            // SAFETY: our own mapping; populating only allocates its pages.
+            unsafe {
+                libc::madvise(
+                    self.ptr.as_ptr().cast(),
+                    self.mapped,
+                    23, /* MADV_POPULATE_WRITE */
+                )
+            };
+        }
+    }
+
+    /// Forgets the records, keeping the memory (its pages stay faulted in).
+    pub(crate) fn clear(&mut self) {
+        self.len = 0;
+    }
+
+    fn unmap(&mut self) {
+        if self.mapped > 0 {
+            // SAFETY: our own mapping, no longer referenced.
+            unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.mapped) };
+            self.mapped = 0;
+            self.cap = 0;
+        }
+    }
+}
+
+impl<T: Copy> std::ops::Deref for PassBuf<T> {
+    type Target = [T];
+    fn deref(&self) -> &[T] {
+        // SAFETY: the first `len` records are initialized; a dangling pointer with
+        // len 0 is a valid empty slice.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl<T: Copy> Drop for PassBuf<T> {
+    fn drop(&mut self) {
+        self.unmap();
+    }
+}
+
+/// Buffers faulted in ahead of need by a thread of their own, so the drain copies
+/// into memory that is ready even when the converter is too far behind to give
+/// buffers back. The thread runs at idle priority: on a machine whose CPUs the
+/// program keeps busy it does nothing and the drain faults its own pages in, as
+/// without it (at normal priority it cost memcached a third of its throughput).
+/// Buffers are sized by the passes the drain asked for lately, so it does not
+/// fault in more than is copied.
+pub(crate) struct PrefaultPool<T: Copy + Send + 'static> {
+    shared: Arc<PoolShared<T>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+struct PoolShared<T: Copy> {
+    ready: Mutex<Vec<PassBuf<T>>>,
+    /// Signalled when a buffer was taken or the wanted size grew.
+    wanted: Condvar,
+    /// Records the last pass needed: new buffers hold a quarter more.
+    hint: AtomicUsize,
+    stop: AtomicBool,
+}
+
+impl<T: Copy + Send + 'static> PrefaultPool<T> {
+    /// Starts the thread that keeps `buffers` buffers faulted in, first sized for
+    /// `records` records; it first runs `setup` (to lower its own priority).
+    pub(crate) fn start(
+        buffers: usize,
+        records: usize,
+        setup: impl FnOnce() + Send + 'static,
+    ) -> std::io::Result<Self> {
+        let shared = Arc::new(PoolShared {
+            ready: Mutex::new(Vec::with_capacity(buffers)),
+            wanted: Condvar::new(),
+            hint: AtomicUsize::new(records),
+            stop: AtomicBool::new(false),
+        });
+        let thread = {
+            let shared = shared.clone();
+            std::thread::Builder::new()
+                .name("ordo-prefault".into())
+                .spawn(move || {
+                    setup();
+                    shared.refill(buffers)
+                })?
+        };
+        Ok(PrefaultPool {
+            shared,
+            thread: Some(thread),
+        })
+    }
+
+    /// A faulted-in buffer with room for `records` records, if one is ready (never
+    /// waits); tells the thread the size passes need now.
+    pub(crate) fn take(&self, records: usize) -> Option<PassBuf<T>> {
+        let old = self.shared.hint.swap(records, Ordering::Relaxed);
+        let mut ready = self.shared.ready.try_lock().ok()?;
+        // The smallest that fits, so big buffers stay for big passes.
+        let found = (0..ready.len())
+            .filter(|&i| ready[i].cap >= records)
+            .min_by_key(|&i| ready[i].cap);
+        let b = found.map(|i| ready.swap_remove(i));
+        drop(ready);
+        if b.is_some() || records > old {
+            self.shared.wanted.notify_one();
+        }
+        b
+    }
+}
+
+impl<T: Copy> PoolShared<T> {
+    /// The thread's body: keeps `buffers` buffers ready, new ones of the size
+    /// passes need now. Smaller ones are kept (smaller passes use them): faulting
+    /// memory in only to unmap it unused cost memcached 8 % of the CPU.
+    fn refill(&self, buffers: usize) {
+        let mut ready = self.ready.lock().unwrap();
+        while !self.stop.load(Ordering::Relaxed) {
+            let want = self.hint.load(Ordering::Relaxed);
+            let fits = ready.iter().any(|b| b.cap >= want);
+            if ready.len() >= buffers || (fits && ready.len() >= buffers / 2) {
+                ready = self.wanted.wait(ready).unwrap();
+                continue;
+            }
+            drop(ready);
+            let mut b = PassBuf::default();
+            let made = b.reserve_total(want + want / 4);
+            if made {
+                b.populate();
+            }
+            ready = self.ready.lock().unwrap();
+            if made {
+                if ready.len() >= buffers {
+                    // Full of smaller ones: the smallest makes room.
+                    let smallest = (0..ready.len()).min_by_key(|&i| ready[i].cap).unwrap();
+                    ready.swap_remove(smallest);
+                }
+                ready.push(b);
+            } else {
+                // No memory: the drain faults its own in, as without a pool.
+                ready = self.wanted.wait(ready).unwrap();
+            }
+        }
+    }
+}
+
+impl<T: Copy + Send + 'static> Drop for PrefaultPool<T> {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::Relaxed);
+        {
+            let _ready = self.shared.ready.lock().unwrap();
+            self.shared.wanted.notify_all();
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grows_without_losing_records_and_clears_keeping_room() {
+        let mut b = PassBuf::<u64>::default();
+        assert!(b.is_empty());
+        assert!(b.reserve_total(3));
+        b.extend_from_slice(&[1, 2, 3]);
+        let cap = b.cap;
+        assert!(cap >= GRANULE / 8);
+        assert!(b.reserve_total(cap + 1));
+        assert!(b.cap > cap);
+        b.extend_from_slice(&vec![7; cap - 2]);
+        assert_eq!(&b[..4], &[1, 2, 3, 7]);
+        assert_eq!(b.len(), cap + 1);
+        b.clear();
+        assert!(b.is_empty());
+        assert!(b.cap > cap, "clear keeps the reservation");
+    }
+
+    #[test]
+    fn the_pool_hands_out_faulted_in_buffers_and_refills() {
+        let pool = PrefaultPool::<u64>::start(2, 1000, || {}).unwrap();
+        let take = |records: usize| {
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            loop {
+                if let Some(b) = pool.take(records) {
+                    return b;
+                }
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "no buffer for {records} records"
+                );
+                std::thread::yield_now();
+            }
+        };
+        let got: Vec<_> = (0..3).map(|_| take(1000)).collect();
+        for b in &got {
+            assert!(b.is_empty() && b.cap >= 1000);
+        }
+        // Asked for more than it had: later buffers hold that many.
+        let big = take(GRANULE);
+        assert!(big.cap >= GRANULE);
+        drop(pool); // joins its thread
+    }
+
+    #[test]
+    #[should_panic(expected = "beyond the reservation")]
+    fn extending_past_the_reservation_is_refused() {
+        let mut b = PassBuf::<u8>::default();
+        b.extend_from_slice(&[1]);
+    }
+}
