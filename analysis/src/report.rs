@@ -355,14 +355,17 @@ fn message(f: &RawFinding, n: &Namer<'_>, rank: Rank) -> String {
         ),
         FindingKind::AfterRelease => format!(
             "thread {}'s whole critical section on {} (at {}) can fall between thread {}'s release of it at {} \
-             and thread {}'s next statement: code that runs after the unlock on what the lock protected \
+             and {}: code that runs after the unlock on what the lock protected \
              (a free, a clearing store, a copy) acts on a changed state",
             t(&ev[1]),
             o(&ev[0]),
             s(&ev[1]),
             t(&ev[0]),
             s(&ev[0]),
-            t(&ev[0])
+            match ev.get(3) {
+                Some(mark) => format!("its arrival at the marked point {}", s(mark)),
+                None => format!("thread {}'s next statement", t(&ev[0])),
+            }
         ),
         FindingKind::Reorder => format!(
             "thread {}'s critical section on {} at {} and thread {}'s at {} can run in the other order",
