@@ -249,7 +249,9 @@ impl<'a> LineParser<'a> {
             return Err(self.error("expected `:` after the thread id"));
         }
         if self.eat("after(") {
+            self.skip_ws();
             let mut e = self.kind_object_occurrence(thread)?;
+            self.skip_ws();
             if !self.eat(")") {
                 return Err(self.error("expected `)` closing `after(`"));
             }
@@ -514,6 +516,8 @@ mod tests {
         assert_ne!(s.orderings[0].before[0], *held);
         assert_eq!(s.orderings[0].before[0].after_point(), *held);
         assert_eq!(s.events().len(), 5);
+        let spaced = Schedule::parse("1:after( mutex_unlock(m)#1 ) -> 2:mutex_lock(m)#2").unwrap();
+        assert_eq!(&spaced.orderings[0].before[0], held);
         let e = err("1:after(write(x)#1) -> 2:mutex_lock(m)#1");
         assert!(e.message.contains("no point after a `write`"), "{e}");
         let e = err("1:after(mutex_unlock(m)#1 -> 2:mutex_lock(m)#1");
