@@ -51,6 +51,11 @@ fn main() {
             // One object, so the `.symver` aliases in lib.rs can name the wrappers.
             "-C",
             "codegen-units=1",
+            // The agent is only ever preloaded (loaded with the program, never by
+            // dlopen), so its thread-locals can live in the static TLS block: one
+            // %fs-relative load instead of a __tls_get_addr call per access.
+            "-Z",
+            "tls-model=initial-exec",
         ])
         .arg("-C")
         .arg(format!(
@@ -61,6 +66,8 @@ fn main() {
         .arg(&library)
         .arg(&source)
         .env_remove("CARGO_ENCODED_RUSTFLAGS")
+        // `-Z tls-model` is unstable; scoped to this one stable-toolchain build.
+        .env("RUSTC_BOOTSTRAP", "1")
         .status()
         .expect("run rustc to build the preloaded agent");
     assert!(

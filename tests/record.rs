@@ -451,6 +451,35 @@ fn rust_std_mutex_contention_shows_as_futex_events(probes: &str) {
     assert!(threads.contains("1") && threads.contains("4"));
 }
 
+/// Where the per-syscall tracepoints cannot be attached, the raw `sys_enter`/
+/// `sys_exit` ones see the same futex calls and thread starts (and say so).
+#[test]
+fn raw_syscall_tracepoints_are_a_working_fallback() {
+    if !have_root("raw_syscall_tracepoints_are_a_working_fallback") {
+        return;
+    }
+    let dir = scratch("rust-raw-syscalls");
+    let program = build_rust_program("record_rust_mutex");
+    let trace = dir.join("t.ordo");
+    let out = Command::new(ordo())
+        .env("ORDO_SYSCALL_PROBES", "raw")
+        .args(["record", "-o", trace.to_str().unwrap(), "--"])
+        .arg(&program)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("per-syscall tracepoints unavailable"),
+        "{stderr}"
+    );
+    let events = dump_json(&trace);
+    let count = |kind: &str| events.iter().filter(|e| e["kind"] == kind).count();
+    assert!(count("futex_wait") > 0 && count("futex_wake") > 0);
+    assert_eq!(count("thread_start"), count("thread_create"));
+    assert!(count("thread_start") >= 3);
+}
+
 fn exit_status_passes_through_and_bad_commands_fail_clearly(probes: &str) {
     if !have_root(&format!(
         "exit_status_passes_through_and_bad_commands_fail_clearly ({probes})"

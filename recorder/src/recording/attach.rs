@@ -9,7 +9,7 @@
 
 use std::num::NonZeroU32;
 use std::os::fd::{AsFd, OwnedFd};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, bail, Context, Result};
 use aya::maps::{Array, MapData, PerCpuArray, RingBuf};
@@ -18,7 +18,7 @@ use aya::programs::perf_event::{
     SamplePolicy,
 };
 use aya::programs::uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeScope};
-use aya::programs::{PerfEvent, RawTracePoint, UProbe};
+use aya::programs::{PerfEvent, RawTracePoint, TracePoint, UProbe};
 use aya::{Ebpf, EbpfLoader};
 use ordo_probe_common::{
     config, ProbeSite, WatchSite, CONFIG_MAP, DROPS_MAP, EVENTS_MAP, EXECS_MAP, MAX_WATCH_SITES,
@@ -42,6 +42,30 @@ struct Sites {
     cookies: Vec<u64>,
 }
 
+/// Mounts tracefs at /sys/kernel/tracing when no tracefs is mounted (a fresh
+/// machine has none; the per-syscall tracepoints are found through it). Without
+/// the privilege to mount it, the caller falls back to raw tracepoints.
+fn ensure_tracefs() {
+    let mounted = [
+        "/sys/kernel/tracing/events",
+        "/sys/kernel/debug/tracing/events",
+    ]
+    .iter()
+    .any(|p| Path::new(p).is_dir());
+    if !mounted {
+        // SAFETY: NUL-terminated strings; mount has no memory effects on us.
+        unsafe {
+            libc::mount(
+                c"tracefs".as_ptr(),
+                c"/sys/kernel/tracing".as_ptr(),
+                c"tracefs".as_ptr(),
+                0,
+                std::ptr::null(),
+            )
+        };
+    }
+}
+
 /// The loaded and attached probes of one recording.
 pub(super) struct Probes {
     ebpf: Ebpf,
@@ -50,6 +74,8 @@ pub(super) struct Probes {
     multi: Vec<OwnedFd>,
     /// Why uprobes were attached one at a time, if they were.
     pub(super) fallback_note: Option<String>,
+    /// Why syscalls are seen through the raw tracepoints, if they are.
+    pub(super) syscall_note: Option<String>,
     /// Execs that are ordo's own: launching, the stopped child execs the program
     /// once recording is on.
     launch_execs: u64,
@@ -74,6 +100,7 @@ impl Probes {
             ebpf,
             multi: Vec::new(),
             fallback_note: None,
+            syscall_note: None,
             launch_execs: if options.attached { 0 } else { 1 },
         };
         let all: Vec<Sites> = sites.0;
@@ -85,11 +112,25 @@ impl Probes {
             ));
             probes.attach_one_by_one(pid_nz, &all)?;
         }
-        for (program, tracepoint) in [
-            ("ordo_sys_enter", "sys_enter"),
-            ("ordo_sys_exit", "sys_exit"),
-            ("ordo_thread_exit", "sched_process_exit"),
-        ] {
+        let raw_syscalls = match probes.attach_syscall_tracepoints() {
+            Ok(()) => false,
+            Err(e) => {
+                probes.syscall_note = Some(format!(
+                    "per-syscall tracepoints unavailable ({e:#}); every syscall of every process runs a BPF program while recording"
+                ));
+                true
+            }
+        };
+        let raw: &[(&str, &str)] = if raw_syscalls {
+            &[
+                ("ordo_sys_enter", "sys_enter"),
+                ("ordo_sys_exit", "sys_exit"),
+                ("ordo_thread_exit", "sched_process_exit"),
+            ]
+        } else {
+            &[("ordo_thread_exit", "sched_process_exit")]
+        };
+        for &(program, tracepoint) in raw {
             let prog: &mut RawTracePoint = probes
                 .ebpf
                 .program_mut(program)
@@ -101,6 +142,53 @@ impl Probes {
         }
         attach_hw_watches(&mut probes.ebpf, options)?;
         Ok(probes)
+    }
+
+    /// Attaches the futex, clone and exec syscalls' own tracepoints
+    /// (`syscalls:sys_{enter,exit}_*`), mounting tracefs first if it is not. On
+    /// error nothing stays attached and the raw `sys_enter`/`sys_exit` tracepoints
+    /// are used instead: they see the same calls but run on every syscall.
+    ///
+    /// `ORDO_SYSCALL_PROBES=raw` forces the fallback (to test it, or to compare).
+    fn attach_syscall_tracepoints(&mut self) -> Result<()> {
+        if std::env::var_os("ORDO_SYSCALL_PROBES").is_some_and(|v| v == "raw") {
+            bail!("ORDO_SYSCALL_PROBES=raw");
+        }
+        ensure_tracefs();
+        let mut links = Vec::new();
+        let result = (|| -> Result<()> {
+            for (program, phase) in [
+                ("ordo_syscall_enter", "enter"),
+                ("ordo_syscall_exit", "exit"),
+            ] {
+                let prog: &mut TracePoint = self
+                    .ebpf
+                    .program_mut(program)
+                    .context(program)?
+                    .try_into()?;
+                prog.load().map_err(|e| load_error(e.into()))?;
+                for call in ["futex", "clone", "clone3", "execve", "execveat"] {
+                    let name = format!("sys_{phase}_{call}");
+                    links.push((
+                        program,
+                        prog.attach("syscalls", &name)
+                            .with_context(|| format!("attach tracepoint syscalls:{name}"))?,
+                    ));
+                }
+            }
+            Ok(())
+        })();
+        if result.is_err() {
+            for (program, link) in links {
+                if let Some(prog) = self.ebpf.program_mut(program) {
+                    let prog: Result<&mut TracePoint, _> = prog.try_into();
+                    if let Ok(prog) = prog {
+                        let _ = prog.detach(link);
+                    }
+                }
+            }
+        }
+        result
     }
 
     fn attach_multi(&mut self, pid: u32, all: &[Sites]) -> Result<()> {

@@ -263,7 +263,10 @@ impl Recording {
         if options.attached {
             state.adopt_existing_threads();
         }
-        let notes = probes.fallback_note.take().into_iter().collect();
+        let notes = [probes.fallback_note.take(), probes.syscall_note.take()]
+            .into_iter()
+            .flatten()
+            .collect();
         // Last: no event is recorded before every probe is attached.
         probes.enable()?;
         state.attach_time = attaching.elapsed();
