@@ -1352,7 +1352,7 @@ impl<'a> Engine<'a> {
         let State::Lock(lock) = &mut self.objects[lock_obj as usize].state else {
             return;
         };
-        if !lock.last_release.is_some_and(|r| r.thread == t) {
+        if lock.last_release.is_none_or(|r| r.thread != t) {
             return;
         }
         match id.kind {
