@@ -48,8 +48,15 @@ pub fn run(args: AnalyzeArgs) -> anyhow::Result<u8> {
     } else {
         ReadMode::Strict
     };
-    let analysis = ordo_analysis::analyze_trace_reading(&args.trace, mode)
-        .map_err(|e| salvage_hint(e, mode))?;
+    let progress = ordo_recorder::progress::Progress::bytes("analyzing");
+    let analysis = ordo_analysis::analyze_trace_progress(&args.trace, mode, &|done, total| {
+        if done >= total {
+            progress.say("analyzing: findings");
+        }
+        progress.set(done, total)
+    })
+    .map_err(|e| salvage_hint(e, mode))?;
+    drop(progress);
     if let Some(cut) = &analysis.stats.cut_short {
         crate::print_error_line(&format!("ordo: warning: {}", escape(cut)));
     }

@@ -9,6 +9,7 @@ use anyhow::Result;
 use clap::Args;
 use ordo_trace::symbolize::Symbolizer;
 use ordo_trace::text::escape;
+use ordo_trace::thread::kernel_tid;
 use ordo_trace::{global_order, read_trace, Event, Kind, ReadMode, ThreadTable};
 use serde_json::{json, Map, Value};
 
@@ -91,7 +92,7 @@ pub fn run(args: DumpArgs) -> Result<u8> {
                 out,
                 "# thread {:<6} tid {:<8} {}",
                 t.logical.to_string(),
-                t.tid,
+                kernel_tid(t.tid),
                 escape(&t.name)
             )?;
         }
@@ -188,7 +189,7 @@ fn event_json(
 ) -> Map<String, Value> {
     let mut m = Map::new();
     m.insert("thread".into(), json!(logical(threads, e.tid)));
-    m.insert("tid".into(), json!(e.tid));
+    m.insert("tid".into(), json!(kernel_tid(e.tid)));
     m.insert("kind".into(), json!(e.kind.name()));
     m.insert("addr".into(), json!(format!("{:#x}", e.addr)));
     if let Some(name) = object {
@@ -230,7 +231,7 @@ fn event_json(
         Kind::ThreadCreate => {
             if let Some(child) = e.child_tid() {
                 m.insert("child".into(), json!(logical(threads, child)));
-                m.insert("child_tid".into(), json!(child));
+                m.insert("child_tid".into(), json!(kernel_tid(child)));
             }
         }
         Kind::ThreadJoin => {

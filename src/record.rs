@@ -145,6 +145,9 @@ pub fn run(args: RecordArgs) -> Result<u8> {
     if args.pid.is_none() && args.command.is_empty() {
         bail!("nothing to record: give a command after `--` (ordo record -- ./prog args) or --pid PID");
     }
+    if args.duration.is_some() && args.pid.is_none() {
+        bail!("--duration works with --pid only: a launched program is recorded until it exits (stop it with Ctrl-C, or launch it under `timeout`)");
+    }
     if args.pid.is_some() && args.probes == Probes::Inproc {
         bail!("--probes inproc: attaching to a running process records with eBPF only (the agent must be loaded at start-up)");
     }

@@ -107,23 +107,39 @@ pub fn analyze_trace(path: &Path) -> Result<Analysis, TraceError> {
 /// the intact chunks of a damaged trace (the reason it stops is in
 /// `stats.cut_short`).
 pub fn analyze_trace_reading(path: &Path, mode: ReadMode) -> Result<Analysis, TraceError> {
+    analyze_trace_progress(path, mode, &|_, _| {})
+}
+
+/// [`analyze_trace_reading`] calling `progress(bytes_read, trace_bytes)` as each
+/// chunk is taken (for a progress bar: a big trace takes a while).
+pub fn analyze_trace_progress(
+    path: &Path,
+    mode: ReadMode,
+    progress: &dyn Fn(u64, u64),
+) -> Result<Analysis, TraceError> {
     let decoding = if std::thread::available_parallelism().is_ok_and(|n| n.get() > 1) {
         Decoding::OwnThread
     } else {
         Decoding::Inline
     };
-    analyze(path, decoding, mode)
+    analyze(path, decoding, mode, progress)
 }
 
 /// [`analyze_trace`] with the decoding placement chosen by the caller (the result
 /// is the same either way).
 pub fn analyze_trace_with(path: &Path, decoding: Decoding) -> Result<Analysis, TraceError> {
-    analyze(path, decoding, ReadMode::Strict)
+    analyze(path, decoding, ReadMode::Strict, &|_, _| {})
 }
 
-fn analyze(path: &Path, decoding: Decoding, mode: ReadMode) -> Result<Analysis, TraceError> {
+fn analyze(
+    path: &Path,
+    decoding: Decoding,
+    mode: ReadMode,
+    progress: &dyn Fn(u64, u64),
+) -> Result<Analysis, TraceError> {
     let started = Instant::now();
     let mut reader = TraceReader::open(path, mode)?;
+    let trace_bytes = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
     let threads = reader.threads.clone();
     let modules = reader.modules.clone();
     let (total_dropped, cut_short) = (
@@ -139,6 +155,7 @@ fn analyze(path: &Path, decoding: Decoding, mode: ReadMode) -> Result<Analysis, 
     let mut merger = merge::Merger::new();
     let mut losses = LossTracker::default();
     let mut take_chunk = |events: &[Event], offset: u64, dropped: u64| {
+        progress(offset, trace_bytes);
         losses.chunk(
             offset,
             dropped,
@@ -190,6 +207,7 @@ fn analyze(path: &Path, decoding: Decoding, mode: ReadMode) -> Result<Analysis, 
             take_chunk(&events, offset, dropped);
         }
     }
+    progress(trace_bytes, trace_bytes);
     merger.finish();
     while let Some(e) = merger.pop() {
         // A thread blocking on a mutex is no synchronization: the lock it then takes is.

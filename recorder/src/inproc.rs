@@ -201,12 +201,15 @@ impl InprocMapping {
 
     /// Copies every published record out of the rings into `pass` (one batch per
     /// ring, in each ring's order) and hands the space back to the agents at once;
-    /// frees the rings of threads in `exited` once they are empty. Only a copy: the
+    /// frees the rings of threads in `exited` once they are empty, if they were seen
+    /// before this pass (`first_seen`, see [`RingReader`]). Only a copy: the
     /// records are expanded, merged and encoded later, off the program's CPU.
     fn copy_rings(
         &self,
         pass: &mut RawPass,
         exited: &HashSet<u32>,
+        first_seen: &mut [(u32, u64)],
+        pass_number: u64,
         pool: Option<&PrefaultPool<Record>>,
     ) {
         let used = (self.header().rings_used.load(Ordering::Acquire) as usize).min(MAX_RINGS);
@@ -241,6 +244,10 @@ impl InprocMapping {
             let ring = self.ring(i);
             let tail = ring.tail.0.load(Ordering::Relaxed);
             let tid = ring.tid.load(Ordering::Relaxed);
+            let seen = &mut first_seen[i];
+            if seen.0 != tid || seen.1 == 0 {
+                *seen = (tid, pass_number);
+            }
             if head > tail {
                 // SAFETY: records in [tail, head) are published and not rewritten
                 // until `tail` moves past them; the ring is RING_RECORDS long.
@@ -265,8 +272,9 @@ impl InprocMapping {
                     // SAFETY: a futex word in the shared mapping.
                     unsafe { futex_wake(ring.waiting.as_ptr()) };
                 }
-            } else if exited.contains(&tid) {
+            } else if exited.contains(&tid) && seen.1 < pass_number {
                 // The thread is gone and everything it published is drained.
+                *seen = (0, 0);
                 ring.tid.store(0, Ordering::Relaxed);
                 ring.state.0.store(RING_FREE, Ordering::Release);
             }
@@ -574,6 +582,10 @@ impl Merger {
                     progress = true;
                     if e.kind == kind::THREAD_CREATE && e.value != 0 {
                         created.insert(e.value as u32);
+                    } else if e.kind == kind::THREAD_EXIT {
+                        // The tid may be handed out again: a later thread with it
+                        // waits for its own creation.
+                        created.remove(&e.tid);
                     }
                     out(e)
                 };
@@ -723,14 +735,37 @@ impl RawPass {
 
 /// The drain's side of the in-process source: copies the rings and remembers which
 /// threads exited, so their rings can be freed.
-#[derive(Default)]
+///
+/// The kernel hands an exited thread's tid out again, so a ring whose tid exited may
+/// belong to a later thread with the same tid. A ring is freed only if its tid's
+/// last thread exited with no thread of that tid started since (both as read from
+/// the eBPF ring buffer by the previous pass), and the ring was already seen in an
+/// earlier pass: a later thread's ring seen then was claimed after that thread
+/// started, whose start the previous pass would have read. Rings of an exited
+/// thread whose tid came back meanwhile wait for that tid's next exit.
 pub(crate) struct RingReader {
-    /// Threads whose exit was seen: their rings are freed once drained.
+    /// Tids whose last thread exited: their rings are freed once drained.
     exited: HashSet<u32>,
-    /// Exits seen in the current pass (effective from the next one).
-    exited_now: Vec<u32>,
+    /// Exits (true) and starts of the current pass, in order (effective from the
+    /// next one).
+    lifecycle_now: Vec<(u32, bool)>,
+    /// Per ring: the tid it was first seen owned by, and the pass (0: not seen).
+    first_seen: Vec<(u32, u64)>,
+    pass: u64,
     /// Memory faulted in ahead for the copies (see `crate::prefault`).
     prefaulted: Option<PrefaultPool<Record>>,
+}
+
+impl Default for RingReader {
+    fn default() -> RingReader {
+        RingReader {
+            exited: HashSet::new(),
+            lifecycle_now: Vec::new(),
+            first_seen: vec![(0, 0); MAX_RINGS],
+            pass: 0,
+            prefaulted: None,
+        }
+    }
 }
 
 impl RingReader {
@@ -747,18 +782,32 @@ impl RingReader {
     /// The eBPF ring buffer is read next, into the same pass
     /// ([`RingReader::kernel_event`]).
     pub(crate) fn copy_rings(&mut self, mapping: &InprocMapping, pass: &mut RawPass) {
-        self.exited.extend(self.exited_now.drain(..));
+        for (tid, exit) in self.lifecycle_now.drain(..) {
+            if exit {
+                self.exited.insert(tid);
+            } else {
+                self.exited.remove(&tid);
+            }
+        }
+        self.pass += 1;
         if mapping.tsc_start.is_some() {
             pass.clock = Some(ClockPoint::now());
         }
-        mapping.copy_rings(pass, &self.exited, self.prefaulted.as_ref());
+        mapping.copy_rings(
+            pass,
+            &self.exited,
+            &mut self.first_seen,
+            self.pass,
+            self.prefaulted.as_ref(),
+        );
         mapping.header().passes.fetch_add(1, Ordering::Release);
     }
 
     /// Adds an event from the eBPF ring buffer to the pass.
     pub(crate) fn kernel_event(&mut self, pass: &mut RawPass, e: RawEvent) {
-        if e.kind == kind::THREAD_EXIT {
-            self.exited_now.push(e.tid);
+        if e.kind == kind::THREAD_EXIT || e.kind == kind::THREAD_START {
+            self.lifecycle_now
+                .push((e.tid, e.kind == kind::THREAD_EXIT));
         }
         pass.kernel.push(e);
     }

@@ -6,6 +6,7 @@
 //! - [`empty`]: empty probes, the baseline for measuring a probe site's cost.
 //! - [`launch`]: starting a program held before `exec` until probes are attached.
 //! - [`recording`]: a recording session ([`Recording`]).
+//! - [`progress`]: progress bars for long silent phases, on a terminal only.
 //! - [`session`]: `ordo record` end to end (launch or attach, signals, stopping).
 //! - [`watch`]: choosing the instructions and addresses of watched variables;
 //!   [`watching`] turns `--watch` options into what a recording attaches.
@@ -15,6 +16,7 @@ pub mod inproc;
 pub mod launch;
 mod prefault;
 pub mod probes;
+pub mod progress;
 pub mod recording;
 pub mod session;
 pub mod watch;
@@ -27,4 +29,5 @@ pub use recording::{
 };
 pub use session::{
     record_attached, record_launched, snapshot_after_exec, ProbeChoice, SessionEnd, SessionOptions,
+    EXIT_WRITE_FAILED,
 };

@@ -95,8 +95,23 @@ pub struct SessionEnd {
     /// The recording's totals.
     pub summary: RecordSummary,
     /// The exit code `ordo record` should return: the program's own (128 + signal
-    /// when killed), 0 when attached.
+    /// when killed), 0 when attached; [`EXIT_WRITE_FAILED`] when the trace could
+    /// not be written whole (the summary says how the program ended).
     pub exit_code: u8,
+}
+
+/// `ordo record`'s exit code when writing the trace failed (sysexits' EX_IOERR).
+pub const EXIT_WRITE_FAILED: u8 = 74;
+
+impl SessionEnd {
+    fn new(summary: RecordSummary, exit_code: u8) -> SessionEnd {
+        let exit_code = if summary.write_error.is_some() {
+            EXIT_WRITE_FAILED
+        } else {
+            exit_code
+        };
+        SessionEnd { summary, exit_code }
+    }
 }
 
 /// Signals received (SIGINT, SIGTERM, SIGHUP), the program to forward them to, and
@@ -230,10 +245,7 @@ pub fn record_launched(
     CHILD.store(0, Ordering::SeqCst);
     let summary = recording.finish(Some(status))?;
     drop(agent);
-    Ok(SessionEnd {
-        summary,
-        exit_code: exit_code(status),
-    })
+    Ok(SessionEnd::new(summary, exit_code(status)))
 }
 
 /// When the program could not be held at its entry point: hands the trace its
@@ -298,10 +310,7 @@ pub fn record_attached(
         std::thread::sleep(Duration::from_millis(20));
     }
     let summary = recording.finish(None)?;
-    Ok(SessionEnd {
-        summary,
-        exit_code: 0,
-    })
+    Ok(SessionEnd::new(summary, 0))
 }
 
 /// Refuses the trace path before anything is launched or attached: an existing

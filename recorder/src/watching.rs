@@ -76,12 +76,29 @@ pub fn plan(
                 .unwrap_or_default(),
             plan.sites.len()
         ));
+        let mut added = 0;
         for planned in plan.sites {
+            // An instruction already probed for an earlier --watch (the same spec
+            // twice, or overlapping ones) is probed once: two probes on it would
+            // record each access twice.
+            if setup
+                .sites
+                .iter()
+                .any(|(m, offset, _)| *m == resolved.module && *offset == planned.file_offset)
+            {
+                continue;
+            }
             let mut site = planned.site;
             site._pad = (planned.access_ip as i64 - site.ip as i64) as i8 as u8;
             setup
                 .sites
                 .push((resolved.module.clone(), planned.file_offset, site));
+            added += 1;
+        }
+        if added == 0 {
+            setup.notes.push(format!(
+                "--watch {text}: its instructions are watched already (each access is recorded once)"
+            ));
         }
     }
     for text in watch_hw {
@@ -95,6 +112,17 @@ pub fn plan(
         let bias = load_bias(&resolved.module).ok_or_else(|| {
             anyhow!("--watch-hw {text}: the runtime address of {} in {} is not known before the program starts (watch variables of the main program, or attach with --pid)", resolved.name, resolved.module.display())
         })?;
+        let addr = resolved.vaddr + bias;
+        if setup
+            .hw
+            .iter()
+            .any(|w| w.addr == addr && w.size == resolved.size as u8)
+        {
+            setup.notes.push(format!(
+                "--watch-hw {text}: watched already (each access is recorded once)"
+            ));
+            continue;
+        }
         setup.notes.push(format!(
             "hardware watchpoint on {}{} ({} bytes, reads and writes)",
             resolved.name,
@@ -102,7 +130,7 @@ pub fn plan(
             resolved.size
         ));
         setup.hw.push(HwWatch {
-            addr: resolved.vaddr + bias,
+            addr,
             size: resolved.size as u8,
             atomic: resolved.atomic,
         });

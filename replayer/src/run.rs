@@ -436,6 +436,12 @@ pub fn replay(options: &ReplayOptions) -> Result<ReplayOutcome> {
                 summary.dropped
             ));
         }
+        if let Some(error) = &summary.write_error {
+            warnings.push(format!(
+                "the recording is incomplete ({error}; {} events not written): the check may be wrong",
+                summary.unwritten
+            ));
+        }
     }
 
     let (exit_code, signal) = match status {

@@ -10,12 +10,14 @@
 //!
 //! Each chunk is self-contained and checksummed, so a trace cut short by a crash
 //! reads back up to its last complete chunk; the footer and trailer only make opening
-//! fast and carry the totals.
+//! fast and carry the totals. A write that fails (a full disk) is rolled back: the
+//! file is cut to the end of the last complete record, so what was written stays a
+//! readable trace without footer, and nothing more is written to it.
 
 use std::collections::HashMap;
 use std::fmt;
 use std::fs::File;
-use std::io::{self, BufReader, BufWriter, Read, Seek, SeekFrom, Write};
+use std::io::{self, BufReader, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 use prost::Message;
@@ -66,8 +68,13 @@ impl std::error::Error for TraceError {}
 
 /// Writes a trace as events arrive.
 pub struct TraceWriter {
-    out: BufWriter<File>,
+    out: File,
+    /// End of the last complete record: everything before it is on the file.
     offset: u64,
+    /// The first write error, after which nothing more is written.
+    failed: Option<io::ErrorKind>,
+    /// One record's frame and payload, written with one `write_all`.
+    buffer: Vec<u8>,
     events: u64,
     threads: HashMap<u32, ThreadRecord>,
     modules: Vec<ModuleRecord>,
@@ -93,8 +100,10 @@ impl TraceWriter {
     ) -> io::Result<TraceWriter> {
         let file = crate::output::Output::create(path, force, inputs)?.commit()?;
         let mut writer = TraceWriter {
-            out: BufWriter::new(file),
+            out: file,
             offset: 0,
+            failed: None,
+            buffer: Vec::new(),
             events: 0,
             threads: HashMap::new(),
             modules: Vec::new(),
@@ -103,23 +112,57 @@ impl TraceWriter {
         writer.offset = MAGIC.len() as u64;
         let mut header = header.clone();
         header.format_version = FORMAT_VERSION;
-        writer.record(TAG_HEADER, &header.encode_to_vec())?;
+        writer.record(TAG_HEADER, &header.encode_to_vec(), &[])?;
         Ok(writer)
     }
 
-    fn record(&mut self, tag: u8, payload: &[u8]) -> io::Result<()> {
-        let mut frame = [0u8; FRAME_LEN as usize];
-        frame[0] = tag;
-        frame[1..5].copy_from_slice(&(payload.len() as u32).to_le_bytes());
-        frame[5..9].copy_from_slice(&crc32fast::hash(payload).to_le_bytes());
-        self.out.write_all(&frame)?;
-        self.out.write_all(payload)?;
-        self.offset += FRAME_LEN + payload.len() as u64;
-        Ok(())
+    /// Writes one framed record, followed by `tail` (the trailer), whole or not at
+    /// all: on an error the file is cut back to where the record started.
+    fn record(&mut self, tag: u8, payload: &[u8], tail: &[u8]) -> io::Result<()> {
+        if let Some(kind) = self.failed {
+            return Err(io::Error::new(
+                kind,
+                "an earlier write to the trace failed: nothing more is written",
+            ));
+        }
+        let mut buffer = std::mem::take(&mut self.buffer);
+        buffer.clear();
+        buffer.push(tag);
+        buffer.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+        buffer.extend_from_slice(&crc32fast::hash(payload).to_le_bytes());
+        buffer.extend_from_slice(payload);
+        buffer.extend_from_slice(tail);
+        let written = self.out.write_all(&buffer);
+        let len = buffer.len() as u64;
+        self.buffer = buffer;
+        match written {
+            Ok(()) => {
+                self.offset += len;
+                Ok(())
+            }
+            Err(e) => {
+                self.roll_back(e.kind());
+                Err(e)
+            }
+        }
     }
 
-    /// Appends a chunk and flushes it to the file, so a crash loses at most the
-    /// events not yet written.
+    /// After a failed write: cuts the file to the last complete record (which also
+    /// frees the space a partial record took) and stops writing.
+    fn roll_back(&mut self, kind: io::ErrorKind) {
+        self.failed = Some(kind);
+        let _ = self.out.set_len(self.offset);
+        let _ = self.out.seek(SeekFrom::Start(self.offset));
+    }
+
+    /// Whether a write failed (the file holds what came before it).
+    pub fn failed(&self) -> bool {
+        self.failed.is_some()
+    }
+
+    /// Appends a chunk to the file, so a crash loses at most the events not yet
+    /// written. On an error (a full disk) the file keeps every chunk before this
+    /// one, and later calls fail at once.
     pub fn write_chunk(
         &mut self,
         events: &[Event],
@@ -134,8 +177,7 @@ impl TraceWriter {
             dropped_so_far,
         };
         let packed = zstd::bulk::compress(&chunk.encode_to_vec(), 1)?;
-        self.record(TAG_CHUNK, &packed)?;
-        self.out.flush()?;
+        self.record(TAG_CHUNK, &packed, &[])?;
         self.events += events.len() as u64;
         for t in threads {
             self.threads.insert(t.tid, t.clone());
@@ -155,6 +197,7 @@ impl TraceWriter {
     }
 
     /// Writes the footer (with the final thread and module tables) and the trailer.
+    /// On an error the file keeps its chunks (a trace without footer).
     pub fn finish(mut self, mut footer: Footer) -> io::Result<u64> {
         footer.events = self.events;
         let mut threads: Vec<_> = self.threads.values().cloned().collect();
@@ -162,12 +205,17 @@ impl TraceWriter {
         footer.threads = threads;
         footer.modules = std::mem::take(&mut self.modules);
         let footer_offset = self.offset;
-        self.record(TAG_FOOTER, &footer.encode_to_vec())?;
-        self.out.write_all(&footer_offset.to_le_bytes())?;
-        self.out.write_all(TRAILER_MAGIC)?;
-        self.offset += 16;
-        self.out.flush()?;
-        self.out.get_ref().sync_all()?;
+        let mut trailer = [0u8; 16];
+        trailer[..8].copy_from_slice(&footer_offset.to_le_bytes());
+        trailer[8..].copy_from_slice(TRAILER_MAGIC);
+        self.record(TAG_FOOTER, &footer.encode_to_vec(), &trailer)?;
+        if let Err(e) = self.out.sync_all() {
+            // Delayed allocation can report a full disk only here: keep the chunks,
+            // which a reader takes without the footer.
+            self.offset = footer_offset;
+            self.roll_back(e.kind());
+            return Err(e);
+        }
         Ok(self.offset)
     }
 }

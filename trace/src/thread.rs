@@ -9,6 +9,18 @@ use std::collections::HashMap;
 use std::fmt;
 use std::str::FromStr;
 
+/// Bits of a thread key that hold the kernel tid. A trace names threads by key (its
+/// `tid` column, thread records, a creation's child): the kernel tid for the first
+/// thread with that tid, `n << TID_BITS | tid` for the n-th later thread the kernel
+/// gave the same tid (Linux never hands out tids at or above `PID_MAX_LIMIT`, 2^22
+/// on 64-bit). Two threads never share a key.
+pub const TID_BITS: u32 = 22;
+
+/// The kernel tid of a thread key (see [`TID_BITS`]).
+pub fn kernel_tid(key: u32) -> u32 {
+    key & ((1 << TID_BITS) - 1)
+}
+
 /// A thread's position in the creation tree. The main thread is the empty path.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct LogicalId(pub Vec<u32>);

@@ -362,6 +362,10 @@ pub mod sysno {
     pub const EXECVE: u64 = 59;
     /// execveat(2).
     pub const EXECVEAT: u64 = 322;
+    /// fork(2).
+    pub const FORK: u64 = 57;
+    /// vfork(2).
+    pub const VFORK: u64 = 58;
 }
 
 /// `CLONE_THREAD` from `<linux/sched.h>`.
@@ -373,6 +377,9 @@ pub const EVENTS_MAP: &str = "EVENTS";
 pub const DROPS_MAP: &str = "DROPS";
 /// Name of the per-CPU map counting the target's successful execs.
 pub const EXECS_MAP: &str = "EXECS";
+/// Name of the per-CPU map counting the child processes the target started (fork,
+/// vfork, a clone without `CLONE_THREAD`: not followed).
+pub const FORKS_MAP: &str = "FORKS";
 /// Name of the configuration array map.
 pub const CONFIG_MAP: &str = "CONFIG";
 

@@ -60,6 +60,10 @@ mod programs {
     #[map(name = "EXECS")]
     static EXECS: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
 
+    /// Child processes the target started, per CPU (not followed: the summary says so).
+    #[map(name = "FORKS")]
+    static FORKS: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
+
     /// Settings written by user space (see `ordo_probe_common::config`).
     #[map(name = "CONFIG")]
     static CONFIG: Array<u64> = Array::with_max_entries(config::LEN, 0);
@@ -779,7 +783,12 @@ mod programs {
                     Some(pending) => unsafe { (*pending).value = ret as u64 },
                     None => emit(kind::THREAD_CREATE, 0, 0, 0, 0, 0, 0, ret as u64),
                 }
+            } else if ret > 0 {
+                // A clone without CLONE_THREAD: a child process (fork, posix_spawn).
+                count_fork();
             }
+        } else if (id == sysno::FORK || id == sysno::VFORK) && ret > 0 {
+            count_fork();
         }
     }
 
@@ -848,6 +857,15 @@ mod programs {
         let ret = unsafe { ctx.read_at::<i64>(16) }.unwrap_or(0);
         on_sys_exit(tid, id, ret);
         0
+    }
+
+    /// Counts a child process the target started.
+    #[inline(always)]
+    fn count_fork() {
+        if let Some(counter) = FORKS.get_ptr_mut(0) {
+            // SAFETY: per-CPU slot, only this CPU writes it while the program runs.
+            unsafe { *counter += 1 };
+        }
     }
 
     #[raw_tracepoint(tracepoint = "sched_process_exit")]

@@ -21,8 +21,8 @@ use aya::programs::uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeScope
 use aya::programs::{PerfEvent, RawTracePoint, TracePoint, UProbe};
 use aya::{Ebpf, EbpfLoader};
 use ordo_probe_common::{
-    config, ProbeSite, WatchSite, CONFIG_MAP, DROPS_MAP, EVENTS_MAP, EXECS_MAP, MAX_WATCH_SITES,
-    PROBE_SITES_MAP, WATCH_SITES_MAP,
+    config, ProbeSite, WatchSite, CONFIG_MAP, DROPS_MAP, EVENTS_MAP, EXECS_MAP, FORKS_MAP,
+    MAX_WATCH_SITES, PROBE_SITES_MAP, WATCH_SITES_MAP,
 };
 
 use super::multi_uprobe::{self, MultiUprobePrograms};
@@ -167,7 +167,10 @@ impl Probes {
                     .context(program)?
                     .try_into()?;
                 prog.load().map_err(|e| load_error(e.into()))?;
-                for call in ["futex", "clone", "clone3", "execve", "execveat"] {
+                // fork and vfork: only counted (child processes are not followed).
+                for call in [
+                    "futex", "clone", "clone3", "execve", "execveat", "fork", "vfork",
+                ] {
                     let name = format!("sys_{phase}_{call}");
                     links.push((
                         program,
@@ -279,6 +282,24 @@ impl Probes {
     pub(super) fn execs(&self) -> u64 {
         self.per_cpu_total(EXECS_MAP)
             .saturating_sub(self.launch_execs)
+    }
+
+    /// Child processes the program started so far (fork, vfork, posix_spawn).
+    pub(super) fn forks(&self) -> u64 {
+        self.per_cpu_total(FORKS_MAP)
+    }
+
+    /// The summary's line about child processes, if the program started any:
+    /// `also_seen` is what the in-process agent counted (forks that ran the
+    /// `pthread_atfork` handlers), in case the kernel saw fewer.
+    pub(super) fn fork_note(&self, also_seen: u64) -> Option<String> {
+        let n = self.forks().max(also_seen);
+        (n > 0).then(|| {
+            format!(
+                "warning: {n} forked child process{} not followed: ordo records the launched (or attached) process only; record a child's program on its own",
+                if n == 1 { "" } else { "es" }
+            )
+        })
     }
 
     /// The sum over CPUs of a per-CPU counter map's only slot.

@@ -27,6 +27,7 @@ use aya::maps::{MapData, RingBuf};
 use ordo_probe_common::{kind, via, RawEvent};
 use ordo_trace::schema::{Footer, ModuleRecord, ThreadRecord};
 use ordo_trace::symbolize::modules_of_process;
+use ordo_trace::thread::TID_BITS;
 use ordo_trace::{Event, Kind, LogicalIdAssigner, TraceWriter};
 use tokio::io::unix::AsyncFd;
 use tokio::sync::{mpsc, oneshot};
@@ -64,6 +65,87 @@ impl Hasher for TidHasher {
 }
 
 type TidSet = HashSet<u32, BuildHasherDefault<TidHasher>>;
+
+/// The highest incarnation number a thread key can hold (in its upper 10 bits).
+const MAX_INCARNATION: u32 = (1 << (32 - TID_BITS)) - 1;
+
+/// Thread keys: what the trace's `tid` column holds (see `ordo_trace::thread::TID_BITS`).
+/// The kernel reuses the tid of an exited thread for a later one (at once with a
+/// low `pid_max`, eventually with any), and two threads must never share an
+/// identity in the trace. A thread's key is its tid for the first thread with that
+/// tid, and `incarnation << TID_BITS | tid` for the n-th later one: a `thread_start`
+/// for a tid whose `thread_exit` was taken starts a new incarnation. Each thread's
+/// events come in its program order, and a tid is handed out again only after its
+/// previous thread's exit, so the exit is always taken before the new thread's
+/// start. The creation naming a child can come before the child's start or after
+/// it (even after its exit: pthread_create's return is recorded when it returns),
+/// so it goes to the oldest started thread of that tid whose creation was not taken
+/// yet, and only when there is none does it start a new incarnation itself.
+#[derive(Default)]
+struct ThreadKeys {
+    /// Keys of tids that were reused (the others are their tid).
+    reused: HashMap<u32, u32>,
+    /// Tids whose last thread exited.
+    exited: TidSet,
+    /// Per tid: keys of started threads whose creation was not taken yet.
+    uncreated: HashMap<u32, std::collections::VecDeque<u32>>,
+    /// Tids whose last key came from a creation, before the thread's start.
+    created_first: TidSet,
+    /// Reuses beyond [`MAX_INCARNATION`] (merged with the last incarnation).
+    overflow: u64,
+}
+
+impl ThreadKeys {
+    /// The key of the live thread with `tid`.
+    fn key(&self, tid: u32) -> u32 {
+        self.reused.get(&tid).copied().unwrap_or(tid)
+    }
+
+    /// The key of a new thread with `tid`: a new one if the tid's last thread exited.
+    fn next(&mut self, tid: u32) -> u32 {
+        let key = self.key(tid);
+        if !self.exited.remove(&tid) {
+            return key;
+        }
+        let incarnation = (key >> TID_BITS) + 1;
+        if incarnation > MAX_INCARNATION || tid >> TID_BITS != 0 {
+            self.overflow += 1;
+            return key;
+        }
+        let key = incarnation << TID_BITS | tid;
+        self.reused.insert(tid, key);
+        key
+    }
+
+    /// The key of a thread that starts with `tid`.
+    fn started(&mut self, tid: u32) -> u32 {
+        if self.created_first.remove(&tid) {
+            return self.key(tid);
+        }
+        let key = self.next(tid);
+        self.uncreated.entry(tid).or_default().push_back(key);
+        key
+    }
+
+    /// The key of the child `tid` a creation names.
+    fn created(&mut self, tid: u32) -> u32 {
+        if let Some(waiting) = self.uncreated.get_mut(&tid) {
+            if let Some(key) = waiting.pop_front() {
+                if waiting.is_empty() {
+                    self.uncreated.remove(&tid);
+                }
+                return key;
+            }
+        }
+        let key = self.next(tid);
+        self.created_first.insert(tid);
+        key
+    }
+
+    fn exited(&mut self, tid: u32) {
+        self.exited.insert(tid);
+    }
+}
 
 /// Address ranges of the modules already described in the trace, for the one
 /// question asked per event: is this site in a known module?
@@ -120,13 +202,29 @@ struct Chunk {
 }
 
 /// The writer thread: encodes and compresses chunks into the trace file.
+///
+/// The first write error (a full disk) ends the writing, not the recording: it is
+/// said at once on stderr (one line naming the file), the file keeps every chunk
+/// before it (see `TraceWriter`), and later chunks are only counted, so the drain
+/// keeps emptying the rings and the program runs on unhindered.
 struct ChunkWriter {
+    /// Set at the first write error.
+    failed: std::sync::Arc<std::sync::atomic::AtomicBool>,
     chunks: SyncSender<Chunk>,
     /// Emptied event buffers coming back for reuse.
     spare: Receiver<Vec<Event>>,
-    thread: JoinHandle<Result<TraceWriter>>,
+    thread: JoinHandle<WriterEnd>,
     /// The writer thread's kernel tid (for changing its priority).
     tid: i32,
+}
+
+/// What the writer thread ends with.
+struct WriterEnd {
+    writer: TraceWriter,
+    /// The first write error, in words (naming the file).
+    error: Option<String>,
+    /// Events received after it and not written.
+    unwritten: u64,
 }
 
 impl ChunkWriter {
@@ -134,24 +232,48 @@ impl ChunkWriter {
         let (chunks, incoming) = sync_channel::<Chunk>(CHUNKS_IN_FLIGHT);
         let (give_back, spare) = sync_channel(CHUNKS_IN_FLIGHT + 1);
         let (tell_tid, tid) = sync_channel(1);
+        let failed = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let failed_here = failed.clone();
         let thread = std::thread::Builder::new()
             .name("ordo-writer".into())
-            .spawn(move || -> Result<TraceWriter> {
+            .spawn(move || -> WriterEnd {
                 // SAFETY: gettid has no preconditions.
                 let _ = tell_tid.send(unsafe { libc::gettid() });
+                let mut error = None;
+                let mut unwritten = 0;
                 for mut chunk in incoming {
-                    writer
-                        .write_chunk(&chunk.events, &chunk.threads, &chunk.modules, chunk.dropped)
-                        .with_context(|| format!("write {}", output.display()))?;
+                    if error.is_none() {
+                        if let Err(e) = writer.write_chunk(
+                            &chunk.events,
+                            &chunk.threads,
+                            &chunk.modules,
+                            chunk.dropped,
+                        ) {
+                            let message = write_error(&output, &e, writer.bytes_written());
+                            say_now(&format!(
+                                "ordo: error: {message}; recording goes on without writing (the program keeps running)"
+                            ));
+                            error = Some(message);
+                            failed_here.store(true, std::sync::atomic::Ordering::Relaxed);
+                        }
+                    }
+                    if error.is_some() {
+                        unwritten += chunk.events.len() as u64;
+                    }
                     chunk.events.clear();
                     let _ = give_back.try_send(chunk.events);
                 }
-                Ok(writer)
+                WriterEnd {
+                    writer,
+                    error,
+                    unwritten,
+                }
             })?;
         let tid = tid
             .recv()
             .map_err(|_| anyhow!("the trace writer thread did not start"))?;
         Ok(ChunkWriter {
+            failed,
             chunks,
             spare,
             thread,
@@ -159,7 +281,7 @@ impl ChunkWriter {
         })
     }
 
-    /// Queues a chunk; an error means the writer failed (its error comes at finish).
+    /// Queues a chunk; false means the writer thread is gone (it panicked).
     fn send(&self, chunk: Chunk) -> bool {
         self.chunks.send(chunk).is_ok()
     }
@@ -170,12 +292,28 @@ impl ChunkWriter {
             .unwrap_or_else(|_| Vec::with_capacity(CHUNK_EVENTS))
     }
 
-    fn finish(self) -> Result<TraceWriter> {
+    fn finish(self) -> Result<WriterEnd> {
         drop(self.chunks);
         self.thread
             .join()
-            .map_err(|_| anyhow!("the trace writer thread panicked"))?
+            .map_err(|_| anyhow!("the trace writer thread panicked"))
     }
+}
+
+/// A failed write to the trace `output`, in words: the file, the error, and what
+/// the file still holds.
+fn write_error(output: &std::path::Path, e: &std::io::Error, kept: u64) -> String {
+    format!(
+        "writing {}: {e}: the trace keeps its first {kept} bytes, readable with `ordo analyze --salvage`",
+        output.display()
+    )
+}
+
+/// Writes a line to stderr now, ignoring errors (a closed stderr must not stop a
+/// recording).
+fn say_now(line: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr().lock(), "{line}");
 }
 
 /// Everything the drain keeps between chunks: turns raw records into trace events
@@ -183,8 +321,12 @@ impl ChunkWriter {
 pub(crate) struct DrainState {
     pub(crate) pid: u32,
     writer: Option<ChunkWriter>,
-    output: PathBuf,
+    /// The trace file.
+    pub(crate) output: PathBuf,
     pending: Vec<Event>,
+    /// Thread keys (distinct for threads that had the same tid).
+    keys: ThreadKeys,
+    /// Logical ids and names by thread key.
     ids: LogicalIdAssigner,
     names: HashMap<u32, String>,
     seen: TidSet,
@@ -200,6 +342,8 @@ pub(crate) struct DrainState {
     traps: TrapDecoder,
     /// Traps whose instruction could not be found (recorded as writes).
     unclassified_traps: u64,
+    /// Events skipped after a write error (see [`DrainState::skip`]).
+    skipped: u64,
     started: Instant,
     /// How long attaching took (reported in the summary).
     pub(crate) attach_time: Duration,
@@ -216,6 +360,7 @@ impl DrainState {
             pending: writer.empty_buffer(),
             writer: Some(writer),
             output,
+            keys: ThreadKeys::default(),
             ids: LogicalIdAssigner::new(pid),
             names: HashMap::new(),
             seen,
@@ -229,6 +374,7 @@ impl DrainState {
             unknown_kinds: 0,
             traps: TrapDecoder::default(),
             unclassified_traps: 0,
+            skipped: 0,
             started: Instant::now(),
             attach_time: Duration::ZERO,
         })
@@ -268,6 +414,11 @@ impl DrainState {
         if let Some(n) = self.by_kind.get_mut(raw_kind as usize) {
             *n += 1;
         }
+        event.tid = if raw.kind == kind::THREAD_START {
+            self.keys.started(raw.tid)
+        } else {
+            self.keys.key(raw.tid)
+        };
         if event.tid != self.last_tid {
             self.last_tid = event.tid;
             self.seen.insert(event.tid);
@@ -275,6 +426,8 @@ impl DrainState {
         match raw.kind {
             kind::THREAD_CREATE => {
                 if let Some(child) = event.child_tid() {
+                    let child = self.keys.created(child);
+                    event.value = child as u64;
                     self.ids.created(event.tid, child);
                     self.seen.insert(child);
                 }
@@ -284,6 +437,9 @@ impl DrainState {
                 if !name.is_empty() {
                     self.names.insert(event.tid, name);
                 }
+                if raw.kind == kind::THREAD_EXIT {
+                    self.keys.exited(raw.tid);
+                }
             }
             _ => {}
         }
@@ -291,6 +447,19 @@ impl DrainState {
             self.scan_modules();
         }
         self.pending.push(event);
+    }
+
+    /// Whether writing the trace failed: what is taken from now on is only counted.
+    pub(crate) fn write_failed(&self) -> bool {
+        self.writer
+            .as_ref()
+            .is_some_and(|w| w.failed.load(std::sync::atomic::Ordering::Relaxed))
+    }
+
+    /// Counts `n` events that were recorded but, writing having failed, are not
+    /// even converted.
+    pub(crate) fn skip(&mut self, n: u64) {
+        self.skipped += n;
     }
 
     /// The kernel tid of the thread that encodes and writes the chunks.
@@ -413,7 +582,6 @@ impl DrainState {
             dropped,
         });
         if !sent {
-            // The writer stopped on an error: finishing it returns that error.
             self.writer.take().expect("not finished").finish()?;
             return Err(anyhow!("the trace writer stopped"));
         }
@@ -434,7 +602,11 @@ impl DrainState {
             self.scan_modules();
         }
         self.flush(dropped, true)?;
-        let writer = self.writer.take().expect("finished once").finish()?;
+        let WriterEnd {
+            writer,
+            mut error,
+            unwritten,
+        } = self.writer.take().expect("finished once").finish()?;
         let footer = Footer {
             dropped,
             end_monotonic_ns: monotonic_ns(),
@@ -444,9 +616,18 @@ impl DrainState {
             ..Default::default()
         };
         let events = writer.events_written();
-        let bytes = writer
-            .finish(footer)
-            .with_context(|| format!("finish {}", self.output.display()))?;
+        let kept = writer.bytes_written();
+        // After a failed write the trace stays without footer: it ends where its
+        // intact chunks end, as if the recording had been cut short there.
+        let bytes = match error {
+            Some(_) => kept,
+            None => writer.finish(footer).unwrap_or_else(|e| {
+                let message = write_error(&self.output, &e, kept);
+                say_now(&format!("ordo: error: {message}"));
+                error = Some(message);
+                kept
+            }),
+        };
         let by_kind: BTreeMap<&'static str, u64> = self
             .by_kind
             .iter()
@@ -464,14 +645,19 @@ impl DrainState {
             duration: self.started.elapsed(),
             exit,
             attach_time: self.attach_time,
-            notes: if self.unclassified_traps > 0 {
-                vec![format!(
+            write_error: error,
+            unwritten: unwritten + self.skipped,
+            notes: (self.unclassified_traps > 0)
+                .then(|| format!(
                     "{} hardware watchpoint hits had no decodable instruction before them (recorded as writes)",
                     self.unclassified_traps
-                )]
-            } else {
-                Vec::new()
-            },
+                ))
+                .into_iter()
+                .chain((self.keys.overflow > 0).then(|| format!(
+                    "{} threads reused a tid more than {MAX_INCARNATION} times and were merged with the thread before them",
+                    self.keys.overflow
+                )))
+                .collect(),
         })
     }
 }
@@ -551,6 +737,7 @@ pub(super) async fn drain(
     let mut summary = state.finish(dropped, exit);
     if let Ok(summary) = &mut summary {
         summary.notes.extend(probes.exec_note(false));
+        summary.notes.extend(probes.fork_note(0));
     }
     let handoff = super::detach::hand_off();
     drop(probes);
@@ -619,6 +806,30 @@ mod tests {
             ordo_trace::read_trace(&output, ordo_trace::ReadMode::Strict).unwrap();
         assert_eq!(events.len(), 7);
         assert_eq!(reader.footer.unwrap().unknown_kinds, 1);
+    }
+
+    #[test]
+    fn a_reused_tid_gets_a_new_key_whichever_comes_first() {
+        let mut keys = ThreadKeys::default();
+        let second = 1 << TID_BITS | 7;
+        // Creation after the child's start and exit (a short thread), then the
+        // tid again, created before it starts.
+        assert_eq!(keys.started(7), 7);
+        keys.exited(7);
+        assert_eq!(keys.created(7), 7);
+        assert_eq!(keys.created(7), second);
+        assert_eq!(keys.started(7), second);
+        assert_eq!(keys.key(7), second);
+        keys.exited(7);
+        // Two later threads with it start before either creation is taken: the
+        // creations go to them in order.
+        let third = 2 << TID_BITS | 7;
+        assert_eq!(keys.started(7), third);
+        keys.exited(7);
+        assert_eq!(keys.started(7), 3 << TID_BITS | 7);
+        assert_eq!(keys.created(7), third);
+        assert_eq!(keys.created(7), 3 << TID_BITS | 7);
+        assert_eq!(ordo_trace::thread::kernel_tid(third), 7);
     }
 
     #[test]

@@ -19,10 +19,12 @@
 //! its share of the CPU, as before), past [`BACKLOG_FULL`] the drain stops copying
 //! (still counting passes, so the agents wait for room rather than drop events).
 //! Events not converted yet are lost if the recorder itself is SIGKILLed; what was
-//! written stays readable.
+//! written stays readable. Nor does it defer when the trace's file system is nearly
+//! full ([`LOW_SPACE`]): a write that fails there must fail, and be said, while the
+//! program runs, not when it ends (`watch_free_space`).
 
 use std::process::ExitStatus;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -55,6 +57,11 @@ const BACKLOG_NORMAL: usize = 1 << 30;
 /// up (the agents wait for room meanwhile).
 const BACKLOG_FULL: usize = 2 << 30;
 
+/// Free space on the trace's file system below which the converter stops yielding.
+const LOW_SPACE: u64 = 64 << 20;
+/// How often the free space is checked.
+const SPACE_CHECK: Duration = Duration::from_millis(200);
+
 /// What the drain hands the converter.
 enum ToConverter {
     Pass(RawPass),
@@ -68,14 +75,52 @@ enum ToConverter {
 /// State shared by the drain and the converter.
 #[derive(Default)]
 struct Shared {
-    /// Bytes of events copied and not converted yet.
-    backlog: AtomicUsize,
+    /// Bytes of events copied and not converted yet (also read by
+    /// `Recording::finish` for its progress bar).
+    backlog: Arc<AtomicUsize>,
     /// The program ended: convert the rest at normal priority.
     finishing: AtomicBool,
+    /// The trace's file system is nearly full: convert at normal priority.
+    low_space: AtomicBool,
+    /// The converter's and the writer's kernel tids (0 until known, -1 none).
+    converter_tid: AtomicI32,
+    writer_tid: AtomicI32,
+}
+
+/// Checks the free space on `output`'s file system every [`SPACE_CHECK`] until
+/// `stop` ends; below [`LOW_SPACE`] it moves the converter and the writer to normal
+/// priority at once (they may be starved at idle priority and would not notice).
+fn watch_free_space(output: &std::path::Path, shared: &Shared, stop: &Receiver<()>) {
+    let dir = match output.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => std::path::Path::new("."),
+    };
+    let Ok(dir) = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()) else {
+        return;
+    };
+    while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = stop.recv_timeout(SPACE_CHECK) {
+        // SAFETY: statvfs fills the zeroed struct; the path is NUL-terminated.
+        let free = unsafe {
+            let mut st: libc::statvfs = std::mem::zeroed();
+            (libc::statvfs(dir.as_ptr(), &mut st) == 0).then(|| st.f_bavail * st.f_frsize)
+        };
+        if free.is_some_and(|free| free < LOW_SPACE)
+            && !shared.low_space.swap(true, Ordering::Relaxed)
+        {
+            // 0: the converter has not started; it checks `low_space` when it does.
+            for tid in [&shared.converter_tid, &shared.writer_tid] {
+                let tid = tid.load(Ordering::Relaxed);
+                if tid > 0 {
+                    set_idle(tid, false);
+                }
+            }
+            return;
+        }
+    }
 }
 
 /// Sets a thread's policy: SCHED_IDLE (runs only on a CPU nothing else wants) or
-/// SCHED_OTHER. `tid` 0 is the calling thread.
+/// SCHED_OTHER. `tid` 0 is the calling thread, negative none.
 fn set_idle(tid: i32, idle: bool) {
     if tid < 0 {
         return;
@@ -152,12 +197,17 @@ pub(super) fn drain(
     mut stop: oneshot::Receiver<Option<ExitStatus>>,
     mut snapshots: mpsc::UnboundedReceiver<Vec<ModuleRecord>>,
     mapping: Arc<InprocMapping>,
+    backlog: Arc<AtomicUsize>,
 ) -> Result<RecordSummary> {
     raise_priority();
     let pid = state.pid;
-    let shared = Arc::new(Shared::default());
+    let shared = Arc::new(Shared {
+        backlog,
+        ..Shared::default()
+    });
     let (to_converter, passes) = channel();
     let (give_back, spare) = channel();
+    let output = state.output.clone();
     let converter = {
         let shared = shared.clone();
         std::thread::Builder::new()
@@ -166,6 +216,13 @@ pub(super) fn drain(
                 let mapping = mapping.clone();
                 move || convert(state, passes, give_back, &shared, &mapping)
             })?
+    };
+    let (stop_space_watch, space_watch_stop) = channel::<()>();
+    let space_watch = {
+        let shared = shared.clone();
+        std::thread::Builder::new()
+            .name("ordo-space".into())
+            .spawn(move || watch_free_space(&output, &shared, &space_watch_stop))?
     };
     let mut sources = Sources {
         reader: RingReader::with_pool(
@@ -251,6 +308,8 @@ pub(super) fn drain(
         run_pass(&mut pass, &mut sources, &probes, false)?;
     };
     shared.finishing.store(true, Ordering::Relaxed);
+    drop(stop_space_watch);
+    let _ = space_watch.join();
     while let Ok(snapshot) = snapshots.try_recv() {
         sources.modules.add(&snapshot, &mut pass);
     }
@@ -274,12 +333,14 @@ pub(super) fn drain(
     // SAFETY: malloc_trim only returns free memory to the kernel.
     unsafe { libc::malloc_trim(0) };
     let exec_note = probes.exec_note(true);
+    let fork_note = probes.fork_note(mapping.forks());
     let handoff = super::detach::hand_off();
     drop(probes);
     drop(handoff);
     if let Ok(summary) = &mut summary {
         summary.notes.extend(notes(&mapping));
         summary.notes.extend(exec_note);
+        summary.notes.extend(fork_note);
     }
     summary
 }
@@ -301,6 +362,16 @@ fn convert(
     let mut idle = true;
     set_idle(0, true);
     set_idle(writer, true);
+    // SAFETY: gettid has no preconditions.
+    shared
+        .converter_tid
+        .store(unsafe { libc::gettid() }, Ordering::Relaxed);
+    shared.writer_tid.store(writer, Ordering::Relaxed);
+    if shared.low_space.load(Ordering::Relaxed) {
+        idle = false;
+        set_idle(0, false);
+        set_idle(writer, false);
+    }
     let mut merger = Merger::for_mapping(mapping);
     merger.created.insert(state.pid);
     let mut last_flush = Instant::now();
@@ -324,6 +395,7 @@ fn convert(
             .fetch_sub(pass.bytes(), Ordering::Relaxed)
             .saturating_sub(pass.bytes());
         let want_idle = !shared.finishing.load(Ordering::Relaxed)
+            && !shared.low_space.load(Ordering::Relaxed)
             && backlog
                 < if idle {
                     BACKLOG_NORMAL
@@ -337,6 +409,13 @@ fn convert(
         }
         if failed.is_some() {
             // Keep receiving (the drain must not block on us) until Finish.
+            continue;
+        }
+        if state.write_failed() {
+            // Nothing more reaches the trace: count the records instead of
+            // converting them (at normal priority, with the space running out).
+            state.skip((pass.records.len() + pass.kernel.len()) as u64);
+            let _ = give_back.send(pass);
             continue;
         }
         for snapshot in &pass.modules {
@@ -371,13 +450,6 @@ fn notes(mapping: &InprocMapping) -> Vec<String> {
     let mut notes = Vec::new();
     if !mapping.attached() {
         notes.push("the in-process agent never started in the program: its pthread calls were not recorded (run with --probes ebpf)".to_string());
-    }
-    let forks = mapping.forks();
-    if forks > 0 {
-        notes.push(format!(
-            "{forks} forked child process{} not followed",
-            if forks == 1 { "" } else { "es" }
-        ));
     }
     let unsequenced = mapping.unsequenced();
     if unsequenced > 0 {

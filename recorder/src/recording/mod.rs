@@ -14,6 +14,8 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitStatus;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
@@ -120,6 +122,11 @@ pub struct RecordSummary {
     pub attach_time: Duration,
     /// Lines worth saying after the totals (e.g. what the in-process path did not follow).
     pub notes: Vec<String>,
+    /// Writing the trace failed (a full disk): the error, naming the file. The trace
+    /// holds the chunks written before it, without footer.
+    pub write_error: Option<String>,
+    /// Events recorded after the write error and not written.
+    pub unwritten: u64,
 }
 
 impl RecordSummary {
@@ -167,6 +174,15 @@ impl RecordSummary {
             s.push_str(&format!(
                 "ordo: the program was killed by signal {sig} ({})\n",
                 signal_name(sig)
+            ));
+        }
+        if let Some(error) = &self.write_error {
+            if let Some(code) = self.exit.and_then(|e| e.code()) {
+                s.push_str(&format!("ordo: the program exited with status {code}\n"));
+            }
+            s.push_str(&format!(
+                "ordo: error: {error}; {} events recorded after it were not written\n",
+                self.unwritten
             ));
         }
         s
@@ -223,6 +239,8 @@ pub fn parse_buffer_size(text: &str) -> Result<usize, String> {
 
 /// A recording in progress.
 pub struct Recording {
+    /// In process: bytes of events copied from the rings and not converted yet.
+    backlog: Arc<AtomicUsize>,
     stop: Option<oneshot::Sender<Option<ExitStatus>>>,
     drain: Option<std::thread::JoinHandle<Result<RecordSummary>>>,
     notes: Vec<String>,
@@ -273,6 +291,8 @@ impl Recording {
         let (stop_tx, stop_rx) = oneshot::channel();
         let (snapshots, snapshots_rx) = mpsc::unbounded_channel();
         let inproc = options.inproc.clone();
+        let backlog = Arc::new(AtomicUsize::new(0));
+        let converting = backlog.clone();
         let drain = std::thread::Builder::new()
             .name("ordo-drain".into())
             .spawn(move || -> Result<RecordSummary> {
@@ -284,6 +304,7 @@ impl Recording {
                         stop_rx,
                         snapshots_rx,
                         mapping,
+                        converting,
                     );
                 }
                 let runtime = tokio::runtime::Builder::new_current_thread()
@@ -292,6 +313,7 @@ impl Recording {
                 runtime.block_on(drain::drain(probes, ring, state, stop_rx, snapshots_rx))
             })?;
         Ok(Recording {
+            backlog,
             stop: Some(stop_tx),
             drain: Some(drain),
             notes,
@@ -317,13 +339,27 @@ impl Recording {
 
     /// Stops recording: switches the probes off, drains what is left, writes the
     /// footer (with the target's exit status if it exited), hands the detach off.
+    ///
+    /// In process, events the converter had not caught up with are converted
+    /// now, which can take a while: on a terminal a progress bar shows it.
     pub fn finish(mut self, exit: Option<ExitStatus>) -> Result<RecordSummary> {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(exit);
         }
-        self.drain
-            .take()
-            .expect("finished once")
+        let drain = self.drain.take().expect("finished once");
+        let progress = crate::progress::Progress::bytes("finishing the trace");
+        let mut total = 0;
+        // Short sleeps first: most recordings finish within milliseconds.
+        let mut nap = Duration::from_micros(500);
+        while !drain.is_finished() {
+            std::thread::sleep(nap);
+            nap = (nap * 2).min(Duration::from_millis(50));
+            let left = self.backlog.load(Ordering::Relaxed) as u64;
+            total = total.max(left);
+            progress.set(total - left, total);
+        }
+        drop(progress);
+        drain
             .join()
             .map_err(|_| anyhow!("the drain thread panicked"))?
     }

@@ -1,0 +1,375 @@
+//! `ordo record` when things go wrong around it: a disk that fills up while
+//! recording, thread ids the kernel hands out again, signals and options that must
+//! not be silently ignored. Real recordings of real programs on the real kernel.
+
+mod common;
+
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::Value;
+
+on_both_paths!(
+    a_full_disk_stops_the_writing_not_the_program,
+    a_reused_thread_id_is_a_new_thread,
+    a_script_whose_work_runs_in_children_is_warned_about
+);
+
+/// A tmpfs of `size` mounted at `dir` while the value lives.
+struct SmallDisk(PathBuf);
+
+impl SmallDisk {
+    fn mount(dir: &Path, size: &str) -> SmallDisk {
+        std::fs::create_dir_all(dir).unwrap();
+        let status = Command::new("mount")
+            .args([
+                "-t",
+                "tmpfs",
+                "-o",
+                &format!("size={size},mode=0700"),
+                "tmpfs",
+            ])
+            .arg(dir)
+            .status()
+            .expect("run mount");
+        assert!(
+            status.success(),
+            "mount a {size} tmpfs at {}",
+            dir.display()
+        );
+        SmallDisk(dir.to_path_buf())
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+/// Pid of `parent`'s child named `comm`, if it runs.
+fn child_named(parent: u32, comm: &str) -> Option<u32> {
+    let children =
+        std::fs::read_to_string(format!("/proc/{parent}/task/{parent}/children")).ok()?;
+    children
+        .split_whitespace()
+        .filter_map(|p| p.parse::<u32>().ok())
+        .find(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == comm)
+        })
+}
+
+fn stats(trace: &Path, salvage: bool) -> Value {
+    let mut args = vec!["dump", "--stats", "--json"];
+    if salvage {
+        args.push("--salvage");
+    }
+    args.push(trace.to_str().unwrap());
+    let out = run_ordo(&args);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// The trace lives on a 256 KiB tmpfs that a 6-second program taking a lock
+/// 100 000 times a second fills within a fraction of its run (about 3 bytes an
+/// event): the recorder says so as soon as a write fails, in one line naming the
+/// file, while the program keeps running to its normal end; `ordo record` exits 74
+/// with the program's own status in the summary, and the trace holds its intact
+/// chunks for `analyze --salvage` and `dump --salvage`.
+fn a_full_disk_stops_the_writing_not_the_program(probes: &str) {
+    if !have_root(&format!(
+        "a_full_disk_stops_the_writing_not_the_program ({probes})"
+    )) {
+        return;
+    }
+    let dir = scratch(&format!("full-disk-{probes}"));
+    let disk = SmallDisk::mount(&dir.join("disk"), "256k");
+    let program = build_program("record_trust");
+    let trace = disk.0.join("t.ordo");
+    let mut rec = Command::new(ordo())
+        .args(["record", "--probes", probes, "-o"])
+        .arg(&trace)
+        .arg("--")
+        .arg(&program)
+        .args(["paced", "1", "6000"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    let stderr = rec.stderr.take().unwrap();
+    let (lines_tx, lines) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let _ = lines_tx.send(line);
+        }
+    });
+    // The error comes while the program runs.
+    let mut seen = Vec::new();
+    let error_at = loop {
+        let line = lines
+            .recv_timeout(Duration::from_secs(60))
+            .unwrap_or_else(|_| panic!("no write error reported; stderr so far: {seen:#?}"));
+        if line.starts_with("ordo: error: writing") {
+            break line;
+        }
+        seen.push(line);
+    };
+    assert!(
+        started.elapsed() < Duration::from_millis(5000),
+        "the write error was said {:?} after starting, not at once",
+        started.elapsed()
+    );
+    assert!(
+        child_named(rec.id(), "record_trust").is_some(),
+        "the program keeps running after the write error"
+    );
+    assert!(
+        error_at.contains(trace.to_str().unwrap())
+            && error_at.contains("No space left on device")
+            && error_at.contains("--salvage"),
+        "{error_at}"
+    );
+    let out = rec.wait_with_output().unwrap();
+    reader.join().unwrap();
+    let rest: Vec<String> = lines.try_iter().collect();
+    let text = rest.join("\n");
+    assert_eq!(out.status.code(), Some(74), "{text}");
+    assert!(
+        printed(&out.stdout, "lock").starts_with("0x"),
+        "the program ran to its end: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(
+        text.contains("the program exited with status 0") && text.contains("were not written"),
+        "{text}"
+    );
+    assert_eq!(
+        rest.iter()
+            .filter(|l| l.starts_with("ordo: error: writing"))
+            .count(),
+        1,
+        "one more error line, in the summary: {text}"
+    );
+    // What was written is intact: read with and without --salvage.
+    assert!(std::fs::metadata(&trace).unwrap().len() <= 256 << 10);
+    let s = stats(&trace, true);
+    assert!(s["events"].as_u64().unwrap() > 0, "{s}");
+    let analyzed = run_ordo(&["analyze", "--salvage", trace.to_str().unwrap()]);
+    assert!(
+        analyzed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&analyzed.stderr)
+    );
+    let strict = run_ordo(&["dump", "--stats", trace.to_str().unwrap()]);
+    assert!(
+        strict.status.success(),
+        "a trace cut at a chunk boundary reads without --salvage too: {}",
+        String::from_utf8_lossy(&strict.stderr)
+    );
+    drop(disk);
+}
+
+/// `/proc/sys/kernel/pid_max` lowered while the value lives, restored after.
+struct LowPidMax(String);
+
+impl LowPidMax {
+    fn set(max: u32) -> LowPidMax {
+        let path = "/proc/sys/kernel/pid_max";
+        let before = std::fs::read_to_string(path).unwrap();
+        std::fs::write(path, max.to_string()).unwrap();
+        LowPidMax(before)
+    }
+}
+
+impl Drop for LowPidMax {
+    fn drop(&mut self) {
+        let _ = std::fs::write("/proc/sys/kernel/pid_max", self.0.trim());
+    }
+}
+
+/// With pid_max at 4096, 6000 threads created one after the other get fewer than
+/// 4096 distinct tids (the program counts them): each is still its own logical
+/// thread, with its own start, lock and exit, and the thread count is the number
+/// created.
+fn a_reused_thread_id_is_a_new_thread(probes: &str) {
+    if !have_root(&format!("a_reused_thread_id_is_a_new_thread ({probes})")) {
+        return;
+    }
+    let dir = scratch(&format!("tid-reuse-{probes}"));
+    let program = build_program("record_trust");
+    let trace = dir.join("t.ordo");
+    const THREADS: usize = 6000;
+    let out = {
+        let _low = LowPidMax::set(4096);
+        record_probes(probes, &trace, &program, &["churn", &THREADS.to_string()])
+    };
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let distinct: usize = printed(&out.stdout, "tids").parse().unwrap();
+    assert!(
+        distinct < THREADS,
+        "the kernel reused no tid ({distinct} distinct): the test proves nothing"
+    );
+    let s = stats(&trace, false);
+    assert_eq!(s["threads"].as_u64(), Some(THREADS as u64 + 1), "{s}");
+    let events = dump_json(&trace);
+    let lock = printed(&out.stdout, "lock");
+    let locks = count_by_thread(&events, "mutex_lock", &lock);
+    let expected: std::collections::BTreeMap<String, usize> =
+        (1..=THREADS).map(|n| (n.to_string(), 1)).collect();
+    assert_eq!(locks, expected);
+    for kind in ["thread_start", "thread_exit"] {
+        let mut per_thread = std::collections::BTreeMap::new();
+        for e in events.iter().filter(|e| e["kind"] == kind) {
+            *per_thread
+                .entry(e["thread"].as_str().unwrap().to_string())
+                .or_insert(0) += 1;
+        }
+        assert!(
+            per_thread.len() >= THREADS && per_thread.values().all(|&n| n == 1),
+            "{kind}: {} threads, some more than once",
+            per_thread.len()
+        );
+    }
+}
+
+/// A shell script whose work runs in child processes (forked by the shell, which
+/// dash does with vfork, running no atfork handlers): one warning line that they
+/// were not followed. A program that only creates threads gets none.
+fn a_script_whose_work_runs_in_children_is_warned_about(probes: &str) {
+    if !have_root(&format!(
+        "a_script_whose_work_runs_in_children_is_warned_about ({probes})"
+    )) {
+        return;
+    }
+    let dir = scratch(&format!("children-{probes}"));
+    let program = build_program("record_trust");
+    let trace = dir.join("t.ordo");
+    let run = program.to_str().unwrap();
+    let script = format!("{run} churn 3; {run} churn 3");
+    let out = Command::new(ordo())
+        .args(["record", "--probes", probes, "-o"])
+        .arg(&trace)
+        .args(["--", "sh", "-c", &script])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let warnings: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("child process"))
+        .collect();
+    assert_eq!(
+        warnings,
+        ["ordo: warning: 2 forked child processes not followed: ordo records the launched (or attached) process only; record a child's program on its own"],
+        "{stderr}"
+    );
+    let threads_only = record_probes(
+        probes,
+        &dir.join("threads.ordo"),
+        &program,
+        &["churn", "20"],
+    );
+    let stderr = String::from_utf8_lossy(&threads_only.stderr);
+    assert!(
+        threads_only.status.success() && !stderr.contains("child process"),
+        "{stderr}"
+    );
+}
+
+/// `--duration` bounds an attached recording; without `--pid` it is refused, not
+/// ignored.
+#[test]
+fn duration_without_pid_is_refused() {
+    let out = run_ordo(&["record", "--duration", "1", "--", "true"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("--duration works with --pid only") && stderr.lines().count() == 1,
+        "{stderr}"
+    );
+    assert!(!Path::new("true.ordo").exists());
+}
+
+/// The same variable watched twice (the same spec given twice) is probed once:
+/// each access is recorded once, with a note, by uprobe and by hardware watchpoint.
+#[test]
+fn a_duplicated_watch_records_each_access_once() {
+    if !have_root("a_duplicated_watch_records_each_access_once") {
+        return;
+    }
+    let dir = scratch("watch-twice");
+    let program = build_program("record_watch");
+    for flag in ["--watch=hits", "--watch-hw=hits"] {
+        let trace = dir.join("t.ordo");
+        let out = Command::new(ordo())
+            .args(["record", "--force", "-o"])
+            .arg(&trace)
+            .args([flag, flag, "--"])
+            .arg(&program)
+            .args(["plain", "3", "500"])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{flag}: {stderr}");
+        assert!(stderr.contains("watched already"), "{flag}: {stderr}");
+        let addr = printed(&out.stdout, "hits_addr");
+        let events = dump_json(&trace);
+        let writes = count_by_thread(&events, "write", &addr);
+        let each: std::collections::BTreeMap<String, usize> = ["1", "2", "3"]
+            .iter()
+            .map(|t| (t.to_string(), 500))
+            .collect();
+        assert_eq!(writes, each, "{flag}: writes per thread");
+    }
+}
+
+/// A long `ordo analyze` draws a progress bar on a terminal (a pseudo-terminal
+/// from script(1) here), and nothing when stderr is not one.
+#[test]
+fn a_long_analysis_shows_progress_on_a_terminal_only() {
+    let dir = scratch("progress");
+    let trace = dir.join("big.ordo");
+    ordo_analysis::synthetic::write_benchmark_trace(&trace, 2_000_000, 4).unwrap();
+    let plain = run_ordo(&["analyze", trace.to_str().unwrap()]);
+    assert!(plain.status.success());
+    assert!(
+        plain.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&plain.stderr)
+    );
+    if Command::new("script").arg("--version").output().is_err() {
+        eprintln!("SKIPPED the terminal half: no script(1) to make a pseudo-terminal");
+        return;
+    }
+    let command = format!(
+        "{} analyze {} > /dev/null",
+        ordo().display(),
+        trace.display()
+    );
+    let on_terminal = Command::new("script")
+        .args(["-qec", &command, "/dev/null"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let drawn = String::from_utf8_lossy(&on_terminal.stdout);
+    assert!(on_terminal.status.success(), "{drawn}");
+    assert!(
+        drawn.contains("ordo: analyzing") && drawn.contains("MiB"),
+        "no progress bar on the terminal: {drawn:?}"
+    );
+}
