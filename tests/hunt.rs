@@ -1,6 +1,7 @@
 //! `ordo hunt` end to end on real programs (needs root: every run is recorded):
 //! the predicted candidates find and pin the bundled bugs, PCT and the random walk
-//! with a fixed seed find a lost update no sleep hides, a correct program gives no
+//! with a fixed seed find a lost update no sleep hides, a marked program point
+//! bounds a use after free's window, a correct program gives no
 //! report, and the exit status and `--json` shape are what scripts rely on.
 
 mod common;
@@ -174,6 +175,34 @@ fn a_failed_trylock_in_the_first_run_is_pinned_inside_the_other_section() {
         return;
     }
     assert_first_run_failure_pinned("hunt_first_run_trylock", "killed by signal 6");
+}
+
+/// Unlock, free, then the NULL store (issue 15): with `--mark` at the store, the
+/// first recording has the point, and the first candidate holds the closer there
+/// while the caller uses the freed session.
+#[test]
+fn predict_with_a_mark_finds_the_use_after_free() {
+    if !have_root("predict_with_a_mark_finds_the_use_after_free") {
+        return;
+    }
+    let name = "real_free_then_null_store";
+    let program = build_program(name);
+    let source = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/programs/{name}.c")),
+    )
+    .unwrap();
+    let line = source.lines().position(|l| l.contains("// MARK")).unwrap() + 1;
+    let spec = format!("{name}.c:{line}");
+    let dir = scratch("hunt_predict_mark");
+    let (code, json, _) = hunt(
+        &["--strategy", "predict", "--budget", "4", "--mark", &spec],
+        &dir,
+        &program,
+    );
+    assert_pinned(name, code, &json, 19);
+    assert_eq!(json["finding"]["kind"], "after_release", "{json}");
+    let schedule = std::fs::read_to_string(json["schedule"].as_str().unwrap()).unwrap();
+    assert!(schedule.contains("1:at(closer+"), "{schedule}");
 }
 
 /// Hunts the lost update with a baseline `strategy` and seed 2. The first

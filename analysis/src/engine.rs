@@ -117,6 +117,19 @@ struct LockState {
     window_skip: u16,
     window_backoff: u16,
     window_misses: u16,
+    /// The last explicit outermost release of this exclusive lock (a cond wait's
+    /// release is none).
+    last_release: Option<EventId>,
+    /// While a section that could have run entirely between the previous holder's
+    /// release and that thread's next statement is held: (that release, the
+    /// section's acquisition). Offered as [`FindingKind::AfterRelease`] at the
+    /// section's release.
+    after_window: Option<(EventId, EventId)>,
+    /// The first marked program point (`at`) the thread of `last_release` reached
+    /// after it: a window bounded by a mark is offered naming it.
+    mark_after_release: Option<EventId>,
+    /// The thread of `last_release` made a synchronization call next.
+    release_then_sync: bool,
 }
 
 /// `wait_site` of an atomicity offer keyed by its splitter's site as well.
@@ -229,6 +242,9 @@ struct ThreadState {
     last_release: Option<(u64, Epoch)>,
     /// That release as an event with a name (for late-join candidates).
     last_unlock: Option<EventId>,
+    /// The lock of the thread's last explicit release ([`NO_OBJECT`]: none): a
+    /// marked point the thread reaches next bounds that lock's window.
+    released_lock: ObjId,
     /// After a cond wait returned: (mutex address, waking signal, wait site, the
     /// `cond_wait` event), for the reacquire that follows. Schedules name the
     /// reacquire by the `cond_wait` event (`ordo_schedule::namer`).
@@ -282,6 +298,7 @@ impl ThreadState {
             condwait_release: None,
             last_release: None,
             last_unlock: None,
+            released_lock: NO_OBJECT,
             woken: None,
             after_wake: None,
             barrier: None,
@@ -566,7 +583,7 @@ impl<'a> Engine<'a> {
             Family::Sem | Family::Futex => State::Acc(VectorClock::default()),
             Family::Barrier => State::Barrier(Box::default()),
             Family::Var => State::Var(Box::default()),
-            Family::Thread => State::None,
+            Family::Thread | Family::Mark => State::None,
         };
         self.objects.push(Object {
             addr,
@@ -619,6 +636,7 @@ impl<'a> Engine<'a> {
                 site: e.site,
                 ts: e.ts_ns,
                 index: self.index,
+                after_point: false,
             };
         }
         let (obj, occurrence) = match Family::of(e.kind) {
@@ -661,6 +679,7 @@ impl<'a> Engine<'a> {
             site: e.site,
             ts: e.ts_ns,
             index: self.index,
+            after_point: false,
         }
     }
 
@@ -673,6 +692,13 @@ impl<'a> Engine<'a> {
         let id = self.name(t, e);
         self.index += 1;
         self.stats.events += 1;
+        if let Some(slot) = self.slot_of.get(t as usize) {
+            if let Some(th) = self.states.get(*slot as usize) {
+                if th.released_lock != NO_OBJECT {
+                    self.next_after_release(t, id);
+                }
+            }
+        }
         match e.kind {
             Kind::MutexLock => self.acquire(t, id, Mode::Exclusive, e.via),
             Kind::RwlockRdlock => self.acquire(t, id, Mode::Read, e.via),
@@ -683,7 +709,8 @@ impl<'a> Engine<'a> {
             Kind::MutexBlock => {}
             // Handled above (`blocked`).
             Kind::Blocked => {}
-            // A marked program point (`--mark`) orders nothing; it is only named.
+            // A marked program point (`--mark`) orders nothing; it can bound the
+            // window after the thread's last release (`next_after_release`).
             Kind::At => {}
             Kind::CondWaitBegin => self.wait_begin(t, e, id),
             Kind::CondWait => self.wait_return(t, e, id),
@@ -779,6 +806,7 @@ impl<'a> Engine<'a> {
                     site: e.site,
                     ts: e.ts_ns,
                     index: self.index,
+                    after_point: false,
                 };
                 self.index += 1;
                 self.stats.events += 1;
@@ -866,6 +894,23 @@ impl<'a> Engine<'a> {
             }
         }
         let swappable = unknown & 1 != 0;
+        // Could this section (an outermost one) have run whole between the
+        // previous holder's release and that thread's next statement? Only if this
+        // thread, before joining the lock, knows nothing the holder did after
+        // releasing it.
+        lock.after_window = match (prev1, lock.last_release) {
+            (Some(p1), Some(rel))
+                if rel.thread == p1.acq.thread
+                    && rel.thread != t
+                    && via != Via::CondWait
+                    && th.held.is_empty()
+                    && p1.mode.conflicts(mode)
+                    && th.vc.get(p1.slot) <= lock.release.get(p1.slot) =>
+            {
+                Some((rel, id))
+            }
+            _ => None,
+        };
         // Other objects' releases (arrivals, posts, signals) this thread does not
         // know of: its section could overtake them.
         let (mut unknown_releases, mut unknown_starts) = (0u8, 0u8);
@@ -1377,6 +1422,26 @@ impl<'a> Engine<'a> {
             // lost): publish without forgetting earlier releases.
             None => lock.release.join(&th.vc),
         }
+        // A section that fitted after the previous holder's release ends here.
+        let after_release = lock
+            .after_window
+            .take()
+            .filter(|(_, acq)| acq.thread == t && e.via != Via::CondWait);
+        // Only a release that leaves the thread holding nothing: held there, it
+        // must not keep another lock the other section needs.
+        lock.last_release = match mode {
+            Some(Mode::Exclusive | Mode::Write) if e.via != Via::CondWait && th.held.is_empty() => {
+                Some(id)
+            }
+            _ => None,
+        };
+        let mark = lock.mark_after_release.take();
+        let then_sync = std::mem::take(&mut lock.release_then_sync);
+        th.released_lock = if lock.last_release.is_some() {
+            id.obj
+        } else {
+            NO_OBJECT
+        };
         if e.via == Via::CondWait {
             th.condwait_release = Some((e.addr2, th.vc.get(th.slot)));
         } else {
@@ -1387,6 +1452,55 @@ impl<'a> Engine<'a> {
             }
         }
         th.vc.tick(th.slot);
+        if let Some((rel, acq)) = after_release {
+            // The holder reached a marked point after its release: the window
+            // bounded by the mark first (whoever marked it meant that statement).
+            if let Some(m) = mark.filter(|m| m.thread == rel.thread) {
+                self.offer(
+                    FindingKind::AfterRelease,
+                    &[rel, acq, id, m],
+                    &[(&[rel], acq), (&[id], m)],
+                    "",
+                );
+            }
+            // The holder waits right after its release until this section is over
+            // (unless it made a synchronization call next: a gate there says it).
+            if !then_sync {
+                self.offer(
+                    FindingKind::AfterRelease,
+                    &[rel, acq, id],
+                    &[(&[rel], acq), (&[id], rel.after_point())],
+                    "",
+                );
+            }
+        }
+    }
+
+    /// The thread's first event after its last release of a lock (while that is
+    /// still the lock's last release): a marked program point bounds the window
+    /// after the release; a synchronization call there means a gate at that call
+    /// expresses the window (other shapes), so no `after(…)` point is proposed.
+    /// Watched accesses are looked past.
+    #[inline(never)]
+    fn next_after_release(&mut self, t: u32, id: EventId) {
+        if id.kind.is_access() {
+            return;
+        }
+        let th = &mut self.states[self.slot_of[t as usize] as usize];
+        let lock_obj = std::mem::replace(&mut th.released_lock, NO_OBJECT);
+        let State::Lock(lock) = &mut self.objects[lock_obj as usize].state else {
+            return;
+        };
+        if lock.last_release.is_none_or(|r| r.thread != t) {
+            return;
+        }
+        match id.kind {
+            Kind::At => {
+                lock.mark_after_release.get_or_insert(id);
+            }
+            Kind::ThreadExit => {}
+            _ => lock.release_then_sync = true,
+        }
     }
 
     fn wait_begin(&mut self, t: u32, e: &Event, id: EventId) {
@@ -1761,7 +1875,8 @@ fn quick_rank(events: &[EventId]) -> Rank {
             threads[nt] = e.thread;
             nt += 1;
         }
-        if no < 8 && e.obj != NO_OBJECT && !objects[..no].contains(&e.obj) {
+        // A marked program point is a place in the code, not a shared object.
+        if no < 8 && e.obj != NO_OBJECT && e.kind != Kind::At && !objects[..no].contains(&e.obj) {
             objects[no] = e.obj;
             no += 1;
         }

@@ -112,6 +112,8 @@ pub struct HuntOptions {
     pub seed: u64,
     /// `--watch` specs for the first recording.
     pub watch: Vec<String>,
+    /// `--mark` specs for the first recording.
+    pub mark: Vec<String>,
     /// Runs at a time.
     pub jobs: usize,
     /// Where the runs' traces and the reproducing schedule go.
@@ -141,6 +143,7 @@ impl HuntOptions {
             depth: 3,
             seed: 0,
             watch: Vec::new(),
+            mark: Vec::new(),
             jobs: std::thread::available_parallelism().map_or(1, |n| n.get()),
             out_dir,
             confirm_runs: 20,

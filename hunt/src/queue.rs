@@ -135,8 +135,8 @@ impl CandidateQueue {
             return 0;
         }
         // Among equal ranks, harmful shapes (deadlock, lost wakeup, atomicity) go
-        // first, as in the analyzer's own order.
-        let class = u8::from(!finding.kind.is_harmful());
+        // first, then sections after a release, as in the analyzer's own order.
+        let class = finding.kind.tier();
         let depth = if composed {
             schedule.orderings.len()
         } else {
@@ -214,6 +214,7 @@ mod tests {
             message: String::new(),
             details: Vec::new(),
             possibly_affected_by_drops: false,
+            mark: None,
         }
     }
 

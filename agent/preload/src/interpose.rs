@@ -60,14 +60,22 @@ macro_rules! real {
 }
 
 /// The call site: the wrapper's return address, read from its frame (the agent is
-/// built with frame pointers). Must be used in the wrapper's own body.
+/// built with frame pointers); behind a sanitizer's interceptor, the program's
+/// return address above the interceptor's frame (`frames`). Must be used in the
+/// wrapper's own body.
 macro_rules! site {
     () => {{
         let frame: *const u64;
-        // SAFETY: reads the frame pointer register; [rbp + 8] is the return address.
+        // SAFETY: reads the frame pointer register; [rbp + 8] is the return address,
+        // and the caller's frames lie above [rbp + 16].
         unsafe {
             std::arch::asm!("mov {}, rbp", out(reg) frame, options(nomem, nostack, preserves_flags));
-            *frame.add(1)
+            let ret = *frame.add(1);
+            if crate::frames::in_runtime(ret) {
+                crate::frames::program_site(frame.add(2), ret)
+            } else {
+                ret
+            }
         }
     }};
 }
