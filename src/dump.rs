@@ -247,6 +247,11 @@ fn event_json(
             m.insert("futex_op".into(), json!(e.addr2));
             m.insert("value".into(), json!(e.value));
         }
+        Kind::Blocked => {
+            if let Some(waited) = Kind::from_code(e.value as u16) {
+                m.insert("waiting_in".into(), json!(waited.name()));
+            }
+        }
         _ => {}
     }
     m
@@ -292,6 +297,11 @@ fn event_text(
         }
         Kind::Read | Kind::Write | Kind::Rmw => {
             extra.push_str(&format!(" value {} size {}", e.value, e.size))
+        }
+        Kind::Blocked => {
+            if let Some(waited) = Kind::from_code(e.value as u16) {
+                extra.push_str(&format!(" in {}", waited.name()));
+            }
         }
         _ => {}
     }

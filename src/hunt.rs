@@ -50,6 +50,10 @@ pub struct HuntArgs {
     /// Record every read and write of a variable in the first run (as `ordo record --watch`).
     #[arg(long, value_name = "SPEC")]
     pub watch: Vec<String>,
+    /// Record an `at` event each time a thread reaches a program point in the first
+    /// run (as `ordo record --mark`): candidates can then hold a thread there.
+    #[arg(long, value_name = "SPEC")]
+    pub mark: Vec<String>,
     /// Runs at a time (default: the number of CPUs).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub jobs: Option<u32>,
@@ -99,6 +103,7 @@ pub fn run(args: HuntArgs) -> Result<u8> {
     options.depth = args.depth;
     options.seed = args.seed;
     options.watch = args.watch;
+    options.mark = args.mark;
     if let Some(jobs) = args.jobs {
         options.jobs = jobs as usize;
     }

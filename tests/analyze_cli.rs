@@ -31,9 +31,10 @@ fn json_document_has_the_documented_shape() {
         "barging",
         "race",
         "atomicity",
+        "after_release",
         "reorder",
     ];
-    let mut last = (0, 0, 0);
+    let mut last = (0, 0, 0, 0);
     for f in findings {
         assert!(kinds.contains(&f["kind"].as_str().unwrap()), "{f}");
         assert!(f["threads"].as_array().unwrap().iter().all(|t| t
@@ -50,9 +51,19 @@ fn json_document_has_the_documented_shape() {
         ordo_analysis::schedule::Schedule::parse(f["schedule"].as_str().unwrap())
             .expect("the schedule parses");
         let r = &f["rank"];
+        // By (v, t), harmful shapes, then sections after a release, then the
+        // rest; then distance.
+        let tier = if f["harmful"] == true {
+            0
+        } else if f["kind"] == "after_release" {
+            1
+        } else {
+            2
+        };
         let rank = (
             r["v"].as_u64().unwrap(),
             r["t"].as_u64().unwrap(),
+            tier,
             r["distance"].as_u64().unwrap(),
         );
         assert!(rank >= last, "findings ordered by rank");

@@ -136,6 +136,27 @@ fn main_ends_before_the_unjoined_workers_section() {
 }
 
 #[test]
+fn the_flusher_runs_after_mains_last_section_before_its_late_join() {
+    let Some(r) = record_and_analyze("shape_late_join") else {
+        return;
+    };
+    let schedule = "0:mutex_unlock(log_lock)#1 -> 1:mutex_lock(cache_lock)#1\n";
+    candidate(&r.doc, "late_join", schedule);
+    assert_reproduces(&r, "late_join", schedule);
+}
+
+#[test]
+fn a_successful_trylock_fails_inside_the_other_section() {
+    let Some(r) = record_and_analyze("shape_failed_try") else {
+        return;
+    };
+    let schedule = "1:mutex_lock(total_lock)#1 -> 2:mutex_lock_failed(total_lock)#1\n\
+                    2:mutex_lock_failed(total_lock)#1 -> 1:mutex_unlock(total_lock)#1\n";
+    candidate(&r.doc, "failed_try", schedule);
+    assert_reproduces(&r, "failed_try", schedule);
+}
+
+#[test]
 fn reporter_overtakes_a_barrier_arrival_or_a_workers_start() {
     let Some(r) = record_and_analyze("shape_missing_barrier") else {
         return;

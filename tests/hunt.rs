@@ -1,6 +1,7 @@
 //! `ordo hunt` end to end on real programs (needs root: every run is recorded):
 //! the predicted candidates find and pin the bundled bugs, PCT and the random walk
-//! with a fixed seed find a lost update no sleep hides, a correct program gives no
+//! with a fixed seed find a lost update no sleep hides, a marked program point
+//! bounds a use after free's window, a correct program gives no
 //! report, and the exit status and `--json` shape are what scripts rely on.
 
 mod common;
@@ -107,6 +108,101 @@ fn predict_finds_and_pins_the_deadlock() {
         json["reason"].as_str().unwrap().starts_with("deadlock"),
         "{json}"
     );
+}
+
+/// A program that fails by itself in the hunt's first run (and rarely after): the
+/// hunt reports it as found in that run, and the schedule it pins from the run's
+/// recording must make the fast later runs fail too (the marker file makes only the
+/// first run slow).
+fn assert_first_run_failure_pinned(program: &str, reason: &str) {
+    let binary = build_program(program);
+    let dir = scratch(&format!("hunt_{program}"));
+    let marker = dir.with_extension("marker");
+    let _ = std::fs::remove_file(&marker);
+    let out = Command::new(ordo())
+        .args([
+            "hunt",
+            "--json",
+            "--strategy",
+            "predict",
+            "--budget",
+            "4",
+            "-o",
+        ])
+        .arg(&dir)
+        .arg("--")
+        .arg(&binary)
+        .arg(&marker)
+        .output()
+        .expect("run ordo hunt");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let json: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
+        panic!(
+            "no JSON outcome ({e}): {stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    assert_eq!(out.status.code(), Some(1), "{json}");
+    assert_eq!(
+        json["source"], "recorded",
+        "the first run failed by itself: {json}"
+    );
+    assert_eq!(json["run"], 0, "{json}");
+    assert!(
+        json["reason"].as_str().unwrap().starts_with(reason),
+        "{json}"
+    );
+    let schedule = std::fs::read_to_string(json["schedule"].as_str().unwrap()).unwrap();
+    let confirmed = json["confirm"]["reproduced"].as_u64().unwrap();
+    assert!(
+        confirmed >= 19,
+        "{program}: the schedule pinned from the failing first run reproduced {confirmed}/20:\n{schedule}"
+    );
+    eprintln!("{program}: pinned from run 0, confirmed {confirmed}/20:\n{schedule}");
+}
+
+#[test]
+fn a_deadlock_in_the_first_run_is_pinned_by_its_blocked_locks() {
+    if !have_root("a_deadlock_in_the_first_run_is_pinned_by_its_blocked_locks") {
+        return;
+    }
+    assert_first_run_failure_pinned("hunt_first_run_deadlock", "deadlock");
+}
+
+#[test]
+fn a_failed_trylock_in_the_first_run_is_pinned_inside_the_other_section() {
+    if !have_root("a_failed_trylock_in_the_first_run_is_pinned_inside_the_other_section") {
+        return;
+    }
+    assert_first_run_failure_pinned("hunt_first_run_trylock", "killed by signal 6");
+}
+
+/// Unlock, free, then the NULL store (issue 15): with `--mark` at the store, the
+/// first recording has the point, and the first candidate holds the closer there
+/// while the caller uses the freed session.
+#[test]
+fn predict_with_a_mark_finds_the_use_after_free() {
+    if !have_root("predict_with_a_mark_finds_the_use_after_free") {
+        return;
+    }
+    let name = "real_free_then_null_store";
+    let program = build_program(name);
+    let source = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/programs/{name}.c")),
+    )
+    .unwrap();
+    let line = source.lines().position(|l| l.contains("// MARK")).unwrap() + 1;
+    let spec = format!("{name}.c:{line}");
+    let dir = scratch("hunt_predict_mark");
+    let (code, json, _) = hunt(
+        &["--strategy", "predict", "--budget", "4", "--mark", &spec],
+        &dir,
+        &program,
+    );
+    assert_pinned(name, code, &json, 19);
+    assert_eq!(json["finding"]["kind"], "after_release", "{json}");
+    let schedule = std::fs::read_to_string(json["schedule"].as_str().unwrap()).unwrap();
+    assert!(schedule.contains("1:at(closer+"), "{schedule}");
 }
 
 /// Hunts the lost update with a baseline `strategy` and seed 2. The first
@@ -259,4 +355,41 @@ fn an_interrupted_hunt_stops_with_exit_130() {
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(json["stopped"], "interrupted", "{json}");
     assert!(json["runs"].as_u64().unwrap() < 500, "{json}");
+}
+
+/// The schedule pinned from a failing run must hold what made it fail even when
+/// that is an order across objects: a forced run of `shape_late_join` (the flusher
+/// locks the cache lock after main destroyed it and logged under another lock)
+/// pins main's log section before the flusher's lock, and the pin reproduces.
+#[test]
+fn a_failing_runs_pin_orders_the_last_thread_after_the_others_across_objects() {
+    if !have_root("a_failing_runs_pin_orders_the_last_thread_after_the_others_across_objects") {
+        return;
+    }
+    let program = build_program("shape_late_join");
+    let dir = scratch("hunt_pin_frontier");
+    let forced = dir.join("forced.sched");
+    std::fs::write(
+        &forced,
+        "0:mutex_unlock(log_lock)#1 -> 1:mutex_lock(cache_lock)#1\n",
+    )
+    .unwrap();
+    let trace = dir.join("failing.ordo");
+    let (_, outcome) =
+        common::replay_json(&["--record", trace.to_str().unwrap()], &forced, &program);
+    assert_eq!(outcome["verdict"], "reproduced", "{outcome}");
+    let pinned = ordo_hunt::pin::schedule_of_run(&trace).unwrap().to_string();
+    assert!(
+        pinned.contains("0:mutex_unlock(log_lock)#1 -> 1:mutex_lock_failed(cache_lock)#1"),
+        "{pinned}"
+    );
+    let file = dir.join("pinned.sched");
+    std::fs::write(&file, &pinned).unwrap();
+    let reproduced = (0..20)
+        .filter(|_| common::replay_json(&[], &file, &program).1["verdict"] == "reproduced")
+        .count();
+    assert!(
+        reproduced >= 19,
+        "the pin reproduced {reproduced}/20:\n{pinned}"
+    );
 }

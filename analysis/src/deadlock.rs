@@ -92,6 +92,7 @@ impl Default for HeldLock {
                 site: 0,
                 ts: 0,
                 index: 0,
+                after_point: false,
             },
             count: 0,
             fj: None,

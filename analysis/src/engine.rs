@@ -117,6 +117,19 @@ struct LockState {
     window_skip: u16,
     window_backoff: u16,
     window_misses: u16,
+    /// The last explicit outermost release of this exclusive lock (a cond wait's
+    /// release is none).
+    last_release: Option<EventId>,
+    /// While a section that could have run entirely between the previous holder's
+    /// release and that thread's next statement is held: (that release, the
+    /// section's acquisition). Offered as [`FindingKind::AfterRelease`] at the
+    /// section's release.
+    after_window: Option<(EventId, EventId)>,
+    /// The first marked program point (`at`) the thread of `last_release` reached
+    /// after it: a window bounded by a mark is offered naming it.
+    mark_after_release: Option<EventId>,
+    /// The thread of `last_release` made a synchronization call next.
+    release_then_sync: bool,
 }
 
 /// `wait_site` of an atomicity offer keyed by its splitter's site as well.
@@ -227,6 +240,11 @@ struct ThreadState {
     condwait_release: Option<(u64, u32)>,
     /// The thread's last mutex release outside a cond wait: (address, epoch).
     last_release: Option<(u64, Epoch)>,
+    /// That release as an event with a name (for late-join candidates).
+    last_unlock: Option<EventId>,
+    /// The lock of the thread's last explicit release ([`NO_OBJECT`]: none): a
+    /// marked point the thread reaches next bounds that lock's window.
+    released_lock: ObjId,
     /// After a cond wait returned: (mutex address, waking signal, wait site, the
     /// `cond_wait` event), for the reacquire that follows. Schedules name the
     /// reacquire by the `cond_wait` event (`ordo_schedule::namer`).
@@ -269,6 +287,8 @@ const NO_RELEASES: usize = usize::MAX;
 const MAX_FIRST_SECTIONS: usize = 4096;
 /// Early-exit candidates offered at the main thread's exit, at most.
 const MAX_EARLY_EXITS: usize = 64;
+/// Late-join candidates offered at one join, at most.
+const MAX_LATE_JOINS: usize = 16;
 /// Other threads' first sections a section must come before for a `*` candidate.
 const MANY_THREADS: u32 = 3;
 
@@ -284,6 +304,8 @@ impl ThreadState {
             lifecycle: [0; 2],
             condwait_release: None,
             last_release: None,
+            last_unlock: None,
+            released_lock: NO_OBJECT,
             woken: None,
             after_wake: None,
             barrier: None,
@@ -374,8 +396,9 @@ const NO_SLOT: u32 = u32::MAX;
 /// a join makes C fork/join-know A. So a takeover C learned of by other
 /// synchronization is allowed only when A left no lock-order edge (it never took
 /// a lock while holding one), and A's first critical section, kept for the
-/// early-exit candidates, is then taken as not known to the main thread's exit
-/// (the candidate is offered, as for a thread never joined).
+/// early-exit and late-join candidates, loses its slot: it is taken as not known
+/// to the main thread's exit (the early exit is offered, as for a thread never
+/// joined) and offers no late join (which join taught it is unknown).
 #[derive(Clone, Copy, Debug)]
 struct FreeSlot {
     slot: u32,
@@ -613,7 +636,7 @@ impl<'a> Engine<'a> {
             Family::Sem | Family::Futex => State::Acc(VectorClock::default()),
             Family::Barrier => State::Barrier(Box::default()),
             Family::Var => State::Var(Box::default()),
-            Family::Thread => State::None,
+            Family::Thread | Family::Mark => State::None,
         };
         self.objects.push(Object {
             addr,
@@ -666,6 +689,7 @@ impl<'a> Engine<'a> {
                 site: e.site,
                 ts: e.ts_ns,
                 index: self.index,
+                after_point: false,
             };
         }
         let (obj, occurrence) = match Family::of(e.kind) {
@@ -708,6 +732,7 @@ impl<'a> Engine<'a> {
             site: e.site,
             ts: e.ts_ns,
             index: self.index,
+            after_point: false,
         }
     }
 
@@ -718,9 +743,19 @@ impl<'a> Engine<'a> {
             let th = &mut self.states[self.slot_of[t as usize] as usize];
             th.last_event = th.vc.get(th.slot);
         }
+        if e.kind == Kind::Blocked {
+            return self.blocked(t, e);
+        }
         let id = self.name(t, e);
         self.index += 1;
         self.stats.events += 1;
+        if let Some(slot) = self.slot_of.get(t as usize) {
+            if let Some(th) = self.states.get(*slot as usize) {
+                if th.released_lock != NO_OBJECT {
+                    self.next_after_release(t, id);
+                }
+            }
+        }
         match e.kind {
             Kind::MutexLock => self.acquire(t, id, Mode::Exclusive, e.via),
             Kind::RwlockRdlock => self.acquire(t, id, Mode::Read, e.via),
@@ -729,7 +764,10 @@ impl<'a> Engine<'a> {
             Kind::MutexLockFailed | Kind::RwlockLockFailed | Kind::SemWaitFailed => {}
             // Filtered out before the pass (lib.rs): blocking orders nothing.
             Kind::MutexBlock => {}
-            // A marked program point (`--mark`) orders nothing; it is only named.
+            // Handled above (`blocked`).
+            Kind::Blocked => {}
+            // A marked program point (`--mark`) orders nothing; it can bound the
+            // window after the thread's last release (`next_after_release`).
             Kind::At => {}
             Kind::CondWaitBegin => self.wait_begin(t, e, id),
             Kind::CondWait => self.wait_return(t, e, id),
@@ -804,6 +842,10 @@ impl<'a> Engine<'a> {
                     .get(&e.addr)
                     .and_then(|child| self.exits.remove(child))
                 {
+                    let th = &self.states[self.slot_of[t as usize] as usize];
+                    if let Some(unlock) = th.last_unlock {
+                        self.late_join_candidates(t, unlock, &vc);
+                    }
                     let th = &mut self.states[self.slot_of[t as usize] as usize];
                     th.vc.join(&vc);
                     Rc::make_mut(&mut th.fj).join(&fj);
@@ -811,6 +853,58 @@ impl<'a> Engine<'a> {
             }
             Kind::Read | Kind::Write | Kind::Rmw => self.access(t, id, e.via == Via::Atomic),
         }
+        id
+    }
+
+    /// A thread still inside a blocking call when the recording ended (its last
+    /// event). A lock it waited for is an attempted acquisition: named as the
+    /// occurrence it would have been, it adds the lock-order edges from the locks
+    /// the thread holds, without being held, so a deadlock the run really had is
+    /// the cycle of its held locks and blocked attempts.
+    fn blocked(&mut self, t: u32, e: &Event) -> EventId {
+        let attempted = Kind::from_code(e.value as u16);
+        let mode = match attempted {
+            Some(Kind::MutexLock) => Mode::Exclusive,
+            Some(Kind::RwlockRdlock) => Mode::Read,
+            Some(Kind::RwlockWrlock) => Mode::Write,
+            _ => {
+                let id = EventId {
+                    thread: t,
+                    kind: e.kind,
+                    obj: NO_OBJECT,
+                    occurrence: 0,
+                    nth: 0,
+                    site: e.site,
+                    ts: e.ts_ns,
+                    index: self.index,
+                    after_point: false,
+                };
+                self.index += 1;
+                self.stats.events += 1;
+                return id;
+            }
+        };
+        let attempt = Event {
+            kind: attempted.unwrap(),
+            via: Via::Plain,
+            ..e.clone()
+        };
+        let id = self.name(t, &attempt);
+        self.index += 1;
+        self.stats.events += 1;
+        if id.obj == NO_OBJECT || id.occurrence == 0 {
+            return id;
+        }
+        let th = &mut self.states[self.slot_of[t as usize] as usize];
+        if th.held_position(id.obj).is_some() {
+            return id;
+        }
+        let node = match th.held.last() {
+            Some(h) if h.node != NO_NODE => self.graph.context(h.node, id.obj, mode),
+            _ => return id,
+        };
+        let (slot, epoch) = (th.slot, th.vc.get(th.slot));
+        self.graph.acquired(&mut th.held, node, slot, id, epoch);
         id
     }
 
@@ -872,6 +966,23 @@ impl<'a> Engine<'a> {
             }
         }
         let swappable = unknown & 1 != 0;
+        // Could this section (an outermost one) have run whole between the
+        // previous holder's release and that thread's next statement? Only if this
+        // thread, before joining the lock, knows nothing the holder did after
+        // releasing it.
+        lock.after_window = match (prev1, lock.last_release) {
+            (Some(p1), Some(rel))
+                if rel.thread == p1.acq.thread
+                    && rel.thread != t
+                    && via != Via::CondWait
+                    && th.held.is_empty()
+                    && p1.mode.conflicts(mode)
+                    && th.vc.get(p1.slot) <= lock.release.get(p1.slot) =>
+            {
+                Some((rel, id))
+            }
+            _ => None,
+        };
         // Other objects' releases (arrivals, posts, signals) this thread does not
         // know of: its section could overtake them.
         let (mut unknown_releases, mut unknown_starts) = (0u8, 0u8);
@@ -928,6 +1039,11 @@ impl<'a> Engine<'a> {
         // the move's wide loads wait for the narrow stores that built it.
         th.push_held(id.obj, mode, id, node);
         self.stats.critical_sections += 1;
+        if via == Via::Try {
+            if let Some(p1) = prev1.filter(|p| p.acq.thread != t && p.mode.conflicts(mode)) {
+                self.failed_try_candidate(p1.acq, id);
+            }
+        }
         if let Some(p1) = prev1 {
             self.critical_section_candidates(prev2, (p1, prev1_woken), (cur, woken_by));
             if let Some([p3, p4]) = older {
@@ -1240,6 +1356,71 @@ impl<'a> Engine<'a> {
         self.first_sections = sections;
     }
 
+    /// At a join by thread `t`, whose last critical section ended with `unlock`:
+    /// every first critical section that `t` learns of only by this join (the
+    /// joined thread's, or ones it knew) could have come after that section — `t`
+    /// did its work, e.g. destroyed or reused what the section needs, before the
+    /// join that should have preceded it (a join placed too late).
+    #[inline(never)]
+    fn late_join_candidates(&mut self, t: u32, unlock: EventId, joined: &VectorClock) {
+        // By fork/join only, as for early exits: that the section's lock was handed
+        // to a thread joined earlier is this run's order, which a schedule can change.
+        let fj = self.states[self.slot_of[t as usize] as usize].fj_snapshot();
+        let mut offers = Vec::new();
+        for &(acq, slot, epoch) in &self.first_sections {
+            if acq.thread == t || fj.get(slot) >= epoch || joined.get(slot) < epoch {
+                continue;
+            }
+            offers.push(acq);
+            if offers.len() == MAX_LATE_JOINS {
+                break;
+            }
+        }
+        for acq in offers {
+            self.offer(
+                FindingKind::LateJoin,
+                &[unlock, acq],
+                &[(&[unlock], acq)],
+                "",
+            );
+        }
+    }
+
+    /// A successful try (`cur`, a trylock) right after another thread's section
+    /// (`held`): the try could have come while that section held the lock, and
+    /// failed — `held.lock -> T:mutex_lock_failed(L)#n -> held.unlock`, n being
+    /// the thread's next failed try on the lock. A program whose fallback for a
+    /// busy lock is wrong fails only then.
+    #[inline(never)]
+    fn failed_try_candidate(&mut self, held: EventId, cur: EventId) {
+        let (failed_kind, unlock_kind) = match cur.kind {
+            Kind::MutexLock => (Kind::MutexLockFailed, Kind::MutexUnlock),
+            _ => (Kind::RwlockLockFailed, Kind::RwlockUnlock),
+        };
+        let th_slot = self.states[self.slot_of[cur.thread as usize] as usize].slot as usize;
+        let failed_before = self.objects[cur.obj as usize]
+            .naming
+            .get(th_slot)
+            .filter(|n| n.owner == cur.thread)
+            .map_or(0, |n| n.counts[kind_slot(failed_kind)]);
+        let failed = EventId {
+            kind: failed_kind,
+            occurrence: failed_before + 1,
+            ..cur
+        };
+        // The section's own release: the k-th lock's unlock is the k-th unlock.
+        let unlock = EventId {
+            kind: unlock_kind,
+            ..held
+        };
+        self.offer(
+            FindingKind::FailedTry,
+            &[held, failed, unlock],
+            &[(&[held], failed), (&[failed], unlock)],
+            "",
+        );
+    }
+
     /// One thread's first section on a lock, before every other thread's first
     /// one: `cur -> *:KIND(OBJ)#1`.
     #[inline(never)]
@@ -1315,13 +1496,85 @@ impl<'a> Engine<'a> {
             // lost): publish without forgetting earlier releases.
             None => lock.release.join(&th.vc),
         }
+        // A section that fitted after the previous holder's release ends here.
+        let after_release = lock
+            .after_window
+            .take()
+            .filter(|(_, acq)| acq.thread == t && e.via != Via::CondWait);
+        // Only a release that leaves the thread holding nothing: held there, it
+        // must not keep another lock the other section needs.
+        lock.last_release = match mode {
+            Some(Mode::Exclusive | Mode::Write) if e.via != Via::CondWait && th.held.is_empty() => {
+                Some(id)
+            }
+            _ => None,
+        };
+        let mark = lock.mark_after_release.take();
+        let then_sync = std::mem::take(&mut lock.release_then_sync);
+        th.released_lock = if lock.last_release.is_some() {
+            id.obj
+        } else {
+            NO_OBJECT
+        };
         if e.via == Via::CondWait {
             th.condwait_release = Some((e.addr2, th.vc.get(th.slot)));
         } else {
             th.after_wake = None;
             th.last_release = Some((e.addr, th.epoch()));
+            if mode.is_some() && id.occurrence > 0 {
+                th.last_unlock = Some(id);
+            }
         }
         th.vc.tick(th.slot);
+        if let Some((rel, acq)) = after_release {
+            // The holder reached a marked point after its release: the window
+            // bounded by the mark first (whoever marked it meant that statement).
+            if let Some(m) = mark.filter(|m| m.thread == rel.thread) {
+                self.offer(
+                    FindingKind::AfterRelease,
+                    &[rel, acq, id, m],
+                    &[(&[rel], acq), (&[id], m)],
+                    "",
+                );
+            }
+            // The holder waits right after its release until this section is over
+            // (unless it made a synchronization call next: a gate there says it).
+            if !then_sync {
+                self.offer(
+                    FindingKind::AfterRelease,
+                    &[rel, acq, id],
+                    &[(&[rel], acq), (&[id], rel.after_point())],
+                    "",
+                );
+            }
+        }
+    }
+
+    /// The thread's first event after its last release of a lock (while that is
+    /// still the lock's last release): a marked program point bounds the window
+    /// after the release; a synchronization call there means a gate at that call
+    /// expresses the window (other shapes), so no `after(…)` point is proposed.
+    /// Watched accesses are looked past.
+    #[inline(never)]
+    fn next_after_release(&mut self, t: u32, id: EventId) {
+        if id.kind.is_access() {
+            return;
+        }
+        let th = &mut self.states[self.slot_of[t as usize] as usize];
+        let lock_obj = std::mem::replace(&mut th.released_lock, NO_OBJECT);
+        let State::Lock(lock) = &mut self.objects[lock_obj as usize].state else {
+            return;
+        };
+        if lock.last_release.is_none_or(|r| r.thread != t) {
+            return;
+        }
+        match id.kind {
+            Kind::At => {
+                lock.mark_after_release.get_or_insert(id);
+            }
+            Kind::ThreadExit => {}
+            _ => lock.release_then_sync = true,
+        }
     }
 
     fn wait_begin(&mut self, t: u32, e: &Event, id: EventId) {
@@ -1696,7 +1949,8 @@ fn quick_rank(events: &[EventId]) -> Rank {
             threads[nt] = e.thread;
             nt += 1;
         }
-        if no < 8 && e.obj != NO_OBJECT && !objects[..no].contains(&e.obj) {
+        // A marked program point is a place in the code, not a shared object.
+        if no < 8 && e.obj != NO_OBJECT && e.kind != Kind::At && !objects[..no].contains(&e.obj) {
             objects[no] = e.obj;
             no += 1;
         }

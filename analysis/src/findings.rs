@@ -191,15 +191,16 @@ impl FindingSet {
     }
 
     /// All candidates, best first: by (v, t); among equal (v, t) harmful shapes
-    /// (deadlock, lost wakeup, race, atomicity, barging) before plain reorderings;
+    /// (deadlock, lost wakeup, race, atomicity, barging), then sections after a
+    /// release, then plain reorderings ([`FindingKind::tier`]);
     /// then by distance, kind and position in the trace. Candidates of different
     /// kinds or sites that ask for exactly the same orders (the same events, by
     /// thread, kind, object and occurrence) are one: the first in this order stays.
     pub fn into_sorted(self) -> Vec<(Rank, RawFinding)> {
         let mut items = self.items;
         items.sort_by(|a, b| {
-            (a.0.v, a.0.t, !a.1.kind.is_harmful(), a.0.distance)
-                .cmp(&(b.0.v, b.0.t, !b.1.kind.is_harmful(), b.0.distance))
+            (a.0.v, a.0.t, a.1.kind.tier(), a.0.distance)
+                .cmp(&(b.0.v, b.0.t, b.1.kind.tier(), b.0.distance))
                 .then(a.1.kind.cmp(&b.1.kind))
                 .then(first_index(&a.1).cmp(&first_index(&b.1)))
         });

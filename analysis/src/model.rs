@@ -24,10 +24,13 @@ pub enum Family {
     Var,
     /// `thread_create`, `thread_join` (the object is the `pthread_t` handle).
     Thread,
+    /// `at`: a marked program point (`ordo record --mark`); the object is the
+    /// instruction's address.
+    Mark,
 }
 
 /// Number of families.
-pub const FAMILIES: usize = 8;
+pub const FAMILIES: usize = 9;
 
 impl Family {
     /// The family of a kind's object; `None` for `thread_start`/`thread_exit`. The
@@ -43,6 +46,7 @@ impl Family {
             f::FUTEX => Family::Futex,
             f::VAR => Family::Var,
             f::THREAD => Family::Thread,
+            f::MARK => Family::Mark,
             _ => return None,
         })
     }
@@ -58,6 +62,7 @@ impl Family {
             Family::Futex => "futex",
             Family::Var => "variable",
             Family::Thread => "thread handle",
+            Family::Mark => "program point",
         }
     }
 }
@@ -81,6 +86,8 @@ pub fn kind_slot(kind: Kind) -> usize {
         | Kind::SemPost
         | Kind::Rmw => 2,
         Kind::CondBroadcast | Kind::RwlockUnlock | Kind::MutexBlock => 3,
+        // Never named as itself: the engine names it as the call it waited in.
+        Kind::Blocked => 3,
     }
 }
 
@@ -116,6 +123,19 @@ pub struct EventId {
     pub ts: u64,
     /// Position in the global (happens-before consistent) order, from 0.
     pub index: u64,
+    /// In a candidate's ordering: the point right after this event returned (the
+    /// schedule language's `T:after(KIND(OBJ)#N)`), not the event itself.
+    pub after_point: bool,
+}
+
+impl EventId {
+    /// The point right after this event returned (`T:after(…)`).
+    pub fn after_point(self) -> EventId {
+        EventId {
+            after_point: true,
+            ..self
+        }
+    }
 }
 
 /// How a lock is held.
@@ -156,6 +176,13 @@ pub enum FindingKind {
     /// section: nothing joins that thread first (a missing join, or a join of the
     /// wrong thread).
     EarlyExit,
+    /// A thread's critical section can come after the joining thread's last
+    /// critical section before the join: the joiner's work (destroying, reusing
+    /// or checking what the section touches) overtakes a thread it joins only later.
+    LateJoin,
+    /// A trylock that succeeded could have come inside another thread's section
+    /// and failed (a wrong fallback for a busy lock).
+    FailedTry,
     /// A critical section can run before another thread even starts.
     DelayedStart,
     /// A critical section can overtake another thread's barrier arrival, semaphore
@@ -167,18 +194,25 @@ pub enum FindingKind {
     /// Two critical sections of different threads can run in the other order (the
     /// later one moved before the earlier, possibly past several others).
     Reorder,
+    /// Another thread's whole critical section can fall between a thread's release
+    /// of a lock and its next statement (`T:after(mutex_unlock(m)#k)`): unlock, then
+    /// act on what the lock protected (free it, clear it, use a copy of it).
+    AfterRelease,
 }
 
 impl FindingKind {
     /// Every kind, in report order.
-    pub const ALL: [FindingKind; 11] = [
+    pub const ALL: [FindingKind; 14] = [
         FindingKind::Deadlock,
         FindingKind::LostWakeup,
         FindingKind::Barging,
         FindingKind::Race,
         FindingKind::Atomicity,
+        FindingKind::AfterRelease,
         FindingKind::Chain,
         FindingKind::EarlyExit,
+        FindingKind::LateJoin,
+        FindingKind::FailedTry,
         FindingKind::DelayedStart,
         FindingKind::Overtake,
         FindingKind::FirstOfMany,
@@ -197,6 +231,21 @@ impl FindingKind {
                 | FindingKind::Atomicity
                 | FindingKind::Barging
         )
+    }
+
+    /// Where the kind goes among candidates of equal (v, t), before distance:
+    /// 0 the harmful shapes ([`FindingKind::is_harmful`]), 1 a section after a
+    /// release ([`FindingKind::AfterRelease`]: the harmful shape of code after an
+    /// unlock, but proposed for every pair of neighbouring sections, so it must not
+    /// push a split check-then-act back), 2 the plain reorderings.
+    pub fn tier(self) -> u8 {
+        if self.is_harmful() {
+            0
+        } else if self == FindingKind::AfterRelease {
+            1
+        } else {
+            2
+        }
     }
 
     /// Whether a finding of this kind is *predicted to be a bug* (a lock-order
@@ -229,10 +278,13 @@ impl FindingKind {
             FindingKind::Atomicity => "atomicity",
             FindingKind::Chain => "chain",
             FindingKind::EarlyExit => "early_exit",
+            FindingKind::LateJoin => "late_join",
+            FindingKind::FailedTry => "failed_try",
             FindingKind::DelayedStart => "delayed_start",
             FindingKind::Overtake => "overtake",
             FindingKind::FirstOfMany => "first_of_many",
             FindingKind::Reorder => "reorder",
+            FindingKind::AfterRelease => "after_release",
         }
     }
 
@@ -310,8 +362,15 @@ impl RawFinding {
             lo = lo.min(e.index);
             hi = hi.max(e.index);
         }
+        // A marked program point is a place in the code, not a shared object.
+        let mut objects = Vec::new();
+        for e in self.all_events() {
+            if e.obj != NO_OBJECT && e.kind != Kind::At && !objects.contains(&e.obj) {
+                objects.push(e.obj);
+            }
+        }
         Rank {
-            v: self.objects().len() as u32,
+            v: objects.len() as u32,
             t: self.threads().len() as u32,
             distance: hi.saturating_sub(lo),
         }

@@ -101,7 +101,16 @@ impl<'a> Namer<'a> {
             kind: e.kind,
             object: self.object_ref(e),
             occurrence: e.occurrence,
+            after: e.after_point,
         })
+    }
+
+    /// The first statement after the call of `e` (file name, line), from DWARF.
+    pub fn statement_after(&self, e: &EventId) -> Option<(String, u32)> {
+        if e.site == 0 || e.kind.is_access() {
+            return None;
+        }
+        self.symbolizer.statement_after(e.site)
     }
 
     /// The call site as text. A variable access's site is the accessing

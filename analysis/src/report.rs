@@ -46,6 +46,10 @@ pub struct Finding {
     pub details: Vec<String>,
     /// Whether an event of the finding lies at or after the first lost event.
     pub possibly_affected_by_drops: bool,
+    /// Where the schedule holds a thread right after an event (`after(…)`): the
+    /// first statement after it (`file.c:LINE`, from DWARF line info), for
+    /// `ordo record --mark` when a program point should be named instead.
+    pub mark: Option<String>,
 }
 
 /// Events lost to a full ring buffer between two chunks of the trace.
@@ -133,6 +137,12 @@ fn resolve_one(
     let details = f.events.iter().map(|e| describe_event(e, namer)).collect();
     let possibly_affected_by_drops =
         first_loss_ts.is_some_and(|ts| f.events.iter().any(|e| e.ts >= ts));
+    let mark = f
+        .orderings
+        .iter()
+        .find(|o| o.after.after_point)
+        .and_then(|o| namer.statement_after(&o.after))
+        .map(|(file, line)| format!("{file}:{line}"));
     Finding {
         kind: f.kind,
         threads,
@@ -143,6 +153,7 @@ fn resolve_one(
         message: message(f, namer, rank),
         details,
         possibly_affected_by_drops,
+        mark,
     }
 }
 
@@ -177,6 +188,7 @@ pub fn schedule(f: &RawFinding, namer: &Namer<'_>) -> Option<Schedule> {
                 kind: o.after.kind,
                 object: ObjectRef::Symbol(namer.symbol(o.after.obj)?),
                 occurrence: o.after.occurrence,
+                after: false,
             }
         } else {
             namer.event_ref(&o.after)?
@@ -308,6 +320,26 @@ fn message(f: &RawFinding, n: &Namer<'_>, rank: Rank) -> String {
             s(&ev[1]),
             t(&ev[1])
         ),
+        FindingKind::LateJoin => format!(
+            "thread {}'s critical section on {} ({}) can come after thread {}'s on {} ({}), which precedes \
+             its join of thread {}: the join comes too late to protect what the section uses",
+            t(&ev[1]),
+            o(&ev[1]),
+            s(&ev[1]),
+            t(&ev[0]),
+            o(&ev[0]),
+            s(&ev[0]),
+            t(&ev[1])
+        ),
+        FindingKind::FailedTry => format!(
+            "thread {}'s trylock of {} ({}) succeeded, but could have come inside thread {}'s critical \
+             section ({}) and failed: what the program does when the lock is busy is never run",
+            t(&ev[1]),
+            o(&ev[1]),
+            s(&ev[1]),
+            t(&ev[0]),
+            s(&ev[0])
+        ),
         FindingKind::DelayedStart => format!(
             "thread {}'s critical section on {} ({}) can run before thread {} starts: it knows nothing of \
              thread {} (e.g. of its {} {} at {})",
@@ -340,6 +372,20 @@ fn message(f: &RawFinding, n: &Namer<'_>, rank: Rank) -> String {
             rank.t.saturating_sub(1),
             t(&ev[1]),
             s(&ev[1])
+        ),
+        FindingKind::AfterRelease => format!(
+            "thread {}'s whole critical section on {} (at {}) can fall between thread {}'s release of it at {} \
+             and {}: code that runs after the unlock on what the lock protected \
+             (a free, a clearing store, a copy) acts on a changed state",
+            t(&ev[1]),
+            o(&ev[0]),
+            s(&ev[1]),
+            t(&ev[0]),
+            s(&ev[0]),
+            match ev.get(3) {
+                Some(mark) => format!("its arrival at the marked point {}", s(mark)),
+                None => format!("thread {}'s next statement", t(&ev[0])),
+            }
         ),
         FindingKind::Reorder => format!(
             "thread {}'s critical section on {} at {} and thread {}'s at {} can run in the other order",
@@ -375,6 +421,7 @@ impl Finding {
             "message": self.message,
             "details": self.details,
             "possibly_affected_by_drops": self.possibly_affected_by_drops,
+            "mark": self.mark,
         })
     }
 }
@@ -394,6 +441,7 @@ impl Analysis {
             "futex",
             "variable",
             "thread_handle",
+            "mark",
         ]
         .iter()
         .enumerate()
@@ -537,6 +585,13 @@ impl Analysis {
                     for line in f.schedule.lines() {
                         let _ = writeln!(out, "        {line}");
                     }
+                }
+                if let Some(mark) = &f.mark {
+                    let _ = writeln!(
+                        out,
+                        "      the `after(…)` point is the statement at {mark}: to name it instead, \
+                         record with `--mark {mark}` and write `at({mark})#N`"
+                    );
                 }
             }
             if group.len() > per_kind {

@@ -639,6 +639,75 @@ fn adjacent_sections_swap_unless_something_else_orders_them() {
 }
 
 #[test]
+fn a_section_fits_after_a_release_unless_it_knows_what_follows() {
+    // Thread 2's whole section can fall between thread 1's unlock and its next
+    // statement: thread 1 is held right after the unlock returned.
+    let free = two_threads(|b, t1, t2| {
+        b.lock(t1, M, 0x500);
+        b.unlock(t1, M, 0x501);
+        b.lock(t2, M, 0x600);
+        b.unlock(t2, M, 0x601);
+    });
+    let a = analyze(&free);
+    let r = of(&a, FindingKind::AfterRelease);
+    assert_eq!(r.len(), 1, "{:#?}", a.findings);
+    assert_eq!(
+        r[0].schedule,
+        "1:mutex_unlock(@1)#1 -> 2:mutex_lock(@1)#1\n\
+         2:mutex_unlock(@1)#1 -> 1:after(mutex_unlock(@1)#1)\n"
+    );
+    assert_eq!(FindingKind::AfterRelease.tier(), 1);
+    // Thread 2 waits for a post thread 1 makes after its unlock: thread 1 cannot
+    // be held before that post.
+    let ordered = two_threads(|b, t1, t2| {
+        b.lock(t1, M, 0x500);
+        b.unlock(t1, M, 0x501);
+        b.push(t1, Kind::SemPost, 0x7000, 0x502);
+        b.push(t2, Kind::SemWait, 0x7000, 0x600);
+        b.lock(t2, M, 0x601);
+        b.unlock(t2, M, 0x602);
+    });
+    assert!(of(&analyze(&ordered), FindingKind::AfterRelease).is_empty());
+    // Thread 1 reached a marked point (`--mark`) after its unlock: the window
+    // bounded by it comes first, naming the point; the after() one stays.
+    let marked = two_threads(|b, t1, t2| {
+        b.lock(t1, M, 0x500);
+        b.unlock(t1, M, 0x501);
+        b.push(t1, Kind::At, 0x900, 0x900);
+        b.lock(t2, M, 0x600);
+        b.unlock(t2, M, 0x601);
+    });
+    let a = analyze(&marked);
+    let r = of(&a, FindingKind::AfterRelease);
+    assert_eq!(r.len(), 2, "{:#?}", a.findings);
+    assert_eq!(
+        r[0].schedule,
+        "1:mutex_unlock(@1)#1 -> 2:mutex_lock(@1)#1\n\
+         2:mutex_unlock(@1)#1 -> 1:at(@1)#1\n"
+    );
+    assert_eq!(r[0].rank.v, 1, "a program point is not a shared object");
+    assert!(r[1].schedule.contains("1:after(mutex_unlock(@1)#1)"));
+    // Thread 1's next step after its unlock is a lock of its own: a gate at that
+    // lock expresses the window, no after() point is proposed.
+    let then_lock = two_threads(|b, t1, t2| {
+        b.lock(t1, M, 0x500);
+        b.unlock(t1, M, 0x501);
+        b.lock(t1, A, 0x502);
+        b.unlock(t1, A, 0x503);
+        b.lock(t2, M, 0x600);
+        b.unlock(t2, M, 0x601);
+    });
+    let a = analyze(&then_lock);
+    assert!(
+        of(&a, FindingKind::AfterRelease)
+            .iter()
+            .all(|f| !f.schedule.contains("after(mutex_unlock(@1)#1)")),
+        "{:#?}",
+        a.findings
+    );
+}
+
+#[test]
 fn findings_are_ordered_by_rank_and_deduplicated() {
     let b = two_threads(|b, t1, t2| {
         for _ in 0..20 {
@@ -651,7 +720,12 @@ fn findings_are_ordered_by_rank_and_deduplicated() {
         nested(b, t2, B, A, 0x800);
     });
     let a = analyze(&b);
-    let ranks: Vec<_> = a.findings.iter().map(|f| f.rank).collect();
+    // By (v, t), harmful shapes first, then sections after a release, then distance.
+    let ranks: Vec<_> = a
+        .findings
+        .iter()
+        .map(|f| (f.rank.v, f.rank.t, f.kind.tier(), f.rank.distance))
+        .collect();
     let mut sorted = ranks.clone();
     sorted.sort();
     assert_eq!(ranks, sorted);

@@ -112,6 +112,8 @@ pub struct HuntOptions {
     pub seed: u64,
     /// `--watch` specs for the first recording.
     pub watch: Vec<String>,
+    /// `--mark` specs for the first recording.
+    pub mark: Vec<String>,
     /// Runs at a time.
     pub jobs: usize,
     /// Where the runs' traces and the reproducing schedule go.
@@ -141,6 +143,7 @@ impl HuntOptions {
             depth: 3,
             seed: 0,
             watch: Vec::new(),
+            mark: Vec::new(),
             jobs: std::thread::available_parallelism().map_or(1, |n| n.get()),
             out_dir,
             confirm_runs: 20,
@@ -224,6 +227,8 @@ impl HuntOutcome {
             "finding": found.map(|f| f.finding.clone()),
             "reason": found.map(|f| f.reason.clone()),
             "source": found.map(|f| f.source),
+            // The first recording failed by itself: no strategy had to act.
+            "unforced": found.map(|f| f.source == "recorded"),
             "run": found.map(|f| f.run),
             "also_failed": found.map(|f| f.also_failed),
             "trace": found.map(|f| f.trace.display().to_string()),
@@ -257,6 +262,11 @@ impl HuntOutcome {
             f.source,
             f.reason
         );
+        if f.source == "recorded" {
+            out.push_str(
+                "  the first run failed by itself, before any schedule was forced: the schedule pins what it did\n",
+            );
+        }
         if let Some(message) = f.finding["message"].as_str() {
             out.push_str(&format!("  finding: {message}\n"));
         }
@@ -490,7 +500,15 @@ impl Hunter<'_> {
                 continue;
             }
             if let Some(a) = &r.analysis {
-                self.queue.extend(&a.findings, r.number);
+                // A candidate's replay that followed its schedule and passed: its
+                // findings are also tried on top of that schedule.
+                let base = match &r.job {
+                    Job::Candidate(c) if r.verdict == Verdict::Passed => {
+                        Schedule::parse(&c.finding.schedule).ok()
+                    }
+                    _ => None,
+                };
+                self.queue.extend_on(&a.findings, r.number, base.as_ref());
             }
             // Traces of runs that showed nothing are not kept (a long hunt would
             // fill the disk); the first recording stays for reference.

@@ -5,8 +5,12 @@
 //! For every object, each event that follows another thread's event on it becomes
 //! `previous -> next`: the hand-overs of each lock, semaphore, condvar and futex word
 //! between threads, as the run had them. Events inside a thread keep their program
-//! order anyway. When the run had more hand-overs than a plan can name, the last
-//! ones are kept: those nearest the failure.
+//! order anyway. Two orderings are no hand-over (see [`LockSections`]): a thread
+//! still blocked in a lock when the run ended (the recorder's `blocked` events)
+//! comes after the acquisitions of the threads holding it, which pins a deadlock's
+//! whole cycle; a failed try goes inside the other thread's section it failed
+//! against. When the run had more hand-overs than a plan can name, the last ones
+//! are kept: those nearest the failure.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -28,8 +32,17 @@ pub fn schedule_of_run(trace: &Path) -> Result<Schedule> {
     let symbolizer = Symbolizer::new(&reader.modules);
     let mut namer = EventNamer::new(&reader.threads, &symbolizer);
     let mut last_on: HashMap<(usize, u64), EventRef> = HashMap::new();
+    let mut locks = LockSections::default();
     let mut orderings = Vec::new();
+    // Stamped like the thread's last event before it blocked, but blocked until the
+    // end: placed once every lock taken meanwhile is known.
+    let mut blocked = Vec::new();
+    let mut timeline = Vec::new();
     for e in global_order(events) {
+        if e.kind == Kind::Blocked {
+            blocked.push(e);
+            continue;
+        }
         if !pinnable(&e) {
             continue;
         }
@@ -38,6 +51,14 @@ pub fn schedule_of_run(trace: &Path) -> Result<Schedule> {
         if family == Family::NoObject {
             continue;
         }
+        // The events of each thread, in global order, for the frontier.
+        timeline.push((name.thread.clone(), name.clone(), gated_before(&e)));
+        if is_failed_try(e.kind) && e.via == Via::Try {
+            // No hand-over: it failed because another thread held the object.
+            locks.failed.push((name, e.addr, e.ts_ns));
+            continue;
+        }
+        locks.note(&e, &name);
         if let Some(prev) = last_on.insert((family.index(), e.addr), name.clone()) {
             if prev.thread != name.thread && gated_before(&e) {
                 orderings.push(Ordering {
@@ -48,15 +69,188 @@ pub fn schedule_of_run(trace: &Path) -> Result<Schedule> {
             }
         }
     }
+    for e in &blocked {
+        locks.blocked(e, &mut namer, &mut orderings);
+    }
+    locks.place_failed_tries(&mut orderings);
+    orderings.extend(frontier(&timeline));
     Ok(Schedule {
         orderings: keep_last_fitting(orderings),
     })
 }
 
+/// Threads whose last event the frontier orders (those that acted last).
+const FRONTIER_THREADS: usize = 2;
+
+/// Where the threads stood when the run failed, across objects: the last event of
+/// each of the [`FRONTIER_THREADS`] threads that acted last waits for the latest
+/// event each other thread had before it. A failure often depends on how far one
+/// thread got while another acted on a different object (a lock destroyed, then
+/// the shutdown logged under another lock, before a late thread's lock), which no
+/// hand-over on one object says. `timeline`: (thread, event, gated before it takes
+/// effect) in the run's global order.
+fn frontier(timeline: &[(ThreadRef, EventRef, bool)]) -> Vec<Ordering> {
+    let mut last_of: Vec<(&ThreadRef, usize)> = Vec::new();
+    for (i, (thread, ..)) in timeline.iter().enumerate() {
+        match last_of.iter_mut().find(|(t, _)| *t == thread) {
+            Some(entry) => entry.1 = i,
+            None => last_of.push((thread, i)),
+        }
+    }
+    if last_of.len() < 2 || last_of.len() > MAX_PINNED_THREADS {
+        return Vec::new();
+    }
+    last_of.sort_by_key(|&(_, i)| i);
+    let mut out = Vec::new();
+    for &(thread, at) in last_of.iter().rev().take(FRONTIER_THREADS) {
+        let (_, last, gated) = &timeline[at];
+        if !gated {
+            continue;
+        }
+        for &(other, _) in &last_of {
+            if other == thread {
+                continue;
+            }
+            if let Some((_, before, _)) = timeline[..at].iter().rev().find(|(t, ..)| t == other) {
+                out.push(Ordering {
+                    before: vec![before.clone()],
+                    after: last.clone(),
+                    line: 0,
+                });
+            }
+        }
+    }
+    out
+}
+
+fn is_failed_try(kind: Kind) -> bool {
+    matches!(
+        kind,
+        Kind::MutexLockFailed | Kind::RwlockLockFailed | Kind::SemWaitFailed
+    )
+}
+
+/// One thread's critical section on a lock, as named events and time stamps.
+struct Section {
+    lock: EventRef,
+    lock_ts: u64,
+    unlock: Option<(EventRef, u64)>,
+}
+
+/// The lock and unlock events of the run, for the orderings that are no hand-over
+/// between consecutive events on an object:
+///
+/// - a thread still blocked in a lock when the run ended (a deadlock, a hang)
+///   waited for the threads holding it: their acquisitions come before its attempt
+///   (named as the occurrence it would have been). A deadlock's cycle is then
+///   pinned whole: each thread's held lock before the other's blocked attempt.
+/// - a failed try (trylock, trywait) happened while another thread held the
+///   object: it goes inside that section (after its lock, before its unlock). Its
+///   time stamp, not its place among the object's sequenced events, says which
+///   section (a failed try takes no sequence number): the section of another
+///   thread nearest to it in time.
+#[derive(Default)]
+struct LockSections {
+    /// Per lock: every section so far, in order.
+    sections: HashMap<u64, Vec<Section>>,
+    /// Failed tries: their name, object and time.
+    failed: Vec<(EventRef, u64, u64)>,
+}
+
+impl LockSections {
+    fn note(&mut self, e: &Event, name: &EventRef) {
+        match e.kind {
+            Kind::MutexLock | Kind::RwlockRdlock | Kind::RwlockWrlock => {
+                self.sections.entry(e.addr).or_default().push(Section {
+                    lock: name.clone(),
+                    lock_ts: e.ts_ns,
+                    unlock: None,
+                })
+            }
+            Kind::MutexUnlock | Kind::RwlockUnlock => {
+                if let Some(s) = self.sections.get_mut(&e.addr).and_then(|v| {
+                    v.iter_mut()
+                        .rev()
+                        .find(|s| s.lock.thread == name.thread && s.unlock.is_none())
+                }) {
+                    s.unlock = Some((name.clone(), e.ts_ns));
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// A thread blocked in a lock at the end of the run: ordered after the
+    /// acquisitions of the threads that still held it.
+    fn blocked(&mut self, e: &Event, namer: &mut EventNamer, orderings: &mut Vec<Ordering>) {
+        let Some(attempted @ (Kind::MutexLock | Kind::RwlockRdlock | Kind::RwlockWrlock)) =
+            Kind::from_code(e.value as u16)
+        else {
+            return;
+        };
+        let attempt = Event {
+            kind: attempted,
+            via: Via::Plain,
+            ..e.clone()
+        };
+        let Some(name) = namer.name(&attempt) else {
+            return;
+        };
+        for s in self.sections.get(&e.addr).into_iter().flatten() {
+            if s.unlock.is_none() && s.lock.thread != name.thread {
+                orderings.push(Ordering {
+                    before: vec![s.lock.clone()],
+                    after: name.clone(),
+                    line: 0,
+                });
+            }
+        }
+    }
+
+    /// Each failed try inside the nearest (in time) complete section of another
+    /// thread on its object.
+    fn place_failed_tries(&self, orderings: &mut Vec<Ordering>) {
+        for (name, addr, ts) in &self.failed {
+            let nearest = self
+                .sections
+                .get(addr)
+                .into_iter()
+                .flatten()
+                .filter(|s| s.lock.thread != name.thread)
+                .filter_map(|s| {
+                    let (unlock, unlock_ts) = s.unlock.as_ref()?;
+                    let distance = if *ts < s.lock_ts {
+                        s.lock_ts - ts
+                    } else {
+                        ts.saturating_sub(*unlock_ts)
+                    };
+                    Some((distance, &s.lock, unlock))
+                })
+                .min_by_key(|(distance, ..)| *distance);
+            if let Some((_, lock, unlock)) = nearest {
+                orderings.push(Ordering {
+                    before: vec![lock.clone()],
+                    after: name.clone(),
+                    line: 0,
+                });
+                orderings.push(Ordering {
+                    before: vec![name.clone()],
+                    after: unlock.clone(),
+                    line: 0,
+                });
+            }
+        }
+    }
+}
+
 /// Events a schedule can name and a replay can see (not variable accesses, not a
 /// thread's creation, which is gated by occurrence only).
 fn pinnable(e: &Event) -> bool {
-    !e.kind.is_access() && !matches!(e.kind, Kind::MutexBlock | Kind::ThreadCreate)
+    !e.kind.is_access()
+        && !matches!(
+            e.kind,
+            Kind::MutexBlock | Kind::Blocked | Kind::ThreadCreate
+        )
 }
 
 /// Whether the agent holds the thread *before* the event takes effect; the wake-up

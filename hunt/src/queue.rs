@@ -32,12 +32,56 @@ pub fn order_key(schedule: &Schedule) -> String {
     lines.into_iter().collect::<Vec<_>>().join("\n")
 }
 
+/// Sort key of a pending candidate: the first recording's findings before those
+/// of later runs (a stream of small new findings from each replay must not starve
+/// a larger one of the first recording, e.g. a `*` schedule whose rank counts
+/// every thread), then the rank, harmful shapes before plain reorderings among
+/// equal ranks, then arrival. Built-on candidates go deepest first (most
+/// orderings): the search follows one promising order step by step.
+type QueueKey = (bool, std::cmp::Reverse<usize>, Rank, u8, u64);
+
+/// Most orderings a candidate built on a replayed schedule may have.
+pub const MAX_COMPOSED_ORDERINGS: usize = 16;
+
+/// `base`'s orderings followed by those of `add` it lacks, or `None` when `add`
+/// brings nothing new, reverses an ordering of `base` (an event of one's `before`
+/// is the other's `after`, both ways) or the result is too long.
+fn compose(base: &Schedule, add: &Schedule) -> Option<Schedule> {
+    let mut out = base.clone();
+    for o in &add.orderings {
+        let reverses = base
+            .orderings
+            .iter()
+            .any(|b| b.before.contains(&o.after) && o.before.contains(&b.after));
+        if reverses {
+            return None;
+        }
+        if !out
+            .orderings
+            .iter()
+            .any(|b| b.before == o.before && b.after == o.after)
+        {
+            out.orderings.push(o.clone());
+        }
+    }
+    (out.orderings.len() > base.orderings.len() && out.orderings.len() <= MAX_COMPOSED_ORDERINGS)
+        .then_some(out)
+}
+
 /// Pending candidates, best first, each order at most once over the whole hunt.
+/// Findings of a candidate's replay that passed are queued twice: as they are,
+/// and built on that replay's schedule ([`CandidateQueue::extend_on`]); the two
+/// kinds are served in turns.
 #[derive(Default)]
 pub struct CandidateQueue {
     seen: HashSet<String>,
-    /// (rank, harmful-first class, arrival) → candidate, kept sorted on insertion.
-    pending: Vec<((Rank, u8, u64), Candidate)>,
+    /// Sort key → candidate, kept sorted on insertion: `[0]` the analyzer's
+    /// findings as they are, `[1]` those built on a replayed schedule.
+    pending: [Vec<(QueueKey, Candidate)>; 2],
+    /// Serve a built-on candidate next (when one is pending): the two kinds take
+    /// turns, so a search that deepens a promising order one step per run does not
+    /// starve the fresh findings (or the other way round).
+    deeper_next: bool,
     arrivals: u64,
     /// Candidates served so far (for sharding: the n-th one served has index n).
     served: u64,
@@ -47,41 +91,88 @@ impl CandidateQueue {
     /// Adds the findings of one analyzed run that carry a schedule not seen before;
     /// returns how many were new.
     pub fn extend(&mut self, findings: &[Finding], from_run: u32) -> usize {
+        self.extend_on(findings, from_run, None)
+    }
+
+    /// Like [`CandidateQueue::extend`], for a run that replayed the schedule `base`
+    /// and followed it without failing: each finding is also queued on top of
+    /// `base` (its orderings added to the base's), so orders deeper than one
+    /// finding — a chain of hand-offs over three threads, several sections between
+    /// two — are reached one step per run. A finding that reverses one of the
+    /// base's orderings, or would make the schedule longer than
+    /// [`MAX_COMPOSED_ORDERINGS`], is queued alone only.
+    pub fn extend_on(
+        &mut self,
+        findings: &[Finding],
+        from_run: u32,
+        base: Option<&Schedule>,
+    ) -> usize {
         let mut added = 0;
         for f in findings {
             let Ok(schedule) = Schedule::parse(&f.schedule) else {
                 continue;
             };
-            if schedule.is_empty() || !self.seen.insert(order_key(&schedule)) {
-                continue;
+            if let Some(composed) = base.and_then(|b| compose(b, &schedule)) {
+                let mut finding = f.clone();
+                finding.message = format!("{} (on top of run {from_run}'s schedule)", f.message);
+                finding.schedule = composed.to_string();
+                added += self.push(finding, &composed, from_run, true);
             }
-            // Among equal ranks, harmful shapes (deadlock, lost wakeup, atomicity)
-            // go first, as in the analyzer's own order.
-            let class = u8::from(!f.kind.is_harmful());
-            let key = (f.rank, class, self.arrivals);
-            self.arrivals += 1;
-            let at = self.pending.partition_point(|(k, _)| *k <= key);
-            self.pending.insert(
-                at,
-                (
-                    key,
-                    Candidate {
-                        finding: f.clone(),
-                        from_run,
-                    },
-                ),
-            );
-            added += 1;
+            added += self.push(f.clone(), &schedule, from_run, false);
         }
         added
     }
 
+    /// Queues one candidate unless its order was seen; returns 1 when queued.
+    fn push(
+        &mut self,
+        finding: Finding,
+        schedule: &Schedule,
+        from_run: u32,
+        composed: bool,
+    ) -> usize {
+        if schedule.is_empty() || !self.seen.insert(order_key(schedule)) {
+            return 0;
+        }
+        // Among equal ranks, harmful shapes (deadlock, lost wakeup, atomicity) go
+        // first, then sections after a release, as in the analyzer's own order.
+        let class = finding.kind.tier();
+        let depth = if composed {
+            schedule.orderings.len()
+        } else {
+            0
+        };
+        let key = (
+            from_run != 0,
+            std::cmp::Reverse(depth),
+            finding.rank,
+            class,
+            self.arrivals,
+        );
+        self.arrivals += 1;
+        let list = &mut self.pending[usize::from(composed)];
+        let at = list.partition_point(|(k, _)| *k <= key);
+        list.insert(at, (key, Candidate { finding, from_run }));
+        1
+    }
+
+    /// The list the next candidate comes from.
+    fn next_list(&self) -> usize {
+        match (self.pending[0].is_empty(), self.pending[1].is_empty()) {
+            (false, false) => usize::from(self.deeper_next),
+            (true, false) => 1,
+            _ => 0,
+        }
+    }
+
     /// The best pending candidate with its serving index, or `None` when none is left.
     pub fn pop(&mut self) -> Option<(u64, Candidate)> {
-        if self.pending.is_empty() {
+        if self.is_empty() {
             return None;
         }
-        let (_, c) = self.pending.remove(0);
+        let list = self.next_list();
+        self.deeper_next = list == 0;
+        let (_, c) = self.pending[list].remove(0);
         let index = self.served;
         self.served += 1;
         Some((index, c))
@@ -89,17 +180,17 @@ impl CandidateQueue {
 
     /// Candidates not tried yet.
     pub fn len(&self) -> usize {
-        self.pending.len()
+        self.pending[0].len() + self.pending[1].len()
     }
 
     /// Whether no candidate is pending.
     pub fn is_empty(&self) -> bool {
-        self.pending.is_empty()
+        self.len() == 0
     }
 
     /// The best pending candidate's kind and rank, for progress displays.
     pub fn best(&self) -> Option<&Candidate> {
-        self.pending.first().map(|(_, c)| c)
+        self.pending[self.next_list()].first().map(|(_, c)| c)
     }
 }
 
@@ -123,6 +214,7 @@ mod tests {
             message: String::new(),
             details: Vec::new(),
             possibly_affected_by_drops: false,
+            mark: None,
         }
     }
 
@@ -165,5 +257,69 @@ mod tests {
                 (2, FindingKind::Reorder, 2)
             ]
         );
+    }
+
+    #[test]
+    fn findings_of_a_passing_replay_are_also_tried_on_top_of_its_schedule() {
+        let mut q = CandidateQueue::default();
+        let base = Schedule::parse("1:mutex_lock(m)#1 -> 2:mutex_lock(m)#1\n").unwrap();
+        let deeper = "3:mutex_lock(m)#1 -> 1:mutex_lock(m)#2\n";
+        let reverse = "2:mutex_lock(m)#1 -> 1:mutex_lock(m)#1\n";
+        assert_eq!(
+            q.extend_on(
+                &[
+                    finding(FindingKind::Reorder, 1, deeper),
+                    finding(FindingKind::Reorder, 1, reverse)
+                ],
+                1,
+                Some(&base)
+            ),
+            // `deeper` alone and on the base; `reverse` contradicts the base: alone.
+            3
+        );
+        let schedules: Vec<String> = std::iter::from_fn(|| q.pop())
+            .map(|(_, c)| c.finding.schedule)
+            .collect();
+        assert_eq!(schedules.len(), 3);
+        assert!(schedules.contains(
+            &"1:mutex_lock(m)#1 -> 2:mutex_lock(m)#1\n3:mutex_lock(m)#1 -> 1:mutex_lock(m)#2\n"
+                .to_string()
+        ));
+        assert!(schedules.contains(&deeper.to_string()));
+        assert!(schedules.contains(&reverse.to_string()));
+    }
+
+    #[test]
+    fn later_runs_do_not_starve_the_first_recordings_findings() {
+        let mut q = CandidateQueue::default();
+        let c = |n: u32| format!("1:mutex_lock(m)#{n} -> 2:mutex_lock(m)#1\n");
+        // A `*`-like finding of the first recording ranks worse (v = 3) …
+        q.extend(&[finding(FindingKind::FirstOfMany, 3, &c(1))], 0);
+        // … than every finding replays keep proposing.
+        for run in 1..5 {
+            q.extend(&[finding(FindingKind::Reorder, 1, &c(run + 1))], run);
+        }
+        let (_, first) = q.pop().unwrap();
+        assert_eq!(first.finding.kind, FindingKind::FirstOfMany);
+    }
+
+    #[test]
+    fn built_on_and_fresh_candidates_take_turns() {
+        let mut q = CandidateQueue::default();
+        let c = |n: u32| format!("1:mutex_lock(m)#{n} -> 2:mutex_lock(m)#1\n");
+        q.extend(
+            &[
+                finding(FindingKind::Reorder, 1, &c(1)),
+                finding(FindingKind::Reorder, 1, &c(2)),
+            ],
+            0,
+        );
+        let base = Schedule::parse("3:mutex_lock(m)#1 -> 2:mutex_lock(m)#2\n").unwrap();
+        q.extend_on(&[finding(FindingKind::Reorder, 1, &c(3))], 1, Some(&base));
+        let lengths: Vec<usize> = std::iter::from_fn(|| q.pop())
+            .map(|(_, c)| c.finding.schedule.lines().count())
+            .collect();
+        // fresh, built on (two orderings), fresh, then the rest.
+        assert_eq!(&lengths[..3], &[1, 2, 1]);
     }
 }

@@ -110,7 +110,9 @@ pub fn run(options: &HuntOptions, number: u32, job: Job) -> Result<RunResult> {
         .join(format!("run-{number}.ordo"));
     let _ = std::fs::remove_file(&trace);
     let (verdict, reason) = match &job {
-        Job::Record if !options.watch.is_empty() => record_with_watches(options, &trace)?,
+        Job::Record if !options.watch.is_empty() || !options.mark.is_empty() => {
+            record_with_watches(options, &trace)?
+        }
         _ => {
             let mut replay_options = replay_template(options);
             replay_options.record = Some(trace.clone());
@@ -149,8 +151,8 @@ pub fn run(options: &HuntOptions, number: u32, job: Job) -> Result<RunResult> {
     })
 }
 
-/// The first recording when variables are watched: `ordo record`'s own session
-/// (the replay driver records the pthread API only).
+/// The first recording when variables are watched or program points marked:
+/// `ordo record`'s own session (the replay driver records the pthread API only).
 fn record_with_watches(
     options: &HuntOptions,
     trace: &std::path::Path,
@@ -159,6 +161,7 @@ fn record_with_watches(
         output: Some(trace.to_path_buf()),
         buffer_size: ordo_recorder::DEFAULT_BUFFER_SIZE,
         watch: options.watch.clone(),
+        mark: options.mark.clone(),
         probes: ProbeChoice::Auto,
         // The hunt's own output directory: a file from an earlier hunt is replaced.
         force: true,

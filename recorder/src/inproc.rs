@@ -273,13 +273,80 @@ impl InprocMapping {
                     unsafe { futex_wake(ring.waiting.as_ptr()) };
                 }
             } else if exited.contains(&tid) && seen.1 < pass_number {
-                // The thread is gone and everything it published is drained.
+                // The thread is gone and everything it published is drained. Gone
+                // from inside a blocking call (the program was killed, or the
+                // thread cancelled): that is its last event.
+                if let Some(record) = self.blocked_record(i, self.now_stamp()) {
+                    push_record(pass, tid, record);
+                }
                 *seen = (0, 0);
                 ring.tid.store(0, Ordering::Relaxed);
                 ring.state.0.store(RING_FREE, Ordering::Release);
             }
         }
         pass.heads = heads;
+    }
+
+    /// Now, in the unit of the records' time stamps.
+    fn now_stamp(&self) -> u64 {
+        if self.tsc_start.is_some() {
+            ClockPoint::now().tsc
+        } else {
+            crate::recording::monotonic_ns()
+        }
+    }
+
+    /// A [`kind::BLOCKED`] record for ring `i`'s thread when it is inside a
+    /// blocking call (its pending slot set), stamped like its last record (it has
+    /// been blocked since then), or `now` when it has none.
+    fn blocked_record(&self, i: usize, now: u64) -> Option<Record> {
+        let ring = self.ring(i);
+        let pending = &ring.pending.0;
+        let waited = pending.kind.load(Ordering::Acquire);
+        if waited == 0 {
+            return None;
+        }
+        let head = ring.head.0.load(Ordering::Acquire);
+        let ts_ns = if head == 0 {
+            now
+        } else {
+            // SAFETY: the owner published the record before `head`; it is not
+            // rewritten while the owner is inside the blocking call.
+            unsafe {
+                (*(self.base.add(ring_records_offset(i)) as *const Record)
+                    .add((head - 1) as usize & (RING_RECORDS - 1)))
+                .ts_ns
+            }
+        };
+        Some(Record {
+            ts_ns,
+            seq: 0,
+            addr: pending.addr.load(Ordering::Relaxed),
+            site: pending.site.load(Ordering::Relaxed),
+            extra: waited as u64,
+            result: 0,
+            kind: kind::BLOCKED as u8,
+            via: 0,
+            _pad: 0,
+        })
+    }
+
+    /// Appends a [`kind::BLOCKED`] record for every thread still inside a blocking
+    /// call. Only at the end of a recording: then the program is gone or
+    /// finishing, and whatever is still pending never returned while it was
+    /// recorded.
+    fn pending_blocked(&self, pass: &mut RawPass, now: u64) {
+        let used = (self.header().rings_used.load(Ordering::Acquire) as usize).min(MAX_RINGS);
+        for i in 0..used {
+            let ring = self.ring(i);
+            if ring.state.0.load(Ordering::Acquire) == RING_FREE {
+                continue;
+            }
+            let tid = ring.tid.load(Ordering::Relaxed);
+            if let Some(record) = self.blocked_record(i, now) {
+                push_record(pass, tid, record);
+            }
+        }
     }
 
     /// With TSC time stamps, the calibration point before the program started.
@@ -414,17 +481,39 @@ unsafe fn futex_wake(word: *mut u32) {
     libc::syscall(libc::SYS_futex, word, libc::FUTEX_WAKE, i32::MAX);
 }
 
+/// Appends one record of thread `tid` as its own batch (a `blocked` record, outside
+/// the pass's reserved copy: rare, so it may grow the buffer).
+fn push_record(pass: &mut RawPass, tid: u32, record: Record) {
+    if pass.records.reserve_total(pass.records.len() + 1) {
+        pass.records.extend_from_slice(&[record]);
+        pass.batches.push((tid, pass.records.len()));
+    }
+}
+
 /// A ring record as the eBPF path would have reported it.
 fn expand(r: &Record, tid: u32) -> RawEvent {
     let futex = matches!(r.kind as u16, kind::FUTEX_WAIT | kind::FUTEX_WAKE);
+    let blocked = r.kind as u16 == kind::BLOCKED;
     RawEvent {
         ts_ns: r.ts_ns,
         seq: r.seq,
         addr: r.addr,
-        addr2: if futex { r.extra & 0xff } else { r.extra },
+        addr2: if futex {
+            r.extra & 0xff
+        } else if blocked {
+            0
+        } else {
+            r.extra
+        },
         site: r.site,
         result: r.result as i64,
-        value: if futex { r.extra >> 32 } else { 0 },
+        value: if futex {
+            r.extra >> 32
+        } else if blocked {
+            r.extra
+        } else {
+            0
+        },
         tid,
         kind: r.kind as u16,
         via: r.via,
@@ -801,6 +890,12 @@ impl RingReader {
             self.prefaulted.as_ref(),
         );
         mapping.header().passes.fetch_add(1, Ordering::Release);
+    }
+
+    /// The end of the recording: adds a `blocked` event for each thread still
+    /// inside a blocking call (after [`RingReader::copy_rings`] of the last pass).
+    pub(crate) fn pending_blocked(&mut self, mapping: &InprocMapping, pass: &mut RawPass) {
+        mapping.pending_blocked(pass, mapping.now_stamp());
     }
 
     /// Adds an event from the eBPF ring buffer to the pass.

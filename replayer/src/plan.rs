@@ -275,7 +275,7 @@ impl Plan {
             };
             let out = &mut sh.events[i];
             out.plan_thread = e.thread as u32;
-            out.kind = e.event.kind as u16;
+            out.kind = e.event.kind as u16 | if e.event.after { shm::AFTER_POINT } else { 0 };
             out.family = family.index() as u8;
             out.object_kind = object_kind;
             out.object = object;

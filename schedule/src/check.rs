@@ -65,6 +65,10 @@ pub struct Checker<'s> {
     schedule: &'s Schedule,
     /// Position of each named event in the run, once it happened.
     happened: HashMap<&'s EventRef, u64>,
+    /// For `after(…)` points: the earliest position the point can have been
+    /// passed at (right after its event), used where it is a predecessor; its
+    /// `happened` position is the latest (right before the thread's next event).
+    earliest: HashMap<&'s EventRef, u64>,
     /// Per ordering with a `*` successor: each thread's instance of it and when.
     instances: HashMap<usize, Vec<(LogicalId, u64)>>,
     /// Every event the schedule names directly.
@@ -93,6 +97,7 @@ impl<'s> Checker<'s> {
         Checker {
             schedule,
             happened: HashMap::new(),
+            earliest: HashMap::new(),
             instances: HashMap::new(),
             named,
             wild,
@@ -137,6 +142,29 @@ impl<'s> Checker<'s> {
         named
     }
 
+    /// Records that the `after(…)` points among `spellings` may have been passed
+    /// from now on; [`Checker::observe_spellings`] records when they surely were.
+    /// Where such a point is a predecessor, the earlier moment counts: a recording
+    /// cannot tell when in between the thread went on, and only what it shows
+    /// violates an ordering.
+    pub fn observe_earliest(&mut self, spellings: &[EventRef]) {
+        let pos = self.next;
+        self.next += 1;
+        for event in spellings {
+            if let Some(e) = self.named.get(event) {
+                self.earliest.entry(e).or_insert(pos);
+            }
+        }
+    }
+
+    /// Where a predecessor happened, for the orderings it is in.
+    fn predecessor_at(&self, e: &EventRef) -> Option<u64> {
+        self.earliest
+            .get(e)
+            .or_else(|| self.happened.get(e))
+            .copied()
+    }
+
     /// Whether a named event has been observed (for a `*` pattern: in some thread).
     pub fn has_happened(&self, event: &EventRef) -> bool {
         if event.thread.is_others() {
@@ -169,7 +197,7 @@ impl<'s> Checker<'s> {
                     let late: Vec<EventRef> = o
                         .before
                         .iter()
-                        .filter(|b| self.happened.get(b).is_none_or(|pos| pos > at))
+                        .filter(|b| self.predecessor_at(b).is_none_or(|pos| pos > *at))
                         .cloned()
                         .collect();
                     if !late.is_empty() {
@@ -202,7 +230,7 @@ impl<'s> Checker<'s> {
                     let late: Vec<EventRef> = o
                         .before
                         .iter()
-                        .filter(|b| self.happened.get(b).is_none_or(|&pos| pos > at))
+                        .filter(|b| self.predecessor_at(b).is_none_or(|pos| pos > at))
                         .cloned()
                         .collect();
                     if !late.is_empty() {
@@ -239,29 +267,40 @@ impl<'s> Checker<'s> {
 /// `thread_start` counts as happening right before the thread's next recorded event
 /// (or at the end): it stands for the start of the thread's start routine, which a
 /// recording does not see (its `thread_start` is the kernel's, which the replayer
-/// cannot delay).
+/// cannot delay). So does `T:after(E)`, the thread passing the point right after E
+/// returned, where it waits for predecessors: nothing the trace records happens in
+/// T between the two. Where `T:after(E)` is itself a predecessor, it counts right
+/// after E (the thread may have gone on at once; a recording cannot tell), so an
+/// ordering is violated only when the recording shows it.
 pub fn check<'e>(
     schedule: &Schedule,
     events: impl IntoIterator<Item = &'e Event>,
     namer: &mut EventNamer<'_>,
 ) -> CheckReport {
     let mut checker = Checker::new(schedule);
-    let mut starting: HashMap<u32, Vec<EventRef>> = HashMap::new();
+    let wants_after = schedule.events().iter().any(|e| e.after);
+    // Per thread: names that count right before the thread's next recorded event.
+    let mut deferred: HashMap<u32, Vec<EventRef>> = HashMap::new();
     for e in events {
-        if let Some(start) = starting.remove(&e.tid) {
-            checker.observe_spellings(&start);
+        if let Some(names) = deferred.remove(&e.tid) {
+            checker.observe_spellings(&names);
         }
         let names = namer.name_all(e);
         if names.is_empty() {
             continue;
         }
         if e.kind == Kind::ThreadStart {
-            starting.insert(e.tid, names);
+            deferred.insert(e.tid, names);
         } else {
             checker.observe_spellings(&names);
+            if wants_after {
+                let after: Vec<EventRef> = names.iter().map(EventRef::after_point).collect();
+                checker.observe_earliest(&after);
+                deferred.insert(e.tid, after);
+            }
         }
     }
-    let mut rest: Vec<(u32, Vec<EventRef>)> = starting.into_iter().collect();
+    let mut rest: Vec<(u32, Vec<EventRef>)> = deferred.into_iter().collect();
     rest.sort_by_key(|(tid, _)| *tid);
     for (_, start) in rest {
         checker.observe_spellings(&start);
@@ -378,6 +417,53 @@ mod tests {
         let s = Schedule::parse("1.1:thread_start()#1 -> 0:mutex_unlock(@1)#1").unwrap();
         let r = check(&s, &run, &mut EventNamer::new(&threads, &sym));
         assert!(!r.held);
+    }
+
+    #[test]
+    fn after_point_counts_at_the_threads_next_event() {
+        let threads = table();
+        let sym = Symbolizer::new(&[]);
+        // Thread 1 unlocks; 1.1's whole section comes before 1's next event.
+        let run = [
+            ev(101, Kind::MutexLock, 0x10),
+            ev(101, Kind::MutexUnlock, 0x10),
+            ev(102, Kind::MutexLock, 0x10),
+            ev(102, Kind::MutexUnlock, 0x10),
+            ev(101, Kind::ThreadExit, 0),
+        ];
+        let s = Schedule::parse(
+            "1:mutex_unlock(@1)#1 -> 1.1:mutex_lock(@1)#1\n\
+             1.1:mutex_unlock(@1)#1 -> 1:after(mutex_unlock(@1)#1)\n",
+        )
+        .unwrap();
+        let r = check(&s, &run, &mut EventNamer::new(&threads, &sym));
+        assert!(r.held && r.complete(), "{r:?}");
+        // As a predecessor it counts right after the unlock: a recording cannot
+        // tell when thread 1 went on, so nothing here violates it.
+        let s = Schedule::parse("1:after(mutex_unlock(@1)#1) -> 1.1:mutex_lock(@1)#1").unwrap();
+        let r = check(&s, &run, &mut EventNamer::new(&threads, &sym));
+        assert!(r.held && r.complete(), "{r:?}");
+        // 1.1 locked before thread 1's unlock: violated.
+        let before = [
+            ev(101, Kind::MutexLock, 0x10),
+            ev(102, Kind::MutexLock, 0x20),
+            ev(102, Kind::MutexLock, 0x10),
+            ev(101, Kind::MutexUnlock, 0x10),
+        ];
+        let s = Schedule::parse("1:after(mutex_unlock(@1)#1) -> 1.1:mutex_lock(@2)#1").unwrap();
+        let r = check(&s, &before, &mut EventNamer::new(&threads, &sym));
+        assert!(!r.held, "{r:?}");
+        // Thread 1 ran on before 1.1's section: the hold was not there.
+        let early = [
+            ev(101, Kind::MutexLock, 0x10),
+            ev(101, Kind::MutexUnlock, 0x10),
+            ev(101, Kind::ThreadExit, 0),
+            ev(102, Kind::MutexLock, 0x10),
+            ev(102, Kind::MutexUnlock, 0x10),
+        ];
+        let s = Schedule::parse("1.1:mutex_unlock(@1)#1 -> 1:after(mutex_unlock(@1)#1)").unwrap();
+        let r = check(&s, &early, &mut EventNamer::new(&threads, &sym));
+        assert!(!r.held, "{r:?}");
     }
 
     #[test]

@@ -188,6 +188,11 @@ impl fmt::Display for ThreadRef {
 /// One event of a run, named so the name means the same event on every run:
 /// `THREAD:KIND(OBJECT)#N`. With thread `*` ([`ThreadRef::Others`]) it is a pattern
 /// for the same event in each of several threads (successors only).
+///
+/// With [`EventRef::after`] set it names the moment right *after* that event
+/// returned to the program, `THREAD:after(KIND(OBJECT)#N)`: the point before the
+/// thread's next statement, where the replayer can hold it (after an unlock,
+/// before the plain code that follows it).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct EventRef {
     /// The thread's logical id, or `*`.
@@ -198,19 +203,51 @@ pub struct EventRef {
     pub object: ObjectRef,
     /// Which occurrence (1-based) of `kind` on `object` in `thread`.
     pub occurrence: u32,
+    /// The point right after the event returned (`after(…)`), not the event itself.
+    pub after: bool,
 }
 
 impl fmt::Display for EventRef {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{}:{}({})#{}",
-            self.thread,
-            self.kind.name(),
-            self.object,
-            self.occurrence
-        )
+        if self.after {
+            write!(
+                f,
+                "{}:after({}({})#{})",
+                self.thread,
+                self.kind.name(),
+                self.object,
+                self.occurrence
+            )
+        } else {
+            write!(
+                f,
+                "{}:{}({})#{}",
+                self.thread,
+                self.kind.name(),
+                self.object,
+                self.occurrence
+            )
+        }
     }
+}
+
+/// Whether `T:after(KIND(…)#N)` can be held: the agent interposes the call and the
+/// event takes effect before the call returns to the program. Not: accesses and
+/// program points (trapped before the instruction, nothing interposed after it),
+/// `cond_wait_begin` and `barrier_arrive` (the call blocks after them: name the
+/// `cond_wait`/`barrier_wait` that returns), `thread_exit` (nothing runs after it).
+pub fn after_supported(kind: Kind) -> bool {
+    !matches!(
+        kind,
+        Kind::Read
+            | Kind::Write
+            | Kind::Rmw
+            | Kind::At
+            | Kind::CondWaitBegin
+            | Kind::BarrierArrive
+            | Kind::ThreadExit
+            | Kind::MutexBlock
+    )
 }
 
 impl EventRef {
@@ -222,6 +259,14 @@ impl EventRef {
         }
     }
 
+    /// The point right after this event returned (`T:after(KIND(OBJ)#N)`).
+    pub fn after_point(&self) -> EventRef {
+        EventRef {
+            after: true,
+            ..self.clone()
+        }
+    }
+
     /// Whether `concrete` (an event of one thread) is an instance of this `*`
     /// pattern: same kind, object and occurrence, in a thread not in `excluded`.
     pub fn matches_others(&self, concrete: &EventRef, excluded: &[&LogicalId]) -> bool {
@@ -229,6 +274,7 @@ impl EventRef {
             && concrete.kind == self.kind
             && concrete.object == self.object
             && concrete.occurrence == self.occurrence
+            && concrete.after == self.after
             && concrete.thread.id().is_some_and(|t| !excluded.contains(&t))
     }
 }

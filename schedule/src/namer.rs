@@ -142,6 +142,7 @@ impl<'a> EventNamer<'a> {
             kind: e.kind,
             object,
             occurrence: *occ,
+            after: false,
         })
     }
 

@@ -5,6 +5,8 @@
 //! line     = [ ordering ] [ "#" comment ]
 //! ordering = event { "&&" event } "->" event
 //! event    = thread ":" kind "(" object ")" "#" occurrence
+//!          | thread ":" "after(" kind "(" object ")" "#" occurrence ")"
+//!          | "after(" thread ":" kind "(" object ")" "#" occurrence ")"
 //! thread   = "0" | n { "." n } | "*"      (n ≥ 1; `*` only after `->`)
 //! kind     = a trace kind name            (mutex_lock, cond_signal, …)
 //! object   = "" | "@" k | symbol [ "+" offset ]
@@ -196,7 +198,38 @@ impl<'a> LineParser<'a> {
             .map_err(|_| self.error_at(start, format!("{what} `{text}` is too large")))
     }
 
+    /// `THREAD:KIND(OBJ)#N`, `THREAD:after(KIND(OBJ)#N)`, or the same point
+    /// spelled `after(THREAD:KIND(OBJ)#N)`.
     fn event(&mut self) -> Result<EventRef, ParseError> {
+        if self.eat("after(") {
+            self.skip_ws();
+            let mut e = self.plain_event()?;
+            self.skip_ws();
+            if !self.eat(")") {
+                return Err(self.error("expected `)` closing `after(`"));
+            }
+            if e.thread.is_others() {
+                return Err(self.error("`after(…)` names one thread's event, not `*`"));
+            }
+            self.check_after(&e)?;
+            e.after = true;
+            return Ok(e);
+        }
+        self.plain_event()
+    }
+
+    fn check_after(&self, e: &EventRef) -> Result<(), ParseError> {
+        if crate::after_supported(e.kind) {
+            return Ok(());
+        }
+        Err(self.error(format!(
+            "`after({}(…))`: no point after a `{}` can be held (after() takes an interposed call that returns: a lock, unlock, signal, post, create, join, cond_wait, barrier_wait, futex call)",
+            e.kind.name(),
+            e.kind.name()
+        )))
+    }
+
+    fn plain_event(&mut self) -> Result<EventRef, ParseError> {
         // Thread id.
         let start = self.pos;
         let thread = if self.eat("*") {
@@ -215,6 +248,25 @@ impl<'a> LineParser<'a> {
         if !self.eat(":") {
             return Err(self.error("expected `:` after the thread id"));
         }
+        if self.eat("after(") {
+            self.skip_ws();
+            let mut e = self.kind_object_occurrence(thread)?;
+            self.skip_ws();
+            if !self.eat(")") {
+                return Err(self.error("expected `)` closing `after(`"));
+            }
+            if e.thread.is_others() {
+                return Err(self.error_at(start, "`after(…)` names one thread's event, not `*`"));
+            }
+            self.check_after(&e)?;
+            e.after = true;
+            return Ok(e);
+        }
+        self.kind_object_occurrence(thread)
+    }
+
+    /// `KIND(OBJECT)#N`, for the thread already read.
+    fn kind_object_occurrence(&mut self, thread: ThreadRef) -> Result<EventRef, ParseError> {
         // Kind.
         let kind_start = self.pos;
         while self
@@ -297,6 +349,7 @@ impl<'a> LineParser<'a> {
             kind,
             object,
             occurrence,
+            after: false,
         })
     }
 }
@@ -440,6 +493,37 @@ mod tests {
             e.to_string(),
             "1:16: expected `#N` (the occurrence, 1-based) after the object"
         );
+    }
+
+    #[test]
+    fn after_points() {
+        let s = Schedule::parse(
+            "1:mutex_unlock(m)#1 -> 2:mutex_lock(m)#1\n\
+             2:mutex_unlock(m)#1 -> 1:after(mutex_unlock(m)#1)\n\
+             after(1:mutex_unlock(m)#1) -> 2:mutex_lock(m)#2\n",
+        )
+        .unwrap();
+        let held = &s.orderings[1].after;
+        assert!(held.after && held.kind == Kind::MutexUnlock && held.occurrence == 1);
+        assert_eq!(held.to_string(), "1:after(mutex_unlock(m)#1)");
+        // The other spelling names the same point.
+        assert_eq!(&s.orderings[2].before[0], held);
+        assert_eq!(
+            s.orderings[2].to_string(),
+            "1:after(mutex_unlock(m)#1) -> 2:mutex_lock(m)#2"
+        );
+        // An event and the point after it are different events.
+        assert_ne!(s.orderings[0].before[0], *held);
+        assert_eq!(s.orderings[0].before[0].after_point(), *held);
+        assert_eq!(s.events().len(), 5);
+        let spaced = Schedule::parse("1:after( mutex_unlock(m)#1 ) -> 2:mutex_lock(m)#2").unwrap();
+        assert_eq!(&spaced.orderings[0].before[0], held);
+        let e = err("1:after(write(x)#1) -> 2:mutex_lock(m)#1");
+        assert!(e.message.contains("no point after a `write`"), "{e}");
+        let e = err("1:after(mutex_unlock(m)#1 -> 2:mutex_lock(m)#1");
+        assert!(e.message.contains("closing `after(`"), "{e}");
+        let e = err("1:mutex_lock(m)#1 -> *:after(mutex_lock(m)#1)");
+        assert!(e.message.contains("not `*`"), "{e}");
     }
 
     #[test]

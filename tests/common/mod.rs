@@ -286,3 +286,81 @@ macro_rules! on_both_paths {
         }
     )*};
 }
+
+/// Tests that arm debug registers take it in turn: each arms hardware breakpoints (gates) or
+/// a hardware watchpoint, and x86 has 4 debug registers: a CPU-wide watchpoint
+/// cannot be set while another test's thread holds 4 execute breakpoints
+/// (`perf_event_open`: ENOSPC).
+pub fn debug_registers() -> std::sync::MutexGuard<'static, ()> {
+    static REGISTERS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    REGISTERS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// `ordo record WATCH_ARGS -o TRACE -- PROGRAM`.
+pub fn record_watching(trace: &Path, program: &Path, watch: &[&str]) {
+    let out = Command::new(ordo())
+        .arg("record")
+        .args(watch)
+        .arg("-o")
+        .arg(trace)
+        .arg("--")
+        .arg(program)
+        .output()
+        .expect("run ordo record");
+    assert!(
+        trace.exists(),
+        "ordo record wrote no trace; stderr:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// `ordo analyze --json TRACE`: (kind, schedule) of each finding, best first.
+pub fn findings(trace: &Path) -> Vec<(String, String)> {
+    let out = Command::new(ordo())
+        .args(["analyze", "--json"])
+        .arg(trace)
+        .output()
+        .expect("run ordo analyze");
+    assert!(
+        out.status.success(),
+        "ordo analyze failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("analyze JSON");
+    report["findings"]
+        .as_array()
+        .map(|f| {
+            f.iter()
+                .map(|f| {
+                    (
+                        f["kind"].as_str().unwrap_or_default().to_string(),
+                        f["schedule"].as_str().unwrap_or_default().to_string(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The schedule of the best race finding.
+pub fn top_race(found: &[(String, String)]) -> Option<String> {
+    found
+        .iter()
+        .find(|(kind, _)| kind == "race")
+        .map(|(_, schedule)| schedule.clone())
+}
+
+/// Replays `schedule` on `program` `runs` times; returns how many reproduced.
+pub fn reproductions(schedule: &Path, program: &Path, args: &[&str], runs: usize) -> usize {
+    (0..runs)
+        .filter(|_| {
+            let (_, json) = replay_json(args, schedule, program);
+            assert!(
+                json["verdict"] != "infeasible",
+                "{}: infeasible: {json}",
+                program.display()
+            );
+            json["verdict"] == "reproduced"
+        })
+        .count()
+}

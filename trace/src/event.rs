@@ -74,6 +74,7 @@ kinds! {
     Rmw = k::RMW, "rmw";
     MutexBlock = k::MUTEX_BLOCK, "mutex_block";
     At = k::AT, "at";
+    Blocked = k::BLOCKED, "blocked";
 }
 
 impl Kind {
@@ -91,6 +92,7 @@ impl Kind {
             self,
             Kind::MutexLockFailed
                 | Kind::MutexBlock
+                | Kind::Blocked
                 | Kind::RwlockLockFailed
                 | Kind::SemWaitFailed
                 | Kind::ThreadCreate

@@ -386,6 +386,44 @@ impl Symbolizer {
         }))
     }
 
+    /// The first statement after a call, for the return address `ret`: the first
+    /// line-table row from `ret` on (within 512 bytes) in the source file of the
+    /// call's own frame (the program's, past inlined library code such as
+    /// `std::mutex`) on another line, as (file name, line) — what
+    /// `ordo record --mark FILE:LINE` takes to stop a thread there. `None` without
+    /// DWARF line info.
+    pub fn statement_after(&self, ret: u64) -> Option<(String, u32)> {
+        let call = self.locate(ret, true)?;
+        let (file, line) = (call.file?, call.line?);
+        let file = file.as_str();
+        let (index, vaddr) = self.vaddr(ret)?;
+        self.with_loaded(index, |l| {
+            let dwarf = l.dwarf.as_ref()?;
+            let rows = dwarf.find_location_range(vaddr, vaddr + 512).ok()?;
+            for (row, _, loc) in rows {
+                // Past the end of the calling function the next statement is the
+                // caller's, which a mark here cannot name.
+                if outer_function(dwarf, row) != outer_function(dwarf, vaddr - 1) {
+                    return None;
+                }
+                if loc.file != Some(file) {
+                    continue;
+                }
+                match loc.line {
+                    Some(l) if l != line && l != 0 => {
+                        let name = Path::new(file)
+                            .file_name()
+                            .map(|n| n.to_string_lossy().into_owned())
+                            .unwrap_or_else(|| file.to_string());
+                        return Some((name, l));
+                    }
+                    _ => {}
+                }
+            }
+            None
+        })
+    }
+
     /// The name of the global or static variable at `addr` (`name` or `name+off`).
     pub fn data_name(&self, addr: u64) -> Option<String> {
         let (index, vaddr) = self.vaddr(addr)?;
@@ -408,6 +446,16 @@ impl Symbolizer {
             .map(|l| l.to_string())
             .unwrap_or_else(|| format!("{addr:#x}"))
     }
+}
+
+/// The raw name of the outermost function containing `vaddr` (not an inlined one).
+fn outer_function(dwarf: &addr2line::Loader, vaddr: u64) -> Option<String> {
+    let mut frames = dwarf.find_frames(vaddr).ok()?;
+    let mut last = None;
+    while let Ok(Some(f)) = frames.next() {
+        last = f.function.map(|f| f.raw_name().map(|n| n.into_owned()));
+    }
+    last.and_then(Result::ok)
 }
 
 fn module_name(path: &str) -> String {

@@ -653,22 +653,26 @@ fn load_results(path: &Path) -> Result<BTreeMap<(String, String, u64), Value>> {
 #[derive(Default, Debug)]
 struct Cell {
     hunts: usize,
-    /// Reproduced by the strategy's own runs.
+    /// Reproduced, and pinned: by the strategy's own runs, or (`natural`) because
+    /// the first recording failed by itself and its recording was pinned.
     found: usize,
-    /// Reproduced because the first recording failed by itself: the strategy never
-    /// had to act, so these seeds count neither for nor against it.
+    /// Of `found`: the first recording failed by itself (run 1), before the
+    /// strategy acted. Counted as found in 1 run (a user would have had the bug and
+    /// its schedule), but left out of the PCT/predict comparison.
     natural: usize,
     errors: usize,
     runs: Vec<f64>,
+    /// Runs of the finds the strategy made itself (not `natural`).
+    forced_runs: Vec<f64>,
     seconds: Vec<f64>,
     confirm_runs: u64,
     confirm_reproduced: u64,
 }
 
 impl Cell {
-    /// Hunts that tested the strategy (no error, no natural failure first).
+    /// Hunts that ran (no error).
     fn tried(&self) -> usize {
-        self.hunts - self.natural - self.errors
+        self.hunts - self.errors
     }
     /// Found on most of the seeds that tested it.
     fn found(&self) -> bool {
@@ -697,7 +701,7 @@ impl Cell {
             ));
         }
         if self.natural > 0 {
-            s.push_str(&format!(" · +{} failed unforced", self.natural));
+            s.push_str(&format!(" · {} in run 1 unforced", self.natural));
         }
         if self.errors > 0 {
             s.push_str(&format!(" · {} errors", self.errors));
@@ -715,10 +719,13 @@ fn cells(results: &BTreeMap<(String, String, u64), Value>) -> BTreeMap<(String, 
             cell.errors += 1;
             continue;
         }
-        // Run 1 is the first recording, which no strategy steers.
-        if v["reproduced"] == true && (v["runs"] == 1 || v["found_by"] == "recorded") {
-            cell.natural += 1;
-        } else if v["reproduced"] == true {
+        if v["reproduced"] == true {
+            // Run 1 is the first recording, which no strategy steers.
+            if v["runs"] == 1 || v["found_by"] == "recorded" {
+                cell.natural += 1;
+            } else {
+                cell.forced_runs.extend(v["runs"].as_f64());
+            }
             cell.found += 1;
             cell.runs.extend(v["runs"].as_f64());
             cell.seconds
@@ -798,9 +805,11 @@ fn render_report(
          confirm reproduced/runs`. Runs count every run up to the reproducing one, the first \
          recording included; seconds are the search without the confirmation, in which the \
          hunt replays its schedule 20 times. A strategy \
-         *finds* a program when it reproduced the bug on most of the seeds that tried it: a hunt \
-         whose first recording failed by itself (`+N failed unforced`) or that errored tested \
-         nothing and is left out.\n\n",
+         *finds* a program when it reproduced the bug on most of the seeds that tried it (a hunt \
+         that errored is left out). A hunt whose first recording failed by itself \
+         (`N in run 1 unforced`) counts as found in 1 run — the user has the failure and the \
+         schedule pinned from its recording, whose confirm rate shows whether the pin holds — but \
+         is left out of the PCT/predict run ratio, which compares what the strategies did.\n\n",
     );
     render_totals(&mut md, &bugs, &controls, &cell);
     md.push_str("\n## Bugs\n\n| program | shape | natural failures | reference schedule |");
@@ -844,8 +853,7 @@ fn render_report(
                 " {} |",
                 cell(&p.name, s).map_or("not run".into(), |c| format!(
                     "{} reports / {} hunts",
-                    c.found + c.natural,
-                    c.hunts
+                    c.found, c.hunts
                 ))
             ));
         }
@@ -864,13 +872,15 @@ fn render_report(
     md
 }
 
-/// PCT's median runs over predict's, when both found the bug.
+/// PCT's median runs over predict's, when both found the bug by their own runs
+/// (a first recording that failed by itself says nothing about either).
 fn pct_ratio(pct: Option<&Cell>, predict: Option<&Cell>) -> Option<f64> {
     let (pct, predict) = (pct?, predict?);
     if !pct.found() || !predict.found() {
         return None;
     }
-    Some(pct.median_runs()? / predict.median_runs()?.max(1.0))
+    let forced = |c: &Cell| median(c.forced_runs.iter().copied());
+    Some(forced(pct)? / forced(predict)?.max(1.0))
 }
 
 fn render_totals<'a>(
@@ -888,7 +898,7 @@ fn render_totals<'a>(
         let false_reports: usize = controls
             .iter()
             .filter_map(|p| cell(&p.name, s))
-            .map(|c| c.found + c.natural)
+            .map(|c| c.found)
             .sum();
         let control_hunts: usize = controls
             .iter()
@@ -945,7 +955,7 @@ fn render_totals<'a>(
     let false_reports: usize = controls
         .iter()
         .flat_map(|p| STRATEGIES.iter().filter_map(|s| cell(&p.name, s)))
-        .map(|c| c.found + c.natural)
+        .map(|c| c.found)
         .sum();
     let control_hunts: usize = controls
         .iter()
@@ -1116,7 +1126,8 @@ mod tests {
             outcome("a", "pct", 2, Some(40)),
             outcome("b", "predict", 1, None),
             outcome("b", "predict", 2, None),
-            // The first recording failed by itself: no strategy was tested.
+            // The first recording failed by itself: found in run 1, but no
+            // strategy was compared on it.
             outcome("b", "pct", 1, Some(1)),
             outcome("ok", "predict", 1, None),
             outcome("ok", "pct", 1, Some(7)),
@@ -1149,5 +1160,10 @@ mod tests {
             "{md}"
         );
         assert!(md.contains("| auto | not run | – | – | not run |"), "{md}");
+        // b: pct's only hunt failed by itself in run 1: found, pinned, no ratio.
+        assert!(
+            md.contains("1/1 · 1 runs · 1.5 s · confirm 20/20 · 1 in run 1 unforced | not run | not run | – |"),
+            "{md}"
+        );
     }
 }

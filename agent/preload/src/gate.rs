@@ -796,8 +796,43 @@ impl Caller {
     }
 
     /// The event happened: count it and mark named events done, waking held threads.
+    /// Then, if the schedule names the point right after it (`after(…)`), hold the
+    /// thread there until that point's predecessors have happened: the call has
+    /// returned, the program's next statement has not run.
     pub(crate) fn happened(&self, kind: u16, addr: u64, stamp: Option<u64>) {
         self.mark(kind, addr, stamp, DONE);
+        self.after_point(kind, addr);
+    }
+
+    /// The point right after an event of `kind` on `addr` returned: counted like the
+    /// event, gated, then marked done (its stamp orders it after whatever it waited
+    /// for). Only named threads have such points (`*` cannot name one).
+    fn after_point(&self, kind: u16, addr: u64) {
+        let Some(t) = self.plan() else { return };
+        let sh = shared();
+        let point = kind | AFTER_POINT;
+        let nth = self.nth(family_of(kind), addr);
+        for (i, e) in self.events(t).iter().enumerate() {
+            if e.kind != point || !self.matches(e, nth, addr, GateObject::Addr) {
+                continue;
+            }
+            let n = e.count.load(Relaxed) + 1;
+            e.count.store(n, Relaxed);
+            if n != e.occurrence {
+                continue;
+            }
+            if e.gated != 0 {
+                self.wait_for(sh, t.first_event + i as u32, e);
+            }
+            e.stamp.store(sh.stamp.fetch_add(1, AcqRel) + 1, Relaxed);
+            e.done_tid.store(tid(), Relaxed);
+            e.done.store(DONE, Release);
+            if e.awaited != 0 {
+                sh.epoch.fetch_add(1, Release);
+                // SAFETY: as in wait_for.
+                unsafe { futex(&sh.epoch, FUTEX_WAKE, i32::MAX as u32) };
+            }
+        }
     }
 
     /// The event is taking effect inside the blocking call about to be made (or the

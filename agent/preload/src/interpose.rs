@@ -60,14 +60,22 @@ macro_rules! real {
 }
 
 /// The call site: the wrapper's return address, read from its frame (the agent is
-/// built with frame pointers). Must be used in the wrapper's own body.
+/// built with frame pointers); behind a sanitizer's interceptor, the program's
+/// return address above the interceptor's frame (`frames`). Must be used in the
+/// wrapper's own body.
 macro_rules! site {
     () => {{
         let frame: *const u64;
-        // SAFETY: reads the frame pointer register; [rbp + 8] is the return address.
+        // SAFETY: reads the frame pointer register; [rbp + 8] is the return address,
+        // and the caller's frames lie above [rbp + 16].
         unsafe {
             std::arch::asm!("mov {}, rbp", out(reg) frame, options(nomem, nostack, preserves_flags));
-            *frame.add(1)
+            let ret = *frame.add(1);
+            if crate::frames::in_runtime(ret) {
+                crate::frames::program_site(frame.add(2), ret)
+            } else {
+                ret
+            }
         }
     }};
 }
@@ -128,7 +136,14 @@ fn acquire(
             c.set_state(blocking, ok_kind as u32);
         }
     }
+    let recording = blocking == STATE_BLOCKED && record::on();
+    if recording {
+        record::block_begin(ok_kind, addr, site);
+    }
     let r = call();
+    if recording {
+        record::block_end();
+    }
     if let Some(c) = gate {
         if blocking != STATE_RUNNING {
             c.set_state(STATE_RUNNING, 0);
@@ -281,7 +296,8 @@ unsafe fn cond_wait(
         me.begins(kind::COND_WAIT_BEGIN, cond, stamp);
         me.set_state(blocking, kind::COND_WAIT as u32);
     }
-    if record::on() {
+    let recording = record::on();
+    if recording {
         record_cond_pair(
             kind::COND_WAIT_BEGIN,
             kind::MUTEX_UNLOCK,
@@ -291,8 +307,14 @@ unsafe fn cond_wait(
             site,
             0,
         );
+        if blocking == STATE_BLOCKED {
+            record::block_begin(kind::COND_WAIT, cond, site);
+        }
     }
     let r = call();
+    if recording && blocking == STATE_BLOCKED {
+        record::block_end();
+    }
     let saved = errno();
     if let Some(me) = gate {
         me.set_state(STATE_RUNNING, 0);
@@ -526,8 +548,13 @@ pub unsafe extern "C-unwind" fn pthread_barrier_wait(b: P) -> c_int {
             0,
         );
     }
+    let recording = record::on();
+    if recording {
+        record::block_begin(kind::BARRIER_WAIT, addr, site);
+    }
     let r = real(b);
-    if record::on() {
+    if recording {
+        record::block_end();
         record::emit(
             kind::BARRIER_WAIT,
             via::PLAIN,
@@ -659,7 +686,14 @@ unsafe fn join(th: u64, via_: u8, blocking: u32, site: u64, call: impl FnOnce() 
         c.gate(kind::THREAD_JOIN, th, GateObject::Addr);
         c.set_state(blocking, kind::THREAD_JOIN as u32);
     }
+    let recording = blocking == STATE_BLOCKED && record::on();
+    if recording {
+        record::block_begin(kind::THREAD_JOIN, th, site);
+    }
     let r = call();
+    if recording {
+        record::block_end();
+    }
     if record::on() {
         let saved = errno();
         record::emit(kind::THREAD_JOIN, via_, th, site, 0, 0, r);

@@ -26,6 +26,7 @@
 #[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
 compile_error!("the ordo agent supports x86_64 Linux only");
 
+mod frames;
 pub mod gate;
 pub mod interpose;
 pub mod record;
@@ -74,11 +75,13 @@ extern "C" {
     ) -> c_int;
 }
 
-/// The start of glibc's `struct dl_phdr_info`: only the load bias is used.
+/// The start of glibc's `struct dl_phdr_info`.
 #[repr(C)]
 struct DlPhdrInfo {
     addr: u64,
     name: *const c_char,
+    phdr: *const frames::PhdrStart,
+    phnum: u16,
 }
 
 const SYS_FUTEX: c_long = 202;
@@ -195,6 +198,7 @@ unsafe extern "C" fn agent_init() {
         unsetenv(ENV_ORIGINAL_PRELOAD.as_ptr());
     }
     if let Some(fd) = record_fd {
+        frames::init();
         record::start(fd);
     }
     if let Some(fd) = replay_fd {

@@ -182,6 +182,8 @@ fn claim_ring() -> u32 {
             // Visible to the drain before any record: it reads `head` (released
             // after each record) before `tid`.
             r.tid.store(tid(), Relaxed);
+            // A cancelled thread may have left its blocking call without clearing it.
+            r.pending.0.kind.store(0, Relaxed);
             h.rings_used.fetch_max(i + 1, AcqRel);
             // Fault the ring's start in now, once, rather than a page every 85
             // events on the program's path (the recorder pre-allocates the pages of
@@ -291,5 +293,34 @@ pub(crate) fn emit(kind: u16, via: u8, addr: u64, site: u64, seq: u64, extra: u6
     r.head.0.store(head + 1, Release);
     if used + 1 == RING_RECORDS as u64 / 2 {
         ring_doorbell();
+    }
+}
+
+/// Notes that the calling thread enters a call that may block forever (`kind` is
+/// what the call records when it returns): two plain stores into its ring's
+/// pending slot, no event. The recorder turns a slot still set when the recording
+/// ends into a `blocked` event (a deadlock or hang shows who waited for what).
+#[inline(always)]
+pub(crate) fn block_begin(kind: u16, addr: u64, site: u64) {
+    let mut i = RING.with(|r| r.get());
+    if i == NO_RING {
+        i = claim_ring();
+        if i == NO_RING {
+            return;
+        }
+        RING.with(|r| r.set(i));
+    }
+    let p = &ring_header(i).pending.0;
+    p.addr.store(addr, Relaxed);
+    p.site.store(site, Relaxed);
+    p.kind.store(kind as u32, Relaxed);
+}
+
+/// The blocking call noted by [`block_begin`] returned.
+#[inline(always)]
+pub(crate) fn block_end() {
+    let i = RING.with(|r| r.get());
+    if i != NO_RING {
+        ring_header(i).pending.0.kind.store(0, Relaxed);
     }
 }

@@ -105,6 +105,10 @@ pub const fn stamps_before(kind: u16) -> bool {
     )
 }
 
+/// `PlanEvent::kind` bit: the event is the point right after the call of that kind
+/// returned (`T:after(KIND(OBJ)#N)`), held and marked by the wrapper after the call.
+pub const AFTER_POINT: u16 = 0x8000;
+
 /// `PlanEvent::plan_thread` of a `*` successor: it applies to every thread but
 /// those of its predecessors.
 pub const EVERY_OTHER_THREAD: u32 = u32::MAX;
@@ -114,7 +118,7 @@ pub const EVERY_OTHER_THREAD: u32 = u32::MAX;
 pub struct PlanEvent {
     /// Index into `threads`, or [`EVERY_OTHER_THREAD`].
     pub plan_thread: u32,
-    /// Kind code.
+    /// Kind code, with [`AFTER_POINT`] set for an `after(…)` point.
     pub kind: u16,
     /// Family index of the kind.
     pub family: u8,

@@ -69,8 +69,16 @@ pub mod kind {
     /// A thread reached a marked instruction (`ordo record --mark`), before it ran
     /// (addr: the instruction). Schedules name it `at(SPEC)`.
     pub const AT: u16 = 27;
+    /// A thread was still inside a blocking call when the recording ended (the
+    /// program deadlocked or hung and was killed, or exited around it). addr: the
+    /// object; value: the kind the call would have recorded on return
+    /// (`MUTEX_LOCK`, `RWLOCK_WRLOCK`, `SEM_WAIT`, `COND_WAIT`, `BARRIER_WAIT`,
+    /// `THREAD_JOIN`…); site: the call site. Written by the recorder at the end of
+    /// an in-process recording, from the agent's per-thread pending slot; never
+    /// sequenced, and always the thread's last event.
+    pub const BLOCKED: u16 = 28;
     /// One past the largest kind.
-    pub const COUNT: u16 = 28;
+    pub const COUNT: u16 = 29;
 }
 
 /// Object families: the kinds of object events act on. Schedules number objects
@@ -481,7 +489,7 @@ pub mod inproc {
     /// "ORDO_REC".
     pub const MAGIC: u64 = 0x4f52_444f_5f52_4543;
     /// Bumped whenever the layout changes.
-    pub const VERSION: u32 = 2;
+    pub const VERSION: u32 = 3;
     /// Rings in the mapping: threads recording at the same time (a ring is reused
     /// once its thread has exited and the ring is drained).
     pub const MAX_RINGS: usize = 1024;
@@ -558,8 +566,25 @@ pub mod inproc {
         pub head: Line<AtomicU64>,
         /// Records consumed (written by the drain only).
         pub tail: Line<AtomicU64>,
+        /// The blocking call the owner is inside right now, if any.
+        pub pending: Line<Pending>,
     }
 
+    /// A thread's blocking call in progress (`pthread_mutex_lock`, a rwlock lock,
+    /// `sem_wait`, `pthread_cond_wait`, `pthread_barrier_wait`, `pthread_join`):
+    /// the owner stores it before the real call and clears `kind` when the call
+    /// returns (plain stores, no event). The recorder reads it only when the
+    /// recording ends: a slot still set then becomes a [`super::kind::BLOCKED`]
+    /// event, so a deadlock or hang shows which thread waited for what.
+    #[repr(C)]
+    pub struct Pending {
+        /// The kind the call records when it returns, 0 when no call is pending.
+        pub kind: AtomicU32,
+        /// The object waited for.
+        pub addr: AtomicU64,
+        /// The call site.
+        pub site: AtomicU64,
+    }
     /// One per-object sequence counter.
     #[repr(C)]
     pub struct SeqSlot {

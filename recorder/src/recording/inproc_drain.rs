@@ -251,6 +251,9 @@ pub(super) fn drain(
                 ring,
             } = sources;
             reader.copy_rings(&mapping, pass);
+            if all {
+                reader.pending_blocked(&mapping, pass);
+            }
             while let Some(item) = ring.next() {
                 if item.len() < std::mem::size_of::<RawEvent>() {
                     continue;
