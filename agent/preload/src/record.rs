@@ -205,6 +205,44 @@ fn claim_ring() -> u32 {
     NO_RING
 }
 
+/// Claims a ring; when every ring is taken, waits for the drain to free one (it
+/// frees the rings of exited threads once they are drained: a program churning
+/// through short threads can get ahead of it on a loaded machine) for as long as
+/// it keeps making passes, as a full ring waits for room. Gives up, and the caller
+/// counts the event in `no_ring`, only when the drain made no pass for
+/// [`FULL_WAIT_NS`], or at once after such a timeout (more threads alive than
+/// rings: no ring will come free).
+#[cold]
+fn claim_ring_waiting() -> u32 {
+    let i = claim_ring();
+    if i != NO_RING || GAVE_UP.with(|g| g.get()) {
+        return i;
+    }
+    let h = header();
+    let mut passes = h.passes.load(Acquire);
+    let mut deadline = now_ns() + FULL_WAIT_NS;
+    loop {
+        ring_doorbell();
+        // A 1 ms sleep: nobody wakes this word.
+        let asleep = AtomicU32::new(0);
+        // SAFETY: a valid futex word that outlives the call.
+        unsafe { futex_wait_ns(&asleep, 0, 1_000_000) };
+        let i = claim_ring();
+        if i != NO_RING {
+            return i;
+        }
+        let now = now_ns();
+        let seen = h.passes.load(Acquire);
+        if seen != passes {
+            passes = seen;
+            deadline = now + FULL_WAIT_NS;
+        } else if now > deadline {
+            GAVE_UP.with(|g| g.set(true));
+            return NO_RING;
+        }
+    }
+}
+
 /// Wakes the drain if it sleeps.
 #[cold]
 fn ring_doorbell() {
@@ -254,7 +292,7 @@ fn wait_for_room(r: &RingHeader, head: u64) -> bool {
 pub(crate) fn emit(kind: u16, via: u8, addr: u64, site: u64, seq: u64, extra: u64, result: i32) {
     let mut i = RING.with(|r| r.get());
     if i == NO_RING {
-        i = claim_ring();
+        i = claim_ring_waiting();
         if i == NO_RING {
             header().no_ring.fetch_add(1, Relaxed);
             return;
