@@ -328,6 +328,7 @@ fn a_duplicated_watch_records_each_access_once() {
     if !have_root("a_duplicated_watch_records_each_access_once") {
         return;
     }
+    let _registers = debug_registers();
     let dir = scratch("watch-twice");
     let program = build_program("record_watch");
     for flag in ["--watch=hits", "--watch-hw=hits"] {

@@ -53,6 +53,7 @@ fn watched_global_reads_and_writes_with_values() {
     if !have_root("watched_global_reads_and_writes_with_values") {
         return;
     }
+    let _registers = debug_registers();
     let dir = scratch("watch_plain");
     let program = build_program("record_watch");
     for (mechanism, flag) in [("uprobe", "--watch=hits"), ("hardware", "--watch-hw=hits")] {
@@ -179,6 +180,7 @@ fn rust_static_by_source_name() {
     if !have_root("rust_static_by_source_name") {
         return;
     }
+    let _registers = debug_registers();
     let dir = scratch("watch_rust");
     let src =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("recorder/src/watch/testdata/watch_rust.rs");
@@ -228,6 +230,7 @@ fn bad_watch_specs_fail_before_the_program_starts() {
     if !have_root("bad_watch_specs_fail_before_the_program_starts") {
         return;
     }
+    let _registers = debug_registers();
     let dir = scratch("watch_bad");
     let program = build_program("record_watch");
     for (flags, expect) in [

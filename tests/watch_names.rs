@@ -76,6 +76,7 @@ fn cxx_names_fields_and_pointer_fields() {
     if !have_root("cxx_names_fields_and_pointer_fields") {
         return;
     }
+    let _registers = debug_registers();
     let dir = scratch("watch_names_cxx");
     let program = build_program("watch_names");
     let trace = dir.join("uprobe.ordo");
@@ -192,6 +193,7 @@ fn atomics_are_synchronization_not_races() {
     if !have_root("atomics_are_synchronization_not_races") {
         return;
     }
+    let _registers = debug_registers();
     let dir = scratch("watch_names_atomics");
     let program = build_program("watch_refcount");
     for (mechanism, flag) in [("uprobe", "--watch"), ("hardware", "--watch-hw")] {
@@ -276,6 +278,7 @@ fn rust_paths_and_rust_atomics() {
     if !have_root("rust_paths_and_rust_atomics") {
         return;
     }
+    let _registers = debug_registers();
     let dir = scratch("watch_names_rust");
     let src =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("recorder/src/watch/testdata/watch_rust.rs");

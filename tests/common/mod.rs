@@ -289,11 +289,31 @@ macro_rules! on_both_paths {
 
 /// Tests that arm debug registers take it in turn: each arms hardware breakpoints (gates) or
 /// a hardware watchpoint, and x86 has 4 debug registers: a CPU-wide watchpoint
-/// cannot be set while another test's thread holds 4 execute breakpoints
-/// (`perf_event_open`: ENOSPC).
-pub fn debug_registers() -> std::sync::MutexGuard<'static, ()> {
+/// cannot be set while another test holds 4 execute breakpoints or two other
+/// watchpoints (`perf_event_open`: ENOSPC). A lock file makes the turns span test
+/// binaries too (test runners that run binaries side by side).
+pub fn debug_registers() -> DebugRegisters {
     static REGISTERS: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    REGISTERS.lock().unwrap_or_else(|e| e.into_inner())
+    let guard = REGISTERS.lock().unwrap_or_else(|e| e.into_inner());
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(std::env::temp_dir().join("ordo-tests-debug-registers.lock"))
+        .expect("open the debug registers' lock file");
+    use std::os::fd::AsRawFd;
+    // SAFETY: flock on a descriptor this function owns; released when it closes.
+    let locked = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) };
+    assert_eq!(locked, 0, "flock: {}", std::io::Error::last_os_error());
+    DebugRegisters {
+        _file: file,
+        _guard: guard,
+    }
+}
+
+/// A turn at the debug registers (see [`debug_registers`]), held until dropped.
+pub struct DebugRegisters {
+    _file: std::fs::File,
+    _guard: std::sync::MutexGuard<'static, ()>,
 }
 
 /// `ordo record WATCH_ARGS -o TRACE -- PROGRAM`.

@@ -12,6 +12,14 @@
 //! anyway, so a gap costs precision, never progress. An object's sequence expectation
 //! is seeded from the smallest `seq` pushed for it before its first pop.
 //!
+//! A read that returned a value the variable's last access did not leave there read
+//! from a write that is not out yet. A hardware watchpoint records a write only after
+//! it took effect (the trap follows the store), so another thread's load can see the
+//! value and be recorded first, with the smaller `seq`. Such a read waits for a
+//! write of that value, which may then go ahead of it out of `seq` order; if none
+//! comes within [`READ_LAG_NS`] of later input (the value came from an access
+//! nobody watched), the read goes as recorded.
+//!
 //! It is on the analysis' hot path, so queues are indexed by the dense thread
 //! index, hashing is FxHash, the head with the earliest timestamp is tried first
 //! (a pop usually costs one scan of a small array), and sequence slots sit behind a
@@ -34,10 +42,63 @@ const SEQ_CACHE: usize = 256;
 /// No sequence slot (the event is not sequenced).
 const NO_SEQ: u32 = u32::MAX;
 
+/// How long (in timestamps of the input) a read that saw a value not yet written
+/// waits for the write that wrote it. A hardware breakpoint's trap is recorded
+/// within microseconds of the store.
+pub const READ_LAG_NS: u64 = 1_000_000;
+
 #[derive(Clone, Copy)]
 struct SeqState {
     next: u64,
     emitted: bool,
+    /// What the last access that went out left in the variable, when known.
+    left: Option<Observed>,
+}
+
+/// A value seen at an exact byte address and width.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Observed {
+    addr: u64,
+    size: u8,
+    value: u64,
+}
+
+impl SeqState {
+    fn new(next: u64) -> SeqState {
+        SeqState {
+            next,
+            emitted: false,
+            left: None,
+        }
+    }
+
+    /// Whether `e` is a read of a value the last access did not leave: it read
+    /// from a write not out yet.
+    #[inline(always)]
+    fn read_ahead(&self, e: &Event) -> bool {
+        e.kind == Kind::Read
+            && self
+                .left
+                .is_some_and(|o| o.addr == e.addr2 && o.size == e.size && o.value != e.value)
+    }
+
+    /// Takes note of what an access that went out left in the variable.
+    #[inline(always)]
+    fn went_out(&mut self, e: &Event) {
+        self.emitted = true;
+        self.next = self.next.max(e.seq + 1);
+        self.left = match e.kind {
+            Kind::Read | Kind::Write => Some(Observed {
+                addr: e.addr2,
+                size: e.size,
+                value: e.value,
+            }),
+            // A read-modify-write's recorded value is the one before it (uprobes) or
+            // after it (hardware traps): what it left is not known.
+            Kind::Rmw => None,
+            _ => self.left,
+        };
+    }
 }
 
 /// Incremental merge: push events in arrival order, pop them in global order.
@@ -72,6 +133,8 @@ pub struct OrderMerger {
     /// creation order.
     handles: FxHashMap<u64, VecDeque<u32>>,
     buffered: usize,
+    /// The latest timestamp pushed (bounds how long a read waits for its write).
+    latest_ts: u64,
     finished: bool,
 }
 
@@ -92,10 +155,7 @@ impl OrderMerger {
                 Some(slot) => slot,
                 None => {
                     let slot = self.seqs.len() as u32;
-                    self.seqs.push(SeqState {
-                        next: event.seq,
-                        emitted: false,
-                    });
+                    self.seqs.push(SeqState::new(event.seq));
                     self.seq_slot.insert(event.addr, slot);
                     slot
                 }
@@ -108,6 +168,7 @@ impl OrderMerger {
         } else {
             NO_SEQ
         };
+        self.latest_ts = self.latest_ts.max(event.ts_ns);
         let slot = self.slot(&event);
         let q = &mut self.queues[slot];
         if q.is_empty() {
@@ -146,6 +207,10 @@ impl OrderMerger {
     pub fn push_batch(&mut self, batch: &[Event], mut emit: impl FnMut(&Event)) {
         let mut start = 0;
         let mut seeds: Option<FxHashMap<u64, u64>> = None;
+        // As if the whole batch were pushed before anything pops.
+        if let Some(latest) = batch.iter().map(|e| e.ts_ns).max() {
+            self.latest_ts = self.latest_ts.max(latest);
+        }
         if self.buffered == 0 {
             // A thread's start can reach the ring buffer before its creator's
             // create event: the batch's creations are known before anything of it
@@ -175,10 +240,8 @@ impl OrderMerger {
                     // would seed it; then it may pass like any other.
                     let seeds = seeds.get_or_insert_with(|| smallest_seqs(&batch[start..]));
                     let slot = self.seqs.len() as u32;
-                    self.seqs.push(SeqState {
-                        next: seeds.get(&e.addr).copied().unwrap_or(e.seq),
-                        emitted: false,
-                    });
+                    self.seqs
+                        .push(SeqState::new(seeds.get(&e.addr).copied().unwrap_or(e.seq)));
                     self.seq_slot.insert(e.addr, slot);
                     continue;
                 } else {
@@ -202,8 +265,8 @@ impl OrderMerger {
     /// straight through, if [`OrderMerger::pop`] would return it now: updates the
     /// state as a push and a pop would and returns true. Returns false, changing
     /// nothing, when the event needs the queues: a lifecycle event, the first event
-    /// of an object (its sequence is seeded from the whole batch), or one that is
-    /// not ready.
+    /// of an object (its sequence is seeded from the whole batch), one that is not
+    /// ready, or a read of a value not written yet.
     #[inline(always)]
     fn pass(&mut self, e: &Event) -> bool {
         if !e.kind.is_sequenced() {
@@ -216,10 +279,10 @@ impl OrderMerger {
             };
             let s = &mut self.seqs[slot as usize];
             // With nothing buffered, every known object has emitted an event.
-            if e.seq > s.next {
+            if e.seq > s.next || s.read_ahead(e) {
                 return false;
             }
-            s.next = s.next.max(e.seq + 1);
+            s.went_out(e);
         }
         // Queue slots are numbered by first appearance, as pushes would number them
         // (ties between heads go to the lower slot).
@@ -282,7 +345,13 @@ impl OrderMerger {
     #[inline(always)]
     fn ready(&self, e: &Event, seq: u32) -> bool {
         if seq != NO_SEQ {
-            return e.seq <= self.seqs[seq as usize].next;
+            let s = &self.seqs[seq as usize];
+            if e.seq > s.next {
+                return e.kind == Kind::Write && self.read_from_by_a_waiting_read(e, s);
+            }
+            return !s.read_ahead(e)
+                || ((self.finished || self.latest_ts >= e.ts_ns.saturating_add(READ_LAG_NS))
+                    && !self.heads().any(|w| w.seq > e.seq && reads_from(e, w)));
         }
         match e.kind {
             Kind::ThreadStart => {
@@ -294,6 +363,20 @@ impl OrderMerger {
             },
             _ => true,
         }
+    }
+
+    /// Whether the event the sequence of `w`'s variable waits for is another
+    /// thread's read, at the head of its queue, of the value `w` writes: then `w`
+    /// took effect before that read although it was recorded after it.
+    #[cold]
+    fn read_from_by_a_waiting_read(&self, w: &Event, s: &SeqState) -> bool {
+        self.heads()
+            .any(|r| r.seq == s.next && s.read_ahead(r) && reads_from(r, w))
+    }
+
+    /// The events at the heads of the queues.
+    fn heads(&self) -> impl Iterator<Item = &Event> {
+        self.queues.iter().filter_map(|q| q.front().map(|(e, _)| e))
     }
 
     /// The thread a join waits for. glibc reuses a joined thread's descriptor (the
@@ -383,9 +466,7 @@ impl OrderMerger {
     #[inline]
     fn emitted(&mut self, e: &Event, seq: u32) {
         if seq != NO_SEQ {
-            let s = &mut self.seqs[seq as usize];
-            s.emitted = true;
-            s.next = s.next.max(e.seq + 1);
+            self.seqs[seq as usize].went_out(e);
             return;
         }
         match e.kind {
@@ -417,6 +498,17 @@ impl OrderMerger {
             _ => {}
         }
     }
+}
+
+/// Whether read `r` may have read what write `w` stored: another thread's write of
+/// the same bytes with the value `r` returned.
+fn reads_from(r: &Event, w: &Event) -> bool {
+    w.kind == Kind::Write
+        && w.addr == r.addr
+        && w.tid != r.tid
+        && w.addr2 == r.addr2
+        && w.size == r.size
+        && w.value == r.value
 }
 
 /// The smallest `seq` of each sequenced object in `events`.
@@ -563,6 +655,68 @@ mod tests {
         m.finish();
         assert_eq!(m.pop().map(|e| e.seq), Some(5));
         assert!(m.pop().is_none());
+    }
+
+    fn access(tid: u32, ts: u64, kind: Kind, seq: u64, value: u64) -> Event {
+        let mut e = ev(tid, ts, kind, 0xf1a9, seq);
+        e.addr2 = 0xf1a9;
+        e.size = 1;
+        e.value = value;
+        e
+    }
+
+    #[test]
+    fn a_read_recorded_before_the_write_it_saw_goes_after_it() {
+        // A flag set by thread 1 and polled by thread 2 under hardware watchpoints:
+        // the store's trap is recorded after the load that saw it.
+        let events = vec![
+            access(1, 10, Kind::Write, 0, 0),
+            access(2, 20, Kind::Read, 1, 0),
+            access(2, 30, Kind::Read, 2, 1),
+            access(1, 40, Kind::Write, 3, 1),
+            ev(2, 50, Kind::MutexLock, 0xb, 0),
+        ];
+        let order: Vec<_> = merge(events.clone())
+            .iter()
+            .map(|e| (e.tid, e.seq))
+            .collect();
+        let expected = vec![(1, 0), (2, 1), (1, 3), (2, 2), (2, 0)];
+        assert_eq!(order, expected);
+        // The same when the read and the write arrive in different batches.
+        let batched = merge_by_push_pop(&[events[..3].to_vec(), events[3..].to_vec()]);
+        let order: Vec<_> = batched.iter().map(|e| (e.tid, e.seq)).collect();
+        assert_eq!(order, expected);
+        let mut m = OrderMerger::new();
+        let mut out = Vec::new();
+        m.push_batch(&events[..3], |e| out.push((e.tid, e.seq)));
+        m.push_batch(&events[3..], |e| out.push((e.tid, e.seq)));
+        m.finish();
+        out.extend(std::iter::from_fn(|| m.pop()).map(|e| (e.tid, e.seq)));
+        assert_eq!(out, expected);
+    }
+
+    #[test]
+    fn a_read_of_a_value_nobody_recorded_writing_waits_only_a_while() {
+        let mut m = OrderMerger::new();
+        m.push(access(1, 10, Kind::Write, 0, 0));
+        m.push(access(2, 20, Kind::Read, 1, 5));
+        m.push(ev(3, 30, Kind::MutexLock, 0xb, 0));
+        assert_eq!(m.pop().map(|e| e.tid), Some(1));
+        // The read waits for a write of 5; other threads go on meanwhile.
+        assert_eq!(m.pop().map(|e| e.tid), Some(3));
+        assert!(m.pop().is_none());
+        // Input from well after it: no such write is coming.
+        m.push(ev(3, 20 + READ_LAG_NS, Kind::MutexUnlock, 0xb, 1));
+        assert_eq!(m.pop().map(|e| (e.tid, e.value)), Some((2, 5)));
+        assert_eq!(m.pop().map(|e| e.tid), Some(3));
+        // A different byte or width is another value, not a conflict.
+        let mut m = OrderMerger::new();
+        m.push(access(1, 10, Kind::Write, 0, 0));
+        let mut other_byte = access(2, 20, Kind::Read, 1, 5);
+        other_byte.addr2 += 1;
+        m.push(other_byte);
+        assert_eq!(m.pop().map(|e| e.tid), Some(1));
+        assert_eq!(m.pop().map(|e| e.tid), Some(2));
     }
 
     #[test]

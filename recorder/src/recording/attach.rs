@@ -10,6 +10,7 @@
 use std::num::NonZeroU32;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 use aya::maps::{Array, MapData, PerCpuArray, RingBuf};
@@ -486,11 +487,46 @@ fn attach_hw_watches(ebpf: &mut Ebpf, options: &RecordOptions) -> Result<()> {
                 address: *addr,
                 length,
             });
-            prog.attach(config, PerfEventScope::AllProcessesOneCpu { cpu }, SamplePolicy::Period(1), false)
-                .with_context(|| format!("set a hardware watchpoint at {addr:#x} on CPU {cpu} (all four debug registers may be in use)"))?;
+            // A recording that just ended frees its breakpoints' debug registers
+            // only when the kernel tears its BPF links down, a little later (seen:
+            // ENOSPC for ~15 % of back-to-back recordings): wait for them a while.
+            let deadline = Instant::now() + DEBUG_REGISTERS_WAIT;
+            loop {
+                match prog.attach(
+                    config.clone(),
+                    PerfEventScope::AllProcessesOneCpu { cpu },
+                    SamplePolicy::Period(1),
+                    false,
+                ) {
+                    Ok(_) => break,
+                    Err(e) if is_no_space(&e) && Instant::now() < deadline => {
+                        std::thread::sleep(Duration::from_millis(10));
+                    }
+                    Err(e) => {
+                        return Err(e).with_context(|| format!("set a hardware watchpoint at {addr:#x} on CPU {cpu} (all four debug registers may be in use)"));
+                    }
+                }
+            }
         }
     }
     Ok(())
+}
+
+/// How long arming a hardware watchpoint waits for debug registers to come free.
+const DEBUG_REGISTERS_WAIT: Duration = Duration::from_secs(2);
+
+/// Whether an error was caused by ENOSPC (no free debug register).
+fn is_no_space(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cause = Some(e);
+    while let Some(c) = cause {
+        if c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.raw_os_error() == Some(libc::ENOSPC))
+        {
+            return true;
+        }
+        cause = c.source();
+    }
+    false
 }
 
 fn load_error(e: anyhow::Error) -> anyhow::Error {
