@@ -96,10 +96,12 @@ fn release(kind: u16, via: u8, addr: P, site: u64, call: impl FnOnce() -> c_int)
     }
     // The number is taken while the effect has not happened; the record is written
     // after the call, which keeps it out of the program's critical section.
-    let seq = if record::on() {
-        Some(record::next_seq(addr))
-    } else {
+    let seq = if !record::on() {
         None
+    } else if kind == kind::MUTEX_UNLOCK {
+        Some(record::next_seq_held(addr))
+    } else {
+        Some(record::next_seq(addr))
     };
     let r = call();
     if let Some(seq) = seq {
@@ -167,7 +169,12 @@ fn acquired(
     let saved = errno();
     if record::on() {
         if r == 0 {
-            record::emit(ok_kind, via, addr, site, record::next_seq(addr), 0, 0);
+            let seq = if ok_kind == kind::MUTEX_LOCK {
+                record::next_seq_held(addr)
+            } else {
+                record::next_seq(addr)
+            };
+            record::emit(ok_kind, via, addr, site, seq, 0, 0);
         } else {
             record::emit(failed_kind, via, addr, site, 0, 0, r);
         }
@@ -367,7 +374,8 @@ fn record_cond_pair(
 ) {
     let seq = record::next_seq(cond);
     record::emit(cond_kind, via_, cond, site, seq, mutex, result);
-    let seq = record::next_seq(mutex);
+    // Before the wait and after it returns, the thread holds the mutex.
+    let seq = record::next_seq_held(mutex);
     record::emit(mutex_kind, via::COND_WAIT, mutex, site, seq, cond, 0);
 }
 
