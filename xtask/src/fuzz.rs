@@ -176,6 +176,7 @@ fn fuzz_one(target: &'static str, corpus: &Path, budget: Budget) -> Result<Outco
             .arg(limit)
             .arg(format!("-rss_limit_mb={RSS_LIMIT_MB}"))
             .arg(format!("-timeout={INPUT_TIMEOUT_S}"))
+            .arg(format!("-report_slow_units={INPUT_TIMEOUT_S}"))
             .arg(format!("-artifact_prefix={}/", artifacts.display()))
             .arg("-print_final_stats=1")
             .current_dir(&fuzz)
@@ -186,10 +187,16 @@ fn fuzz_one(target: &'static str, corpus: &Path, budget: Budget) -> Result<Outco
         if output.status.success() {
             break;
         }
-        let new: Vec<PathBuf> = artifact_files(&artifacts)?
+        let mut new: Vec<PathBuf> = artifact_files(&artifacts)?
             .into_iter()
             .filter(|p| !before.contains(p))
             .collect();
+        // Slow inputs are libFuzzer's notes, not failures (a stalled machine makes
+        // them too): only a timeout, crash or memory excess fails a campaign.
+        for slow in new.iter().filter(|p| is_slow_unit(p)) {
+            std::fs::remove_file(slow)?;
+        }
+        new.retain(|p| !is_slow_unit(p));
         let stall = match new.as_slice() {
             [input] if is_timeout(input) && stalls < STALLS_TOLERATED => {
                 !reproduces(target, input)?
@@ -234,6 +241,12 @@ fn artifact_files(dir: &Path) -> Result<Vec<PathBuf>> {
     Ok(std::fs::read_dir(dir)?
         .filter_map(|e| e.ok().map(|e| e.path()))
         .collect())
+}
+
+fn is_slow_unit(input: &Path) -> bool {
+    input
+        .file_name()
+        .is_some_and(|n| n.to_string_lossy().starts_with("slow-unit-"))
 }
 
 fn is_timeout(input: &Path) -> bool {
