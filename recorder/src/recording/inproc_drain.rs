@@ -87,9 +87,19 @@ struct Shared {
     writer_tid: AtomicI32,
 }
 
+/// Whether `free` bytes on the trace's file system may not hold what is still to be
+/// written: [`LOW_SPACE`] plus a quarter of the `backlog` of unconverted records
+/// (a trace takes ~6 bytes an event, a record 48: a quarter leaves a margin for
+/// events that compress badly).
+fn space_is_low(free: u64, backlog: u64) -> bool {
+    free < LOW_SPACE + backlog / 4
+}
+
 /// Checks the free space on `output`'s file system every [`SPACE_CHECK`] until
-/// `stop` ends; below [`LOW_SPACE`] it moves the converter and the writer to normal
-/// priority at once (they may be starved at idle priority and would not notice).
+/// `stop` ends; when it is low for what is left to write ([`space_is_low`]) it
+/// moves the converter and the writer to normal priority at once (they may be
+/// starved at idle priority and would not notice), so a write that fails fails
+/// while the program runs.
 fn watch_free_space(output: &std::path::Path, shared: &Shared, stop: &Receiver<()>) {
     let dir = match output.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
@@ -104,7 +114,8 @@ fn watch_free_space(output: &std::path::Path, shared: &Shared, stop: &Receiver<(
             let mut st: libc::statvfs = std::mem::zeroed();
             (libc::statvfs(dir.as_ptr(), &mut st) == 0).then(|| st.f_bavail * st.f_frsize)
         };
-        if free.is_some_and(|free| free < LOW_SPACE)
+        let backlog = shared.backlog.load(Ordering::Relaxed) as u64;
+        if free.is_some_and(|free| space_is_low(free, backlog))
             && !shared.low_space.swap(true, Ordering::Relaxed)
         {
             // 0: the converter has not started; it checks `low_space` when it does.
@@ -459,4 +470,18 @@ fn notes(mapping: &InprocMapping) -> Vec<String> {
         notes.push(format!("{unsequenced} events found the sequence table full: their order on their object is only as exact as their timestamps"));
     }
     notes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn space_is_low_when_the_backlog_may_not_fit() {
+        assert!(space_is_low(LOW_SPACE - 1, 0));
+        assert!(!space_is_low(LOW_SPACE, 0));
+        // 100 MiB free: enough for a small backlog, not for 1 GiB of records.
+        assert!(!space_is_low(100 << 20, 64 << 20));
+        assert!(space_is_low(100 << 20, 1 << 30));
+    }
 }
