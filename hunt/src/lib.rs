@@ -500,15 +500,26 @@ impl Hunter<'_> {
                 continue;
             }
             if let Some(a) = &r.analysis {
-                // A candidate's replay that followed its schedule and passed: its
-                // findings are also tried on top of that schedule.
+                // A candidate's replay that followed its schedule and passed, or
+                // took another path before an ordering could happen (a check saw
+                // other data): its findings are also tried on top of that
+                // schedule. The latter is how a reorder gets the earlier order it
+                // needs: `1:rdlock#1 -> 2:wrlock#1` alone lets thread 1 register
+                // first and thread 2 never write; on top of it, the replay's own
+                // `2:rdlock#1 -> 1:wrlock#1` makes both check before either writes.
                 let base = match &r.job {
-                    Job::Candidate(c) if r.verdict == Verdict::Passed => {
+                    Job::Candidate(c)
+                        if matches!(r.verdict, Verdict::Passed | Verdict::NotExercised) =>
+                    {
                         Schedule::parse(&c.finding.schedule).ok()
                     }
                     _ => None,
                 };
-                self.queue.extend_on(&a.findings, r.number, base.as_ref());
+                let base = base.as_ref().map(|schedule| queue::Base {
+                    schedule,
+                    unmet: r.verdict == Verdict::NotExercised,
+                });
+                self.queue.extend_on(&a.findings, r.number, base);
             }
             // Traces of runs that showed nothing are not kept (a long hunt would
             // fill the disk); the first recording stays for reference.

@@ -36,9 +36,20 @@ pub fn order_key(schedule: &Schedule) -> String {
 /// of later runs (a stream of small new findings from each replay must not starve
 /// a larger one of the first recording, e.g. a `*` schedule whose rank counts
 /// every thread), then the rank, harmful shapes before plain reorderings among
-/// equal ranks, then arrival. Built-on candidates go deepest first (most
-/// orderings): the search follows one promising order step by step.
-type QueueKey = (bool, std::cmp::Reverse<usize>, Rank, u8, u64);
+/// equal ranks, then arrival. Built-on candidates that complete a schedule whose
+/// replay left an ordering unmet go first (the replay showed what was missing: the
+/// program took another path before the ordering could happen), then deepest
+/// first (most orderings): the search follows one promising order step by step.
+type QueueKey = (bool, bool, std::cmp::Reverse<usize>, Rank, u8, u64);
+
+/// The replayed schedule a run's findings are built on.
+#[derive(Clone, Copy, Debug)]
+pub struct Base<'a> {
+    /// The schedule the run replayed.
+    pub schedule: &'a Schedule,
+    /// The replay ended with some of its orderings never met (`not_exercised`).
+    pub unmet: bool,
+}
 
 /// Most orderings a candidate built on a replayed schedule may have.
 pub const MAX_COMPOSED_ORDERINGS: usize = 16;
@@ -101,36 +112,36 @@ impl CandidateQueue {
     /// two — are reached one step per run. A finding that reverses one of the
     /// base's orderings, or would make the schedule longer than
     /// [`MAX_COMPOSED_ORDERINGS`], is queued alone only.
-    pub fn extend_on(
-        &mut self,
-        findings: &[Finding],
-        from_run: u32,
-        base: Option<&Schedule>,
-    ) -> usize {
+    pub fn extend_on(&mut self, findings: &[Finding], from_run: u32, base: Option<Base>) -> usize {
         let mut added = 0;
         for f in findings {
             let Ok(schedule) = Schedule::parse(&f.schedule) else {
                 continue;
             };
-            if let Some(composed) = base.and_then(|b| compose(b, &schedule)) {
+            if let Some((composed, b)) =
+                base.and_then(|b| Some((compose(b.schedule, &schedule)?, b)))
+            {
                 let mut finding = f.clone();
                 finding.message = format!("{} (on top of run {from_run}'s schedule)", f.message);
                 finding.schedule = composed.to_string();
-                added += self.push(finding, &composed, from_run, true);
+                added += self.push(finding, &composed, from_run, Some(b.unmet));
             }
-            added += self.push(f.clone(), &schedule, from_run, false);
+            added += self.push(f.clone(), &schedule, from_run, None);
         }
         added
     }
 
     /// Queues one candidate unless its order was seen; returns 1 when queued.
+    /// `built_on` is `None` for a finding as it is, else whether the base it was
+    /// built on left orderings unmet.
     fn push(
         &mut self,
         finding: Finding,
         schedule: &Schedule,
         from_run: u32,
-        composed: bool,
+        built_on: Option<bool>,
     ) -> usize {
+        let composed = built_on.is_some();
         if schedule.is_empty() || !self.seen.insert(order_key(schedule)) {
             return 0;
         }
@@ -144,6 +155,7 @@ impl CandidateQueue {
         };
         let key = (
             from_run != 0,
+            built_on != Some(true),
             std::cmp::Reverse(depth),
             finding.rank,
             class,
@@ -272,7 +284,10 @@ mod tests {
                     finding(FindingKind::Reorder, 1, reverse)
                 ],
                 1,
-                Some(&base)
+                Some(Base {
+                    schedule: &base,
+                    unmet: false
+                })
             ),
             // `deeper` alone and on the base; `reverse` contradicts the base: alone.
             3
@@ -315,11 +330,63 @@ mod tests {
             0,
         );
         let base = Schedule::parse("3:mutex_lock(m)#1 -> 2:mutex_lock(m)#2\n").unwrap();
-        q.extend_on(&[finding(FindingKind::Reorder, 1, &c(3))], 1, Some(&base));
+        q.extend_on(
+            &[finding(FindingKind::Reorder, 1, &c(3))],
+            1,
+            Some(Base {
+                schedule: &base,
+                unmet: false,
+            }),
+        );
         let lengths: Vec<usize> = std::iter::from_fn(|| q.pop())
             .map(|(_, c)| c.finding.schedule.lines().count())
             .collect();
         // fresh, built on (two orderings), fresh, then the rest.
         assert_eq!(&lengths[..3], &[1, 2, 1]);
+    }
+
+    #[test]
+    fn completing_a_schedule_whose_orderings_went_unmet_comes_before_deepening_one_that_passed() {
+        let mut q = CandidateQueue::default();
+        // A passing replay's deep schedule …
+        let passed = Schedule::parse(
+            "1:mutex_unlock(m)#2 -> 2:mutex_lock(m)#1\n2:mutex_unlock(m)#1 -> 1:mutex_lock(m)#3\n",
+        )
+        .unwrap();
+        q.extend_on(
+            &[finding(
+                FindingKind::Reorder,
+                1,
+                "3:mutex_lock(m)#1 -> 1:mutex_lock(m)#4\n",
+            )],
+            1,
+            Some(Base {
+                schedule: &passed,
+                unmet: false,
+            }),
+        );
+        // … and a later one whose ordering never happened (thread 2 took another path).
+        let unmet = Schedule::parse("1:rwlock_rdlock(l)#1 -> 2:rwlock_wrlock(l)#1\n").unwrap();
+        q.extend_on(
+            &[finding(
+                FindingKind::Reorder,
+                1,
+                "2:rwlock_rdlock(l)#1 -> 1:rwlock_wrlock(l)#1\n",
+            )],
+            2,
+            Some(Base {
+                schedule: &unmet,
+                unmet: true,
+            }),
+        );
+        let built_on: Vec<String> = std::iter::from_fn(|| q.pop())
+            .map(|(_, c)| c.finding.schedule)
+            .filter(|s| s.lines().count() > 1)
+            .collect();
+        assert_eq!(
+            built_on[0],
+            "1:rwlock_rdlock(l)#1 -> 2:rwlock_wrlock(l)#1\n2:rwlock_rdlock(l)#1 -> 1:rwlock_wrlock(l)#1\n"
+        );
+        assert_eq!(built_on.len(), 2);
     }
 }
