@@ -243,28 +243,53 @@ fn claim_ring() -> u32 {
 /// Claims a ring; when every ring is taken, waits for the drain to free one (it
 /// frees the rings of exited threads once they are drained: a program churning
 /// through short threads can get ahead of it on a loaded machine) for as long as
-/// it keeps making passes, as a full ring waits for room. Gives up, and the caller
-/// counts the event in `no_ring`, only when the drain made no pass for
-/// [`FULL_WAIT_NS`], or at once after such a timeout (more threads alive than
-/// rings: no ring will come free).
+/// it keeps making passes, as a full ring waits for room ([`wait_for_drain`]).
+/// The caller counts the event in `no_ring` when none came.
 #[cold]
 fn claim_ring_waiting() -> u32 {
-    let i = claim_ring();
-    if i != NO_RING || GAVE_UP.with(|g| g.get()) {
+    let mut i = claim_ring();
+    if i != NO_RING {
         return i;
+    }
+    let claimed = wait_for_drain(
+        || {
+            i = claim_ring();
+            i != NO_RING
+        },
+        || {
+            ring_doorbell();
+            // A 1 ms sleep: nobody wakes this word.
+            let asleep = AtomicU32::new(0);
+            // SAFETY: a valid futex word that outlives the call.
+            unsafe { futex_wait_ns(&asleep, 0, 1_000_000) };
+        },
+    );
+    if claimed {
+        i
+    } else {
+        NO_RING
+    }
+}
+
+/// Waits until `ready` for as long as the drain keeps making passes (it may be
+/// starved of CPU: it runs at idle priority): checks, `nap`s, checks again. Gives
+/// up when the drain made no pass for [`FULL_WAIT_NS`] (the recorder is gone), and
+/// from then on at once (`GAVE_UP`) until the thread's ring has room again.
+#[cold]
+fn wait_for_drain(mut ready: impl FnMut() -> bool, mut nap: impl FnMut()) -> bool {
+    if GAVE_UP.with(|g| g.get()) {
+        return false;
     }
     let h = header();
     let mut passes = h.passes.load(Acquire);
     let mut deadline = now_ns() + FULL_WAIT_NS;
     loop {
-        ring_doorbell();
-        // A 1 ms sleep: nobody wakes this word.
-        let asleep = AtomicU32::new(0);
-        // SAFETY: a valid futex word that outlives the call.
-        unsafe { futex_wait_ns(&asleep, 0, 1_000_000) };
-        let i = claim_ring();
-        if i != NO_RING {
-            return i;
+        if ready() {
+            return true;
+        }
+        nap();
+        if ready() {
+            return true;
         }
         let now = now_ns();
         let seen = h.passes.load(Acquire);
@@ -273,7 +298,7 @@ fn claim_ring_waiting() -> u32 {
             deadline = now + FULL_WAIT_NS;
         } else if now > deadline {
             GAVE_UP.with(|g| g.set(true));
-            return NO_RING;
+            return false;
         }
     }
 }
@@ -289,37 +314,20 @@ fn ring_doorbell() {
     }
 }
 
-/// The ring is full: wake the drain and wait for room for as long as the drain keeps
-/// making passes (it may be starved of CPU: it runs at idle priority).
+/// The ring is full: wake the drain and wait for room ([`wait_for_drain`]).
 #[cold]
 fn wait_for_room(r: &RingHeader, head: u64) -> bool {
-    if GAVE_UP.with(|g| g.get()) {
-        return false;
-    }
-    let h = header();
-    let mut passes = h.passes.load(Acquire);
-    let mut deadline = now_ns() + FULL_WAIT_NS;
-    loop {
+    let room = || head - r.tail.0.load(Acquire) < RING_RECORDS as u64;
+    wait_for_drain(room, || {
+        // Set before the last look, so the drain's clear-and-wake cannot fall
+        // between that look and the sleep.
         r.waiting.store(1, SeqCst);
         ring_doorbell();
-        if head - r.tail.0.load(Acquire) < RING_RECORDS as u64 {
-            return true;
+        if !room() {
+            // SAFETY: a futex word in the shared mapping; the drain clears and wakes it.
+            unsafe { futex_wait_ns(&r.waiting as *const AtomicU32, 1, 10_000_000) };
         }
-        // SAFETY: a futex word in the shared mapping; the drain clears and wakes it.
-        unsafe { futex_wait_ns(&r.waiting as *const AtomicU32, 1, 10_000_000) };
-        if head - r.tail.0.load(Acquire) < RING_RECORDS as u64 {
-            return true;
-        }
-        let now = now_ns();
-        let seen = h.passes.load(Acquire);
-        if seen != passes {
-            passes = seen;
-            deadline = now + FULL_WAIT_NS;
-        } else if now > deadline {
-            GAVE_UP.with(|g| g.set(true));
-            return false;
-        }
-    }
+    })
 }
 
 /// Appends one event to the calling thread's ring.
