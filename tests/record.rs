@@ -1302,10 +1302,14 @@ fn cap_bpf_and_cap_perfmon_are_enough_to_record() {
     if !have_root("cap_bpf_and_cap_perfmon_are_enough_to_record") {
         return;
     }
-    let program = build_program("record_short");
-    let dir = scratch("unprivileged");
-    // `nobody` writes its traces here.
+    // `nobody` runs the program and writes its traces in a directory it can reach
+    // whatever the checkout's parents allow (a clone under `mktemp -d` is 0700).
+    let dir = std::env::temp_dir().join(format!("ordo-test-unprivileged-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
     std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    let program = dir.join("record_short");
+    std::fs::copy(build_program("record_short"), &program).unwrap();
     let as_nobody = |caps: &str, probes: &str, trace: &std::path::Path| {
         Command::new("setpriv")
             .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups"])
@@ -1339,4 +1343,31 @@ fn cap_bpf_and_cap_perfmon_are_enough_to_record() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(err.trim().lines().count(), 1, "{err}");
     assert!(err.contains("CAP_BPF and CAP_PERFMON"), "{err}");
+    // A program behind a directory the user cannot search: said as such, not as
+    // a missing file.
+    let private = dir.join("private");
+    std::fs::create_dir(&private).unwrap();
+    std::fs::set_permissions(
+        &private,
+        std::os::unix::fs::PermissionsExt::from_mode(0o700),
+    )
+    .unwrap();
+    std::fs::copy(&program, private.join("record_short")).unwrap();
+    let out = Command::new("setpriv")
+        .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups"])
+        .args(["--inh-caps=+bpf,+perfmon", "--ambient-caps=+bpf,+perfmon"])
+        .arg(ordo())
+        .args(["record", "-o"])
+        .arg(dir.join("private.ordo"))
+        .arg("--")
+        .arg(private.join("record_short"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("permission denied") && err.contains("private/record_short"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -105,17 +105,30 @@ pub fn find_program(program: &str) -> Result<PathBuf> {
             .map(|p| std::env::split_paths(&p).map(|d| d.join(program)).collect())
             .unwrap_or_default()
     };
+    let mut denied = None;
     for path in &candidates {
-        if let Ok(meta) = std::fs::metadata(path) {
-            use std::os::unix::fs::PermissionsExt;
-            if meta.is_dir() {
-                bail!("{program}: is a directory");
+        match std::fs::metadata(path) {
+            Ok(meta) => {
+                use std::os::unix::fs::PermissionsExt;
+                if meta.is_dir() {
+                    bail!("{program}: is a directory");
+                }
+                if meta.permissions().mode() & 0o111 == 0 {
+                    bail!("{program}: is not executable");
+                }
+                return Ok(path.clone());
             }
-            if meta.permissions().mode() & 0o111 == 0 {
-                bail!("{program}: is not executable");
+            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+                denied.get_or_insert_with(|| path.clone());
             }
-            return Ok(path.clone());
+            Err(_) => {}
         }
+    }
+    if let Some(path) = denied {
+        bail!(
+            "{}: permission denied (a directory on its path cannot be searched by this user)",
+            path.display()
+        );
     }
     if program.contains('/') {
         bail!("{program}: no such file");
