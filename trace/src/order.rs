@@ -134,6 +134,9 @@ pub struct OrderMerger {
     handles: FxHashMap<u64, VecDeque<u32>>,
     buffered: usize,
     /// The latest timestamp pushed (bounds how long a read waits for its write).
+    /// Events that pass straight through need not raise it: they pass only while
+    /// nothing is buffered, so no read waits, and each is earlier than the batch's
+    /// events that are pushed.
     latest_ts: u64,
     finished: bool,
 }
@@ -207,10 +210,6 @@ impl OrderMerger {
     pub fn push_batch(&mut self, batch: &[Event], mut emit: impl FnMut(&Event)) {
         let mut start = 0;
         let mut seeds: Option<FxHashMap<u64, u64>> = None;
-        // As if the whole batch were pushed before anything pops.
-        if let Some(latest) = batch.iter().map(|e| e.ts_ns).max() {
-            self.latest_ts = self.latest_ts.max(latest);
-        }
         if self.buffered == 0 {
             // A thread's start can reach the ring buffer before its creator's
             // create event: the batch's creations are known before anything of it
