@@ -98,10 +98,10 @@ struct LockState {
     /// The last [`WINDOW`] critical sections, a ring: the newest at `head - 1`
     /// (moving an index instead of shifting saves copying records per acquire).
     recent: [Option<CsRec>; WINDOW],
-    /// For each of `recent`: when it is the reacquire inside a woken cond wait, the
-    /// signal that woke it and the wait's site (kept apart: rarely set, and it would
-    /// double the size of every record copied).
-    woken: [Option<(EventId, u64)>; WINDOW],
+    /// For each of `recent`: when it is the reacquire inside a woken cond wait, how
+    /// it was woken (kept apart: rarely set, and it would double the size of every
+    /// record copied).
+    woken: [Option<Wake>; WINDOW],
     head: usize,
     /// Per clock slot, the epoch of its thread's first critical section on this lock
     /// (0: none), and how many threads had one: for [`FindingKind::FirstOfMany`].
@@ -171,6 +171,19 @@ struct CondState {
     lonely: Option<(EventId, Epoch, Option<(u64, Epoch)>)>,
 }
 
+/// How a cond wait that returned was woken: what barging candidates pin.
+#[derive(Clone, Copy, Debug)]
+struct Wake {
+    /// The signal or broadcast that woke it.
+    signal: EventId,
+    /// The wait's site.
+    wait_site: u64,
+    /// The wait's beginning (`cond_wait_begin`).
+    begin: EventId,
+    /// The signaller's acquisition of the wait's mutex, when it signalled holding it.
+    signal_section: Option<EventId>,
+}
+
 struct Waiter {
     thread: u32,
     slot: u32,
@@ -180,6 +193,8 @@ struct Waiter {
     epoch: u32,
     signals: VectorClock,
     woken_by: Option<EventId>,
+    /// The signaller's acquisition of `mutex`, when it held it at `woken_by`.
+    woken_in: Option<EventId>,
 }
 
 #[derive(Default)]
@@ -245,10 +260,10 @@ struct ThreadState {
     /// The lock of the thread's last explicit release ([`NO_OBJECT`]: none): a
     /// marked point the thread reaches next bounds that lock's window.
     released_lock: ObjId,
-    /// After a cond wait returned: (mutex address, waking signal, wait site, the
+    /// After a cond wait returned: (mutex address, how it was woken, the
     /// `cond_wait` event), for the reacquire that follows. Schedules name the
     /// reacquire by the `cond_wait` event (`ordo_schedule::namer`).
-    woken: Option<(u64, Option<EventId>, u64, EventId)>,
+    woken: Option<(u64, Option<Wake>, EventId)>,
     /// After a cond wait returned, until the thread releases a mutex: (condvar, wait
     /// site). A new wait at the same site meanwhile means the wait is in a loop.
     after_wake: Option<(ObjId, u64)>,
@@ -276,6 +291,10 @@ struct RecentRelease {
     epoch: u32,
     /// The releasing thread's start and own clock then.
     start: Option<(EventId, u32)>,
+    /// The outermost lock the releasing thread held then, with its acquisition: a
+    /// section on that lock overtakes the release by overtaking that section (held
+    /// at the release itself, it would wait for a lock the releaser holds).
+    inside: Option<(ObjId, EventId)>,
 }
 
 /// Recent non-lock releases remembered (a ring).
@@ -937,10 +956,10 @@ impl<'a> Engine<'a> {
             self.graph.acquired(&mut th.held, node, slot, id, epoch);
         }
         let (woken_by, named_as) = match th.woken.take() {
-            Some((mutex, signal, site, wait))
+            Some((mutex, wake, wait))
                 if via == Via::CondWait && mutex == self.objects[id.obj as usize].addr =>
             {
-                (signal.map(|signal| (signal, site)), wait)
+                (wake, wait)
             }
             _ => (None, id),
         };
@@ -1079,8 +1098,8 @@ impl<'a> Engine<'a> {
     fn critical_section_candidates(
         &mut self,
         p2: Option<CsRec>,
-        (p1, p1_woken): (CsRec, Option<(EventId, u64)>),
-        (cur, cur_woken): (CsRec, Option<(EventId, u64)>),
+        (p1, p1_woken): (CsRec, Option<Wake>),
+        (cur, cur_woken): (CsRec, Option<Wake>),
     ) {
         let (a, b) = (p1.acq.thread, cur.acq.thread);
         if a != b && cur.swappable_with_prev {
@@ -1088,14 +1107,19 @@ impl<'a> Engine<'a> {
                 // `b` can take the mutex between the signal and the waiter's reacquire.
                 // Only a third thread competes for what the signal announced: the
                 // signaller taking the mutex again is a plain reorder.
-                Some((signal, wait_site)) if signal.thread != a && signal.thread != b => {
-                    self.offer_at(
-                        FindingKind::Barging,
-                        &[signal, p1.acq, cur.acq],
-                        &[(&[signal], cur.acq), (&[cur.acq], p1.acq)],
-                        "",
-                        wait_site,
-                    );
+                Some(wake) if wake.signal.thread != a && wake.signal.thread != b => {
+                    // What the waiter acts on must be what `b` left: a section of
+                    // another thread that came between the signal and the reacquire
+                    // (the signaller refilling the queue) goes after the reacquire.
+                    let refill = p2.filter(|p2| {
+                        p2.acq.index > wake.signal.index
+                            && p2.acq.thread != a
+                            && p2.acq.thread != b
+                            && !p2.in_wait
+                            && p2.acq.occurrence != 0
+                    });
+                    let barger = (cur.acq, cur_woken.filter(|_| cur.in_wait));
+                    self.offer_barging(wake, barger, p1.acq, refill.map(|p2| p2.acq), "");
                 }
                 _ => {
                     // The commonest candidate, and nearly always a repeat: ask the
@@ -1146,21 +1170,63 @@ impl<'a> Engine<'a> {
                 }
             }
         }
-        if let Some((signal, wait_site)) = cur_woken {
+        if let Some(wake) = cur_woken {
             if a != b
-                && a != signal.thread
-                && p1.acq.index > signal.index
+                && a != wake.signal.thread
+                && p1.acq.index > wake.signal.index
                 && p1.mode.conflicts(cur.mode)
             {
-                self.offer_at(
-                    FindingKind::Barging,
-                    &[signal, cur.acq, p1.acq],
-                    &[(&[signal], p1.acq), (&[p1.acq], cur.acq)],
-                    "happened in this run",
-                    wait_site,
-                );
+                let barger = (p1.acq, p1_woken.filter(|_| p1.in_wait));
+                self.offer_barging(wake, barger, cur.acq, None, "happened in this run");
             }
         }
+    }
+
+    /// Barging: `barger`'s section between the signal that woke a wait and the
+    /// waiter's reacquire (`reacquire`, named by its `cond_wait` event). The schedule
+    /// also keeps what made the run a barging one: the wait began before the
+    /// signaller's section (else the waiter does not wait at all, and the ordering
+    /// on its reacquire never happens) — so did the barger's, when it is a woken
+    /// waiter too (`barger.1`) — and a `refill` section that came between the
+    /// signal and the reacquire goes after it.
+    fn offer_barging(
+        &mut self,
+        wake: Wake,
+        (barger, barger_wake): (EventId, Option<Wake>),
+        reacquire: EventId,
+        refill: Option<EventId>,
+        note: &'static str,
+    ) {
+        let pin = |w: &Wake| {
+            w.signal_section
+                .filter(|s| s.occurrence != 0 && w.begin.occurrence != 0)
+        };
+        let begins = [wake.begin, barger_wake.map_or(wake.begin, |w| w.begin)];
+        let barger_section = barger_wake.as_ref().and_then(pin);
+        // Both waits began before one section: one ordering with `&&`.
+        let together = barger_section.is_some() && barger_section == pin(&wake);
+        let reacquired: &[EventId] = &[reacquire];
+        let mut orderings: Vec<(&[EventId], EventId)> = Vec::with_capacity(5);
+        if let Some(section) = pin(&wake) {
+            orderings.push((if together { &begins } else { &begins[..1] }, section));
+        }
+        if let Some(section) = barger_section.filter(|_| !together) {
+            orderings.push((&begins[1..], section));
+        }
+        let signal: &[EventId] = &[wake.signal];
+        let barged: &[EventId] = &[barger];
+        orderings.push((signal, barger));
+        orderings.push((barged, reacquire));
+        if let Some(refill) = refill {
+            orderings.push((reacquired, refill));
+        }
+        self.offer_at(
+            FindingKind::Barging,
+            &[wake.signal, reacquire, barger],
+            &orderings,
+            note,
+            wake.wait_site,
+        );
     }
 
     /// Candidates that look past the neighbouring section: `p` are the sections
@@ -1246,6 +1312,7 @@ impl<'a> Engine<'a> {
                 }
             }
         }
+        found |= self.multi_split_candidates(&p, cur);
         // Chains: a1 a2 b1 b2 recorded (two threads handing off, as a producer and
         // a consumer do; a loop of two may be unrolled, so the pairs' sites may
         // differ).
@@ -1281,6 +1348,118 @@ impl<'a> Engine<'a> {
         found
     }
 
+    /// *Multi-split*: a thread's two neighbouring sections X, Y (different sites)
+    /// followed by a run of 2–3 sections of other threads ending with `cur`: the
+    /// run moved between X and Y, in every order that keeps each thread's own
+    /// order and swaps only sections that know nothing of each other — an ABA needs
+    /// "take, take another, put back" between a check and its act. `p` as in
+    /// [`Engine::window_candidates`]. Returns whether any candidate was new.
+    ///
+    /// A thread's later section in the run learned what came before it through
+    /// its own earlier one and the lock, which is exactly what the move changes:
+    /// whether it could come before a section is asked of the thread's first
+    /// section in the run that comes after that one.
+    #[inline(never)]
+    fn multi_split_candidates(&mut self, p: &[Option<CsRec>; WINDOW], cur: CsRec) -> bool {
+        let mut found = false;
+        for m in 2..WINDOW {
+            let (Some(x), Some(y)) = (p[m], p[m - 1]) else {
+                break;
+            };
+            let a = y.acq.thread;
+            if x.acq.thread != a || x.acq.site == y.acq.site || x.in_wait || y.in_wait {
+                continue;
+            }
+            // The run in recorded order: p[m-2], …, p[0], cur.
+            let mut run = [cur; WINDOW - 1];
+            let mut ok = true;
+            for (i, slot) in run.iter_mut().take(m).enumerate() {
+                match if i + 1 == m { Some(cur) } else { p[m - 2 - i] } {
+                    Some(r) if r.acq.thread != a && !r.in_wait => *slot = r,
+                    _ => ok = false,
+                }
+            }
+            let run = &run[..m];
+            if !ok || !(0..m).all(|j| could_precede(run, -1, j)) {
+                continue;
+            }
+            found |= self.offer_multi_splits(x, y, run);
+        }
+        // The mirror: a run of sections before X (`p[m]`, …, `p[1]`) moved between
+        // X (`p[0]`) and Y (`cur`). X knew none of them before it took the lock.
+        if let Some(x) = p[0] {
+            let a = cur.acq.thread;
+            if x.acq.thread == a && x.acq.site != cur.acq.site && !x.in_wait && !cur.in_wait {
+                for m in 2..WINDOW {
+                    let mut run = [x; WINDOW - 1];
+                    let mut ok = true;
+                    for (i, slot) in run.iter_mut().take(m).enumerate() {
+                        match p[m - i] {
+                            Some(r)
+                                if r.acq.thread != a
+                                    && !r.in_wait
+                                    && x.unknown & (1 << (m - i - 1)) != 0 =>
+                            {
+                                *slot = r
+                            }
+                            _ => ok = false,
+                        }
+                    }
+                    if !ok {
+                        break;
+                    }
+                    found |= self.offer_multi_splits(x, cur, &run[..m]);
+                }
+            }
+        }
+        found
+    }
+
+    /// Offers `run` (sections of other threads, in recorded order, contiguous on
+    /// the lock) between `x` and `y`, in each order that keeps each thread's own
+    /// order and swaps only sections that could take the lock first.
+    fn offer_multi_splits(&mut self, x: CsRec, y: CsRec, run: &[CsRec]) -> bool {
+        let m = run.len();
+        let mut found = false;
+        // Orders of the run: permutations as index lists (m ≤ 3).
+        const ORDERS: [&[usize]; 8] = [
+            &[0, 1],
+            &[1, 0],
+            &[0, 1, 2],
+            &[0, 2, 1],
+            &[1, 0, 2],
+            &[1, 2, 0],
+            &[2, 0, 1],
+            &[2, 1, 0],
+        ];
+        for order in ORDERS.iter().filter(|o| o.len() == m) {
+            // A swapped pair (i before j in the run, j first here) must be of
+            // two threads, the later not knowing the earlier.
+            let feasible = (0..m).all(|u| {
+                (u + 1..m).all(|v| {
+                    let (j, i) = (order[u], order[v]);
+                    j < i
+                        || (run[i].acq.thread != run[j].acq.thread
+                            && could_precede(run, i as isize, j))
+                })
+            });
+            if !feasible {
+                continue;
+            }
+            let ordered: Vec<EventId> = std::iter::once(x.acq)
+                .chain(order.iter().map(|&i| run[i].acq))
+                .chain(std::iter::once(y.acq))
+                .collect();
+            // Events: X, Y, then the run in its new order.
+            let mut events = vec![x.acq, y.acq];
+            events.extend_from_slice(&ordered[1..=m]);
+            let orderings: Vec<(&[EventId], EventId)> =
+                ordered.windows(2).map(|w| (&w[..1], w[1])).collect();
+            found |= self.offer(FindingKind::MultiSplit, &events, &orderings, "");
+        }
+        found
+    }
+
     /// Remembers a release on a non-lock object (barrier arrival, post, signal).
     #[inline(never)]
     fn note_release(&mut self, t: u32, id: EventId) {
@@ -1296,6 +1475,7 @@ impl<'a> Engine<'a> {
             slot: th.slot,
             epoch: th.vc.get(th.slot),
             start: th.start,
+            inside: th.held.first().map(|h| (h.obj, h.acq)),
         });
         self.release_head = (self.release_head + 1) % RECENT_RELEASES;
     }
@@ -1316,7 +1496,14 @@ impl<'a> Engine<'a> {
             if r.ev.index >= cur.index {
                 continue;
             }
-            self.offer(FindingKind::Overtake, &[r.ev, cur], &[(&[cur], r.ev)], "");
+            let target = match r.inside {
+                Some((obj, acq)) if obj == cur.obj => acq,
+                _ => r.ev,
+            };
+            if target.occurrence == 0 {
+                continue;
+            }
+            self.offer(FindingKind::Overtake, &[r.ev, cur], &[(&[cur], target)], "");
             if unknown_starts & (1 << j) != 0 {
                 if let Some((start, _)) = r.start {
                     if start.occurrence > 0 {
@@ -1605,6 +1792,7 @@ impl<'a> Engine<'a> {
             epoch,
             signals: VectorClock::default(),
             woken_by: None,
+            woken_in: None,
         });
         if let Some((signal, _, _)) = lonely {
             self.offer(
@@ -1622,19 +1810,20 @@ impl<'a> Engine<'a> {
             return;
         };
         let Some(i) = cond.waiters.iter().position(|w| w.thread == t) else {
-            th.woken = Some((e.addr2, None, e.site, id));
+            th.woken = Some((e.addr2, None, id));
             return;
         };
         let w = cond.waiters.swap_remove(i);
         if e.result != ETIMEDOUT {
             th.vc.join(&w.signals);
         }
-        th.woken = Some((
-            e.addr2,
-            if e.result == 0 { w.woken_by } else { None },
-            w.begin.site,
-            id,
-        ));
+        let wake = w.woken_by.filter(|_| e.result == 0).map(|signal| Wake {
+            signal,
+            wait_site: w.begin.site,
+            begin: w.begin,
+            signal_section: w.woken_in,
+        });
+        th.woken = Some((e.addr2, wake, id));
         th.after_wake = Some((id.obj, w.begin.site));
     }
 
@@ -1648,6 +1837,13 @@ impl<'a> Engine<'a> {
         let th = &self.states[self.slot_of[t as usize] as usize];
         let epoch = th.epoch();
         let published = th.last_release;
+        // The mutexes the signaller holds, by address (a waiter's is one of them
+        // when it signals inside its section): barging candidates pin the section.
+        let held: Vec<(u64, EventId)> = th
+            .held
+            .iter()
+            .map(|h| (self.objects[h.obj as usize].addr, h.acq))
+            .collect();
         let State::Cond(cond) = &mut self.objects[id.obj as usize].state else {
             return;
         };
@@ -1659,6 +1855,10 @@ impl<'a> Engine<'a> {
             w.signals.join(&th.vc);
             if w.woken_by.is_none() {
                 w.woken_by = Some(id);
+                w.woken_in = held
+                    .iter()
+                    .find(|(m, _)| *m == w.mutex)
+                    .map(|&(_, acq)| acq);
             }
             // The waiter is blocked: its clock is still the one it waited with.
             let waiter = self.slot_of.get(w.thread as usize);
@@ -1930,6 +2130,17 @@ fn first_of_many(
     };
     lock.firsts.set(slot, epoch);
     result
+}
+
+/// Whether `run[j]` — or rather its thread's first section in the run after
+/// position `i` (a thread's later section learned what came before through its own
+/// earlier one and the lock, which is what a move changes) — could take the lock
+/// before what stood at `i` in the recording (`-1`: the section just before the run).
+fn could_precede(run: &[CsRec], i: isize, j: usize) -> bool {
+    let g = (((i + 1) as usize)..=j)
+        .find(|&k| run[k].acq.thread == run[j].acq.thread)
+        .unwrap_or(j);
+    run[g].unknown & (1 << (g as isize - i - 1)) != 0
 }
 
 /// Whether a signaller's last mutex release (`published`) was of `mutex` and is

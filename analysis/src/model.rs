@@ -169,6 +169,10 @@ pub enum FindingKind {
     Race,
     /// Another thread's critical section can fall between two of a thread's.
     Atomicity,
+    /// Several critical sections of other threads, in one order, can fall between
+    /// two of a thread's (an ABA: one takes what the check saw, another changes
+    /// more, the first puts it back, and the act sees "the same" state).
+    MultiSplit,
     /// Two threads' sections on one lock can interleave as a chain of three
     /// orderings (a, b, a, b): producer/consumer hand-offs.
     Chain,
@@ -202,12 +206,13 @@ pub enum FindingKind {
 
 impl FindingKind {
     /// Every kind, in report order.
-    pub const ALL: [FindingKind; 14] = [
+    pub const ALL: [FindingKind; 15] = [
         FindingKind::Deadlock,
         FindingKind::LostWakeup,
         FindingKind::Barging,
         FindingKind::Race,
         FindingKind::Atomicity,
+        FindingKind::MultiSplit,
         FindingKind::AfterRelease,
         FindingKind::Chain,
         FindingKind::EarlyExit,
@@ -229,6 +234,7 @@ impl FindingKind {
                 | FindingKind::LostWakeup
                 | FindingKind::Race
                 | FindingKind::Atomicity
+                | FindingKind::MultiSplit
                 | FindingKind::Barging
         )
     }
@@ -276,6 +282,7 @@ impl FindingKind {
             FindingKind::Barging => "barging",
             FindingKind::Race => "race",
             FindingKind::Atomicity => "atomicity",
+            FindingKind::MultiSplit => "multi_split",
             FindingKind::Chain => "chain",
             FindingKind::EarlyExit => "early_exit",
             FindingKind::LateJoin => "late_join",

@@ -263,11 +263,17 @@ fn message(f: &RawFinding, n: &Namer<'_>, rank: Rank) -> String {
         ),
         FindingKind::Barging => {
             let (signal, waiter, barger) = (&ev[0], &ev[1], &ev[2]);
+            // A barger that is itself a woken waiter reacquires the mutex in its wait.
+            let takes = if barger.kind == Kind::CondWait {
+                format!("return from waiting on {}", o(barger))
+            } else {
+                format!("take {}", o(barger))
+            };
             format!(
-                "thread {} can take {} ({}) after thread {} {} {} and before woken thread {} reacquires it ({}); \
+                "thread {} can {} ({}) after thread {} {} {} and before woken thread {} reacquires it ({}); \
                  a waiter that does not re-check its condition in a loop then acts on a stale state",
                 t(barger),
-                o(barger),
+                takes,
                 s(barger),
                 t(signal),
                 verb(signal.kind),
@@ -296,6 +302,22 @@ fn message(f: &RawFinding, n: &Namer<'_>, rank: Rank) -> String {
             t(&ev[2]),
             s(&ev[2])
         ),
+        FindingKind::MultiSplit => {
+            let splitters: Vec<String> = ev[2..]
+                .iter()
+                .map(|e| format!("thread {} at {}", t(e), s(e)))
+                .collect();
+            format!(
+                "thread {}'s critical sections on {} at {} and at {} can be split by {} sections of other \
+                 threads in this order: {} (check-then-act where the state changes and comes back)",
+                t(&ev[0]),
+                o(&ev[0]),
+                s(&ev[0]),
+                s(&ev[1]),
+                ev.len() - 2,
+                splitters.join(", ")
+            )
+        }
         FindingKind::Chain => format!(
             "threads {} and {} can interleave their critical sections on {} as a chain: {} at {}, {} at {}, \
              {} at {}, {} at {} (a hand-off order the run did not take)",

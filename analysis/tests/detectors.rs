@@ -339,11 +339,56 @@ fn barging_is_predicted_between_signal_and_reacquire() {
     let a = analyze(&barging(false, false));
     let g = of(&a, FindingKind::Barging);
     assert_eq!(g.len(), 1, "{:#?}", a.findings);
+    // The wait began before the signaller's section (else there is no wait to
+    // barge into), then the third thread's section between signal and reacquire.
     assert_eq!(
         g[0].schedule,
-        "2:cond_signal(@1)#1 -> 3:mutex_lock(@1)#1\n3:mutex_lock(@1)#1 -> 1:cond_wait(@1)#1\n"
+        "1:cond_wait_begin(@1)#1 -> 2:mutex_lock(@1)#1\n\
+         2:cond_signal(@1)#1 -> 3:mutex_lock(@1)#1\n\
+         3:mutex_lock(@1)#1 -> 1:cond_wait(@1)#1\n"
     );
     assert_eq!((g[0].rank.v, g[0].rank.t), (2, 3));
+}
+
+/// The `if`-instead-of-`while` consumers: two wait, the producer broadcasts in one
+/// section and refills in the next before either woken consumer reacquires.
+#[test]
+fn barging_by_a_woken_waiter_keeps_the_refill_after_the_reacquire() {
+    let mut b = TraceBuilder::new();
+    let (p, c1, c2) = (b.spawn(MAIN_TID), b.spawn(MAIN_TID), b.spawn(MAIN_TID));
+    b.create(MAIN_TID, p, H1, 0x400010);
+    b.create(MAIN_TID, c1, H2, 0x400020);
+    b.create(MAIN_TID, c2, H3, 0x400030);
+    b.lock(c1, M, 0x700);
+    b.wait_begin(c1, C, M, 0x701);
+    b.lock(c2, M, 0x700);
+    b.wait_begin(c2, C, M, 0x701);
+    for _ in 0..2 {
+        b.lock(p, M, 0x600);
+        b.push(p, Kind::CondBroadcast, C, 0x601);
+        b.unlock(p, M, 0x602);
+    }
+    b.wait_end(c1, C, M, 0, 0x701);
+    b.unlock(c1, M, 0x702);
+    b.wait_end(c2, C, M, 0, 0x701);
+    b.unlock(c2, M, 0x702);
+    let a = analyze(&b);
+    let schedules: Vec<&str> = of(&a, FindingKind::Barging)
+        .iter()
+        .map(|f| f.schedule.as_str())
+        .collect();
+    // Thread 3's reacquire before thread 2's, both waits begun before the first
+    // broadcast's section, and the refill after thread 2 acted: 2 then finds the
+    // queue thread 3 emptied.
+    assert!(
+        schedules.contains(
+            &"2:cond_wait_begin(@1)#1 && 3:cond_wait_begin(@1)#1 -> 1:mutex_lock(@1)#1\n\
+              1:cond_broadcast(@1)#1 -> 3:cond_wait(@1)#1\n\
+              3:cond_wait(@1)#1 -> 2:cond_wait(@1)#1\n\
+              2:cond_wait(@1)#1 -> 1:mutex_lock(@1)#2\n"
+        ),
+        "{schedules:#?}"
+    );
 }
 
 #[test]

@@ -367,3 +367,98 @@ fn deadlock_candidates_pin_every_lock_of_the_cycle() {
         assert_eq!(o.before.iter().filter(|e| e.occurrence == 1).count(), 3);
     }
 }
+
+/// Thread 1 checks (one site) and acts (another); then thread 2 takes a node and
+/// puts it back, and thread 3 takes one: the ABA needs 2's take, 3's take and 2's
+/// put back, in that order, between thread 1's two sections.
+fn aba(third_knows_the_act: bool) -> TraceBuilder {
+    let mut b = TraceBuilder::new();
+    let t = threads(&mut b, 3);
+    section(&mut b, t[0], M, 0x500);
+    section(&mut b, t[0], M, 0x510);
+    if third_knows_the_act {
+        b.push(t[0], Kind::SemPost, S, 0x520);
+    }
+    section(&mut b, t[1], M, 0x600);
+    section(&mut b, t[1], M, 0x610);
+    if third_knows_the_act {
+        b.push(t[2], Kind::SemWait, S, 0x6f0);
+    }
+    section(&mut b, t[2], M, 0x700);
+    b
+}
+
+#[test]
+fn several_sections_in_each_order_between_two_of_a_thread() {
+    let a = analyze(&aba(false));
+    let splits = schedules(&a, FindingKind::MultiSplit);
+    // In the order the ABA needs (3's take between 2's take and put back) …
+    assert!(
+        splits.contains(
+            &"1:mutex_lock(@1)#1 -> 2:mutex_lock(@1)#1\n\
+              2:mutex_lock(@1)#1 -> 3:mutex_lock(@1)#1\n\
+              3:mutex_lock(@1)#1 -> 2:mutex_lock(@1)#2\n\
+              2:mutex_lock(@1)#2 -> 1:mutex_lock(@1)#2\n"
+        ),
+        "{splits:#?}"
+    );
+    // … and as recorded, and with 3 first; 2's pair alone between 1's; and the
+    // mirror, 1's pair (before them) between 2's. A thread's own order is kept.
+    assert!(
+        splits.contains(
+            &"2:mutex_lock(@1)#1 -> 1:mutex_lock(@1)#1\n\
+              1:mutex_lock(@1)#1 -> 1:mutex_lock(@1)#2\n\
+              1:mutex_lock(@1)#2 -> 2:mutex_lock(@1)#2\n"
+        ),
+        "{splits:#?}"
+    );
+    assert_eq!(splits.len(), 3 + 1 + 1, "{splits:#?}");
+    assert!(splits
+        .iter()
+        .all(|s| s.find("2:mutex_lock(@1)#1") < s.find("2:mutex_lock(@1)#2")));
+    assert!(of(&a, FindingKind::MultiSplit)
+        .iter()
+        .all(|f| f.rank.v == 1 && f.kind.is_harmful()));
+}
+
+#[test]
+fn no_multi_split_by_a_section_that_knows_the_act() {
+    // Thread 3 waited for a post thread 1 made after its act: it cannot come
+    // between thread 1's sections, alone or with others.
+    let a = analyze(&aba(true));
+    assert!(
+        of(&a, FindingKind::MultiSplit)
+            .iter()
+            .all(|f| !f.schedule.contains("3:mutex_lock")),
+        "{:#?}",
+        a.findings
+    );
+}
+
+#[test]
+fn a_section_overtakes_a_signal_made_under_its_lock_by_overtaking_that_section() {
+    // Held at the broadcast itself, thread 2 would wait for the lock thread 1
+    // holds there: the schedule orders it before thread 1's section instead.
+    let mut b = TraceBuilder::new();
+    let t = threads(&mut b, 2);
+    b.lock(t[0], M, 0x500);
+    b.push(t[0], Kind::CondBroadcast, S, 0x504);
+    b.unlock(t[0], M, 0x508);
+    section(&mut b, t[1], M, 0x600);
+    // (That is the plain reorder of the two sections, which it is kept as.)
+    let a = analyze(&b);
+    assert!(
+        a.findings
+            .iter()
+            .all(|f| !f.schedule.contains("-> 1:cond_broadcast")),
+        "{:#?}",
+        a.findings
+    );
+    assert!(
+        a.findings
+            .iter()
+            .any(|f| f.schedule == "2:mutex_lock(@1)#1 -> 1:mutex_lock(@1)#1\n"),
+        "{:#?}",
+        a.findings
+    );
+}

@@ -309,6 +309,8 @@ pub fn hunt(options: &HuntOptions, progress: &mut dyn FnMut(&Status)) -> Result<
     }
     std::fs::create_dir_all(options.out_dir.join("runs"))
         .with_context(|| format!("create the hunt directory {}", options.out_dir.display()))?;
+    // The log is this hunt's alone (a directory may be hunted into again).
+    let _ = std::fs::remove_file(options.out_dir.join("runs.log"));
     let started = Instant::now();
     let mut hunter = Hunter {
         options,
@@ -493,6 +495,7 @@ impl Hunter<'_> {
             .count() as u32;
         let mut found = None;
         for r in results {
+            self.log_run(&r);
             if r.verdict == Verdict::Reproduced {
                 if found.is_none() {
                     found = Some(self.pin(r, failed - 1)?);
@@ -529,6 +532,47 @@ impl Hunter<'_> {
         }
         self.status();
         Ok(found)
+    }
+
+    /// Appends one line on a finished run to `DIR/runs.log` (what it ran, from which
+    /// run's candidates, and how it ended), so a hunt that found nothing can be read
+    /// afterwards. Best effort: a log that cannot be written does not stop the hunt.
+    fn log_run(&self, r: &RunResult) {
+        use std::io::Write as _;
+        let what = match &r.job {
+            Job::Candidate(c) => format!(
+                "{} from run {} (v={}, t={}): {}",
+                c.finding.kind.name(),
+                c.from_run,
+                c.rank().v,
+                c.rank().t,
+                c.finding
+                    .schedule
+                    .lines()
+                    .map(str::trim)
+                    .filter(|l| !l.is_empty() && !l.starts_with('#'))
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            ),
+            Job::Baseline(_, seed) => format!("seed {seed}"),
+            Job::Record => String::new(),
+        };
+        let findings = r.analysis.as_ref().map_or(0, |a| a.findings.len());
+        let line = format!(
+            "run {}\t{}\t{:?}\t{}\t{} findings\t{:.0} ms\t{}\n",
+            r.number,
+            r.job.source(),
+            r.verdict,
+            r.reason,
+            findings,
+            r.elapsed.as_secs_f64() * 1e3,
+            what
+        );
+        let _ = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.options.out_dir.join("runs.log"))
+            .and_then(|mut f| f.write_all(line.as_bytes()));
     }
 
     /// Writes the schedule that reproduces a failing run.

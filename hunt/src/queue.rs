@@ -56,7 +56,8 @@ pub const MAX_COMPOSED_ORDERINGS: usize = 16;
 
 /// `base`'s orderings followed by those of `add` it lacks, or `None` when `add`
 /// brings nothing new, reverses an ordering of `base` (an event of one's `before`
-/// is the other's `after`, both ways) or the result is too long.
+/// is the other's `after`, both ways), closes a cycle with them
+/// ([`Schedule::is_cyclic`]) or the result is too long.
 fn compose(base: &Schedule, add: &Schedule) -> Option<Schedule> {
     let mut out = base.clone();
     for o in &add.orderings {
@@ -75,8 +76,12 @@ fn compose(base: &Schedule, add: &Schedule) -> Option<Schedule> {
             out.orderings.push(o.clone());
         }
     }
-    (out.orderings.len() > base.orderings.len() && out.orderings.len() <= MAX_COMPOSED_ORDERINGS)
-        .then_some(out)
+    // A finding that contradicts the base through a chain of orderings (not only
+    // by reversing one) would be replayed only to be found infeasible.
+    (out.orderings.len() > base.orderings.len()
+        && out.orderings.len() <= MAX_COMPOSED_ORDERINGS
+        && !out.is_cyclic())
+    .then_some(out)
 }
 
 /// Pending candidates, best first, each order at most once over the whole hunt.

@@ -20,6 +20,7 @@
 //! - [`check`]: whether a run (events in global order) satisfied a schedule.
 
 pub mod check;
+mod cycle;
 pub mod namer;
 pub mod parse;
 
