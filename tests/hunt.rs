@@ -83,6 +83,19 @@ fn predict_finds_and_pins_the_atomicity_violation() {
     // The program's own output went to the log, not into the JSON on stdout.
     let log = std::fs::read_to_string(dir.join("program-output.log")).unwrap();
     assert!(log.contains("lost update"), "log: {log}\nstderr: {stderr}");
+    // One line per run in runs.log: the first recording, then the candidates, one
+    // of them the reproducing replay with its finding and orderings.
+    let runs = std::fs::read_to_string(dir.join("runs.log")).unwrap();
+    let lines: Vec<&str> = runs.lines().collect();
+    assert_eq!(lines.len() as u64, json["runs"].as_u64().unwrap(), "{runs}");
+    assert!(lines[0].starts_with("run 0\trecorded\t"), "{runs}");
+    let kind = json["finding"]["kind"].as_str().unwrap();
+    assert!(
+        lines.iter().any(|l| l.contains("\tpredict\treproduced\t")
+            && l.contains(&format!("\t{kind} from run "))
+            && l.contains(" -> ")),
+        "{runs}"
+    );
     // The reproduction command works as printed.
     let schedule = json["schedule"].as_str().unwrap();
     let out = run_ordo(&[

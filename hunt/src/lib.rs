@@ -559,10 +559,10 @@ impl Hunter<'_> {
         };
         let findings = r.analysis.as_ref().map_or(0, |a| a.findings.len());
         let line = format!(
-            "run {}\t{}\t{:?}\t{}\t{} findings\t{:.0} ms\t{}\n",
+            "run {}\t{}\t{}\t{}\t{} findings\t{:.0} ms\t{}\n",
             r.number,
             r.job.source(),
-            r.verdict,
+            r.verdict.name(),
             r.reason,
             findings,
             r.elapsed.as_secs_f64() * 1e3,
