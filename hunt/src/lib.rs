@@ -271,6 +271,14 @@ impl HuntOutcome {
             out.push_str(&format!("  finding: {message}\n"));
         }
         out.push_str(&format!("  schedule: {}\n", f.schedule.display()));
+        if let Some(candidate) = f.finding["candidate_confirm"].as_u64() {
+            out.push_str(&format!(
+                "  (the order run {}'s recording shows: the candidate's own schedule reproduced {candidate} of {} replays; it is in {})\n",
+                f.run,
+                self.confirm.map_or(0, |(runs, _)| runs),
+                f.schedule.with_file_name("candidate.sched").display()
+            ));
+        }
         out.push_str(&format!(
             "  trace of the failing run: {}\n",
             f.trace.display()
@@ -322,17 +330,26 @@ pub fn hunt(options: &HuntOptions, progress: &mut dyn FnMut(&Status)) -> Result<
         stopped: String::new(),
         progress,
     };
-    let found = hunter.search()?;
+    let mut found = hunter.search()?;
     let search_time = started.elapsed();
     let mut confirm = None;
     let mut replay_command = None;
-    if let Some(f) = &found {
+    if let Some(f) = &mut found {
+        let mut reproduced = hunter.confirm(&f.schedule)?;
+        if 2 * reproduced < options.confirm_runs && matches!(f.source, "predict") {
+            // The candidate's orderings were not all that made the run fail (it
+            // failed by luck of the timing the schedule left free): the order the
+            // failing run's recording shows may hold it better.
+            if let Some(better) = hunter.pin_from_recording(f, reproduced)? {
+                reproduced = better;
+            }
+        }
         replay_command = Some(replay_command_line(
             &f.schedule,
             &options.oracle,
             &options.command,
         ));
-        confirm = Some((options.confirm_runs, hunter.confirm(&f.schedule)?));
+        confirm = Some((options.confirm_runs, reproduced));
     }
     Ok(HuntOutcome {
         found,
@@ -617,6 +634,41 @@ impl Hunter<'_> {
             trace: r.trace,
             also_failed,
         })
+    }
+
+    /// For a candidate whose schedule confirmed `reproduced` times only: pins the
+    /// failing replay's recording as a baseline run's is (`pin::schedule_of_run`),
+    /// confirms that, and when it reproduces more often makes it the hunt's
+    /// schedule (`reproduce.sched`; the candidate's stays as `candidate.sched`).
+    /// Returns the better count, or `None` when the candidate's stays.
+    fn pin_from_recording(&mut self, f: &mut Found, reproduced: u32) -> Result<Option<u32>> {
+        let Ok(pinned) = pin::schedule_of_run(&f.trace) else {
+            return Ok(None);
+        };
+        if pinned.is_empty() {
+            return Ok(None);
+        }
+        let path = self.options.out_dir.join("pinned.sched");
+        let header = format!(
+            "# ordo hunt: the order run {}'s recording shows (its candidate's schedule reproduced {reproduced}/{})\n",
+            f.run, self.options.confirm_runs
+        );
+        std::fs::write(&path, format!("{header}{pinned}"))
+            .with_context(|| format!("write {}", path.display()))?;
+        let better = self.confirm(&path)?;
+        if better <= reproduced {
+            let _ = std::fs::remove_file(&path);
+            return Ok(None);
+        }
+        let candidate = self.options.out_dir.join("candidate.sched");
+        std::fs::rename(&f.schedule, &candidate)
+            .and_then(|()| std::fs::rename(&path, &f.schedule))
+            .with_context(|| format!("write {}", f.schedule.display()))?;
+        f.finding["candidate_schedule"] = f.finding["schedule"].clone();
+        f.finding["candidate_confirm"] = json!(reproduced);
+        f.finding["schedule"] = json!(pinned.to_string());
+        f.finding["pinned_from_run"] = json!(f.run);
+        Ok(Some(better))
     }
 
     /// Replays the schedule `confirm_runs` times, `jobs` at a time; returns how many
