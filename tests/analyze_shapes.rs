@@ -223,3 +223,32 @@ fn three_thread_deadlock_pins_every_lock() {
         .iter()
         .all(|o| o["reason"].as_str().unwrap_or("").contains("deadlock")));
 }
+
+#[test]
+fn borrow_take_and_return_between_the_allocators_check_and_pop() {
+    let Some(r) = record_and_analyze("shape_aba") else {
+        return;
+    };
+    // Recorded: the allocator's two sections, then the borrower's two, then the
+    // taker's. The ABA needs all three clients' sections between the allocator's,
+    // the taker's between the borrower's.
+    let schedule = "1:mutex_lock(free_lock)#1 -> 2:mutex_lock(free_lock)#1\n\
+                    2:mutex_lock(free_lock)#1 -> 3:mutex_lock(free_lock)#1\n\
+                    3:mutex_lock(free_lock)#1 -> 2:mutex_lock(free_lock)#2\n\
+                    2:mutex_lock(free_lock)#2 -> 1:mutex_lock(free_lock)#2\n";
+    let f = candidate(&r.doc, "multi_split", schedule);
+    assert_eq!(
+        (&f["rank"]["v"], &f["rank"]["t"]),
+        (&Value::from(1), &Value::from(3))
+    );
+    assert_reproduces(&r, "aba", schedule);
+    // In the recorded order of the clients it is harmless: the taker's section
+    // after the return finds the list whole again.
+    let harmless = "1:mutex_lock(free_lock)#1 -> 2:mutex_lock(free_lock)#1\n\
+                    2:mutex_lock(free_lock)#1 -> 2:mutex_lock(free_lock)#2\n\
+                    2:mutex_lock(free_lock)#2 -> 3:mutex_lock(free_lock)#1\n\
+                    3:mutex_lock(free_lock)#1 -> 1:mutex_lock(free_lock)#2\n";
+    candidate(&r.doc, "multi_split", harmless);
+    let (shown, _) = replay(&r, "aba_recorded_order", harmless);
+    assert_eq!(shown, 0, "the recorded order of the clients must not fail");
+}
