@@ -38,9 +38,12 @@ pub fn order_key(schedule: &Schedule) -> String {
 /// every thread), then the rank, harmful shapes before plain reorderings among
 /// equal ranks, then arrival. Built-on candidates that complete a schedule whose
 /// replay left an ordering unmet go first (the replay showed what was missing: the
-/// program took another path before the ordering could happen), then deepest
-/// first (most orderings): the search follows one promising order step by step.
-type QueueKey = (bool, bool, std::cmp::Reverse<usize>, Rank, u8, u64);
+/// program took another path before the ordering could happen), then harmful
+/// shapes before the others (a section after a release is proposed on top of
+/// every replay, and deepest-first alone followed such a chain step by step for
+/// half a hunt), then deepest first (most orderings): the search follows one
+/// promising order step by step.
+type QueueKey = (bool, bool, u8, std::cmp::Reverse<usize>, Rank, u8, u64);
 
 /// The replayed schedule a run's findings are built on.
 #[derive(Clone, Copy, Debug)]
@@ -161,6 +164,7 @@ impl CandidateQueue {
         let key = (
             from_run != 0,
             built_on != Some(true),
+            if composed { class } else { 0 },
             std::cmp::Reverse(depth),
             finding.rank,
             class,
