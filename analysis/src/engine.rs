@@ -99,9 +99,9 @@ struct LockState {
     /// (moving an index instead of shifting saves copying records per acquire).
     recent: [Option<CsRec>; WINDOW],
     /// For each of `recent`: when it is the reacquire inside a woken cond wait, how
-    /// it was woken (kept apart: rarely set, and it would double the size of every
-    /// record copied).
-    woken: [Option<Wake>; WINDOW],
+    /// it was woken (kept apart and boxed: rarely set, and inline it would be moved
+    /// on every acquisition).
+    woken: [Option<Box<Wake>>; WINDOW],
     head: usize,
     /// Per clock slot, the epoch of its thread's first critical section on this lock
     /// (0: none), and how many threads had one: for [`FindingKind::FirstOfMany`].
@@ -969,7 +969,7 @@ impl<'a> Engine<'a> {
         let h = lock.head;
         let prev2 = lock.recent[(h + WINDOW - 2) % WINDOW];
         let prev1 = lock.recent[(h + WINDOW - 1) % WINDOW];
-        let prev1_woken = lock.woken[(h + WINDOW - 1) % WINDOW];
+        let prev1_woken = lock.woken[(h + WINDOW - 1) % WINDOW].as_deref().copied();
         let window = if lock.window_skip > 0 {
             lock.window_skip -= 1;
             false
@@ -1052,7 +1052,7 @@ impl<'a> Engine<'a> {
             None
         };
         lock.recent[h] = Some(cur);
-        lock.woken[h] = woken_by;
+        lock.woken[h] = woken_by.map(Box::new);
         lock.head = (h + 1) % WINDOW;
         // Filled in place: building the record on the stack and moving it in makes
         // the move's wide loads wait for the narrow stores that built it.
@@ -1446,16 +1446,28 @@ impl<'a> Engine<'a> {
             if !feasible {
                 continue;
             }
-            let ordered: Vec<EventId> = std::iter::once(x.acq)
-                .chain(order.iter().map(|&i| run[i].acq))
-                .chain(std::iter::once(y.acq))
-                .collect();
-            // Events: X, Y, then the run in its new order.
-            let mut events = vec![x.acq, y.acq];
-            events.extend_from_slice(&ordered[1..=m]);
-            let orderings: Vec<(&[EventId], EventId)> =
-                ordered.windows(2).map(|w| (&w[..1], w[1])).collect();
-            found |= self.offer(FindingKind::MultiSplit, &events, &orderings, "");
+            // X, the run in its new order, Y; and the events in role order: X, Y,
+            // then the run.
+            let mut ordered = [x.acq; WINDOW + 1];
+            let mut events = [x.acq; WINDOW + 1];
+            events[1] = y.acq;
+            for (k, &i) in order.iter().enumerate() {
+                ordered[1 + k] = run[i].acq;
+                events[2 + k] = run[i].acq;
+            }
+            ordered[m + 1] = y.acq;
+            let (ordered, events) = (&ordered[..m + 2], &events[..m + 2]);
+            // Most looks repeat a known candidate: ask the cache before building.
+            let key = DedupKey::new(FindingKind::MultiSplit, events);
+            if self.found.settled(&key, quick_rank(events)) {
+                self.stats.candidates_offered += 1;
+                continue;
+            }
+            let mut orderings: [(&[EventId], EventId); WINDOW] = [(&ordered[..1], y.acq); WINDOW];
+            for (k, o) in orderings.iter_mut().take(m + 1).enumerate() {
+                *o = (&ordered[k..k + 1], ordered[k + 1]);
+            }
+            found |= self.offer(FindingKind::MultiSplit, events, &orderings[..m + 1], "");
         }
         found
     }
