@@ -1849,13 +1849,16 @@ impl<'a> Engine<'a> {
         let th = &self.states[self.slot_of[t as usize] as usize];
         let epoch = th.epoch();
         let published = th.last_release;
-        // The mutexes the signaller holds, by address (a waiter's is one of them
-        // when it signals inside its section): barging candidates pin the section.
-        let held: Vec<(u64, EventId)> = th
-            .held
-            .iter()
-            .map(|h| (self.objects[h.obj as usize].addr, h.acq))
-            .collect();
+        // The innermost mutexes the signaller holds, by address (a waiter's is one
+        // of them when it signals inside its section): barging candidates pin the
+        // section. On the stack: signals are frequent.
+        let mut held = [(0u64, id); 4];
+        let mut n = 0;
+        for h in th.held.iter().rev().take(held.len()) {
+            held[n] = (self.objects[h.obj as usize].addr, h.acq);
+            n += 1;
+        }
+        let held = &held[..n];
         let State::Cond(cond) = &mut self.objects[id.obj as usize].state else {
             return;
         };
