@@ -41,9 +41,9 @@ use std::time::Duration;
 
 use anyhow::{bail, Result};
 use ordo_probe_common::inproc::{
-    mapping_size, ring_header_offset, ring_records_offset, seq_table_offset, Header, Record,
-    RingHeader, CLOCK_MONOTONIC_NS, CLOCK_TSC, ENV_FD, MAGIC, MAX_RINGS, RING_FREE, RING_RECORDS,
-    VERSION,
+    decode, mapping_size, ring_header_offset, ring_records_offset, seq_table_offset, Event, Header,
+    Record, RingHeader, CLOCK_MONOTONIC_NS, CLOCK_TSC, ENV_FD, MAGIC, MAX_RINGS, RING_FREE,
+    RING_RECORDS, VERSION,
 };
 use ordo_probe_common::{kind, RawEvent};
 
@@ -276,8 +276,8 @@ impl InprocMapping {
                 // The thread is gone and everything it published is drained. Gone
                 // from inside a blocking call (the program was killed, or the
                 // thread cancelled): that is its last event.
-                if let Some(record) = self.blocked_record(i, self.now_stamp()) {
-                    push_record(pass, tid, record);
+                if let Some(event) = self.blocked_event(i, self.now_stamp()) {
+                    push_event(pass, tid, event);
                 }
                 *seen = (0, 0);
                 ring.tid.store(0, Ordering::Relaxed);
@@ -296,10 +296,10 @@ impl InprocMapping {
         }
     }
 
-    /// A [`kind::BLOCKED`] record for ring `i`'s thread when it is inside a
-    /// blocking call (its pending slot set), stamped like its last record (it has
+    /// A [`kind::BLOCKED`] event for ring `i`'s thread when it is inside a
+    /// blocking call (its pending slot set), stamped like its last event (it has
     /// been blocked since then), or `now` when it has none.
-    fn blocked_record(&self, i: usize, now: u64) -> Option<Record> {
+    fn blocked_event(&self, i: usize, now: u64) -> Option<Event> {
         let ring = self.ring(i);
         let pending = &ring.pending.0;
         let waited = pending.kind.load(Ordering::Acquire);
@@ -307,19 +307,20 @@ impl InprocMapping {
             return None;
         }
         let head = ring.head.0.load(Ordering::Acquire);
-        let ts_ns = if head == 0 {
+        let ts = if head == 0 {
             now
         } else {
-            // SAFETY: the owner published the record before `head`; it is not
-            // rewritten while the owner is inside the blocking call.
+            // SAFETY: the owner published the slot before `head`; it is not
+            // rewritten while the owner is inside the blocking call. Every slot,
+            // the second of a two-slot event too, carries its event's time stamp.
             unsafe {
                 (*(self.base.add(ring_records_offset(i)) as *const Record)
                     .add((head - 1) as usize & (RING_RECORDS - 1)))
-                .ts_ns
+                .ts
             }
         };
-        Some(Record {
-            ts_ns,
+        Some(Event {
+            ts,
             seq: 0,
             addr: pending.addr.load(Ordering::Relaxed),
             site: pending.site.load(Ordering::Relaxed),
@@ -327,7 +328,6 @@ impl InprocMapping {
             result: 0,
             kind: kind::BLOCKED as u8,
             via: 0,
-            _pad: 0,
         })
     }
 
@@ -343,8 +343,8 @@ impl InprocMapping {
                 continue;
             }
             let tid = ring.tid.load(Ordering::Relaxed);
-            if let Some(record) = self.blocked_record(i, now) {
-                push_record(pass, tid, record);
+            if let Some(event) = self.blocked_event(i, now) {
+                push_event(pass, tid, event);
             }
         }
     }
@@ -481,21 +481,34 @@ unsafe fn futex_wake(word: *mut u32) {
     libc::syscall(libc::SYS_futex, word, libc::FUTEX_WAKE, i32::MAX);
 }
 
-/// Appends one record of thread `tid` as its own batch (a `blocked` record, outside
+/// Appends one event of thread `tid` as its own batch (a `blocked` event, outside
 /// the pass's reserved copy: rare, so it may grow the buffer).
-fn push_record(pass: &mut RawPass, tid: u32, record: Record) {
-    if pass.records.reserve_total(pass.records.len() + 1) {
-        pass.records.extend_from_slice(&[record]);
+fn push_event(pass: &mut RawPass, tid: u32, event: Event) {
+    let (first, second) = event.slots();
+    let slots = [Some(first), second];
+    let slots: Vec<Record> = slots.into_iter().flatten().collect();
+    if pass.records.reserve_total(pass.records.len() + slots.len()) {
+        pass.records.extend_from_slice(&slots);
         pass.batches.push((tid, pass.records.len()));
     }
 }
 
-/// A ring record as the eBPF path would have reported it.
-fn expand(r: &Record, tid: u32) -> RawEvent {
+/// The events of a run of whole ring slots, in order (a batch ends with an event:
+/// the agent publishes both slots of an event at once).
+fn events(mut slots: &[Record]) -> impl Iterator<Item = Event> + '_ {
+    std::iter::from_fn(move || {
+        let (event, n) = decode(slots)?;
+        slots = &slots[n..];
+        Some(event)
+    })
+}
+
+/// A ring event as the eBPF path would have reported it.
+fn expand(r: &Event, tid: u32) -> RawEvent {
     let futex = matches!(r.kind as u16, kind::FUTEX_WAIT | kind::FUTEX_WAKE);
     let blocked = r.kind as u16 == kind::BLOCKED;
     RawEvent {
-        ts_ns: r.ts_ns,
+        ts_ns: r.ts,
         seq: r.seq,
         addr: r.addr,
         addr2: if futex {
@@ -614,7 +627,7 @@ impl Merger {
             clock.advance(point);
         }
         for &(tid, end) in &pass.batches {
-            scratch.extend(pass.records[start..end].iter().map(|r| expand(r, tid)));
+            scratch.extend(events(&pass.records[start..end]).map(|e| expand(&e, tid)));
             if let Some(clock) = &mut self.tsc {
                 for e in &mut scratch {
                     e.ts_ns = clock.ns(tid, e.ts_ns);
@@ -805,10 +818,8 @@ impl RawPass {
     /// (consecutive events mostly share their site: each is looked up once).
     pub(crate) fn has_site_outside(&self, known: &mut impl FnMut(u64) -> bool) -> bool {
         let mut last = 0;
-        for site in self
-            .records
-            .iter()
-            .map(|r| r.site)
+        for site in events(&self.records)
+            .map(|e| e.site)
             .chain(self.kernel.iter().map(|e| e.site))
         {
             if site != last && site != 0 {

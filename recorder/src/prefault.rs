@@ -2,8 +2,8 @@
 //!
 //! The drain copies the agents' rings while the program runs, usually into fresh
 //! memory (the converter, at idle priority, gives buffers back late), and in this
-//! virtual machine a first touch of a 4 KiB page costs about 4 µs — 45 ns per
-//! 48-byte record, 1.3–1.7 ms per half ring, time the drain (SCHED_FIFO, so often on
+//! virtual machine a first touch of a 4 KiB page costs about 4 µs — 30 ns per
+//! 32-byte ring slot, ~1 ms per half ring, time the drain (SCHED_FIFO, so often on
 //! the program's own CPU) took from the program. [`PrefaultPool`] keeps a few
 //! buffers faulted in by a thread at idle priority (`MADV_POPULATE_WRITE`, a loop in
 //! the kernel rather than one exception per page), so a pass costs the copy only.

@@ -1,5 +1,6 @@
-//! In-process recording: each interposed call becomes one compact
-//! [`Record`] in the calling thread's ring, in a mapping the recorder owns.
+//! In-process recording: each interposed call becomes one [`Event`] — one
+//! 32-byte ring slot, two for the rare event that does not fit one — in the
+//! calling thread's ring, in a mapping the recorder owns.
 //!
 //! - **Rings**: a thread claims a free ring on its first event (compare-exchange on
 //!   the ring's state) and is its only producer; the recorder's drain is the only
@@ -38,7 +39,7 @@ static USE_TSC: AtomicBool = AtomicBool::new(false);
 
 const NO_RING: u32 = u32::MAX;
 
-/// Records of a newly claimed ring faulted in at once (about 64 KiB).
+/// Slots of a newly claimed ring faulted in at once (64 KiB).
 const RING_POPULATE_RECORDS: usize = 1 << 11;
 
 thread_local! {
@@ -220,12 +221,12 @@ fn claim_ring() -> u32 {
             // A cancelled thread may have left its blocking call without clearing it.
             r.pending.0.kind.store(0, Relaxed);
             h.rings_used.fetch_max(i + 1, AcqRel);
-            // Fault the ring's start in now, once, rather than a page every 85
+            // Fault the ring's start in now, once, rather than a page every 128
             // events on the program's path (the recorder pre-allocates the pages of
             // the rings next in line, so this mostly fills page tables). Only the
-            // start: the whole ring (12 MiB then, 3 MiB now) per new thread made a program creating
-            // 200 short threads take 4 s instead of 0.1 s; the rest faults in as a
-            // busy thread writes it.
+            // start: the whole ring (12 MiB then, 2 MiB now) per new thread made a
+            // program creating 200 short threads take 4 s instead of 0.1 s; the rest
+            // faults in as a busy thread writes it.
             // SAFETY: the ring lies inside our mapping.
             unsafe {
                 crate::madvise(
@@ -314,10 +315,11 @@ fn ring_doorbell() {
     }
 }
 
-/// The ring is full: wake the drain and wait for room ([`wait_for_drain`]).
+/// The ring has no room for `slots` more: wake the drain and wait for room
+/// ([`wait_for_drain`]).
 #[cold]
-fn wait_for_room(r: &RingHeader, head: u64) -> bool {
-    let room = || head - r.tail.0.load(Acquire) < RING_RECORDS as u64;
+fn wait_for_room(r: &RingHeader, head: u64, slots: u64) -> bool {
+    let room = || head + slots - r.tail.0.load(Acquire) <= RING_RECORDS as u64;
     wait_for_drain(room, || {
         // Set before the last look, so the drain's clear-and-wake cannot fall
         // between that look and the sleep.
@@ -330,7 +332,8 @@ fn wait_for_room(r: &RingHeader, head: u64) -> bool {
     })
 }
 
-/// Appends one event to the calling thread's ring.
+/// Appends one event to the calling thread's ring: one slot, or two when it does
+/// not fit one ([`Event::slots`]).
 #[inline(always)]
 pub(crate) fn emit(kind: u16, via: u8, addr: u64, site: u64, seq: u64, extra: u64, result: i32) {
     let mut i = RING.with(|r| r.get());
@@ -342,19 +345,8 @@ pub(crate) fn emit(kind: u16, via: u8, addr: u64, site: u64, seq: u64, extra: u6
         }
         RING.with(|r| r.set(i));
     }
-    let r = ring_header(i);
-    let head = r.head.0.load(Relaxed);
-    let used = head - r.tail.0.load(Acquire);
-    if used >= RING_RECORDS as u64 {
-        if !wait_for_room(r, head) {
-            r.dropped.fetch_add(1, Relaxed);
-            return;
-        }
-    } else if GAVE_UP.with(|g| g.get()) {
-        GAVE_UP.with(|g| g.set(false));
-    }
-    let record = Record {
-        ts_ns: stamp(),
+    let (first, second) = Event {
+        ts: stamp(),
         seq,
         addr,
         site,
@@ -362,17 +354,33 @@ pub(crate) fn emit(kind: u16, via: u8, addr: u64, site: u64, seq: u64, extra: u6
         result,
         kind: kind as u8,
         via,
-        _pad: 0,
-    };
-    // SAFETY: the slot lies in this thread's ring and the drain does not read it
+    }
+    .slots();
+    let slots = 1 + second.is_some() as u64;
+    let r = ring_header(i);
+    let head = r.head.0.load(Relaxed);
+    let used = head - r.tail.0.load(Acquire);
+    if used + slots > RING_RECORDS as u64 {
+        if !wait_for_room(r, head, slots) {
+            r.dropped.fetch_add(1, Relaxed);
+            return;
+        }
+    } else if GAVE_UP.with(|g| g.get()) {
+        GAVE_UP.with(|g| g.set(false));
+    }
+    let ring = ring_records(i);
+    // SAFETY: the slots lie in this thread's ring and the drain does not read them
     // until `head` is published below.
     unsafe {
-        ring_records(i)
-            .add(head as usize & (RING_RECORDS - 1))
-            .write(record)
-    };
-    r.head.0.store(head + 1, Release);
-    if used + 1 == RING_RECORDS as u64 / 2 {
+        ring.add(head as usize & (RING_RECORDS - 1)).write(first);
+        if let Some(second) = second {
+            ring.add((head + 1) as usize & (RING_RECORDS - 1))
+                .write(second);
+        }
+    }
+    r.head.0.store(head + slots, Release);
+    let half = RING_RECORDS as u64 / 2;
+    if used < half && used + slots >= half {
         ring_doorbell();
     }
 }

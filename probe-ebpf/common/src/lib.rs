@@ -489,13 +489,13 @@ pub mod inproc {
     /// "ORDO_REC".
     pub const MAGIC: u64 = 0x4f52_444f_5f52_4543;
     /// Bumped whenever the layout changes.
-    pub const VERSION: u32 = 3;
+    pub const VERSION: u32 = 4;
     /// Rings in the mapping: threads recording at the same time (a ring is reused
     /// once its thread has exited and the ring is drained).
     pub const MAX_RINGS: usize = 1024;
-    /// Records per ring (a power of two): 3 MiB. The drain only copies records
+    /// Slots per ring (a power of two): 2 MiB. The drain only copies records
     /// out, at high priority, when a ring is half full and every few milliseconds;
-    /// 65 536 events cover a thread making several million a second. Small enough
+    /// 65 536 compact events cover a thread making several million a second. Small enough
     /// that the pages a thread writes stay few (allocating them is the expensive
     /// part: ~6 µs a page).
     pub const RING_RECORDS: usize = 1 << 16;
@@ -506,15 +506,48 @@ pub mod inproc {
     /// or stopped) it counts the event as dropped instead.
     pub const FULL_WAIT_NS: u64 = 1_000_000_000;
 
-    /// One event in a ring: what the recorder expands into a [`super::RawEvent`]
-    /// (the thread comes from the ring's owner).
+    /// One ring slot, 32 bytes: a whole event when the event is compact — no
+    /// second object, a result that fits 16 bits, an object and a call site below
+    /// 2^48 (every lock, unlock, post and wait of an ordinary program) — or else the
+    /// first of the event's two slots. Two thirds of the 48-byte record it replaced:
+    /// the agent stores, the drain copies and the backlog faults in a third fewer
+    /// bytes (see docs/ARCHITECTURE.md, "the ring record"). [`Event::slots`] and
+    /// [`decode`] are the only code that knows the packing.
+    ///
+    /// - compact: `ts`, `seq`, `addr | kind << 48 | via << 56`,
+    ///   `site | (result as u16) << 48`;
+    /// - extended: `ts`, `seq |` [`EXTENDED`], `(result as u32) | kind << 48 | via << 56`,
+    ///   `extra`; then `ts` again, 0, `addr`, `site`.
+    ///
+    /// Both slots of an extended event carry its time stamp, so the last slot a
+    /// thread published always tells when its last event happened.
     #[repr(C)]
     #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
     pub struct Record {
         /// When: in the unit [`Header::clock`] names — CLOCK_MONOTONIC nanoseconds
         /// (the clock `bpf_ktime_get_ns` reads) or TSC ticks, which the recorder
         /// turns into CLOCK_MONOTONIC nanoseconds.
-        pub ts_ns: u64,
+        pub ts: u64,
+        /// Per-object sequence number, [`EXTENDED`] set on the first slot of a
+        /// two-slot event.
+        pub seq: u64,
+        /// Packed fields (see the type's doc).
+        pub word2: u64,
+        /// Packed fields (see the type's doc).
+        pub word3: u64,
+    }
+
+    /// [`Record::seq`] bit: the event's second slot follows (sequence numbers
+    /// never come near it).
+    pub const EXTENDED: u64 = 1 << 63;
+    const LOW48: u64 = (1 << 48) - 1;
+
+    /// One event of a ring: what the recorder expands into a [`super::RawEvent`]
+    /// (the thread comes from the ring's owner).
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+    pub struct Event {
+        /// The time stamp ([`Record::ts`]).
+        pub ts: u64,
         /// Per-object sequence number (0 for kinds that take none).
         pub seq: u64,
         /// The object.
@@ -523,7 +556,7 @@ pub mod inproc {
         pub site: u64,
         /// The second object (the mutex of a condvar wait, the condvar of its mutex
         /// release/reacquire); for futex calls the command in the low 8 bits and the
-        /// futex value in the high 32.
+        /// futex value in the high 32; for a `blocked` event the kind it waited in.
         pub extra: u64,
         /// The function's result where it matters (as the eBPF path reports it).
         pub result: i32,
@@ -531,11 +564,77 @@ pub mod inproc {
         pub kind: u8,
         /// One of [`super::via`].
         pub via: u8,
-        /// Reserved, zero.
-        pub _pad: u16,
     }
 
-    /// The futex command and value packed into [`Record::extra`].
+    impl Event {
+        /// The event as ring slots: the first, and the second when it needs two.
+        #[inline(always)]
+        pub fn slots(&self) -> (Record, Option<Record>) {
+            let tag = (self.kind as u64) << 48 | (self.via as u64) << 56;
+            if self.extra == 0
+                && (self.addr | self.site) >> 48 == 0
+                && self.result as i16 as i32 == self.result
+            {
+                let first = Record {
+                    ts: self.ts,
+                    seq: self.seq,
+                    word2: self.addr | tag,
+                    word3: self.site | (self.result as u16 as u64) << 48,
+                };
+                (first, None)
+            } else {
+                let first = Record {
+                    ts: self.ts,
+                    seq: self.seq | EXTENDED,
+                    word2: self.result as u32 as u64 | tag,
+                    word3: self.extra,
+                };
+                let second = Record {
+                    ts: self.ts,
+                    seq: 0,
+                    word2: self.addr,
+                    word3: self.site,
+                };
+                (first, Some(second))
+            }
+        }
+    }
+
+    /// The event starting at `slots[0]` and the number of slots it takes, or
+    /// `None` when `slots` is empty or ends inside a two-slot event.
+    #[inline]
+    pub fn decode(slots: &[Record]) -> Option<(Event, usize)> {
+        let first = slots.first()?;
+        let kind = (first.word2 >> 48) as u8;
+        let via = (first.word2 >> 56) as u8;
+        if first.seq & EXTENDED == 0 {
+            let event = Event {
+                ts: first.ts,
+                seq: first.seq,
+                addr: first.word2 & LOW48,
+                site: first.word3 & LOW48,
+                extra: 0,
+                result: (first.word3 >> 48) as u16 as i16 as i32,
+                kind,
+                via,
+            };
+            return Some((event, 1));
+        }
+        let second = slots.get(1)?;
+        let event = Event {
+            ts: first.ts,
+            seq: first.seq & !EXTENDED,
+            addr: second.word2,
+            site: second.word3,
+            extra: first.word3,
+            result: first.word2 as u32 as i32,
+            kind,
+            via,
+        };
+        Some((event, 2))
+    }
+
+    /// The futex command and value packed into [`Event::extra`].
     pub const fn futex_extra(cmd: u64, value: u32) -> u64 {
         (cmd & 0xff) | ((value as u64) << 32)
     }
@@ -625,7 +724,7 @@ pub mod inproc {
         pub seq_full: AtomicU64,
         /// Child processes forked by the target, not followed.
         pub forks: AtomicU64,
-        /// What [`Record::ts_ns`] counts: [`CLOCK_MONOTONIC_NS`] or [`CLOCK_TSC`]
+        /// What [`Record::ts`] counts: [`CLOCK_MONOTONIC_NS`] or [`CLOCK_TSC`]
         /// (set by the recorder before the program starts).
         pub clock: u32,
     }
@@ -662,4 +761,95 @@ pub mod inproc {
 
     /// Environment variable carrying the mapping's descriptor number to the agent.
     pub const ENV_FD: &str = "ORDO_RECORD_FD";
+}
+
+#[cfg(all(test, not(target_arch = "bpf")))]
+mod tests {
+    use super::inproc::{decode, Event, Record, EXTENDED};
+    use super::{kind, via};
+
+    fn round_trip(e: Event) -> usize {
+        let (first, second) = e.slots();
+        let mut slots = [first, Record::default()];
+        let n = match second {
+            Some(s) => {
+                slots[1] = s;
+                2
+            }
+            None => 1,
+        };
+        assert_eq!(decode(&slots[..n]), Some((e, n)), "{e:?}");
+        // Cut short inside a two-slot event: nothing, not a wrong event.
+        if n == 2 {
+            assert_eq!(decode(&slots[..1]), None);
+        }
+        n
+    }
+
+    #[test]
+    fn ring_events_round_trip_in_one_slot_or_two() {
+        let lock = Event {
+            ts: u64::MAX - 5,
+            seq: 41,
+            addr: 0x7fff_1234_5678,
+            site: 0x5555_0000_1234,
+            kind: kind::MUTEX_LOCK as u8,
+            ..Event::default()
+        };
+        assert_eq!(round_trip(lock), 1);
+        // Results that fit 16 bits, negative ones too, stay compact.
+        for result in [0, 16, -1, i16::MIN as i32, i16::MAX as i32] {
+            let failed = Event {
+                result,
+                kind: kind::MUTEX_LOCK_FAILED as u8,
+                via: via::TRY,
+                ..lock
+            };
+            assert_eq!(round_trip(failed), 1);
+        }
+        // Anything that does not fit takes two slots and comes back whole.
+        let wide = [
+            Event {
+                result: 70_000,
+                ..lock
+            },
+            Event {
+                result: i32::MIN,
+                ..lock
+            },
+            Event {
+                extra: 0x7fff_0000_0040,
+                kind: kind::COND_WAIT_BEGIN as u8,
+                ..lock
+            },
+            Event {
+                addr: 1 << 56 | 8,
+                ..lock
+            },
+            Event {
+                site: u64::MAX,
+                ..lock
+            },
+            Event {
+                seq: EXTENDED - 1,
+                extra: 1,
+                ..lock
+            },
+        ];
+        for e in wide {
+            assert_eq!(round_trip(e), 2);
+        }
+    }
+
+    #[test]
+    fn both_slots_of_a_two_slot_event_carry_its_time() {
+        let e = Event {
+            ts: 99,
+            extra: 3,
+            kind: kind::BLOCKED as u8,
+            ..Event::default()
+        };
+        let (first, second) = e.slots();
+        assert_eq!((first.ts, second.map(|s| s.ts)), (99, Some(99)));
+    }
 }

@@ -3,7 +3,7 @@
 //!
 //! - **the drain** (`ordo-drain`, high priority) makes the passes: it copies the
 //!   agent rings' records and the eBPF ring buffer's events, as they are, into a
-//!   [`RawPass`] and hands it on — a memcpy of 48 bytes an event — so the rings never
+//!   [`RawPass`] and hands it on — a memcpy of 32 bytes an event — so the rings never
 //!   fill and the agents never wait;
 //! - **the converter** (`ordo-convert`, idle priority while the program runs) takes
 //!   the passes in order and does the expensive part: merging each thread's two
@@ -57,7 +57,7 @@ const IDLE_PASS_INTERVAL: Duration = Duration::from_millis(20);
 const FEW_EVENTS: usize = 4096;
 
 /// Buffers kept faulted in for the drain's copies, and their size in records
-/// (4 MiB each, more than a busy thread's half ring: 1.5 MiB).
+/// (4 MiB each, more than a busy thread's half ring: 1 MiB).
 const PREFAULT_BUFFERS: usize = 8;
 const PREFAULT_RECORDS: usize =
     (4 << 20) / std::mem::size_of::<ordo_probe_common::inproc::Record>();
@@ -100,7 +100,7 @@ struct Shared {
 
 /// Whether `free` bytes on the trace's file system may not hold what is still to be
 /// written: [`LOW_SPACE`] plus a quarter of the `backlog` of unconverted records
-/// (a trace takes ~6 bytes an event, a record 48: a quarter leaves a margin for
+/// (a trace takes ~6 bytes an event, a ring slot 32: a quarter leaves a margin for
 /// events that compress badly).
 fn space_is_low(free: u64, backlog: u64) -> bool {
     free < LOW_SPACE + backlog / 4
