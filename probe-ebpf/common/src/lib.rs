@@ -185,6 +185,10 @@ pub struct RawEvent {
     pub name: [u8; 16],
 }
 
+// The probes write, and the recorder reads, exactly these 80 bytes (no padding):
+// a field added or moved must show here first.
+const _: () = assert!(core::mem::size_of::<RawEvent>() == 80);
+
 #[cfg(feature = "user")]
 // SAFETY: RawEvent is repr(C), Copy, and every bit pattern is valid.
 unsafe impl aya::Pod for RawEvent {}
@@ -536,6 +540,9 @@ pub mod inproc {
         /// Packed fields (see the type's doc).
         pub word3: u64,
     }
+
+    // A slot is half a cache line: two per line, none straddling one.
+    const _: () = assert!(core::mem::size_of::<Record>() == 32);
 
     /// [`Record::seq`] bit: the event's second slot follows (sequence numbers
     /// never come near it).
