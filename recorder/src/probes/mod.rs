@@ -596,7 +596,7 @@ mod tests {
         let start_of = |f: &str| {
             plan.report
                 .iter()
-                .find(|r| r.function == f && r.function_offset == 0 || r.function == f)
+                .find(|r| r.function == f)
                 .map(|r| r.offset - r.function_offset)
                 .unwrap()
         };
