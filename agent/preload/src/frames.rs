@@ -26,7 +26,10 @@ const SCAN_WORDS: usize = 48;
 const PT_LOAD: u32 = 1;
 const PF_X: u32 = 1;
 
-#[allow(clippy::declare_interior_mutable_const)]
+#[allow(
+    clippy::declare_interior_mutable_const,
+    reason = "only the initializer of the tables' entries below, never used as a shared value"
+)]
 const EMPTY: (AtomicU64, AtomicU64) = (AtomicU64::new(0), AtomicU64::new(0));
 static RUNTIME: [(AtomicU64, AtomicU64); MAX_RUNTIME] = [EMPTY; MAX_RUNTIME];
 static N_RUNTIME: AtomicUsize = AtomicUsize::new(0);
@@ -68,12 +71,19 @@ fn push(table: &[(AtomicU64, AtomicU64)], n: &AtomicUsize, start: u64, end: u64)
     }
 }
 
+/// `dl_iterate_phdr`'s callback: notes the executable segments of one module.
+///
+/// # Safety
+/// `info` must be the module description glibc passes the callback, valid for the
+/// call.
 unsafe extern "C" fn collect(info: *mut DlPhdrInfo, _size: usize, _data: *mut c_void) -> c_int {
-    let info = &*info;
+    // SAFETY: glibc's description of the module, valid during the callback.
+    let info = unsafe { &*info };
     let name = if info.name.is_null() {
         &b""[..]
     } else {
-        CStr::from_ptr(info.name).to_bytes()
+        // SAFETY: a non-null module name is a NUL-terminated string glibc owns.
+        unsafe { CStr::from_ptr(info.name) }.to_bytes()
     };
     let contains = |needle: &[u8]| name.windows(needle.len()).any(|w| w == needle);
     let runtime = contains(b"san.so");
@@ -81,7 +91,8 @@ unsafe extern "C" fn collect(info: *mut DlPhdrInfo, _size: usize, _data: *mut c_
     let mut ranges = [(0u64, 0u64); 4];
     let mut n = 0;
     for i in 0..info.phnum as usize {
-        let ph = &*info.phdr.cast::<Phdr64>().add(i);
+        // SAFETY: `phdr` is the module's table of `phnum` program headers, 56 bytes each.
+        let ph = unsafe { &*info.phdr.cast::<Phdr64>().add(i) };
         let ph = &ph.head;
         if ph.p_type != PT_LOAD || ph.p_flags & PF_X == 0 || n == ranges.len() {
             continue;
@@ -119,11 +130,16 @@ pub(crate) fn in_runtime(pc: u64) -> bool {
 /// Whether the bytes before `ret` (in a code range starting at `start`) end with a
 /// call instruction: `call rel32`, `call *disp32(%rip)`, `call *%reg`,
 /// `call *disp8(%reg)`, `call *disp32(%reg)`.
+///
+/// # Safety
+/// `ret` must lie in a mapped code range starting at `start`.
 unsafe fn after_call(ret: u64, start: u64) -> bool {
     if ret < start + 7 {
         return false;
     }
-    let b = |back: u64| *((ret - back) as *const u8);
+    // SAFETY: the 7 bytes before `ret` lie in its code range (checked above), which
+    // is mapped (the caller's contract).
+    let b = |back: u64| unsafe { *((ret - back) as *const u8) };
     b(5) == 0xe8
         || (b(6) == 0xff && b(5) == 0x15)
         || (b(2) == 0xff && b(1) & 0xf8 == 0xd0)
@@ -140,9 +156,11 @@ unsafe fn after_call(ret: u64, start: u64) -> bool {
 /// above it (the interceptor's and the program's frames are there).
 pub(crate) unsafe fn program_site(above: *const u64, fallback: u64) -> u64 {
     for i in 0..SCAN_WORDS {
-        let word = *above.add(i);
+        // SAFETY: i < SCAN_WORDS, which lie on the thread's stack (the caller's contract).
+        let word = unsafe { *above.add(i) };
         if let Some(start) = find(&CODE, &N_CODE, word) {
-            if after_call(word, start) {
+            // SAFETY: `word` lies in a code range of a loaded module, starting at `start`.
+            if unsafe { after_call(word, start) } {
                 return word;
             }
         }

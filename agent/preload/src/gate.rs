@@ -213,11 +213,19 @@ fn driver_gone() -> bool {
 }
 
 /// Maps the replay plan (descriptor `fd`) and starts gating in this process.
+///
+/// # Safety
+/// Once, at start-up (before the program's threads run): `fd` must be negative or
+/// the agent's own descriptor of the driver's [`Shared`] page, which it takes over
+/// and closes.
 pub(crate) unsafe fn start(fd: c_int) {
-    let Some(p) = crate::map_shared(fd, std::mem::size_of::<Shared>()) else {
+    // SAFETY: the caller's descriptor, of a file holding a `Shared` (its contract).
+    let Some(p) = (unsafe { crate::map_shared(fd, std::mem::size_of::<Shared>()) }) else {
         return;
     };
-    let sh = &*(p as *const Shared);
+    // SAFETY: the mapping holds a `Shared` (magic and version checked just below)
+    // and is never unmapped.
+    let sh = unsafe { &*(p as *const Shared) };
     if sh.magic != MAGIC || sh.version != VERSION {
         die("the shared plan has the wrong layout (ordo and its agent differ)");
     }
@@ -225,24 +233,35 @@ pub(crate) unsafe fn start(fd: c_int) {
     // execs stay untouched.
     if sh
         .target_pid
-        .compare_exchange(0, getpid() as u32, AcqRel, Relaxed)
+        // SAFETY: getpid has no preconditions.
+        .compare_exchange(0, unsafe { getpid() } as u32, AcqRel, Relaxed)
         .is_err()
     {
         return;
     }
     // `ordo replay --json` keeps its stdout for the JSON outcome: the program's
     // output goes to stderr instead.
-    if !getenv(c"ORDO_REPLAY_STDOUT_TO_STDERR".as_ptr()).is_null() {
-        unsetenv(c"ORDO_REPLAY_STDOUT_TO_STDERR".as_ptr());
-        dup2(2, 1);
+    // SAFETY: start-up, one thread: nothing else reads or changes the environment or
+    // the descriptors meanwhile; the name is a NUL-terminated literal.
+    unsafe {
+        if !getenv(c"ORDO_REPLAY_STDOUT_TO_STDERR".as_ptr()).is_null() {
+            unsetenv(c"ORDO_REPLAY_STDOUT_TO_STDERR".as_ptr());
+            dup2(2, 1);
+        }
     }
     SHARED.store(p as *mut Shared, Relaxed);
-    DRIVER.store(raw_syscall3(SYS_GETPPID, 0, 0, 0) as i32, Relaxed);
+    // SAFETY: getppid has no arguments and cannot fail.
+    DRIVER.store(
+        unsafe { raw_syscall3(SYS_GETPPID, 0, 0, 0) } as i32,
+        Relaxed,
+    );
     let mut base = 0u64;
-    dl_iterate_phdr(main_base, (&mut base as *mut u64).cast());
+    // SAFETY: the callback writes one u64 through `data`, which points to `base`.
+    unsafe { dl_iterate_phdr(main_base, (&mut base as *mut u64).cast()) };
     sh.main_base.store(base, Relaxed);
     resolve_symbols(sh);
-    pthread_atfork(None, None, Some(after_fork_in_child));
+    // SAFETY: registers a child handler that only stores an atomic.
+    unsafe { pthread_atfork(None, None, Some(after_fork_in_child)) };
     ACTIVE.store(true, Release);
     sh.attached.store(ATTACHED_STARTED, Release);
     // The main thread is `0`.
@@ -271,9 +290,15 @@ unsafe extern "C" fn after_fork_in_child() {
     ACTIVE.store(false, Relaxed);
 }
 
+/// `dl_iterate_phdr`'s callback: stores the first module's (the main program's) load
+/// bias in `*data` and stops.
+///
+/// # Safety
+/// `info` must be glibc's module description and `data` point to a writable `u64`.
 unsafe extern "C" fn main_base(info: *mut DlPhdrInfo, _size: usize, data: *mut c_void) -> c_int {
     // The first object is the main program.
-    *(data as *mut u64) = (*info).addr;
+    // SAFETY: both pointers are valid for the call (the caller's contract).
+    unsafe { *(data as *mut u64) = (*info).addr };
     1
 }
 

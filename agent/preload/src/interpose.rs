@@ -6,6 +6,15 @@
 //! and barrier arrivals before the real call (their sequence number is taken while
 //! the effect has not happened yet); acquisitions, waits, joins and creations after
 //! it returns, with its result.
+//!
+//! # Safety
+//!
+//! Every exported wrapper (`pub unsafe extern "C-unwind" fn`, named after the libc
+//! function it interposes) has that libc function's own contract: it forwards its
+//! arguments, unchanged, to the real function, and uses the object pointers only as
+//! addresses (a condvar wait's gate may unlock and relock the mutex the wait returned
+//! with held, as the program could). A caller that keeps libc's contract keeps the
+//! wrapper's; the `// SAFETY:` comments on the forwarding calls refer to this.
 
 use std::ffi::{c_char, c_int, c_long, c_void};
 use std::ptr::null_mut;
@@ -48,7 +57,11 @@ macro_rules! real {
         static PTR: AtomicUsize = AtomicUsize::new(0);
         let mut p = PTR.load(Relaxed);
         if p == 0 {
-            #[allow(unused_mut, unused_assignments)]
+            #[allow(
+                unused_mut,
+                unused_assignments,
+                reason = "`version` is reassigned only when the call names a symbol version"
+            )]
             let mut version: Option<&'static str> = None;
             $(version = Some(concat!($version, "\0"));)?
             p = resolve(concat!($name, "\0"), version);
@@ -119,7 +132,10 @@ fn release(kind: u16, via: u8, addr: P, site: u64, call: impl FnOnce() -> c_int)
 /// either before the call (which one it is is known only afterwards), recorded
 /// after it returns.
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
+#[allow(
+    clippy::too_many_arguments,
+    reason = "everything one acquisition is gated and recorded with; inlined into each wrapper"
+)]
 fn acquire(
     ok_kind: u16,
     failed_kind: u16,
@@ -224,14 +240,17 @@ fn try_acquire(
 
 macro_rules! mutex_acquire {
     ($name:ident, $real:literal, $via:expr, $state:expr $(, $arg:ident : $ty:ty)*) => {
+        #[doc = concat!("`", $real, "`, interposed: gated and recorded as a mutex acquisition.")]
         #[no_mangle]
         pub unsafe extern "C-unwind" fn $name(m: P $(, $arg: $ty)*) -> c_int {
             let real = real!($real, fn(P $(, $ty)*) -> c_int);
             if !record::on() && !crate::gate::on() {
-                return real(m $(, $arg)*);
+                // SAFETY: the caller's arguments, forwarded (module doc).
+                return unsafe { real(m $(, $arg)*) };
             }
             let site = site!();
-            acquire(kind::MUTEX_LOCK, kind::MUTEX_LOCK_FAILED, $via, m, $state, site, || real(m $(, $arg)*))
+            // SAFETY: the caller's arguments, forwarded (module doc).
+            acquire(kind::MUTEX_LOCK, kind::MUTEX_LOCK_FAILED, $via, m, $state, site, || unsafe { real(m $(, $arg)*) })
         }
     };
 }
@@ -242,11 +261,13 @@ mutex_acquire!(
     via::PLAIN,
     STATE_BLOCKED
 );
+/// `pthread_mutex_trylock`, interposed: see `try_acquire`.
 #[no_mangle]
 pub unsafe extern "C-unwind" fn pthread_mutex_trylock(m: P) -> c_int {
     let real = real!("pthread_mutex_trylock", fn(P) -> c_int);
     if !record::on() && !crate::gate::on() {
-        return real(m);
+        // SAFETY: the caller's argument, forwarded (module doc).
+        return unsafe { real(m) };
     }
     let site = site!();
     let unlock = real!("pthread_mutex_unlock", fn(P) -> c_int);
@@ -256,23 +277,30 @@ pub unsafe extern "C-unwind" fn pthread_mutex_trylock(m: P) -> c_int {
         via::TRY,
         m,
         site,
-        || real(m),
+        // SAFETY: the caller's argument, forwarded (module doc).
+        || unsafe { real(m) },
         || {
-            unlock(m);
+            // SAFETY: backs out a trylock that succeeded: this thread holds `m`.
+            unsafe { unlock(m) };
         },
     )
 }
 mutex_acquire!(pthread_mutex_timedlock, "pthread_mutex_timedlock", via::TIMED, STATE_TIMED, ts: P);
 mutex_acquire!(pthread_mutex_clocklock, "pthread_mutex_clocklock", via::TIMED, STATE_TIMED, clock: c_int, ts: P);
 
+/// `pthread_mutex_unlock`, interposed: gated and recorded as a release.
 #[no_mangle]
 pub unsafe extern "C-unwind" fn pthread_mutex_unlock(m: P) -> c_int {
     let real = real!("pthread_mutex_unlock", fn(P) -> c_int);
     if !record::on() && !crate::gate::on() {
-        return real(m);
+        // SAFETY: the caller's argument, forwarded (module doc).
+        return unsafe { real(m) };
     }
     let site = site!();
-    release(kind::MUTEX_UNLOCK, via::PLAIN, m, site, || real(m))
+    // SAFETY: the caller's argument, forwarded (module doc).
+    release(kind::MUTEX_UNLOCK, via::PLAIN, m, site, || unsafe {
+        real(m)
+    })
 }
 
 // ---------------------------------------------------------------------------------
@@ -286,6 +314,10 @@ pub unsafe extern "C-unwind" fn pthread_mutex_unlock(m: P) -> c_int {
 /// (`via` = cond_wait) but are no `mutex_*` events for schedules: they count in no
 /// `mutex_unlock#N`/`mutex_lock#N` (`ordo_schedule::namer`), the condvar's
 /// `cond_wait_begin`/`cond_wait` name them.
+///
+/// # Safety
+/// `call` must be a condvar wait on `c` with the mutex `m`, which the calling thread
+/// holds (as the wait requires).
 unsafe fn cond_wait(
     c: P,
     m: P,
@@ -334,10 +366,12 @@ unsafe fn cond_wait(
             // reacquisition.
             let unlock = real!("pthread_mutex_unlock", fn(P) -> c_int);
             let lock = real!("pthread_mutex_lock", fn(P) -> c_int);
-            unlock(m);
+            // SAFETY: the wait returned with `m` held by this thread.
+            unsafe { unlock(m) };
             me.gate(kind::COND_WAIT, cond, GateObject::Addr);
             me.set_state(STATE_BLOCKED, kind::MUTEX_LOCK as u32);
-            lock(m);
+            // SAFETY: takes back the mutex this thread gave back just above.
+            unsafe { lock(m) };
             me.set_state(STATE_RUNNING, 0);
         }
     }
@@ -379,41 +413,60 @@ fn record_cond_pair(
     record::emit(mutex_kind, via::COND_WAIT, mutex, site, seq, cond, 0);
 }
 
+/// `pthread_cond_wait`, interposed: see `cond_wait`.
 #[no_mangle]
 pub unsafe extern "C-unwind" fn pthread_cond_wait(c: P, m: P) -> c_int {
     let real = real!("pthread_cond_wait" @ "GLIBC_2.3.2", fn(P, P) -> c_int);
     let site = site!();
-    cond_wait(c, m, via::PLAIN, STATE_BLOCKED, site, || real(c, m))
+    // SAFETY: the caller's arguments, forwarded (module doc): it holds `m`, and
+    // `call` is the real wait on `c` with `m`.
+    unsafe { cond_wait(c, m, via::PLAIN, STATE_BLOCKED, site, || real(c, m)) }
 }
 
+/// `pthread_cond_timedwait`, interposed: see `cond_wait`.
 #[no_mangle]
 pub unsafe extern "C-unwind" fn pthread_cond_timedwait(c: P, m: P, ts: P) -> c_int {
     let real = real!("pthread_cond_timedwait" @ "GLIBC_2.3.2", fn(P, P, P) -> c_int);
     let site = site!();
-    cond_wait(c, m, via::TIMED, STATE_TIMED, site, || real(c, m, ts))
+    // SAFETY: the caller's arguments, forwarded (module doc): it holds `m`, and
+    // `call` is the real wait on `c` with `m`.
+    unsafe { cond_wait(c, m, via::TIMED, STATE_TIMED, site, || real(c, m, ts)) }
 }
 
+/// `pthread_cond_clockwait`, interposed: see `cond_wait`.
 #[no_mangle]
 pub unsafe extern "C-unwind" fn pthread_cond_clockwait(c: P, m: P, clock: c_int, ts: P) -> c_int {
     let real = real!("pthread_cond_clockwait", fn(P, P, c_int, P) -> c_int);
     let site = site!();
-    cond_wait(c, m, via::TIMED, STATE_TIMED, site, || {
-        real(c, m, clock, ts)
-    })
+    // SAFETY: the caller's arguments, forwarded (module doc): it holds `m`, and
+    // `call` is the real wait on `c` with `m`.
+    unsafe {
+        cond_wait(c, m, via::TIMED, STATE_TIMED, site, || {
+            real(c, m, clock, ts)
+        })
+    }
 }
 
+/// `pthread_cond_signal`, interposed: gated and recorded as a release.
 #[no_mangle]
 pub unsafe extern "C-unwind" fn pthread_cond_signal(c: P) -> c_int {
     let real = real!("pthread_cond_signal" @ "GLIBC_2.3.2", fn(P) -> c_int);
     let site = site!();
-    release(kind::COND_SIGNAL, via::PLAIN, c, site, || real(c))
+    // SAFETY: the caller's argument, forwarded (module doc).
+    release(kind::COND_SIGNAL, via::PLAIN, c, site, || unsafe {
+        real(c)
+    })
 }
 
+/// `pthread_cond_broadcast`, interposed: gated and recorded as a release.
 #[no_mangle]
 pub unsafe extern "C-unwind" fn pthread_cond_broadcast(c: P) -> c_int {
     let real = real!("pthread_cond_broadcast" @ "GLIBC_2.3.2", fn(P) -> c_int);
     let site = site!();
-    release(kind::COND_BROADCAST, via::PLAIN, c, site, || real(c))
+    // SAFETY: the caller's argument, forwarded (module doc).
+    release(kind::COND_BROADCAST, via::PLAIN, c, site, || unsafe {
+        real(c)
+    })
 }
 
 // ---------------------------------------------------------------------------------
@@ -422,11 +475,13 @@ pub unsafe extern "C-unwind" fn pthread_cond_broadcast(c: P) -> c_int {
 
 macro_rules! rwlock_acquire {
     ($name:ident, $real:literal, $ok:expr, $via:expr, $state:expr $(, $arg:ident : $ty:ty)*) => {
+        #[doc = concat!("`", $real, "`, interposed: gated and recorded as a rwlock acquisition.")]
         #[no_mangle]
         pub unsafe extern "C-unwind" fn $name(l: P $(, $arg: $ty)*) -> c_int {
             let real = real!($real, fn(P $(, $ty)*) -> c_int);
             let site = site!();
-            acquire($ok, kind::RWLOCK_LOCK_FAILED, $via, l, $state, site, || real(l $(, $arg)*))
+            // SAFETY: the caller's arguments, forwarded (module doc).
+            acquire($ok, kind::RWLOCK_LOCK_FAILED, $via, l, $state, site, || unsafe { real(l $(, $arg)*) })
         }
     };
 }
@@ -441,6 +496,7 @@ rwlock_acquire!(
 /// `pthread_rwlock_try*lock`: see [`try_acquire`].
 macro_rules! rwlock_try {
     ($name:ident, $real:literal, $ok:expr) => {
+        #[doc = concat!("`", $real, "`, interposed: see `try_acquire`.")]
         #[no_mangle]
         pub unsafe extern "C-unwind" fn $name(l: P) -> c_int {
             let real = real!($real, fn(P) -> c_int);
@@ -452,9 +508,11 @@ macro_rules! rwlock_try {
                 via::TRY,
                 l,
                 site,
-                || real(l),
+                // SAFETY: the caller's argument, forwarded (module doc).
+                || unsafe { real(l) },
                 || {
-                    unlock(l);
+                    // SAFETY: backs out a try that succeeded: this thread holds `l`.
+                    unsafe { unlock(l) };
                 },
             )
         }
@@ -483,11 +541,15 @@ rwlock_try!(
 rwlock_acquire!(pthread_rwlock_timedwrlock, "pthread_rwlock_timedwrlock", kind::RWLOCK_WRLOCK, via::TIMED, STATE_TIMED, ts: P);
 rwlock_acquire!(pthread_rwlock_clockwrlock, "pthread_rwlock_clockwrlock", kind::RWLOCK_WRLOCK, via::TIMED, STATE_TIMED, clock: c_int, ts: P);
 
+/// `pthread_rwlock_unlock`, interposed: gated and recorded as a release.
 #[no_mangle]
 pub unsafe extern "C-unwind" fn pthread_rwlock_unlock(l: P) -> c_int {
     let real = real!("pthread_rwlock_unlock", fn(P) -> c_int);
     let site = site!();
-    release(kind::RWLOCK_UNLOCK, via::PLAIN, l, site, || real(l))
+    // SAFETY: the caller's argument, forwarded (module doc).
+    release(kind::RWLOCK_UNLOCK, via::PLAIN, l, site, || unsafe {
+        real(l)
+    })
 }
 
 // ---------------------------------------------------------------------------------
@@ -496,16 +558,19 @@ pub unsafe extern "C-unwind" fn pthread_rwlock_unlock(l: P) -> c_int {
 
 macro_rules! sem_acquire {
     ($name:ident, $real:literal, $via:expr, $state:expr $(, $arg:ident : $ty:ty)*) => {
+        #[doc = concat!("`", $real, "`, interposed: gated and recorded as a semaphore wait.")]
         #[no_mangle]
         pub unsafe extern "C-unwind" fn $name(s: P $(, $arg: $ty)*) -> c_int {
             let real = real!($real, fn(P $(, $ty)*) -> c_int);
             let site = site!();
-            acquire(kind::SEM_WAIT, kind::SEM_WAIT_FAILED, $via, s, $state, site, || real(s $(, $arg)*))
+            // SAFETY: the caller's arguments, forwarded (module doc).
+            acquire(kind::SEM_WAIT, kind::SEM_WAIT_FAILED, $via, s, $state, site, || unsafe { real(s $(, $arg)*) })
         }
     };
 }
 
 sem_acquire!(sem_wait, "sem_wait", via::PLAIN, STATE_BLOCKED);
+/// `sem_trywait`, interposed: see `try_acquire`.
 #[no_mangle]
 pub unsafe extern "C-unwind" fn sem_trywait(s: P) -> c_int {
     let real = real!("sem_trywait", fn(P) -> c_int);
@@ -517,22 +582,28 @@ pub unsafe extern "C-unwind" fn sem_trywait(s: P) -> c_int {
         via::TRY,
         s,
         site,
-        || real(s),
+        // SAFETY: the caller's argument, forwarded (module doc).
+        || unsafe { real(s) },
         || {
-            post(s);
+            // SAFETY: backs out a trywait that succeeded: gives its unit back to `s`.
+            unsafe { post(s) };
         },
     )
 }
 sem_acquire!(sem_timedwait, "sem_timedwait", via::TIMED, STATE_TIMED, ts: P);
 sem_acquire!(sem_clockwait, "sem_clockwait", via::TIMED, STATE_TIMED, clock: c_int, ts: P);
 
+/// `sem_post`, interposed: gated and recorded as a release.
 #[no_mangle]
 pub unsafe extern "C-unwind" fn sem_post(s: P) -> c_int {
     let real = real!("sem_post", fn(P) -> c_int);
     let site = site!();
-    release(kind::SEM_POST, via::PLAIN, s, site, || real(s))
+    // SAFETY: the caller's argument, forwarded (module doc).
+    release(kind::SEM_POST, via::PLAIN, s, site, || unsafe { real(s) })
 }
 
+/// `pthread_barrier_wait`, interposed: the arrival gated and recorded before the call,
+/// the wait after it returns.
 #[no_mangle]
 pub unsafe extern "C-unwind" fn pthread_barrier_wait(b: P) -> c_int {
     let real = real!("pthread_barrier_wait", fn(P) -> c_int);
@@ -560,7 +631,8 @@ pub unsafe extern "C-unwind" fn pthread_barrier_wait(b: P) -> c_int {
     if recording {
         record::block_begin(kind::BARRIER_WAIT, addr, site);
     }
-    let r = real(b);
+    // SAFETY: the caller's argument, forwarded (module doc).
+    let r = unsafe { real(b) };
     if recording {
         record::block_end();
         record::emit(
@@ -600,11 +672,19 @@ struct StartArgs {
 /// The routine every thread created through `pthread_create` runs first when
 /// replaying. `C-unwind` and nothing to drop: `pthread_exit` and cancellation unwind
 /// through this frame.
+///
+/// # Safety
+/// `p` must be a `StartArgs` block `gated_create` allocated for this thread.
 unsafe extern "C-unwind" fn start_thread(p: P) -> P {
-    let args = *(p as *const StartArgs);
-    free(p);
+    // SAFETY: the block gated_create wrote for this thread alone; copied out, then
+    // freed (malloc'd there).
+    let args = unsafe { *(p as *const StartArgs) };
+    // SAFETY: as above; not used after.
+    unsafe { free(p) };
     thread_begin(args.depth, args.path);
-    let result = (args.routine)(args.arg);
+    // SAFETY: the program's start routine with its argument, as the real
+    // pthread_create would have called it.
+    let result = unsafe { (args.routine)(args.arg) };
     thread_end();
     result
 }
@@ -620,6 +700,8 @@ fn record_create(th: *mut u64, r: c_int, site: u64) {
     }
 }
 
+/// `pthread_create`, interposed: recorded after the call; when replaying, the new
+/// thread runs `start_thread` first, which gives it its logical id.
 #[no_mangle]
 pub unsafe extern "C-unwind" fn pthread_create(
     th: *mut u64,
@@ -630,15 +712,23 @@ pub unsafe extern "C-unwind" fn pthread_create(
     let real = real!("pthread_create", fn(*mut u64, P, StartRoutine, P) -> c_int);
     let site = site!();
     let Some(c) = enter() else {
-        let r = real(th, attr, routine, arg);
+        // SAFETY: the caller's arguments, forwarded (module doc).
+        let r = unsafe { real(th, attr, routine, arg) };
         let saved = errno();
         record_create(th, r, site);
         set_errno(saved);
         return r;
     };
-    gated_create(c, th, attr, routine, arg, site, real)
+    // SAFETY: the caller's arguments and the real pthread_create, passed on.
+    unsafe { gated_create(c, th, attr, routine, arg, site, real) }
 }
 
+/// `pthread_create` when replaying: the child starts in `start_thread` with its
+/// logical id and the program's routine.
+///
+/// # Safety
+/// `th`, `attr`, `routine` and `arg` must keep `pthread_create`'s contract, and
+/// `real` must be the real `pthread_create`.
 unsafe fn gated_create(
     c: Caller,
     th: *mut u64,
@@ -656,38 +746,55 @@ unsafe fn gated_create(
         NONE
     };
     ME.with(|me| me.busy.set(true));
-    let block = malloc(std::mem::size_of::<StartArgs>()) as *mut StartArgs;
+    // SAFETY: malloc has no preconditions (a re-entered wrapper sees `busy`).
+    let block = unsafe { malloc(std::mem::size_of::<StartArgs>()) } as *mut StartArgs;
     ME.with(|me| me.busy.set(false));
     if block.is_null() {
-        let r = real(th, attr, routine, arg);
+        // SAFETY: the caller's arguments, forwarded to the real function.
+        let r = unsafe { real(th, attr, routine, arg) };
         record_create(th, r, site);
         return r;
     }
-    block.write(StartArgs {
-        routine,
-        arg,
-        depth: child_depth,
-        path,
-    });
+    // SAFETY: a fresh block of StartArgs' size (malloc aligns it for any type).
+    unsafe {
+        block.write(StartArgs {
+            routine,
+            arg,
+            depth: child_depth,
+            path,
+        })
+    };
     // The handle is unknown until the call returns: gate on the occurrence alone.
     // The child's own `thread_start` is gated in the child (start_thread), before
     // the program's start routine runs: the parent goes on meanwhile.
     c.gate(kind::THREAD_CREATE, 0, GateObject::Any);
     let stamp = c.stamp_before(kind::THREAD_CREATE);
-    let r = real(th, attr, start_thread, block.cast());
+    // SAFETY: the caller's arguments but the routine: `start_thread`, with the block
+    // that runs the program's routine with its argument.
+    let r = unsafe { real(th, attr, start_thread, block.cast()) };
     let saved = errno();
     if r == 0 {
         ME.with(|me| me.children.set(n));
     } else {
-        free(block.cast());
+        // SAFETY: no thread was created to take the block: it is still ours.
+        unsafe { free(block.cast()) };
     }
     record_create(th, r, site);
-    let handle = if r == 0 && !th.is_null() { *th } else { 0 };
+    let handle = if r == 0 && !th.is_null() {
+        // SAFETY: the call succeeded, so it stored the new thread's handle in `*th`.
+        unsafe { *th }
+    } else {
+        0
+    };
     c.happened(kind::THREAD_CREATE, handle, stamp);
     set_errno(saved);
     r
 }
 
+/// A join: gated before `call`, recorded after it returns.
+///
+/// # Safety
+/// `call` must be the real join of thread `th`, with the caller's arguments.
 unsafe fn join(th: u64, via_: u8, blocking: u32, site: u64, call: impl FnOnce() -> c_int) -> c_int {
     let gate = enter();
     if let Some(c) = gate {
@@ -714,27 +821,34 @@ unsafe fn join(th: u64, via_: u8, blocking: u32, site: u64, call: impl FnOnce() 
     r
 }
 
+/// `pthread_join`, interposed: gated and recorded as a join.
 #[no_mangle]
 pub unsafe extern "C-unwind" fn pthread_join(th: u64, ret: *mut P) -> c_int {
     let real = real!("pthread_join", fn(u64, *mut P) -> c_int);
     let site = site!();
-    join(th, via::PLAIN, STATE_BLOCKED, site, || real(th, ret))
+    // SAFETY: the caller's arguments, forwarded (module doc).
+    unsafe { join(th, via::PLAIN, STATE_BLOCKED, site, || real(th, ret)) }
 }
 
+/// `pthread_tryjoin_np`, interposed: gated and recorded as a join.
 #[no_mangle]
 pub unsafe extern "C-unwind" fn pthread_tryjoin_np(th: u64, ret: *mut P) -> c_int {
     let real = real!("pthread_tryjoin_np", fn(u64, *mut P) -> c_int);
     let site = site!();
-    join(th, via::TRY, STATE_RUNNING, site, || real(th, ret))
+    // SAFETY: the caller's arguments, forwarded (module doc).
+    unsafe { join(th, via::TRY, STATE_RUNNING, site, || real(th, ret)) }
 }
 
+/// `pthread_timedjoin_np`, interposed: gated and recorded as a join.
 #[no_mangle]
 pub unsafe extern "C-unwind" fn pthread_timedjoin_np(th: u64, ret: *mut P, ts: P) -> c_int {
     let real = real!("pthread_timedjoin_np", fn(u64, *mut P, P) -> c_int);
     let site = site!();
-    join(th, via::TIMED, STATE_TIMED, site, || real(th, ret, ts))
+    // SAFETY: the caller's arguments, forwarded (module doc).
+    unsafe { join(th, via::TIMED, STATE_TIMED, site, || real(th, ret, ts)) }
 }
 
+/// `pthread_clockjoin_np`, interposed: gated and recorded as a join.
 #[no_mangle]
 pub unsafe extern "C-unwind" fn pthread_clockjoin_np(
     th: u64,
@@ -744,16 +858,21 @@ pub unsafe extern "C-unwind" fn pthread_clockjoin_np(
 ) -> c_int {
     let real = real!("pthread_clockjoin_np", fn(u64, *mut P, c_int, P) -> c_int);
     let site = site!();
-    join(th, via::TIMED, STATE_TIMED, site, || {
-        real(th, ret, clock, ts)
-    })
+    // SAFETY: the caller's arguments, forwarded (module doc).
+    unsafe {
+        join(th, via::TIMED, STATE_TIMED, site, || {
+            real(th, ret, clock, ts)
+        })
+    }
 }
 
+/// `pthread_exit`, interposed: the thread's exit is gated first.
 #[no_mangle]
 pub unsafe extern "C-unwind" fn pthread_exit(ret: P) -> ! {
     let real = real!("pthread_exit", fn(P) -> ());
     thread_end();
-    real(ret);
+    // SAFETY: the caller's argument, forwarded (module doc).
+    unsafe { real(ret) };
     die("pthread_exit returned")
 }
 
@@ -788,13 +907,15 @@ pub unsafe extern "C-unwind" fn syscall(
         fn(c_long, c_long, c_long, c_long, c_long, c_long, c_long) -> c_long
     );
     if n != SYS_FUTEX {
-        return real(n, a1, a2, a3, a4, a5, a6);
+        // SAFETY: the caller's arguments, forwarded (module doc).
+        return unsafe { real(n, a1, a2, a3, a4, a5, a6) };
     }
     let site = site!();
     let recording = record::on();
     let gate = enter();
     if !recording && gate.is_none() {
-        return real(n, a1, a2, a3, a4, a5, a6);
+        // SAFETY: the caller's arguments, forwarded (module doc).
+        return unsafe { real(n, a1, a2, a3, a4, a5, a6) };
     }
     let addr = a1 as u64;
     let cmd = a2 & 0x7f;
@@ -816,7 +937,8 @@ pub unsafe extern "C-unwind" fn syscall(
                 kind::FUTEX_WAIT as u32,
             );
         }
-        result = real(n, a1, a2, a3, a4, a5, a6);
+        // SAFETY: the caller's arguments, forwarded (module doc).
+        result = unsafe { real(n, a1, a2, a3, a4, a5, a6) };
         let saved = errno();
         if recording {
             let seq = record::next_seq(addr);
@@ -842,7 +964,8 @@ pub unsafe extern "C-unwind" fn syscall(
             c.gate(kind::FUTEX_WAKE, addr, GateObject::Addr);
             stamp = c.stamp_before(kind::FUTEX_WAKE);
         }
-        result = real(n, a1, a2, a3, a4, a5, a6);
+        // SAFETY: the caller's arguments, forwarded (module doc).
+        result = unsafe { real(n, a1, a2, a3, a4, a5, a6) };
         let saved = errno();
         if recording {
             record::emit(

@@ -21,7 +21,12 @@
 //!
 //! `ordo-agent`'s build script compiles this file with `rustc` directly (it has no
 //! dependencies) and embeds the result in the `ordo` binary.
-#![allow(clippy::missing_safety_doc)]
+#![expect(
+    clippy::missing_safety_doc,
+    reason = "the exported `extern \"C\"` wrappers (interpose.rs, `__libc_start_main`) stand in \
+              for libc functions: each one's contract is the libc function's own (it forwards \
+              its arguments to the real function), stated once in interpose.rs's module doc"
+)]
 
 #[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
 compile_error!("the ordo agent supports x86_64 Linux only");
@@ -99,56 +104,81 @@ fn die(message: &str) -> ! {
     }
 }
 
+/// A raw futex syscall (`op` without a timeout), bypassing libc.
+///
+/// # Safety
+/// `word` must point to a live, aligned futex word for the duration of the call.
 unsafe fn futex(word: *const AtomicU32, op: i32, val: u32) -> isize {
     let ret: isize;
-    std::arch::asm!(
-        "syscall",
-        inlateout("rax") SYS_FUTEX as isize => ret,
-        in("rdi") word,
-        in("rsi") op as isize,
-        in("rdx") val as isize,
-        in("r10") 0isize,
-        in("r8") 0isize,
-        in("r9") 0isize,
-        lateout("rcx") _,
-        lateout("r11") _,
-        options(nostack),
-    );
+    // SAFETY: the futex syscall touches only `word` (valid: the caller's contract);
+    // the unused arguments are zero and rcx/r11, which `syscall` clobbers, are declared.
+    unsafe {
+        std::arch::asm!(
+            "syscall",
+            inlateout("rax") SYS_FUTEX as isize => ret,
+            in("rdi") word,
+            in("rsi") op as isize,
+            in("rdx") val as isize,
+            in("r10") 0isize,
+            in("r8") 0isize,
+            in("r9") 0isize,
+            lateout("rcx") _,
+            lateout("r11") _,
+            options(nostack),
+        );
+    }
     ret
 }
 
 /// Futex wait with a timeout in nanoseconds (for the short polls below).
+///
+/// # Safety
+/// `word` must point to a live, aligned futex word for the duration of the call.
 unsafe fn futex_wait_ns(word: *const AtomicU32, val: u32, ns: i64) {
     let ts = [0i64, ns];
     let _ret: isize;
-    std::arch::asm!(
-        "syscall",
-        inlateout("rax") SYS_FUTEX as isize => _ret,
-        in("rdi") word,
-        in("rsi") FUTEX_WAIT as isize,
-        in("rdx") val as isize,
-        in("r10") ts.as_ptr(),
-        in("r8") 0isize,
-        in("r9") 0isize,
-        lateout("rcx") _,
-        lateout("r11") _,
-        options(nostack),
-    );
+    // SAFETY: FUTEX_WAIT reads `word` (valid: the caller's contract) and the timespec
+    // `ts`, a local that outlives the call; rcx/r11, which `syscall` clobbers, are
+    // declared.
+    unsafe {
+        std::arch::asm!(
+            "syscall",
+            inlateout("rax") SYS_FUTEX as isize => _ret,
+            in("rdi") word,
+            in("rsi") FUTEX_WAIT as isize,
+            in("rdx") val as isize,
+            in("r10") ts.as_ptr(),
+            in("r8") 0isize,
+            in("r9") 0isize,
+            lateout("rcx") _,
+            lateout("r11") _,
+            options(nostack),
+        );
+    }
 }
 
 /// A raw syscall with up to three arguments.
+///
+/// # Safety
+/// Syscall `n` with these arguments must be sound: every pointer among them valid
+/// for what the kernel does with it, and no memory or descriptor the rest of the
+/// program relies on changed behind its back.
 unsafe fn raw_syscall3(n: isize, a: isize, b: isize, c: isize) -> isize {
     let ret: isize;
-    std::arch::asm!(
-        "syscall",
-        inlateout("rax") n => ret,
-        in("rdi") a,
-        in("rsi") b,
-        in("rdx") c,
-        lateout("rcx") _,
-        lateout("r11") _,
-        options(nostack),
-    );
+    // SAFETY: the syscall and its arguments are the caller's to vouch for; rcx/r11,
+    // which `syscall` clobbers, are declared.
+    unsafe {
+        std::arch::asm!(
+            "syscall",
+            inlateout("rax") n => ret,
+            in("rdi") a,
+            in("rsi") b,
+            in("rdx") c,
+            lateout("rcx") _,
+            lateout("r11") _,
+            options(nostack),
+        );
+    }
     ret
 }
 
@@ -182,28 +212,39 @@ static FINI: unsafe extern "C" fn() = agent_fini;
 /// The environment variable naming the user's own `LD_PRELOAD` (see `ordo-agent`).
 const ENV_ORIGINAL_PRELOAD: &std::ffi::CStr = c"ORDO_ORIGINAL_PRELOAD";
 
+/// The agent's constructor (`.init_array`), run once by the dynamic loader before the
+/// program's own code, on its only thread.
 unsafe extern "C" fn agent_init() {
-    let replay_fd = take_fd_env(c"ORDO_REPLAY_SHM_FD");
-    let record_fd = take_fd_env(c"ORDO_RECORD_FD");
+    // SAFETY: start-up, one thread: nothing reads or changes the environment meanwhile.
+    let replay_fd = unsafe { take_fd_env(c"ORDO_REPLAY_SHM_FD") };
+    // SAFETY: as above.
+    let record_fd = unsafe { take_fd_env(c"ORDO_RECORD_FD") };
     if replay_fd.is_none() && record_fd.is_none() {
         return;
     }
     // Give the program the environment it would have had without the agent: what
     // it runs (exec) does not load the agent again.
-    let original = getenv(ENV_ORIGINAL_PRELOAD.as_ptr());
-    if original.is_null() {
-        unsetenv(c"LD_PRELOAD".as_ptr());
-    } else {
-        setenv(c"LD_PRELOAD".as_ptr(), original, 1);
-        unsetenv(ENV_ORIGINAL_PRELOAD.as_ptr());
+    // SAFETY: as above; the names are NUL-terminated literals, and setenv copies
+    // `original` (a value getenv returned) before unsetenv removes it.
+    unsafe {
+        let original = getenv(ENV_ORIGINAL_PRELOAD.as_ptr());
+        if original.is_null() {
+            unsetenv(c"LD_PRELOAD".as_ptr());
+        } else {
+            setenv(c"LD_PRELOAD".as_ptr(), original, 1);
+            unsetenv(ENV_ORIGINAL_PRELOAD.as_ptr());
+        }
     }
     if let Some(fd) = record_fd {
         frames::init();
-        record::start(fd);
+        // SAFETY: once, at start-up, with the descriptor the recorder passed.
+        unsafe { record::start(fd) };
     }
     if let Some(fd) = replay_fd {
-        strategy::init();
-        gate::start(fd);
+        // SAFETY: once, at start-up, before any other thread runs.
+        unsafe { strategy::init() };
+        // SAFETY: once, at start-up, with the descriptor the driver passed.
+        unsafe { gate::start(fd) };
     }
 }
 
@@ -257,21 +298,28 @@ pub unsafe extern "C" fn __libc_start_main(
         *mut c_void,
     ) -> c_int;
     const RTLD_NEXT: *mut c_void = -1isize as *mut c_void;
-    let real = dlsym(RTLD_NEXT, c"__libc_start_main".as_ptr());
+    // SAFETY: a NUL-terminated name; dlsym is thread-safe.
+    let real = unsafe { dlsym(RTLD_NEXT, c"__libc_start_main".as_ptr()) };
     if real.is_null() {
         die("cannot find the real __libc_start_main");
     }
-    let real: StartMain = std::mem::transmute(real);
+    // SAFETY: the next definition of `__libc_start_main` (glibc's) has this signature.
+    let real: StartMain = unsafe { std::mem::transmute(real) };
     PROGRAM_MAIN.store(main as usize, std::sync::atomic::Ordering::Relaxed);
-    real(
-        main_through_agent,
-        argc,
-        argv,
-        init,
-        fini,
-        rtld_fini,
-        stack_end,
-    )
+    // SAFETY: the caller's arguments, forwarded (the contract is the real function's),
+    // with `main` in place of the program's: it calls the program's `main`, stored
+    // above, with the same arguments.
+    unsafe {
+        real(
+            main_through_agent,
+            argc,
+            argv,
+            init,
+            fini,
+            rtld_fini,
+            stack_end,
+        )
+    }
 }
 
 unsafe extern "C" fn main_through_agent(
@@ -280,8 +328,12 @@ unsafe extern "C" fn main_through_agent(
     envp: *mut *mut c_char,
 ) -> c_int {
     gate::main_entered();
-    let main: MainFn = std::mem::transmute(PROGRAM_MAIN.load(std::sync::atomic::Ordering::Relaxed));
-    main(argc, argv, envp)
+    // SAFETY: `__libc_start_main` stored the program's `main` (a `MainFn`) before it
+    // handed this function to the real one, which calls it on the same thread.
+    let main: MainFn =
+        unsafe { std::mem::transmute(PROGRAM_MAIN.load(std::sync::atomic::Ordering::Relaxed)) };
+    // SAFETY: libc's arguments for `main`, forwarded.
+    unsafe { main(argc, argv, envp) }
 }
 
 unsafe extern "C" fn agent_fini() {
@@ -289,48 +341,70 @@ unsafe extern "C" fn agent_fini() {
 }
 
 /// Reads and removes an environment variable holding a descriptor number.
+///
+/// # Safety
+/// No other thread may read or change the environment meanwhile (start-up).
 unsafe fn take_fd_env(name: &std::ffi::CStr) -> Option<c_int> {
-    let text = getenv(name.as_ptr());
+    // SAFETY: a NUL-terminated name; the environment is ours (the caller's contract).
+    let text = unsafe { getenv(name.as_ptr()) };
     if text.is_null() {
         return None;
     }
-    let fd = parse_int(text);
-    unsetenv(name.as_ptr());
+    // SAFETY: getenv returned a NUL-terminated value, still in the environment.
+    let fd = unsafe { parse_int(text) };
+    // SAFETY: as for getenv; `text` is not used after.
+    unsafe { unsetenv(name.as_ptr()) };
     // Present but unreadable: nothing to map.
     Some(fd.unwrap_or(-1))
 }
 
 /// Maps `len` bytes of the shared descriptor `fd`, then closes it: an `exec` leaves
 /// the new image no descriptor (and no environment variable) to find.
+///
+/// # Safety
+/// `fd` must be negative or a descriptor the agent owns (it is closed here), whose
+/// file is at least `len` bytes long.
 unsafe fn map_shared(fd: c_int, len: usize) -> Option<*mut c_void> {
     if fd < 0 {
         return None;
     }
-    let p = mmap(
-        std::ptr::null_mut(),
-        len,
-        3, /* PROT_READ|PROT_WRITE */
-        1, /* MAP_SHARED */
-        fd,
-        0,
-    );
-    close(fd);
+    // SAFETY: a new mapping at an address the kernel picks: no existing memory changes.
+    let p = unsafe {
+        mmap(
+            std::ptr::null_mut(),
+            len,
+            3, /* PROT_READ|PROT_WRITE */
+            1, /* MAP_SHARED */
+            fd,
+            0,
+        )
+    };
+    // SAFETY: the agent's own descriptor (the caller's contract), not used after.
+    unsafe { close(fd) };
     (p as isize != -1).then_some(p)
 }
 
+/// A non-negative decimal number, `None` when empty, not a number or too large.
+///
+/// # Safety
+/// `text` must point to a NUL-terminated string.
 unsafe fn parse_int(text: *const c_char) -> Option<c_int> {
     let mut n: c_int = 0;
     let mut p = text;
-    if *p == 0 {
+    // SAFETY: `p` walks the caller's NUL-terminated string, up to its NUL.
+    if unsafe { *p } == 0 {
         return None;
     }
-    while *p != 0 {
-        let c = *p as u8;
+    // SAFETY: as above.
+    while unsafe { *p } != 0 {
+        // SAFETY: as above.
+        let c = unsafe { *p } as u8;
         if !c.is_ascii_digit() {
             return None;
         }
         n = n.checked_mul(10)?.checked_add((c - b'0') as c_int)?;
-        p = p.add(1);
+        // SAFETY: `p` is not at the NUL yet, so the next byte is in the string.
+        p = unsafe { p.add(1) };
     }
     Some(n)
 }

@@ -57,25 +57,35 @@ pub(crate) fn on() -> bool {
 }
 
 /// Maps the recorder's mapping (descriptor `fd`) and starts recording here.
+///
+/// # Safety
+/// Once, at start-up (before the program's threads run): `fd` must be negative or
+/// the agent's own descriptor of the recorder's mapping ([`mapping_size`] bytes,
+/// laid out as [`Header`] says), which it takes over and closes.
 pub(crate) unsafe fn start(fd: c_int) {
-    let Some(p) = crate::map_shared(fd, mapping_size()) else {
+    // SAFETY: the caller's descriptor, of a file of that size (its contract).
+    let Some(p) = (unsafe { crate::map_shared(fd, mapping_size()) }) else {
         return;
     };
-    let header = &*(p as *const Header);
+    // SAFETY: the mapping starts with the header (checked just below: magic and
+    // version) and is never unmapped.
+    let header = unsafe { &*(p as *const Header) };
     if header.magic != MAGIC || header.version != VERSION {
         crate::die("the recording mapping has the wrong layout (ordo and its agent differ)");
     }
     // Only the first process to load the agent records.
     if header
         .target_pid
-        .compare_exchange(0, getpid() as u32, AcqRel, Relaxed)
+        // SAFETY: getpid has no preconditions.
+        .compare_exchange(0, unsafe { getpid() } as u32, AcqRel, Relaxed)
         .is_err()
     {
         return;
     }
     HEADER.store(p.cast(), Release);
     USE_TSC.store(header.clock == CLOCK_TSC, Relaxed);
-    pthread_atfork(None, None, Some(after_fork_in_child));
+    // SAFETY: registers a child handler that only touches atomics.
+    unsafe { pthread_atfork(None, None, Some(after_fork_in_child)) };
     RECORDING.store(true, Release);
     header.attached.store(1, Release);
     // Let the recorder read our modules while they are all mapped: wake it and wait
@@ -85,7 +95,8 @@ pub(crate) unsafe fn start(fd: c_int) {
         if header.modules_read.load(Acquire) != 0 {
             break;
         }
-        futex_wait_ns(&header.modules_read, 0, 10_000_000);
+        // SAFETY: a futex word in the mapping, which is never unmapped.
+        unsafe { futex_wait_ns(&header.modules_read, 0, 10_000_000) };
     }
 }
 

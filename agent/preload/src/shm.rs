@@ -7,7 +7,10 @@
 //! what happened (counts, done flags, order stamps) and each thread's state, which
 //! the driver polls to tell a deadlock or an infeasible schedule from a slow run.
 //! Every field either side writes while the other runs is an atomic.
-#![allow(dead_code)]
+#![allow(
+    dead_code,
+    reason = "one layout compiled into both the agent and the driver: each uses part of it"
+)]
 
 use std::sync::atomic::{AtomicU32, AtomicU64};
 
@@ -76,7 +79,15 @@ pub const STATE_EXITED: u32 = 5;
 /// plain rustc call with no dependencies, and this keeps a single definition of the
 /// event kind codes and of the ring records.
 #[path = "../../../probe-ebpf/common/src/lib.rs"]
-#[allow(unused_attributes, unexpected_cfgs, dead_code, missing_docs)]
+#[allow(
+    unused_attributes,
+    unexpected_cfgs,
+    dead_code,
+    missing_docs,
+    reason = "probe-common's crate root compiled as a module: its `#![no_std]` does not apply \
+              here, its `user` feature is not this crate's, the agent uses part of it, and \
+              its documentation is checked in its own crate"
+)]
 pub mod probe_common;
 
 /// Event kind codes (`ordo_probe_common::kind`).

@@ -74,14 +74,20 @@ thread_local! {
 
 /// Reads the strategy from the environment (and removes it, so the program and what
 /// it runs do not see it). Called once at start-up, before any thread runs.
+///
+/// # Safety
+/// No other thread may read or change the environment meanwhile (start-up).
 pub(crate) unsafe fn init() {
     let name = c"ORDO_REPLAY_STRATEGY";
-    let text = getenv(name.as_ptr());
+    // SAFETY: a NUL-terminated name; the environment is ours (the caller's contract).
+    let text = unsafe { getenv(name.as_ptr()) };
     if text.is_null() {
         return;
     }
-    let fields = split_fields(text);
-    unsetenv(name.as_ptr());
+    // SAFETY: getenv returned a NUL-terminated value, still in the environment.
+    let fields = unsafe { split_fields(text) };
+    // SAFETY: as for getenv; `text` is not used after.
+    unsafe { unsetenv(name.as_ptr()) };
     match fields {
         Some((MODE_PCT, [seed, depth, k])) => {
             SEED.store(seed, Relaxed);
@@ -105,12 +111,18 @@ pub(crate) unsafe fn init() {
 }
 
 /// Parses `pct:S:D:K` or `random:S` (decimal numbers).
+///
+/// # Safety
+/// `text` must point to a NUL-terminated string.
 unsafe fn split_fields(text: *const c_char) -> Option<(u32, [u64; 3])> {
     let mut bytes = Vec::new();
     let mut p = text;
-    while *p != 0 && bytes.len() < 128 {
-        bytes.push(*p as u8);
-        p = p.add(1);
+    // SAFETY: `p` walks the caller's NUL-terminated string, up to its NUL.
+    while unsafe { *p } != 0 && bytes.len() < 128 {
+        // SAFETY: as above.
+        bytes.push(unsafe { *p } as u8);
+        // SAFETY: `p` is not at the NUL yet, so the next byte is in the string.
+        p = unsafe { p.add(1) };
     }
     let mut parts = bytes.split(|&b| b == b':');
     let mode = match parts.next()? {
@@ -250,6 +262,7 @@ mod tests {
 
     #[test]
     fn strategy_text_parses_and_rejects_junk() {
+        // SAFETY: a `CStr` is NUL-terminated.
         let parse = |s: &std::ffi::CStr| unsafe { split_fields(s.as_ptr()) };
         assert_eq!(parse(c"pct:7:3:120"), Some((MODE_PCT, [7, 3, 120])));
         assert_eq!(parse(c"random:42"), Some((MODE_RANDOM, [42, 0, 0])));

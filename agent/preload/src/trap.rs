@@ -186,20 +186,30 @@ pub(crate) fn arm_thread() {
     });
 }
 
+/// `perf_event_open(attr, 0, -1, -1, FD_CLOEXEC)`: an event on the calling thread,
+/// any CPU, no group; the new descriptor or `-errno`.
+///
+/// # Safety
+/// `attr` must describe an event whose signals the thread is ready for (a SIGTRAP
+/// handler installed when it asks for `sigtrap`).
 unsafe fn perf_event_open(attr: &PerfEventAttr) -> isize {
     let ret: isize;
-    std::arch::asm!(
-        "syscall",
-        inlateout("rax") SYS_PERF_EVENT_OPEN => ret,
-        in("rdi") attr as *const PerfEventAttr,
-        in("rsi") 0isize,
-        in("rdx") -1isize,
-        in("r10") -1isize,
-        in("r8") PERF_FLAG_FD_CLOEXEC,
-        lateout("rcx") _,
-        lateout("r11") _,
-        options(nostack),
-    );
+    // SAFETY: the kernel reads `attr` (a live reference, `size` bytes); rcx/r11,
+    // which `syscall` clobbers, are declared.
+    unsafe {
+        std::arch::asm!(
+            "syscall",
+            inlateout("rax") SYS_PERF_EVENT_OPEN => ret,
+            in("rdi") attr as *const PerfEventAttr,
+            in("rsi") 0isize,
+            in("rdx") -1isize,
+            in("r10") -1isize,
+            in("r8") PERF_FLAG_FD_CLOEXEC,
+            lateout("rcx") _,
+            lateout("r11") _,
+            options(nostack),
+        );
+    }
     ret
 }
 
@@ -268,18 +278,31 @@ struct SigInfo {
 /// `si_perf_flags`: the signal was blocked, so it arrives late (asynchronously).
 const TRAP_PERF_FLAG_ASYNC: u32 = 1;
 
+/// The saved general register `index` (`REG_*`) in a signal handler's context.
+///
+/// # Safety
+/// `ctx` must be the `ucontext_t` the kernel passed a signal handler and
+/// `index` < 23 (`NGREG`).
 unsafe fn greg(ctx: *mut c_void, index: usize) -> *mut i64 {
-    (ctx as *mut u8).add(GREGS_OFFSET + 8 * index) as *mut i64
+    // SAFETY: `gregs` lies GREGS_OFFSET bytes into the context, `index` within it.
+    unsafe { (ctx as *mut u8).add(GREGS_OFFSET + 8 * index) as *mut i64 }
 }
 
+/// The SIGTRAP handler (`SA_SIGINFO`): the agent's breakpoint and single-step traps,
+/// anything else passed on to the program's handler.
+///
+/// # Safety
+/// Only the kernel calls it, with the `siginfo_t` and `ucontext_t` of the signal.
 unsafe extern "C" fn on_sigtrap(sig: c_int, info: *mut c_void, ctx: *mut c_void) {
-    let si = &*(info as *const SigInfo);
+    // SAFETY: the kernel's siginfo_t, whose first fields SigInfo mirrors.
+    let si = unsafe { &*(info as *const SigInfo) };
     if si.code == TRAP_PERF && si.perf_data & !0xffff_ffff == COOKIE_TAG {
         if si.perf_flags & TRAP_PERF_FLAG_ASYNC != 0 {
             // Past the instruction already: gating now would enforce nothing.
             die("the program blocks SIGTRAP in a thread with memory-access gates: the access ran before its gate");
         }
-        access_trap((si.perf_data & 0xffff_ffff) as u32, ctx);
+        // SAFETY: `ctx` is the signal's context.
+        unsafe { access_trap((si.perf_data & 0xffff_ffff) as u32, ctx) };
         return;
     }
     // The single-step trap after a gated access: TRAP_TRACE, or SI_KERNEL when a
@@ -287,43 +310,63 @@ unsafe extern "C" fn on_sigtrap(sig: c_int, info: *mut c_void, ctx: *mut c_void)
     if si.code != TRAP_PERF {
         let stepping = TRAPS.with(|tr| tr.stepping.replace(NONE));
         if stepping != NONE {
-            *greg(ctx, GREG_EFL) &= !EFLAGS_TF;
+            // SAFETY: the signal's context; REG_EFL is a general register slot.
+            unsafe { *greg(ctx, GREG_EFL) &= !EFLAGS_TF };
             access_done(stepping);
             return;
         }
     }
     // Not ours: what the program would have had.
-    let previous = &*std::ptr::addr_of!(PREVIOUS);
+    // SAFETY: PREVIOUS is written once, by install_handler's sigaction, before this
+    // handler can run; only read after.
+    let previous = unsafe { &*std::ptr::addr_of!(PREVIOUS) };
     match previous.handler {
         0 | 1 => {
             // SIG_DFL (a core dump) or SIG_IGN: restore and let it happen again.
-            sigaction(SIGTRAP, std::ptr::addr_of!(PREVIOUS), std::ptr::null_mut());
-            if previous.handler == 0 {
-                let pid = raw_syscall3(39 /* getpid */, 0, 0, 0);
-                raw_syscall3(
-                    234, /* tgkill */
-                    pid,
-                    crate::tid() as isize,
-                    SIGTRAP as isize,
-                );
+            // SAFETY: reinstalls the disposition sigaction gave us; getpid and tgkill
+            // (to this thread) take no pointers.
+            unsafe {
+                sigaction(SIGTRAP, std::ptr::addr_of!(PREVIOUS), std::ptr::null_mut());
+                if previous.handler == 0 {
+                    let pid = raw_syscall3(39 /* getpid */, 0, 0, 0);
+                    raw_syscall3(
+                        234, /* tgkill */
+                        pid,
+                        crate::tid() as isize,
+                        SIGTRAP as isize,
+                    );
+                }
             }
         }
         h if previous.flags & SA_SIGINFO != 0 => {
-            let f: unsafe extern "C" fn(c_int, *mut c_void, *mut c_void) = std::mem::transmute(h);
-            f(sig, info, ctx)
+            // SAFETY: the program installed `h` as an SA_SIGINFO handler: this is its
+            // signature, and it gets the signal's own arguments.
+            unsafe {
+                let f: unsafe extern "C" fn(c_int, *mut c_void, *mut c_void) =
+                    std::mem::transmute(h);
+                f(sig, info, ctx)
+            }
         }
         h => {
-            let f: unsafe extern "C" fn(c_int) = std::mem::transmute(h);
-            f(sig)
+            // SAFETY: the program installed `h` as a plain handler: this is its
+            // signature.
+            unsafe {
+                let f: unsafe extern "C" fn(c_int) = std::mem::transmute(h);
+                f(sig)
+            }
         }
     }
 }
 
 /// The runtime address the site's instruction accesses, from the trapped registers.
+///
+/// # Safety
+/// `ctx` must be the `ucontext_t` of the trap.
 unsafe fn effective_address(site: &probe_common::WatchSite, bias: u64, ctx: *mut c_void) -> u64 {
     let reg = |r: u8| -> u64 {
         match GREG_OF_REG.get(r as usize) {
-            Some(&g) => *greg(ctx, g) as u64,
+            // SAFETY: the trap's context (the caller's contract); `g` is a gregs index.
+            Some(&g) => unsafe { *greg(ctx, g) as u64 },
             None => 0,
         }
     };
@@ -341,6 +384,9 @@ unsafe fn effective_address(site: &probe_common::WatchSite, bias: u64, ctx: *mut
 }
 
 /// A thread is about to execute the instruction of access site `index`.
+///
+/// # Safety
+/// `ctx` must be the `ucontext_t` of the trap.
 unsafe fn access_trap(index: u32, ctx: *mut c_void) {
     let sh = shared();
     if index as usize >= sh.n_sites as usize {
@@ -354,7 +400,8 @@ unsafe fn access_trap(index: u32, ctx: *mut c_void) {
     }
     if s.via_register != 0 {
         let bias = sh.main_base.load(Relaxed);
-        let ea = effective_address(&s.site, bias, ctx);
+        // SAFETY: the trap's context (the caller's contract).
+        let ea = unsafe { effective_address(&s.site, bias, ctx) };
         let watched = var..var + s.site.watch_len.max(1) as u64;
         if ea >= watched.end || ea + s.site.size.max(1) as u64 <= watched.start {
             return; // the same instruction on other memory
@@ -365,7 +412,8 @@ unsafe fn access_trap(index: u32, ctx: *mut c_void) {
     if c.completes_occurrence(s.kind, var) {
         // Others wait for this access: mark it done once the instruction has run.
         TRAPS.with(|tr| tr.stepping.set(index));
-        *greg(ctx, GREG_EFL) |= EFLAGS_TF;
+        // SAFETY: the trap's context; REG_EFL is a general register slot.
+        unsafe { *greg(ctx, GREG_EFL) |= EFLAGS_TF };
     } else {
         c.happened(s.kind, var, None);
         disarm_finished(s.kind, s.symbol);
