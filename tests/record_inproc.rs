@@ -274,7 +274,7 @@ fn a_full_ring_waits_for_the_drain_and_loses_nothing() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(600_000 > ordo_probe_common::inproc::RING_RECORDS);
+    const { assert!(600_000 > ordo_probe_common::inproc::RING_RECORDS) };
     let out = run_ordo(&["dump", "--stats", "--json", trace.to_str().unwrap()]);
     let s: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(s["lost"], 0, "{s}");

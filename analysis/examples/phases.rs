@@ -45,7 +45,6 @@ fn main() {
 }
 
 /// Read, merge and the engine's pass, on one thread.
-#[allow(dead_code)]
 fn full(path: &std::path::Path) {
     let start = std::time::Instant::now();
     let mut r = TraceReader::open(path, ReadMode::Strict).unwrap();

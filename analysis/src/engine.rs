@@ -163,12 +163,15 @@ struct CsRec {
     in_wait: bool,
 }
 
+/// A mutex release: the mutex's address and the releasing thread's epoch at it.
+type Release = (u64, Epoch);
+
 #[derive(Default)]
 struct CondState {
     waiters: Vec<Waiter>,
     /// The last signal or broadcast that found no waiter, with its epoch and the
     /// signaller's last mutex release before it (see [`Engine::signal`]).
-    lonely: Option<(EventId, Epoch, Option<(u64, Epoch)>)>,
+    lonely: Option<(EventId, Epoch, Option<Release>)>,
 }
 
 /// How a cond wait that returned was woken: what barging candidates pin.
@@ -254,7 +257,7 @@ struct ThreadState {
     /// `cond_wait_begin` yet (keyed by the condvar's address).
     condwait_release: Option<(u64, u32)>,
     /// The thread's last mutex release outside a cond wait: (address, epoch).
-    last_release: Option<(u64, Epoch)>,
+    last_release: Option<Release>,
     /// That release as an event with a name (for late-join candidates).
     last_unlock: Option<EventId>,
     /// The lock of the thread's last explicit release ([`NO_OBJECT`]: none): a
@@ -906,7 +909,7 @@ impl<'a> Engine<'a> {
         let attempt = Event {
             kind: attempted.unwrap(),
             via: Via::Plain,
-            ..e.clone()
+            ..*e
         };
         let id = self.name(t, &attempt);
         self.index += 1;
@@ -1248,9 +1251,9 @@ impl<'a> Engine<'a> {
         let b = cur.acq.thread;
         let mut found = false;
         // Reorder past several sections of other threads.
-        for j in 1..WINDOW {
+        for (j, pj) in p.iter().enumerate().skip(1) {
             let all = (1u8 << (j + 1)) - 1;
-            let Some(pj) = p[j] else { break };
+            let Some(pj) = *pj else { break };
             if cur.unknown & all != all {
                 break;
             }
@@ -1293,8 +1296,8 @@ impl<'a> Engine<'a> {
         if let Some(j) = p.iter().position(|x| x.is_some_and(|x| x.acq.thread == b)) {
             let y = p[j].unwrap();
             if y.acq.site != cur.acq.site && !y.in_wait && !cur.in_wait {
-                for k in j + 1..WINDOW {
-                    let Some(x) = p[k] else { break };
+                for (k, x) in p.iter().enumerate().skip(j + 1) {
+                    let Some(x) = *x else { break };
                     if (j, k) == (0, 1)
                         || x.acq.thread == b
                         || y.unknown & (1 << (k - j - 1)) == 0
@@ -2160,7 +2163,7 @@ fn could_precede(run: &[CsRec], i: isize, j: usize) -> bool {
 
 /// Whether a signaller's last mutex release (`published`) was of `mutex` and is
 /// known to a clock `vc` (the waiter's at its wait).
-fn predicate_published(published: Option<(u64, Epoch)>, mutex: u64, vc: &VectorClock) -> bool {
+fn predicate_published(published: Option<Release>, mutex: u64, vc: &VectorClock) -> bool {
     published.is_some_and(|(m, release)| m == mutex && release.happens_before(vc))
 }
 

@@ -358,7 +358,7 @@ pub fn write_striped_resize_trace(path: &Path, events: u64, stripes: u32) -> io:
         rng ^= rng << 17;
         let t = workers[(rng % WORKERS as u64) as usize];
         ops += 1;
-        if ops % 64 == 0 {
+        if ops.is_multiple_of(64) {
             for s in 0..stripes {
                 b.lock(t, STRIPE_BASE + s * 64, 0x404000);
             }

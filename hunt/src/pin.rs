@@ -191,7 +191,7 @@ impl LockSections {
         let attempt = Event {
             kind: attempted,
             via: Via::Plain,
-            ..e.clone()
+            ..*e
         };
         let Some(name) = namer.name(&attempt) else {
             return;

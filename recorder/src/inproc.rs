@@ -477,8 +477,16 @@ impl TscClock {
     }
 }
 
+/// Wakes every thread waiting on the futex word at `word`.
+///
+/// # Safety
+///
+/// `word` points to an aligned `u32` in a live mapping (one the waiters share).
 unsafe fn futex_wake(word: *mut u32) {
-    libc::syscall(libc::SYS_futex, word, libc::FUTEX_WAKE, i32::MAX);
+    // SAFETY: FUTEX_WAKE takes no pointer but the word's address, which the caller
+    // vouches for; the kernel only uses it to find the waiters (it reads and writes
+    // no memory of ours).
+    unsafe { libc::syscall(libc::SYS_futex, word, libc::FUTEX_WAKE, i32::MAX) };
 }
 
 /// Appends one event of thread `tid` as its own batch (a `blocked` event, outside

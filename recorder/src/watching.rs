@@ -10,11 +10,15 @@ use ordo_probe_common::WatchSite;
 use crate::recording::{HwWatch, MAX_HW_WATCHES};
 use crate::watch::{plan_sites, resolve_mark, Resolver, WatchSpec};
 
+/// An instruction site to attach a watch probe at: the module file, the
+/// instruction's file offset, and the site (link-time addresses).
+type PlacedSite = (PathBuf, u64, WatchSite);
+
 /// Resolved watches, ready for [`crate::RecordOptions`].
 #[derive(Default, Debug)]
 pub struct WatchSetup {
     /// Uprobe sites: module, file offset, site.
-    pub sites: Vec<(PathBuf, u64, WatchSite)>,
+    pub sites: Vec<PlacedSite>,
     /// Hardware watchpoints at runtime addresses.
     pub hw: Vec<HwWatch>,
     /// One line per watch for the user (what was found, how many sites).
@@ -141,10 +145,7 @@ pub fn plan(
 /// Resolves `--mark` specs (program points) in `main_binary` into watch-probe
 /// sites that record an `at` event each time a thread reaches the instruction.
 /// Returns the sites and one note per mark.
-pub fn plan_marks(
-    marks: &[String],
-    main_binary: &Path,
-) -> Result<(Vec<(PathBuf, u64, WatchSite)>, Vec<String>)> {
+pub fn plan_marks(marks: &[String], main_binary: &Path) -> Result<(Vec<PlacedSite>, Vec<String>)> {
     let mut sites = Vec::new();
     let mut notes = Vec::new();
     for text in marks {

@@ -474,12 +474,10 @@ impl OrderMerger {
                     self.created.insert(child);
                 }
             }
-            Kind::ThreadStart => {
-                // Started: neither set is asked about this tid again (until a
-                // creation reuses it).
-                if self.created.remove(&e.tid) {
-                    self.creates_pending.remove(&e.tid);
-                }
+            // Started: neither set is asked about this tid again (until a creation
+            // reuses it).
+            Kind::ThreadStart if self.created.remove(&e.tid) => {
+                self.creates_pending.remove(&e.tid);
             }
             Kind::ThreadExit => {
                 self.exited.insert(e.tid);

@@ -127,6 +127,8 @@ fn apt_install(wanted: &[&str]) -> Result<()> {
         return Ok(());
     }
     eprintln!("xtask: installing {}", missing.join(" "));
+    // SAFETY: geteuid(2) takes no arguments, touches no memory of ours and cannot
+    // fail; the declaration below matches its C signature (uid_t is u32 on Linux).
     if unsafe { libc_geteuid() } != 0 {
         bail!("installing {} needs root (apt-get)", missing.join(" "));
     }

@@ -399,21 +399,37 @@ pub const CONFIG_MAP: &str = "CONFIG";
 pub mod reg {
     /// No register.
     pub const NONE: u8 = 0xff;
+    /// General-purpose register `rax`.
     pub const RAX: u8 = 0;
+    /// General-purpose register `rbx`.
     pub const RBX: u8 = 1;
+    /// General-purpose register `rcx`.
     pub const RCX: u8 = 2;
+    /// General-purpose register `rdx`.
     pub const RDX: u8 = 3;
+    /// General-purpose register `rsi`.
     pub const RSI: u8 = 4;
+    /// General-purpose register `rdi`.
     pub const RDI: u8 = 5;
+    /// General-purpose register `rbp` (the frame pointer).
     pub const RBP: u8 = 6;
+    /// General-purpose register `rsp` (the stack pointer).
     pub const RSP: u8 = 7;
+    /// General-purpose register `r8`.
     pub const R8: u8 = 8;
+    /// General-purpose register `r9`.
     pub const R9: u8 = 9;
+    /// General-purpose register `r10`.
     pub const R10: u8 = 10;
+    /// General-purpose register `r11`.
     pub const R11: u8 = 11;
+    /// General-purpose register `r12`.
     pub const R12: u8 = 12;
+    /// General-purpose register `r13`.
     pub const R13: u8 = 13;
+    /// General-purpose register `r14`.
     pub const R14: u8 = 14;
+    /// General-purpose register `r15`.
     pub const R15: u8 = 15;
     /// The address of the next instruction (for RIP-relative operands the decoder
     /// has already folded it into `disp`, so this is rarely needed).

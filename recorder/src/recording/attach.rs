@@ -353,7 +353,10 @@ fn set_config(ebpf: &mut Ebpf, index: u32, value: u64) -> Result<()> {
 /// The uprobe sites to attach, grouped by program and file: libc's entry and return
 /// probes and placed sites, then the watch probes; the watch site table, if any;
 /// and the placed-site table.
-#[allow(clippy::type_complexity)]
+#[expect(
+    clippy::type_complexity,
+    reason = "three tables for the one caller, named by this doc; a type for them would be used once"
+)]
 fn uprobe_sites(
     options: &RecordOptions,
 ) -> Result<(Vec<Sites>, Option<Vec<WatchSite>>, Vec<ProbeSite>)> {
@@ -493,7 +496,7 @@ fn attach_hw_watches(ebpf: &mut Ebpf, options: &RecordOptions) -> Result<()> {
             let deadline = Instant::now() + DEBUG_REGISTERS_WAIT;
             loop {
                 match prog.attach(
-                    config.clone(),
+                    config,
                     PerfEventScope::AllProcessesOneCpu { cpu },
                     SamplePolicy::Period(1),
                     false,

@@ -195,7 +195,9 @@ impl ModuleWatch {
     /// since).
     fn check(&mut self, pass: &mut RawPass) {
         let unknown = pass.has_site_outside(&mut |site| self.known.contains(site));
-        if unknown || (!self.any && !(pass.records.is_empty() && pass.kernel.is_empty())) {
+        // Nothing known yet and the pass has events: the first scan.
+        let first = !(self.any || (pass.records.is_empty() && pass.kernel.is_empty()));
+        if unknown || first {
             self.scan(pass, false);
         }
     }

@@ -941,10 +941,12 @@ struct PendingVariable {
     ty: Option<gimli::UnitOffset>,
 }
 
+/// A file's DWARF sections (borrowed from the file, or decompressed) and its byte
+/// order.
+type Sections<'d> = (gimli::DwarfSections<Cow<'d, [u8]>>, gimli::RunTimeEndian);
+
 /// A file's DWARF sections (empty where missing) and its byte order.
-pub(crate) fn dwarf_sections<'d>(
-    file: &object::File<'d>,
-) -> Result<(gimli::DwarfSections<Cow<'d, [u8]>>, gimli::RunTimeEndian), gimli::Error> {
+pub(crate) fn dwarf_sections<'d>(file: &object::File<'d>) -> Result<Sections<'d>, gimli::Error> {
     let endian = if file.is_little_endian() {
         gimli::RunTimeEndian::Little
     } else {
@@ -986,14 +988,7 @@ fn dwarf_variables(dwarf: &gimli::Dwarf<Reader<'_>>) -> Result<Vec<Candidate>, g
         let mut qualified: HashMap<gimli::UnitOffset, String> = HashMap::new();
         let mut pending = Vec::new();
         let mut tree = unit.entries_tree(None)?;
-        walk(
-            &dwarf,
-            &unit,
-            tree.root()?,
-            "",
-            &mut qualified,
-            &mut pending,
-        )?;
+        walk(dwarf, &unit, tree.root()?, "", &mut qualified, &mut pending)?;
         let unit_offset = unit.header.offset().as_debug_info_offset();
         let file = unit.name.map(|n| n.to_string_lossy().into_owned());
         for var in pending {

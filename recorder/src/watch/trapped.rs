@@ -155,13 +155,16 @@ pub fn instruction_ending_at(data: &[u8], after: u64) -> Option<Instruction> {
     find_instruction(data, after, Boundary::End).map(|f| f.instr)
 }
 
+/// A module file's bytes and layout, shared by the traps in it.
+type ModuleFile = Arc<(Vec<u8>, ElfInfo)>;
+
 /// Classifies hardware-watchpoint traps by the instruction before the trap
 /// address, caching by address (a loop traps at the same few addresses).
 #[derive(Default)]
 pub struct TrapDecoder {
     by_ip: HashMap<u64, Option<TrappedAccess>>,
     /// Module path → its bytes and layout (`None`: unreadable).
-    files: HashMap<String, Option<Arc<(Vec<u8>, ElfInfo)>>>,
+    files: HashMap<String, Option<ModuleFile>>,
 }
 
 impl TrapDecoder {
