@@ -784,7 +784,13 @@ fn start_long_recording(
     rec
 }
 
-/// Starts recording a long contention run (without waiting for anything).
+/// Starts recording a condvar ping-pong that goes on until it is killed, without
+/// waiting for anything. The recording must still be going when the test signals
+/// it: a run that could end by itself (300 000 contended iterations) raced the
+/// test on a loaded machine, where the idle-priority converter may write the
+/// trace's first chunk only once the program has ended. Ping-pong rather than an
+/// uncontended loop: a loop makes ~8 M events a second in process, which the debug
+/// build's converter then takes ~10 s to finish.
 fn spawn_long_recording(
     trace: &std::path::Path,
     program: &std::path::Path,
@@ -795,7 +801,7 @@ fn spawn_long_recording(
         .arg(trace)
         .arg("--")
         .arg(program)
-        .args(["contention", "2", "300000"])
+        .args(["pingpong", "100000000"])
         .stdout(std::process::Stdio::null())
         .spawn()
         .unwrap()
