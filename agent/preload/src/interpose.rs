@@ -15,6 +15,11 @@
 //! addresses (a condvar wait's gate may unlock and relock the mutex the wait returned
 //! with held, as the program could). A caller that keeps libc's contract keeps the
 //! wrapper's; the `// SAFETY:` comments on the forwarding calls refer to this.
+//!
+//! The wrappers are exported under libc's names only outside `cargo test`: the
+//! crate's unit-test binary would otherwise interpose them on its own test harness
+//! (a release build of it crashed in the `syscall` wrapper, called by std's futex
+//! wake: the wrappers are built to run in a program the agent was preloaded into).
 
 use std::ffi::{c_char, c_int, c_long, c_void};
 use std::ptr::null_mut;
@@ -241,7 +246,7 @@ fn try_acquire(
 macro_rules! mutex_acquire {
     ($name:ident, $real:literal, $via:expr, $state:expr $(, $arg:ident : $ty:ty)*) => {
         #[doc = concat!("`", $real, "`, interposed: gated and recorded as a mutex acquisition.")]
-        #[no_mangle]
+        #[cfg_attr(not(test), no_mangle)]
         pub unsafe extern "C-unwind" fn $name(m: P $(, $arg: $ty)*) -> c_int {
             let real = real!($real, fn(P $(, $ty)*) -> c_int);
             if !record::on() && !crate::gate::on() {
@@ -262,7 +267,7 @@ mutex_acquire!(
     STATE_BLOCKED
 );
 /// `pthread_mutex_trylock`, interposed: see `try_acquire`.
-#[no_mangle]
+#[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C-unwind" fn pthread_mutex_trylock(m: P) -> c_int {
     let real = real!("pthread_mutex_trylock", fn(P) -> c_int);
     if !record::on() && !crate::gate::on() {
@@ -289,7 +294,7 @@ mutex_acquire!(pthread_mutex_timedlock, "pthread_mutex_timedlock", via::TIMED, S
 mutex_acquire!(pthread_mutex_clocklock, "pthread_mutex_clocklock", via::TIMED, STATE_TIMED, clock: c_int, ts: P);
 
 /// `pthread_mutex_unlock`, interposed: gated and recorded as a release.
-#[no_mangle]
+#[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C-unwind" fn pthread_mutex_unlock(m: P) -> c_int {
     let real = real!("pthread_mutex_unlock", fn(P) -> c_int);
     if !record::on() && !crate::gate::on() {
@@ -414,7 +419,7 @@ fn record_cond_pair(
 }
 
 /// `pthread_cond_wait`, interposed: see `cond_wait`.
-#[no_mangle]
+#[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C-unwind" fn pthread_cond_wait(c: P, m: P) -> c_int {
     let real = real!("pthread_cond_wait" @ "GLIBC_2.3.2", fn(P, P) -> c_int);
     let site = site!();
@@ -424,7 +429,7 @@ pub unsafe extern "C-unwind" fn pthread_cond_wait(c: P, m: P) -> c_int {
 }
 
 /// `pthread_cond_timedwait`, interposed: see `cond_wait`.
-#[no_mangle]
+#[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C-unwind" fn pthread_cond_timedwait(c: P, m: P, ts: P) -> c_int {
     let real = real!("pthread_cond_timedwait" @ "GLIBC_2.3.2", fn(P, P, P) -> c_int);
     let site = site!();
@@ -434,7 +439,7 @@ pub unsafe extern "C-unwind" fn pthread_cond_timedwait(c: P, m: P, ts: P) -> c_i
 }
 
 /// `pthread_cond_clockwait`, interposed: see `cond_wait`.
-#[no_mangle]
+#[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C-unwind" fn pthread_cond_clockwait(c: P, m: P, clock: c_int, ts: P) -> c_int {
     let real = real!("pthread_cond_clockwait", fn(P, P, c_int, P) -> c_int);
     let site = site!();
@@ -448,7 +453,7 @@ pub unsafe extern "C-unwind" fn pthread_cond_clockwait(c: P, m: P, clock: c_int,
 }
 
 /// `pthread_cond_signal`, interposed: gated and recorded as a release.
-#[no_mangle]
+#[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C-unwind" fn pthread_cond_signal(c: P) -> c_int {
     let real = real!("pthread_cond_signal" @ "GLIBC_2.3.2", fn(P) -> c_int);
     let site = site!();
@@ -459,7 +464,7 @@ pub unsafe extern "C-unwind" fn pthread_cond_signal(c: P) -> c_int {
 }
 
 /// `pthread_cond_broadcast`, interposed: gated and recorded as a release.
-#[no_mangle]
+#[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C-unwind" fn pthread_cond_broadcast(c: P) -> c_int {
     let real = real!("pthread_cond_broadcast" @ "GLIBC_2.3.2", fn(P) -> c_int);
     let site = site!();
@@ -476,7 +481,7 @@ pub unsafe extern "C-unwind" fn pthread_cond_broadcast(c: P) -> c_int {
 macro_rules! rwlock_acquire {
     ($name:ident, $real:literal, $ok:expr, $via:expr, $state:expr $(, $arg:ident : $ty:ty)*) => {
         #[doc = concat!("`", $real, "`, interposed: gated and recorded as a rwlock acquisition.")]
-        #[no_mangle]
+        #[cfg_attr(not(test), no_mangle)]
         pub unsafe extern "C-unwind" fn $name(l: P $(, $arg: $ty)*) -> c_int {
             let real = real!($real, fn(P $(, $ty)*) -> c_int);
             let site = site!();
@@ -497,7 +502,7 @@ rwlock_acquire!(
 macro_rules! rwlock_try {
     ($name:ident, $real:literal, $ok:expr) => {
         #[doc = concat!("`", $real, "`, interposed: see `try_acquire`.")]
-        #[no_mangle]
+        #[cfg_attr(not(test), no_mangle)]
         pub unsafe extern "C-unwind" fn $name(l: P) -> c_int {
             let real = real!($real, fn(P) -> c_int);
             let site = site!();
@@ -542,7 +547,7 @@ rwlock_acquire!(pthread_rwlock_timedwrlock, "pthread_rwlock_timedwrlock", kind::
 rwlock_acquire!(pthread_rwlock_clockwrlock, "pthread_rwlock_clockwrlock", kind::RWLOCK_WRLOCK, via::TIMED, STATE_TIMED, clock: c_int, ts: P);
 
 /// `pthread_rwlock_unlock`, interposed: gated and recorded as a release.
-#[no_mangle]
+#[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C-unwind" fn pthread_rwlock_unlock(l: P) -> c_int {
     let real = real!("pthread_rwlock_unlock", fn(P) -> c_int);
     let site = site!();
@@ -559,7 +564,7 @@ pub unsafe extern "C-unwind" fn pthread_rwlock_unlock(l: P) -> c_int {
 macro_rules! sem_acquire {
     ($name:ident, $real:literal, $via:expr, $state:expr $(, $arg:ident : $ty:ty)*) => {
         #[doc = concat!("`", $real, "`, interposed: gated and recorded as a semaphore wait.")]
-        #[no_mangle]
+        #[cfg_attr(not(test), no_mangle)]
         pub unsafe extern "C-unwind" fn $name(s: P $(, $arg: $ty)*) -> c_int {
             let real = real!($real, fn(P $(, $ty)*) -> c_int);
             let site = site!();
@@ -571,7 +576,7 @@ macro_rules! sem_acquire {
 
 sem_acquire!(sem_wait, "sem_wait", via::PLAIN, STATE_BLOCKED);
 /// `sem_trywait`, interposed: see `try_acquire`.
-#[no_mangle]
+#[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C-unwind" fn sem_trywait(s: P) -> c_int {
     let real = real!("sem_trywait", fn(P) -> c_int);
     let site = site!();
@@ -594,7 +599,7 @@ sem_acquire!(sem_timedwait, "sem_timedwait", via::TIMED, STATE_TIMED, ts: P);
 sem_acquire!(sem_clockwait, "sem_clockwait", via::TIMED, STATE_TIMED, clock: c_int, ts: P);
 
 /// `sem_post`, interposed: gated and recorded as a release.
-#[no_mangle]
+#[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C-unwind" fn sem_post(s: P) -> c_int {
     let real = real!("sem_post", fn(P) -> c_int);
     let site = site!();
@@ -604,7 +609,7 @@ pub unsafe extern "C-unwind" fn sem_post(s: P) -> c_int {
 
 /// `pthread_barrier_wait`, interposed: the arrival gated and recorded before the call,
 /// the wait after it returns.
-#[no_mangle]
+#[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C-unwind" fn pthread_barrier_wait(b: P) -> c_int {
     let real = real!("pthread_barrier_wait", fn(P) -> c_int);
     let site = site!();
@@ -702,7 +707,7 @@ fn record_create(th: *mut u64, r: c_int, site: u64) {
 
 /// `pthread_create`, interposed: recorded after the call; when replaying, the new
 /// thread runs `start_thread` first, which gives it its logical id.
-#[no_mangle]
+#[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C-unwind" fn pthread_create(
     th: *mut u64,
     attr: P,
@@ -822,7 +827,7 @@ unsafe fn join(th: u64, via_: u8, blocking: u32, site: u64, call: impl FnOnce() 
 }
 
 /// `pthread_join`, interposed: gated and recorded as a join.
-#[no_mangle]
+#[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C-unwind" fn pthread_join(th: u64, ret: *mut P) -> c_int {
     let real = real!("pthread_join", fn(u64, *mut P) -> c_int);
     let site = site!();
@@ -831,7 +836,7 @@ pub unsafe extern "C-unwind" fn pthread_join(th: u64, ret: *mut P) -> c_int {
 }
 
 /// `pthread_tryjoin_np`, interposed: gated and recorded as a join.
-#[no_mangle]
+#[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C-unwind" fn pthread_tryjoin_np(th: u64, ret: *mut P) -> c_int {
     let real = real!("pthread_tryjoin_np", fn(u64, *mut P) -> c_int);
     let site = site!();
@@ -840,7 +845,7 @@ pub unsafe extern "C-unwind" fn pthread_tryjoin_np(th: u64, ret: *mut P) -> c_in
 }
 
 /// `pthread_timedjoin_np`, interposed: gated and recorded as a join.
-#[no_mangle]
+#[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C-unwind" fn pthread_timedjoin_np(th: u64, ret: *mut P, ts: P) -> c_int {
     let real = real!("pthread_timedjoin_np", fn(u64, *mut P, P) -> c_int);
     let site = site!();
@@ -849,7 +854,7 @@ pub unsafe extern "C-unwind" fn pthread_timedjoin_np(th: u64, ret: *mut P, ts: P
 }
 
 /// `pthread_clockjoin_np`, interposed: gated and recorded as a join.
-#[no_mangle]
+#[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C-unwind" fn pthread_clockjoin_np(
     th: u64,
     ret: *mut P,
@@ -867,7 +872,7 @@ pub unsafe extern "C-unwind" fn pthread_clockjoin_np(
 }
 
 /// `pthread_exit`, interposed: the thread's exit is gated first.
-#[no_mangle]
+#[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C-unwind" fn pthread_exit(ret: P) -> ! {
     let real = real!("pthread_exit", fn(P) -> ());
     thread_end();
@@ -892,7 +897,7 @@ fn is_futex_wait(cmd: c_long) -> bool {
 /// locks, C++ atomic wait) are recorded here like the eBPF path's futex tracepoint
 /// records them: a wake numbered before it takes effect, a wait after it returns,
 /// the result as the kernel returns it (`-errno` on failure).
-#[no_mangle]
+#[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C-unwind" fn syscall(
     n: c_long,
     a1: c_long,

@@ -278,7 +278,7 @@ static PROGRAM_MAIN: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicU
 /// program links, sanitizer runtimes included, initialized. `ordo replay` tells "the
 /// program died before main" (e.g. a runtime refused to start) from a
 /// reproduced bug by it.
-#[no_mangle]
+#[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn __libc_start_main(
     main: MainFn,
     argc: c_int,
