@@ -15,8 +15,10 @@
 //!
 //! The merge works on the passes exactly as they were read (pass boundaries
 //! included), so the trace is the same as if it ran at once. The backlog is bounded:
-//! past [`BACKLOG_NORMAL`] bytes the converter runs at normal priority (it then takes
-//! its share of the CPU, as before), past [`BACKLOG_FULL`] the drain stops copying
+//! past [`Backlog::normal`] bytes (an eighth of the memory available when the
+//! recording starts, 256 MiB to 4 GiB) the converter runs at normal priority (it then
+//! takes its share of the CPU, as before), past [`Backlog::full`] (twice that) the
+//! drain stops copying
 //! (still counting passes, so the agents wait for room rather than drop events).
 //! Events not converted yet are lost if the recorder itself is SIGKILLed; what was
 //! written stays readable. Nor does it defer when the trace's file system is nearly
@@ -62,11 +64,55 @@ const PREFAULT_BUFFERS: usize = 8;
 const PREFAULT_RECORDS: usize =
     (4 << 20) / std::mem::size_of::<ordo_probe_common::inproc::Record>();
 
-/// Unconverted bytes past which the converter stops yielding to the program.
-const BACKLOG_NORMAL: usize = 1 << 30;
-/// Unconverted bytes past which the drain stops copying until the converter caught
-/// up (the agents wait for room meanwhile).
-const BACKLOG_FULL: usize = 2 << 30;
+/// How much unconverted backlog the recording holds, in bytes of ring slots.
+///
+/// The longer a busy program's burst the converter can leave for later, the less
+/// of the program's CPU it takes: memcached under memcaslap makes ~3.5 M events
+/// (~120 MB of slots) a second, and with a fixed 1 GiB the converter went to normal
+/// priority ~8 s into a 10-s load (6 s with 48-byte records), visibly in the
+/// throughput. Memory is what bounds it, so the limits scale with the memory
+/// available when the recording starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Backlog {
+    /// Past this, the converter stops yielding to the program (normal priority)
+    /// until the backlog is down to a quarter of it.
+    normal: usize,
+    /// Past this, the drain stops copying until the converter caught up (the agents
+    /// wait for room meanwhile: nothing is dropped).
+    full: usize,
+}
+
+impl Default for Backlog {
+    /// The limits of a machine with 8 GiB available: 1 GiB and 2 GiB.
+    fn default() -> Backlog {
+        Backlog::for_memory(8 << 30)
+    }
+}
+
+impl Backlog {
+    /// An eighth of `available` bytes, 256 MiB to 4 GiB, and twice that.
+    fn for_memory(available: u64) -> Backlog {
+        let normal = (available / 8).clamp(256 << 20, 4 << 30) as usize;
+        Backlog {
+            normal,
+            full: 2 * normal,
+        }
+    }
+
+    /// For the memory this machine has available now (`MemAvailable`; 8 GiB
+    /// assumed when /proc/meminfo does not say, giving the former 1 GiB).
+    fn for_this_machine() -> Backlog {
+        let available = std::fs::read_to_string("/proc/meminfo")
+            .ok()
+            .and_then(|m| {
+                m.lines()
+                    .find_map(|l| l.strip_prefix("MemAvailable:"))
+                    .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            })
+            .map_or(8 << 30, |kib| kib * 1024);
+        Backlog::for_memory(available)
+    }
+}
 
 /// Free space on the trace's file system below which the converter stops yielding.
 const LOW_SPACE: u64 = 64 << 20;
@@ -93,6 +139,8 @@ struct Shared {
     finishing: AtomicBool,
     /// The trace's file system is nearly full: convert at normal priority.
     low_space: AtomicBool,
+    /// The backlog's limits.
+    limits: Backlog,
     /// The converter's and the writer's kernel tids (0 until known, -1 none).
     converter_tid: AtomicI32,
     writer_tid: AtomicI32,
@@ -227,6 +275,7 @@ pub(super) fn drain(
     let pid = state.pid;
     let shared = Arc::new(Shared {
         backlog,
+        limits: Backlog::for_this_machine(),
         ..Shared::default()
     });
     let (to_converter, passes) = channel();
@@ -329,7 +378,7 @@ pub(super) fn drain(
             mapping.wait_doorbell(doorbell, interval);
         }
         doorbell = mapping.doorbell();
-        if shared.backlog.load(Ordering::Relaxed) > BACKLOG_FULL {
+        if shared.backlog.load(Ordering::Relaxed) > shared.limits.full {
             // Copying more would only grow the backlog: let the rings hold the
             // events (a full ring waits while passes are counted).
             mapping.count_idle_pass();
@@ -433,9 +482,9 @@ fn convert(
             && !shared.low_space.load(Ordering::Relaxed)
             && backlog
                 < if idle {
-                    BACKLOG_NORMAL
+                    shared.limits.normal
                 } else {
-                    BACKLOG_NORMAL / 4
+                    shared.limits.normal / 4
                 };
         if want_idle != idle {
             idle = want_idle;
@@ -496,6 +545,26 @@ fn notes(mapping: &InprocMapping) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_backlog_limits_scale_with_the_memory_available() {
+        let gib = 1u64 << 30;
+        assert_eq!(
+            Backlog::for_memory(8 * gib),
+            Backlog {
+                normal: 1 << 30,
+                full: 2 << 30
+            }
+        );
+        assert_eq!(
+            Backlog::for_memory(22 * gib).normal,
+            (22 * gib / 8) as usize
+        );
+        assert_eq!(Backlog::for_memory(gib).normal, 256 << 20);
+        assert_eq!(Backlog::for_memory(1024 * gib).normal, 4 << 30);
+        let here = Backlog::for_this_machine();
+        assert!(here.normal >= 256 << 20 && here.full == 2 * here.normal);
+    }
 
     #[test]
     fn space_is_low_when_the_backlog_may_not_fit() {
