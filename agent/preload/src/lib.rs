@@ -109,25 +109,8 @@ fn die(message: &str) -> ! {
 /// # Safety
 /// `word` must point to a live, aligned futex word for the duration of the call.
 unsafe fn futex(word: *const AtomicU32, op: i32, val: u32) -> isize {
-    let ret: isize;
-    // SAFETY: the futex syscall touches only `word` (valid: the caller's contract);
-    // the unused arguments are zero and rcx/r11, which `syscall` clobbers, are declared.
-    unsafe {
-        std::arch::asm!(
-            "syscall",
-            inlateout("rax") SYS_FUTEX as isize => ret,
-            in("rdi") word,
-            in("rsi") op as isize,
-            in("rdx") val as isize,
-            in("r10") 0isize,
-            in("r8") 0isize,
-            in("r9") 0isize,
-            lateout("rcx") _,
-            lateout("r11") _,
-            options(nostack),
-        );
-    }
-    ret
+    // SAFETY: the caller's contract; no timeout.
+    unsafe { futex_timed(word, op, val, std::ptr::null()) }
 }
 
 /// Futex wait with a timeout in nanoseconds (for the short polls below).
@@ -136,18 +119,28 @@ unsafe fn futex(word: *const AtomicU32, op: i32, val: u32) -> isize {
 /// `word` must point to a live, aligned futex word for the duration of the call.
 unsafe fn futex_wait_ns(word: *const AtomicU32, val: u32, ns: i64) {
     let ts = [0i64, ns];
-    let _ret: isize;
-    // SAFETY: FUTEX_WAIT reads `word` (valid: the caller's contract) and the timespec
-    // `ts`, a local that outlives the call; rcx/r11, which `syscall` clobbers, are
-    // declared.
+    // SAFETY: the caller's contract; `ts` is a timespec that outlives the call.
+    unsafe { futex_timed(word, FUTEX_WAIT, val, ts.as_ptr()) };
+}
+
+/// The futex syscall with a timespec (null: none), bypassing libc.
+///
+/// # Safety
+/// `word` must point to a live, aligned futex word, and `timeout` be null or point
+/// to a timespec, for the duration of the call.
+unsafe fn futex_timed(word: *const AtomicU32, op: i32, val: u32, timeout: *const i64) -> isize {
+    let ret: isize;
+    // SAFETY: the futex syscall touches only `word` and `timeout` (valid: the
+    // caller's contract); the unused arguments are zero and rcx/r11, which `syscall`
+    // clobbers, are declared.
     unsafe {
         std::arch::asm!(
             "syscall",
-            inlateout("rax") SYS_FUTEX as isize => _ret,
+            inlateout("rax") SYS_FUTEX as isize => ret,
             in("rdi") word,
-            in("rsi") FUTEX_WAIT as isize,
+            in("rsi") op as isize,
             in("rdx") val as isize,
-            in("r10") ts.as_ptr(),
+            in("r10") timeout,
             in("r8") 0isize,
             in("r9") 0isize,
             lateout("rcx") _,
@@ -155,6 +148,7 @@ unsafe fn futex_wait_ns(word: *const AtomicU32, val: u32, ns: i64) {
             options(nostack),
         );
     }
+    ret
 }
 
 /// A raw syscall with up to three arguments.
