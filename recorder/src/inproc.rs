@@ -493,10 +493,10 @@ unsafe fn futex_wake(word: *mut u32) {
 /// the pass's reserved copy: rare, so it may grow the buffer).
 fn push_event(pass: &mut RawPass, tid: u32, event: Event) {
     let (first, second) = event.slots();
-    let slots = [Some(first), second];
-    let slots: Vec<Record> = slots.into_iter().flatten().collect();
+    let slots = [first, second.unwrap_or_default()];
+    let slots = &slots[..1 + second.is_some() as usize];
     if pass.records.reserve_total(pass.records.len() + slots.len()) {
-        pass.records.extend_from_slice(&slots);
+        pass.records.extend_from_slice(slots);
         pass.batches.push((tid, pass.records.len()));
     }
 }
