@@ -54,6 +54,12 @@ pub struct RecordArgs {
     /// launched here, ebpf for static or setuid ones and when attaching).
     #[arg(long, value_enum, default_value = "auto")]
     pub probes: Probes,
+    /// In process, read the clock only where an event may follow a wait (a
+    /// blocking call, a contended lock) and at least every 16th event of a thread;
+    /// the others get the thread's previous time plus one tick. Order stays exact,
+    /// times become lower bounds; costs busy lock-heavy programs less (see README).
+    #[arg(long, conflicts_with = "pid")]
+    pub sparse_times: bool,
     /// Say which path records what and what it cannot see, and with eBPF where each
     /// libc probe sits (one line per site: function, offset, instruction, emulated
     /// or single-stepped, events) before recording.
@@ -173,6 +179,7 @@ pub fn run(args: RecordArgs) -> Result<u8> {
         },
         verbose: args.verbose,
         force: args.force,
+        sparse_times: args.sparse_times,
     };
     let mut note = |line: &str| say(&format!("{line}\n"));
     let end = match args.pid {

@@ -69,12 +69,40 @@ fn analysis_findings_are_the_same_on_both_paths() {
             dir.join(format!("{name}-ebpf.ordo")),
             dir.join(format!("{name}-inproc.ordo")),
         );
+        let sparse = dir.join(format!("{name}-inproc-sparse.ordo"));
         record_ok("ebpf", &ebpf, &program);
         record_ok("inproc", &inproc, &program);
+        record_ok("inproc-sparse", &sparse, &program);
         let (a, b) = (findings(&ebpf), findings(&inproc));
         assert!(!a.is_empty(), "{name}: no findings");
         assert_eq!(a, b, "{name}: the two paths' findings differ");
+        assert_eq!(
+            a,
+            findings(&sparse),
+            "{name}: --sparse-times changed the findings"
+        );
     }
+    // Watched accesses are ordered by exact time stamps: refused in one line.
+    let program = build_program("record_watch");
+    let trace = dir.join("sparse-watch.ordo");
+    let out = run_ordo(&[
+        "record",
+        "--sparse-times",
+        "--watch=hits",
+        "-o",
+        trace.to_str().unwrap(),
+        "--",
+        program.to_str().unwrap(),
+        "plain",
+        "1",
+        "1",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("--sparse-times cannot be used with --watch"),
+        "{stderr}"
+    );
     // A correct program: no finding predicted to be a bug on either path (its
     // orders worth trying depend on how the run interleaved, so only the predicted
     // bugs are compared).

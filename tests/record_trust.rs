@@ -94,7 +94,9 @@ fn a_full_disk_stops_the_writing_not_the_program(probes: &str) {
     let program = build_program("record_trust");
     let trace = disk.0.join("t.ordo");
     let mut rec = Command::new(ordo())
-        .args(["record", "--probes", probes, "-o"])
+        .arg("record")
+        .args(probe_args(probes))
+        .arg("-o")
         .arg(&trace)
         .arg("--")
         .arg(&program)
@@ -278,7 +280,9 @@ fn a_script_whose_work_runs_in_children_is_warned_about(probes: &str) {
     let run = program.to_str().unwrap();
     let script = format!("{run} churn 3; {run} churn 3");
     let out = Command::new(ordo())
-        .args(["record", "--probes", probes, "-o"])
+        .arg("record")
+        .args(probe_args(probes))
+        .arg("-o")
         .arg(&trace)
         .args(["--", "sh", "-c", &script])
         .output()

@@ -42,7 +42,7 @@ use std::time::Duration;
 use anyhow::{bail, Result};
 use ordo_probe_common::inproc::{
     decode, mapping_size, ring_header_offset, ring_records_offset, seq_table_offset, Event, Header,
-    Record, RingHeader, CLOCK_MONOTONIC_NS, CLOCK_TSC, ENV_FD, MAGIC, MAX_RINGS, RING_FREE,
+    Record, RingHeader, CLOCK_MONOTONIC_NS, CLOCK_SPARSE, CLOCK_TSC, ENV_FD, MAGIC, MAX_RINGS, RING_FREE,
     RING_RECORDS, VERSION,
 };
 use ordo_probe_common::{kind, RawEvent};
@@ -77,8 +77,9 @@ impl InprocMapping {
     /// A zeroed, sparse mapping with its header filled in. The descriptor is
     /// close-on-exec here; [`crate::launch`] clears that in the forked child only.
     /// `tsc_allowed`: the agent may stamp records with the TSC (used when the
-    /// kernel's clocksource is the TSC).
-    pub fn create(tsc_allowed: bool) -> Result<InprocMapping> {
+    /// kernel's clocksource is the TSC); `sparse`: it reads the clock sparsely
+    /// ([`CLOCK_SPARSE`]).
+    pub fn create(tsc_allowed: bool, sparse: bool) -> Result<InprocMapping> {
         let size = mapping_size();
         // SAFETY: plain syscalls on values we own; results are checked.
         unsafe {
@@ -114,7 +115,8 @@ impl InprocMapping {
             (*header).magic = MAGIC;
             (*header).version = VERSION;
             let tsc = tsc_allowed && tsc_is_the_kernel_clock();
-            (*header).clock = if tsc { CLOCK_TSC } else { CLOCK_MONOTONIC_NS };
+            (*header).clock = if tsc { CLOCK_TSC } else { CLOCK_MONOTONIC_NS }
+                | if sparse { CLOCK_SPARSE } else { 0 };
             let mapping = InprocMapping {
                 fd,
                 base: p.cast(),

@@ -16,7 +16,7 @@ use std::process::ExitStatus;
 use std::sync::atomic::{AtomicI32, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 
 use crate::{launch, watching, RecordOptions, RecordSummary, Recording};
 
@@ -43,6 +43,9 @@ pub struct SessionOptions {
     pub verbose: bool,
     /// Replace an existing trace file (otherwise it is refused before anything runs).
     pub force: bool,
+    /// In process: read the clock sparsely (exact order, times that are lower
+    /// bounds; see `ordo_probe_common::inproc::CLOCK_SPARSE`).
+    pub sparse_times: bool,
 }
 
 /// Where the pthread API is recorded (`ordo record --probes`).
@@ -193,6 +196,14 @@ pub fn record_launched(
     plan_watches(&mut record, options, &program, &libs, &bias, say)?;
     let no_aslr = !record.hw_watches.is_empty();
     let inproc = use_inproc(options.probes, &program, say);
+    if options.sparse_times {
+        if !record.watch_sites.is_empty() || !record.hw_watches.is_empty() {
+            bail!("--sparse-times cannot be used with --watch or --watch-hw: watched accesses are ordered by their exact time stamps");
+        }
+        if !inproc {
+            say("ordo: --sparse-times applies to the in-process path only: every event is stamped");
+        }
+    }
     if options.verbose {
         say(verbose_note(inproc));
     }
@@ -205,7 +216,10 @@ pub fn record_launched(
         // Watched accesses interleave with the agent's events nanoseconds apart: keep
         // them on the kernel's own clock rather than a calibrated TSC.
         let watched = !record.watch_sites.is_empty() || !record.hw_watches.is_empty();
-        let mapping = std::sync::Arc::new(crate::inproc::InprocMapping::create(!watched)?);
+        let mapping = std::sync::Arc::new(crate::inproc::InprocMapping::create(
+            !watched,
+            options.sparse_times,
+        )?);
         let file = ordo_agent::AgentFile::write()?;
         let user_preload = env
             .iter()

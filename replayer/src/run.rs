@@ -347,7 +347,7 @@ pub fn replay(options: &ReplayOptions) -> Result<ReplayOutcome> {
         record_accesses(&mut record, &plan, &path, &options.watches)?;
         // Watched accesses stay on the kernel's clock (see the recorder's inproc).
         let watched = !record.watch_sites.is_empty() || !record.hw_watches.is_empty();
-        let mapping = std::sync::Arc::new(InprocMapping::create(!watched)?);
+        let mapping = std::sync::Arc::new(InprocMapping::create(!watched, false)?);
         env.push(mapping.env());
         inherit.push(mapping.raw_fd());
         record.inproc = Some(mapping);

@@ -128,8 +128,7 @@ pub fn record(trace: &Path, program: &Path, args: &[&str]) -> Output {
 pub fn record_probes(probes: &str, trace: &Path, program: &Path, args: &[&str]) -> Output {
     let mut cmd = Command::new(ordo());
     cmd.arg("record")
-        .arg("--probes")
-        .arg(probes)
+        .args(probe_args(probes))
         .arg("-o")
         .arg(trace)
         .arg("--")
@@ -268,6 +267,33 @@ pub fn replay_json(args: &[&str], schedule: &Path, program: &Path) -> (i32, serd
         )
     });
     (out.status.code().unwrap_or(-1), json)
+}
+
+/// `ordo record`'s options for a recording path as the tests name it: `ebpf`,
+/// `inproc`, `auto`, or `inproc-sparse` (in process with `--sparse-times`).
+pub fn probe_args(probes: &str) -> Vec<&'static str> {
+    match probes {
+        "ebpf" => vec!["--probes", "ebpf"],
+        "inproc" => vec!["--probes", "inproc"],
+        "auto" => vec!["--probes", "auto"],
+        "inproc-sparse" => vec!["--probes", "inproc", "--sparse-times"],
+        other => panic!("unknown recording path {other}"),
+    }
+}
+
+/// The tests named, once more in process with `--sparse-times` (module
+/// `sparse_times`): what they check of order and events must not depend on how
+/// often the clock is read.
+#[macro_export]
+macro_rules! with_sparse_times {
+    ($($name:ident),* $(,)?) => {
+        mod sparse_times {$(
+            #[test]
+            fn $name() {
+                super::$name("inproc-sparse")
+            }
+        )*}
+    };
 }
 
 /// Runs a test function once per recording path, as `NAME::ebpf` and `NAME::inproc`.

@@ -30,12 +30,15 @@ use std::ptr::null_mut;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, Ordering::*};
 
 use crate::probe_common::inproc::*;
+use crate::probe_common::{kind, via};
 use crate::{clock_gettime, futex, futex_wait_ns, getpid, pthread_atfork, tid, FUTEX_WAKE};
 
 static HEADER: AtomicPtr<Header> = AtomicPtr::new(null_mut());
 static RECORDING: AtomicBool = AtomicBool::new(false);
 /// Records carry TSC ticks rather than nanoseconds (`Header::clock`).
 static USE_TSC: AtomicBool = AtomicBool::new(false);
+/// The clock is read sparsely ([`CLOCK_SPARSE`]).
+static SPARSE: AtomicBool = AtomicBool::new(false);
 
 const NO_RING: u32 = u32::MAX;
 
@@ -48,6 +51,9 @@ thread_local! {
     /// A wait for room timed out (the drain is gone or far behind): drop without
     /// waiting until the ring has room again.
     static GAVE_UP: Cell<bool> = const { Cell::new(false) };
+    /// With sparse time stamps: this thread's last time stamp (0: none yet) and
+    /// how many events in a row have taken it plus one tick since the clock was read.
+    static LAST_STAMP: Cell<(u64, u32)> = const { Cell::new((0, 0)) };
 }
 
 /// Whether this process records (checked first by every wrapper).
@@ -83,7 +89,8 @@ pub(crate) unsafe fn start(fd: c_int) {
         return;
     }
     HEADER.store(p.cast(), Release);
-    USE_TSC.store(header.clock == CLOCK_TSC, Relaxed);
+    USE_TSC.store(header.clock & CLOCK_UNIT == CLOCK_TSC, Relaxed);
+    SPARSE.store(header.clock & CLOCK_SPARSE != 0, Relaxed);
     // SAFETY: registers a child handler that only touches atomics.
     unsafe { pthread_atfork(None, None, Some(after_fork_in_child)) };
     RECORDING.store(true, Release);
@@ -150,6 +157,59 @@ fn stamp() -> u64 {
     } else {
         now_ns()
     }
+}
+
+/// Whether an event of `kind` (by way of `via`, on `addr`) cannot have waited
+/// since the calling thread's previous event: it neither blocks nor follows a
+/// call that blocked. Only such events may skip reading the clock ([`CLOCK_SPARSE`]).
+#[inline(always)]
+fn cannot_have_waited(kind: u16, via: u8, addr: u64) -> bool {
+    match kind {
+        kind::MUTEX_UNLOCK
+        | kind::COND_SIGNAL
+        | kind::COND_BROADCAST
+        | kind::RWLOCK_UNLOCK
+        | kind::SEM_POST
+        | kind::FUTEX_WAKE => true,
+        kind::MUTEX_LOCK
+        | kind::MUTEX_LOCK_FAILED
+        | kind::RWLOCK_RDLOCK
+        | kind::RWLOCK_WRLOCK
+        | kind::RWLOCK_LOCK_FAILED
+        | kind::SEM_WAIT
+        | kind::SEM_WAIT_FAILED
+            if via == via::TRY =>
+        {
+            true
+        }
+        // glibc's lock word is 1 for a mutex taken without contention and 2 once
+        // a thread had to wait for it (which may have been this one); owner-based
+        // mutexes (robust, priority-inheriting) hold a tid: the clock is read.
+        // SAFETY: `addr` is the mutex this thread has just locked, a valid and
+        // aligned pthread_mutex_t that starts with that word.
+        kind::MUTEX_LOCK if via == via::PLAIN => unsafe {
+            (*(addr as *const core::sync::atomic::AtomicI32)).load(Relaxed) == 1
+        },
+        _ => false,
+    }
+}
+
+/// An event's time stamp: the clock, or with [`CLOCK_SPARSE`] the thread's previous
+/// stamp plus one tick when the event cannot have waited and the run of such
+/// stamps is shorter than [`SPARSE_RUN`].
+#[inline(always)]
+fn event_stamp(kind: u16, via: u8, addr: u64) -> u64 {
+    if !SPARSE.load(Relaxed) {
+        return stamp();
+    }
+    let (last, run) = LAST_STAMP.with(|s| s.get());
+    let next = if last != 0 && run < SPARSE_RUN && cannot_have_waited(kind, via, addr) {
+        (last + 1, run + 1)
+    } else {
+        (stamp(), 0)
+    };
+    LAST_STAMP.with(|s| s.set(next));
+    next.0
 }
 
 /// The next sequence number of the object at `addr`.
@@ -357,7 +417,7 @@ pub(crate) fn emit(kind: u16, via: u8, addr: u64, site: u64, seq: u64, extra: u6
         RING.with(|r| r.set(i));
     }
     let (first, second) = Event {
-        ts: stamp(),
+        ts: event_stamp(kind, via, addr),
         seq,
         addr,
         site,

@@ -509,7 +509,7 @@ pub mod inproc {
     /// "ORDO_REC".
     pub const MAGIC: u64 = 0x4f52_444f_5f52_4543;
     /// Bumped whenever the layout changes.
-    pub const VERSION: u32 = 4;
+    pub const VERSION: u32 = 5;
     /// Rings in the mapping: threads recording at the same time (a ring is reused
     /// once its thread has exited and the ring is drained).
     pub const MAX_RINGS: usize = 1024;
@@ -747,8 +747,9 @@ pub mod inproc {
         pub seq_full: AtomicU64,
         /// Child processes forked by the target, not followed.
         pub forks: AtomicU64,
-        /// What [`Record::ts`] counts: [`CLOCK_MONOTONIC_NS`] or [`CLOCK_TSC`]
-        /// (set by the recorder before the program starts).
+        /// What [`Record::ts`] counts: [`CLOCK_MONOTONIC_NS`] or [`CLOCK_TSC`],
+        /// with [`CLOCK_SPARSE`] when the clock is read sparsely (set by the
+        /// recorder before the program starts).
         pub clock: u32,
     }
 
@@ -759,6 +760,20 @@ pub mod inproc {
     /// takes every drain pass. Used only when the kernel's own clocksource is the
     /// TSC (so the two are one clock, synchronized across CPUs).
     pub const CLOCK_TSC: u32 = 1;
+    /// [`Header::clock`] flag (`ordo record --sparse-times`): a thread reads the
+    /// clock for an event that may follow a wait (a blocking call, a contended
+    /// lock, its first event, a thread creation) and for at least every
+    /// [`SPARSE_RUN`]th event; any other event carries the thread's previous time
+    /// stamp plus one tick. An event takes longer than a tick, so every time stamp
+    /// is at most the true one and a thread's stamps still rise; what the kernel
+    /// records of the thread (its start, clones, exit) still falls in place, since
+    /// the clock is read again after each.
+    pub const CLOCK_SPARSE: u32 = 1 << 8;
+    /// The mask of [`Header::clock`]'s unit ([`CLOCK_MONOTONIC_NS`] or [`CLOCK_TSC`]).
+    pub const CLOCK_UNIT: u32 = 0xff;
+    /// With [`CLOCK_SPARSE`]: at most this many events in a row take the previous
+    /// time stamp plus one tick before the clock is read again.
+    pub const SPARSE_RUN: u32 = 15;
 
     /// Byte offset of ring `i`'s header in the mapping.
     pub const fn ring_header_offset(i: usize) -> usize {
