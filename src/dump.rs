@@ -80,12 +80,17 @@ pub fn run(args: DumpArgs) -> Result<u8> {
     if !args.json {
         writeln!(
             out,
-            "# {} — pid {}, {} threads, {} events, {} lost",
+            "# {} — pid {}, {} threads, {} events, {} lost{}",
             escape(&reader.header.command.join(" ")),
             reader.header.pid,
             reader.threads.len(),
             events.len(),
-            reader.dropped
+            reader.dropped,
+            if reader.header.sparse_times {
+                " (--sparse-times: times are lower bounds, order exact)"
+            } else {
+                ""
+            }
         )?;
         for t in reader.threads.iter() {
             writeln!(

@@ -81,6 +81,13 @@ fn analysis_findings_are_the_same_on_both_paths() {
             findings(&sparse),
             "{name}: --sparse-times changed the findings"
         );
+        // The trace says how its times were taken.
+        for (trace, sparse_times) in [(&inproc, false), (&sparse, true)] {
+            let out = run_ordo(&["dump", trace.to_str().unwrap()]);
+            let text = String::from_utf8_lossy(&out.stdout);
+            let first = text.lines().next().unwrap_or("");
+            assert_eq!(first.contains("--sparse-times"), sparse_times, "{first}");
+        }
     }
     // Watched accesses are ordered by exact time stamps: refused in one line.
     let program = build_program("record_watch");

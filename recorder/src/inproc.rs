@@ -128,6 +128,11 @@ impl InprocMapping {
         }
     }
 
+    /// Whether the agent reads the clock sparsely ([`CLOCK_SPARSE`]).
+    pub fn sparse_times(&self) -> bool {
+        self.header().clock & CLOCK_SPARSE != 0
+    }
+
     /// Allocates the pages of the rings after the ones in use (from the converter,
     /// at idle priority), so a thread claiming one does not wait for the kernel.
     pub(crate) fn prefault_ahead(&self) {

@@ -32,6 +32,11 @@ pub struct Header {
     /// Ring buffer size in bytes.
     #[prost(uint64, tag = "9")]
     pub buffer_size: u64,
+    /// Recorded with `--sparse-times`: an event's time may be earlier than it was
+    /// (never later), by up to the time since its thread last read the clock; the
+    /// order of events is exact.
+    #[prost(bool, tag = "10")]
+    pub sparse_times: bool,
 }
 
 /// A thread's identity, as known when the record was written. Later records for the

@@ -107,6 +107,9 @@ enum Recorder {
     Ordo(Option<String>),
     /// `ordo record` by another ordo binary (`--baseline`), launch mode only.
     OrdoBaseline(PathBuf),
+    /// `ordo record --sparse-times` (in process, the clock read sparsely), launch
+    /// mode only.
+    OrdoSparse,
     Bpftrace,
     EmptyProbe,
     Tsan,
@@ -121,6 +124,7 @@ impl Recorder {
             Recorder::Ordo(None) => "ordo".into(),
             Recorder::Ordo(Some(p)) => format!("ordo --probes {p}"),
             Recorder::OrdoBaseline(_) => "ordo baseline".into(),
+            Recorder::OrdoSparse => "ordo --sparse-times".into(),
             Recorder::Bpftrace => "bpftrace".into(),
             Recorder::EmptyProbe => "empty probe".into(),
             Recorder::Tsan => "tsan".into(),
@@ -135,7 +139,9 @@ impl Recorder {
         let micro = matches!(workload, "lock" | "pair" | "pingpong" | "rwlock");
         match self {
             Recorder::Tsan | Recorder::Helgrind => micro,
-            Recorder::Lttng | Recorder::OrdoBaseline(_) => workload != "memcached-attach",
+            Recorder::Lttng | Recorder::OrdoBaseline(_) | Recorder::OrdoSparse => {
+                workload != "memcached-attach"
+            }
             Recorder::Ordo(Some(p)) if workload == "memcached-attach" => p != "inproc",
             _ => true,
         }
@@ -329,8 +335,9 @@ fn first_line(bytes: &[u8]) -> String {
         .to_string()
 }
 
-/// What `ordo record -h` offers: the `--probes` values and `--list-probes`.
-fn ordo_features(ordo: &Path) -> (Vec<String>, bool) {
+/// What `ordo record -h` offers: the `--probes` values, `--list-probes` and
+/// `--sparse-times`.
+fn ordo_features(ordo: &Path) -> (Vec<String>, bool, bool) {
     let help = |flag: &str| {
         Command::new(ordo)
             .args(["record", flag])
@@ -343,7 +350,11 @@ fn ordo_features(ordo: &Path) -> (Vec<String>, bool) {
     if values.is_empty() {
         values = probe_values(&help("--help"));
     }
-    (values, short.contains("--list-probes"))
+    (
+        values,
+        short.contains("--list-probes"),
+        short.contains("--sparse-times"),
+    )
 }
 
 /// The values of `--probes` in clap's help: `[possible values: a, b]` (short help)
@@ -441,7 +452,7 @@ impl Bench {
                 ));
             }
         }
-        let (_, list_probes) = ordo_features(&bench.ordo);
+        let (_, list_probes, _) = ordo_features(&bench.ordo);
         if wants(&Recorder::Bpftrace) || wants(&Recorder::EmptyProbe) {
             match sites::discover(&bench.ordo, list_probes) {
                 Ok(s) => bench.sites = Some(s),
@@ -603,6 +614,13 @@ impl Bench {
                 let _ = std::fs::remove_file(trace);
                 let mut c = Command::new(binary);
                 c.arg("record").arg("-o").arg(trace);
+                c.arg("--").arg(program).args(args);
+                c
+            }
+            Recorder::OrdoSparse => {
+                let _ = std::fs::remove_file(trace);
+                let mut c = Command::new(&self.ordo);
+                c.args(["record", "--sparse-times", "-o"]).arg(trace);
                 c.arg("--").arg(program).args(args);
                 c
             }
@@ -815,7 +833,7 @@ impl Bench {
         returned: f64,
     ) -> Result<()> {
         match recorder {
-            Recorder::Ordo(_) | Recorder::OrdoBaseline(_) => {
+            Recorder::Ordo(_) | Recorder::OrdoBaseline(_) | Recorder::OrdoSparse => {
                 let (events, lost, span, bytes, first) = self.ordo_trace(trace)?;
                 sample.events = Some(events);
                 sample.lost = Some(lost);
@@ -1191,7 +1209,10 @@ impl Bench {
                 Some(stopped),
                 returned,
             )?;
-            if matches!(recorder, Recorder::Ordo(_) | Recorder::OrdoBaseline(_)) {
+            if matches!(
+                recorder,
+                Recorder::Ordo(_) | Recorder::OrdoBaseline(_) | Recorder::OrdoSparse
+            ) {
                 sample.detach_s = Some(returned - stopped);
             }
             Ok(sample)
@@ -1373,11 +1394,14 @@ pub fn run_record(args: &[String]) -> Result<()> {
     };
     let ordo_path = crate::root().join("target/release/ordo");
     let _ = crate::ordo_release()?;
-    let (probe_values, list_probes) = ordo_features(&ordo_path);
+    let (probe_values, list_probes, sparse_times) = ordo_features(&ordo_path);
     let mut recorders = vec![Recorder::Native, Recorder::Ordo(None)];
     // `auto` is what plain `ordo record` does: it is the `ordo` row.
     for v in probe_values.iter().filter(|v| *v != "auto") {
         recorders.push(Recorder::Ordo(Some(v.clone())));
+    }
+    if sparse_times {
+        recorders.push(Recorder::OrdoSparse);
     }
     if let Some(b) = &options.baseline {
         recorders.push(Recorder::OrdoBaseline(b.clone()));
