@@ -129,6 +129,40 @@ fn analysis_findings_are_the_same_on_both_paths() {
     }
 }
 
+/// With `--sparse-times` an unlock takes its thread's previous stamp plus a tick
+/// without reading the clock; the converter raises it to when the drain last found
+/// it not yet written, so a lock held through 300 ms of computation shows as held
+/// for nearly that long (the drain passes at least every 20 ms), not for a tick.
+#[test]
+fn sparse_times_are_early_by_at_most_a_drain_interval() {
+    if !have_root("sparse_times_are_early_by_at_most_a_drain_interval") {
+        return;
+    }
+    let dir = scratch("inproc-sparse-hold");
+    let program = build_program("record_sync");
+    // Exact: 300 ms, less the few nanoseconds the TSC's calibration may be off.
+    for (probes, at_least_ms) in [("inproc", 299), ("inproc-sparse", 200)] {
+        let trace = dir.join(format!("{probes}.ordo"));
+        let out = record_probes(probes, &trace, &program, &["hold", "300"]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let lock = printed(&out.stdout, "lock");
+        let events = dump_json(&trace);
+        let at = |kind: &str| {
+            events
+                .iter()
+                .find(|e| e["kind"] == kind && e["addr"] == lock.as_str())
+                .unwrap_or_else(|| panic!("{probes}: no {kind}"))["ts_ns"]
+                .as_u64()
+                .unwrap()
+        };
+        let held_ms = (at("mutex_unlock") - at("mutex_lock")) / 1_000_000;
+        assert!(
+            (at_least_ms..1_000).contains(&held_ms),
+            "{probes}: the lock shows as held {held_ms} ms"
+        );
+    }
+}
+
 #[test]
 fn a_sigkilled_program_leaves_its_events_readable() {
     if !have_root("a_sigkilled_program_leaves_its_events_readable") {

@@ -245,8 +245,10 @@ impl InprocMapping {
             // No memory for a copy: the records stay in the rings (their agents wait
             // for room) until a later pass finds some.
             pass.heads = heads;
+            pass.copied = false;
             return;
         }
+        pass.copied = true;
         for &(i, head) in &heads {
             let ring = self.ring(i);
             let tail = ring.tail.0.load(Ordering::Relaxed);
@@ -594,6 +596,14 @@ pub(crate) struct Merger {
     batch: Vec<RawEvent>,
     /// Converts the records' TSC stamps (when the agent uses the TSC).
     tsc: Option<TscClock>,
+    /// The agent reads the clock sparsely ([`CLOCK_SPARSE`]).
+    sparse: bool,
+    /// With sparse stamps: when the last pass that copied the rings read them (in
+    /// the records' unit). A record a pass copies was not there at the previous
+    /// copy, so it was written after this: its stamp is raised to it, which bounds
+    /// how early a stamp taken without reading the clock can be by the passes'
+    /// interval (5–20 ms) rather than by the time since its thread last read it.
+    floor: Option<u64>,
 }
 
 impl Merger {
@@ -605,6 +615,7 @@ impl Merger {
                 to: start,
                 last: HashMap::new(),
             }),
+            sparse: mapping.sparse_times(),
             ..Merger::default()
         }
     }
@@ -643,6 +654,11 @@ impl Merger {
         }
         for &(tid, end) in &pass.batches {
             scratch.extend(events(&pass.records[start..end]).map(|e| expand(&e, tid)));
+            if let Some(floor) = self.floor {
+                for e in &mut scratch {
+                    e.ts_ns = e.ts_ns.max(floor);
+                }
+            }
             if let Some(clock) = &mut self.tsc {
                 for e in &mut scratch {
                     e.ts_ns = clock.ns(tid, e.ts_ns);
@@ -652,6 +668,12 @@ impl Merger {
             start = end;
         }
         self.scratch = scratch;
+        if self.sparse && pass.copied {
+            let tsc = self.tsc.is_some();
+            if let Some(point) = pass.clock {
+                self.floor = Some(if tsc { point.tsc } else { point.ns });
+            }
+        }
         for e in &pass.kernel {
             self.push_kernel(*e);
         }
@@ -804,9 +826,11 @@ pub(crate) struct RawPass {
     pub(crate) modules: Vec<Vec<ordo_trace::schema::ModuleRecord>>,
     /// Events dropped so far (agent and eBPF), for the chunk headers.
     pub(crate) dropped: u64,
-    /// With TSC time stamps: the calibration point taken just before the rings
-    /// were read.
+    /// With TSC time stamps or sparse ones: the moment just before the rings were
+    /// read (the TSC's calibration point).
     pub(crate) clock: Option<ClockPoint>,
+    /// The rings were copied (not left for a later pass for want of memory).
+    pub(crate) copied: bool,
     /// The last pass: release everything.
     pub(crate) all: bool,
 }
@@ -820,6 +844,7 @@ impl RawPass {
         self.modules.clear();
         self.dropped = 0;
         self.clock = None;
+        self.copied = false;
         self.all = false;
     }
 
@@ -905,7 +930,7 @@ impl RingReader {
             }
         }
         self.pass += 1;
-        if mapping.tsc_start.is_some() {
+        if mapping.tsc_start.is_some() || mapping.sparse_times() {
             pass.clock = Some(ClockPoint::now());
         }
         mapping.copy_rings(

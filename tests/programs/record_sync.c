@@ -206,6 +206,20 @@ static void *spawner(void *arg) {
     return NULL;
 }
 
+// The lock held for MS milliseconds of computation (nothing in between that the
+// recorder sees: the clock is read through the vDSO), then released.
+static int mode_hold(int ms) {
+    struct timespec t0, t;
+    pthread_mutex_lock(&counter_lock);
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    do {
+        clock_gettime(CLOCK_MONOTONIC, &t);
+    } while ((t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) < ms * 1000000L);
+    pthread_mutex_unlock(&counter_lock);
+    printf("lock %p\n", (void *)&counter_lock);
+    return 0;
+}
+
 // A binary tree of threads of the given depth.
 static int mode_tree(int depth) {
     spawner((void *)(long)depth);
@@ -214,7 +228,7 @@ static int mode_tree(int depth) {
 
 int main(int argc, char **argv) {
     if (argc < 2) {
-        fprintf(stderr, "usage: %s contention|pingpong|rwlock|trylock|recursive|barrier|tree ...\n", argv[0]);
+        fprintf(stderr, "usage: %s contention|pingpong|rwlock|trylock|recursive|barrier|tree|timed|hold ...\n", argv[0]);
         return 2;
     }
     const char *mode = argv[1];
@@ -229,6 +243,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(mode, "tree")) rc = mode_tree(a);
     else if (!strcmp(mode, "exit")) rc = a;
     else if (!strcmp(mode, "timed")) rc = mode_timed(a, b);
+    else if (!strcmp(mode, "hold")) rc = mode_hold(a);
     else { fprintf(stderr, "unknown mode %s\n", mode); return 2; }
     fflush(stdout);
     return rc;
