@@ -131,8 +131,9 @@ fn analysis_findings_are_the_same_on_both_paths() {
 
 /// With `--sparse-times` an unlock takes its thread's previous stamp plus a tick
 /// without reading the clock; the converter raises it to when the drain last found
-/// it not yet written, so a lock held through 300 ms of computation shows as held
-/// for nearly that long (the drain passes at least every 20 ms), not for a tick.
+/// it not yet written, so a lock held through a second of computation shows as
+/// held for nearly that long (the drain passes every 5–20 ms; the bound leaves
+/// room for a drain held up by a loaded machine), not for a tick.
 #[test]
 fn sparse_times_are_early_by_at_most_a_drain_interval() {
     if !have_root("sparse_times_are_early_by_at_most_a_drain_interval") {
@@ -140,10 +141,10 @@ fn sparse_times_are_early_by_at_most_a_drain_interval() {
     }
     let dir = scratch("inproc-sparse-hold");
     let program = build_program("record_sync");
-    // Exact: 300 ms, less the few nanoseconds the TSC's calibration may be off.
-    for (probes, at_least_ms) in [("inproc", 299), ("inproc-sparse", 200)] {
+    // Exact: 1000 ms, less the few nanoseconds the TSC's calibration may be off.
+    for (probes, at_least_ms) in [("inproc", 999), ("inproc-sparse", 500)] {
         let trace = dir.join(format!("{probes}.ordo"));
-        let out = record_probes(probes, &trace, &program, &["hold", "300"]);
+        let out = record_probes(probes, &trace, &program, &["hold", "1000"]);
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         let lock = printed(&out.stdout, "lock");
         let events = dump_json(&trace);
@@ -157,7 +158,7 @@ fn sparse_times_are_early_by_at_most_a_drain_interval() {
         };
         let held_ms = (at("mutex_unlock") - at("mutex_lock")) / 1_000_000;
         assert!(
-            (at_least_ms..1_000).contains(&held_ms),
+            (at_least_ms..2_000).contains(&held_ms),
             "{probes}: the lock shows as held {held_ms} ms"
         );
     }
