@@ -10,7 +10,7 @@ use std::process::Command;
 use common::*;
 use serde_json::Value;
 
-on_both_paths!(
+on_every_path!(
     contention_order_matches_the_programs_own_log,
     create_and_join_edges_and_logical_ids,
     condvar_ping_pong,
@@ -19,21 +19,12 @@ on_both_paths!(
     barrier_rounds,
     cxx_std_mutex_is_seen_through_pthread,
     rust_std_mutex_contention_shows_as_futex_events,
-    exit_status_passes_through_and_bad_commands_fail_clearly,
     interrupted_recordings_are_readable,
+);
+on_both_paths!(
+    exit_status_passes_through_and_bad_commands_fail_clearly,
     signals_to_a_launched_recording_reach_the_program_and_finish_the_trace,
     a_second_signal_ends_the_recording_at_once
-);
-with_sparse_times!(
-    contention_order_matches_the_programs_own_log,
-    create_and_join_edges_and_logical_ids,
-    condvar_ping_pong,
-    rwlock_readers_and_writers,
-    trylock_timedlock_recursive_semaphores,
-    barrier_rounds,
-    cxx_std_mutex_is_seen_through_pthread,
-    rust_std_mutex_contention_shows_as_futex_events,
-    interrupted_recordings_are_readable,
 );
 
 fn counts(pairs: &[(&str, usize)]) -> BTreeMap<String, usize> {

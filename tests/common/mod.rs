@@ -281,36 +281,40 @@ pub fn probe_args(probes: &str) -> Vec<&'static str> {
     }
 }
 
-/// The tests named, once more in process with `--sparse-times` (module
-/// `sparse_times`): what they check of order and events must not depend on how
-/// often the clock is read.
+/// Runs each test function once per recording path listed, as `NAME::PATH`.
 #[macro_export]
-macro_rules! with_sparse_times {
-    ($($name:ident),* $(,)?) => {
-        mod sparse_times {$(
+macro_rules! on_paths {
+    ([$($path:ident = $value:literal),*]) => {};
+    ([$($path:ident = $value:literal),*] $name:ident $(, $rest:ident)* $(,)?) => {
+        mod $name {$(
             #[test]
-            fn $name() {
-                super::$name("inproc-sparse")
+            fn $path() {
+                super::$name($value)
             }
         )*}
+        $crate::on_paths!([$($path = $value),*] $($rest),*);
     };
 }
 
 /// Runs a test function once per recording path, as `NAME::ebpf` and `NAME::inproc`.
 #[macro_export]
 macro_rules! on_both_paths {
-    ($($name:ident),* $(,)?) => {$(
-        mod $name {
-            #[test]
-            fn ebpf() {
-                super::$name("ebpf")
-            }
-            #[test]
-            fn inproc() {
-                super::$name("inproc")
-            }
-        }
-    )*};
+    ($($name:ident),* $(,)?) => {
+        $crate::on_paths!([ebpf = "ebpf", inproc = "inproc"] $($name),*);
+    };
+}
+
+/// Like [`on_both_paths`], and once more in process with `--sparse-times`
+/// (`NAME::sparse_times`): what these tests check of order and events must not
+/// depend on how often the clock is read.
+#[macro_export]
+macro_rules! on_every_path {
+    ($($name:ident),* $(,)?) => {
+        $crate::on_paths!(
+            [ebpf = "ebpf", inproc = "inproc", sparse_times = "inproc-sparse"]
+            $($name),*
+        );
+    };
 }
 
 /// Tests that arm debug registers take it in turn: each arms hardware breakpoints (gates) or
