@@ -56,8 +56,9 @@ pub struct RecordArgs {
     pub probes: Probes,
     /// In process, read the clock only where an event may follow a wait (a
     /// blocking call, a contended lock) and at least every 16th event of a thread;
-    /// the others get the thread's previous time plus one tick. Order stays exact,
-    /// times become lower bounds; costs busy lock-heavy programs less (see README).
+    /// the others get the thread's previous time plus one tick. Order stays exact;
+    /// a time may be early by up to the drain's pass interval (5–20 ms). Costs busy
+    /// lock-heavy programs less (see README).
     #[arg(long, conflicts_with = "pid")]
     pub sparse_times: bool,
     /// Say which path records what and what it cannot see, and with eBPF where each
