@@ -198,7 +198,7 @@ pub fn record_launched(
     let inproc = use_inproc(options.probes, &program, say);
     if options.sparse_times {
         if !record.watch_sites.is_empty() || !record.hw_watches.is_empty() {
-            bail!("--sparse-times cannot be used with --watch or --watch-hw: watched accesses are ordered by their exact time stamps");
+            bail!("--sparse-times cannot be used with --watch, --watch-hw or --mark: what they record is placed among the pthread calls by exact time stamps");
         }
         if !inproc {
             say("ordo: --sparse-times applies to the in-process path only: every event is stamped");
