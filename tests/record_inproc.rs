@@ -145,7 +145,11 @@ fn sparse_times_are_early_by_at_most_a_drain_interval() {
     for (probes, at_least_ms) in [("inproc", 999), ("inproc-sparse", 500)] {
         let trace = dir.join(format!("{probes}.ordo"));
         let out = record_probes(probes, &trace, &program, &["hold", "1000"]);
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let lock = printed(&out.stdout, "lock");
         let events = dump_json(&trace);
         let at = |kind: &str| {

@@ -42,8 +42,8 @@ use std::time::Duration;
 use anyhow::{bail, Result};
 use ordo_probe_common::inproc::{
     decode, mapping_size, ring_header_offset, ring_records_offset, seq_table_offset, Event, Header,
-    Record, RingHeader, CLOCK_MONOTONIC_NS, CLOCK_SPARSE, CLOCK_TSC, ENV_FD, MAGIC, MAX_RINGS, RING_FREE,
-    RING_RECORDS, VERSION,
+    Record, RingHeader, CLOCK_MONOTONIC_NS, CLOCK_SPARSE, CLOCK_TSC, ENV_FD, MAGIC, MAX_RINGS,
+    RING_FREE, RING_RECORDS, VERSION,
 };
 use ordo_probe_common::{kind, RawEvent};
 

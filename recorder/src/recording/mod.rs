@@ -270,10 +270,7 @@ impl Recording {
             ordo_version: env!("CARGO_PKG_VERSION").to_string(),
             attached: options.attached,
             buffer_size: options.buffer_size as u64,
-            sparse_times: options
-                .inproc
-                .as_ref()
-                .is_some_and(|m| m.sparse_times()),
+            sparse_times: options.inproc.as_ref().is_some_and(|m| m.sparse_times()),
             ..Default::default()
         };
         let inputs: Vec<&std::path::Path> = options.inputs.iter().map(PathBuf::as_path).collect();
