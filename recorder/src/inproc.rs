@@ -654,14 +654,12 @@ impl Merger {
         }
         for &(tid, end) in &pass.batches {
             scratch.extend(events(&pass.records[start..end]).map(|e| expand(&e, tid)));
-            if let Some(floor) = self.floor {
+            if self.floor.is_some() || self.tsc.is_some() {
                 for e in &mut scratch {
-                    e.ts_ns = e.ts_ns.max(floor);
-                }
-            }
-            if let Some(clock) = &mut self.tsc {
-                for e in &mut scratch {
-                    e.ts_ns = clock.ns(tid, e.ts_ns);
+                    e.ts_ns = e.ts_ns.max(self.floor.unwrap_or(0));
+                    if let Some(clock) = &mut self.tsc {
+                        e.ts_ns = clock.ns(tid, e.ts_ns);
+                    }
                 }
             }
             self.push_agent(tid, &mut scratch);
@@ -669,9 +667,12 @@ impl Merger {
         }
         self.scratch = scratch;
         if self.sparse && pass.copied {
-            let tsc = self.tsc.is_some();
             if let Some(point) = pass.clock {
-                self.floor = Some(if tsc { point.tsc } else { point.ns });
+                self.floor = Some(if self.tsc.is_some() {
+                    point.tsc
+                } else {
+                    point.ns
+                });
             }
         }
         for e in &pass.kernel {

@@ -196,8 +196,12 @@ pub fn record_launched(
     plan_watches(&mut record, options, &program, &libs, &bias, say)?;
     let no_aslr = !record.hw_watches.is_empty();
     let inproc = use_inproc(options.probes, &program, say);
+    // Watched accesses and marks interleave with the agent's events nanoseconds
+    // apart (a store right after a lock returns): they need exact stamps on the
+    // kernel's own clock rather than a calibrated TSC.
+    let watched = !record.watch_sites.is_empty() || !record.hw_watches.is_empty();
     if options.sparse_times {
-        if !record.watch_sites.is_empty() || !record.hw_watches.is_empty() {
+        if watched {
             bail!("--sparse-times cannot be used with --watch, --watch-hw or --mark: what they record is placed among the pthread calls by exact time stamps");
         }
         if !inproc {
@@ -213,9 +217,6 @@ pub fn record_launched(
     let mut agent = None;
     let mut inherit = Vec::new();
     if inproc {
-        // Watched accesses interleave with the agent's events nanoseconds apart: keep
-        // them on the kernel's own clock rather than a calibrated TSC.
-        let watched = !record.watch_sites.is_empty() || !record.hw_watches.is_empty();
         let mapping = std::sync::Arc::new(crate::inproc::InprocMapping::create(
             !watched,
             options.sparse_times,

@@ -133,6 +133,14 @@ impl Recorder {
         }
     }
 
+    /// Whether it is an ordo recording (it writes an ordo trace).
+    fn is_ordo(&self) -> bool {
+        matches!(
+            self,
+            Recorder::Ordo(_) | Recorder::OrdoBaseline(_) | Recorder::OrdoSparse
+        )
+    }
+
     /// Whether the recorder applies to a workload (TSan and helgrind only to our own
     /// micro-benchmarks; attach mode only to tracers that can attach).
     fn applies(&self, workload: &str) -> bool {
@@ -833,7 +841,7 @@ impl Bench {
         returned: f64,
     ) -> Result<()> {
         match recorder {
-            Recorder::Ordo(_) | Recorder::OrdoBaseline(_) | Recorder::OrdoSparse => {
+            r if r.is_ordo() => {
                 let (events, lost, span, bytes, first) = self.ordo_trace(trace)?;
                 sample.events = Some(events);
                 sample.lost = Some(lost);
@@ -1209,10 +1217,7 @@ impl Bench {
                 Some(stopped),
                 returned,
             )?;
-            if matches!(
-                recorder,
-                Recorder::Ordo(_) | Recorder::OrdoBaseline(_) | Recorder::OrdoSparse
-            ) {
+            if recorder.is_ordo() {
                 sample.detach_s = Some(returned - stopped);
             }
             Ok(sample)
