@@ -12,6 +12,7 @@ use serde_json::Value;
 
 on_every_path!(
     contention_order_matches_the_programs_own_log,
+    objects_made_anew_at_one_address_keep_one_exact_order,
     create_and_join_edges_and_logical_ids,
     condvar_ping_pong,
     rwlock_readers_and_writers,
@@ -141,6 +142,85 @@ fn contention_order_matches_the_programs_own_log(probes: &str) {
     assert_eq!(s["by_kind"]["thread_start"], 4);
     assert_eq!(s["by_kind"]["thread_join"], 4);
     assert_eq!(s["by_kind"]["thread_exit"], 5);
+}
+
+/// One address is, round after round, a mutex made anew every way a program makes
+/// one (`pthread_mutex_init` with and without a destroy before, zeroed memory, a
+/// robust mutex), a condvar and a semaphore. The in-process path numbers a plain
+/// mutex inside it, one generation per remaking, and splices the generations into
+/// the address's one sequence: the order must still be the program's, and the
+/// address's numbers consecutive across all its objects.
+fn objects_made_anew_at_one_address_keep_one_exact_order(probes: &str) {
+    if !have_root(&format!(
+        "objects_made_anew_at_one_address_keep_one_exact_order ({probes})"
+    )) {
+        return;
+    }
+    let dir = scratch(&format!("reuse-{probes}"));
+    let program = build_program("record_sync");
+    let trace = dir.join("t.ordo");
+    let (rounds, threads, each) = (24, 3, 2000);
+    let args = [
+        "reuse".to_string(),
+        rounds.to_string(),
+        threads.to_string(),
+        each.to_string(),
+    ];
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = record_probes(probes, &trace, &program, &args);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let slot = printed(&out.stdout, "lock");
+    let logged: Vec<String> = printed(&out.stdout, "order")
+        .split(' ')
+        .map(str::to_string)
+        .collect();
+    // 16 of the 24 rounds are a mutex.
+    assert_eq!(logged.len(), 16 * threads * each);
+
+    let events = dump_json(&trace);
+    let traced: Vec<String> = events
+        .iter()
+        .filter(|e| e["kind"] == "mutex_lock" && e["addr"] == slot.as_str())
+        .map(|e| e["thread"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(
+        traced, logged,
+        "acquisition order differs from the program's log"
+    );
+    let numbered: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["addr"] == slot.as_str() && e.get("seq").is_some())
+        .collect();
+    let kinds = |k: &str| numbered.iter().filter(|e| e["kind"] == k).count();
+    assert_eq!(kinds("cond_signal"), 4 * 5);
+    assert_eq!(kinds("sem_post"), 4 * 3);
+    assert_eq!(kinds("mutex_unlock"), logged.len());
+    let seqs: Vec<u64> = numbered
+        .iter()
+        .map(|e| e["seq"].as_u64().unwrap())
+        .collect();
+    assert!(
+        seqs.windows(2).all(|w| w[1] == w[0] + 1),
+        "the address's sequence numbers are not consecutive: {:?}",
+        seqs.windows(2).find(|w| w[1] != w[0] + 1)
+    );
+    let mut holder: Option<String> = None;
+    for e in numbered
+        .iter()
+        .filter(|e| e["kind"].as_str().unwrap().starts_with("mutex"))
+    {
+        let t = e["thread"].as_str().unwrap().to_string();
+        match e["kind"].as_str().unwrap() {
+            "mutex_lock" => assert!(holder.replace(t).is_none(), "two holders at once"),
+            "mutex_unlock" => assert_eq!(holder.take(), Some(t), "unlock by a non-holder"),
+            other => panic!("unexpected {other}"),
+        }
+    }
+    assert_eq!(stats(&trace)["lost"], 0);
 }
 
 fn create_and_join_edges_and_logical_ids(probes: &str) {

@@ -226,9 +226,81 @@ static int mode_tree(int depth) {
     return 0;
 }
 
+// One address holding, round after round, a mutex made anew in each way a program
+// may make one (pthread_mutex_init, zeroed memory, a robust mutex, an init over a
+// used mutex without destroy), a condition variable and a semaphore; N threads
+// contend on each mutex M times. Prints the slot and the acquisition order.
+static union {
+    pthread_mutex_t m;
+    pthread_cond_t c;
+    sem_t s;
+} reused;
+static pthread_barrier_t rounds_barrier;
+static int reuse_rounds;
+
+static int is_mutex_round(int r) { return r % 6 != 2 && r % 6 != 4; }
+
+static void *contend_in_rounds(void *arg) {
+    int me = (int)(long)arg;
+    for (int r = 0; r < reuse_rounds; r++) {
+        pthread_barrier_wait(&rounds_barrier);
+        if (is_mutex_round(r)) {
+            for (int i = 0; i < iterations; i++) {
+                pthread_mutex_lock(&reused.m);
+                order_log[counter++] = me;
+                pthread_mutex_unlock(&reused.m);
+            }
+        }
+        pthread_barrier_wait(&rounds_barrier);
+    }
+    return NULL;
+}
+
+static int mode_reuse(int rounds, int threads, int m) {
+    reuse_rounds = rounds;
+    iterations = m;
+    order_log = calloc((size_t)rounds * threads * m, sizeof(int));
+    pthread_barrier_init(&rounds_barrier, NULL, threads + 1);
+    pthread_t t[64];
+    for (int i = 0; i < threads; i++) pthread_create(&t[i], NULL, contend_in_rounds, (void *)(long)(i + 1));
+    for (int r = 0; r < rounds; r++) {
+        pthread_mutexattr_t robust;
+        switch (r % 6) {
+        case 0: pthread_mutex_init(&reused.m, NULL); break;
+        case 1: memset(&reused, 0, sizeof reused); break;
+        case 2:
+            pthread_cond_init(&reused.c, NULL);
+            for (int i = 0; i < 5; i++) pthread_cond_signal(&reused.c);
+            pthread_cond_destroy(&reused.c);
+            break;
+        case 3:
+            pthread_mutexattr_init(&robust);
+            pthread_mutexattr_setrobust(&robust, PTHREAD_MUTEX_ROBUST);
+            pthread_mutex_init(&reused.m, &robust);
+            break;
+        case 4:
+            sem_init(&reused.s, 0, 0);
+            for (int i = 0; i < 3; i++) sem_post(&reused.s);
+            for (int i = 0; i < 3; i++) sem_wait(&reused.s);
+            sem_destroy(&reused.s);
+            break;
+        case 5: pthread_mutex_init(&reused.m, NULL); break; // over the robust one
+        }
+        pthread_barrier_wait(&rounds_barrier);
+        pthread_barrier_wait(&rounds_barrier);
+        if (is_mutex_round(r) && r % 6 != 0 && r % 6 != 3) pthread_mutex_destroy(&reused.m);
+    }
+    for (int i = 0; i < threads; i++) pthread_join(t[i], NULL);
+    printf("lock %p\n", (void *)&reused);
+    printf("order");
+    for (long i = 0; i < counter; i++) printf(" %d", order_log[i]);
+    printf("\n");
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
-        fprintf(stderr, "usage: %s contention|pingpong|rwlock|trylock|recursive|barrier|tree|timed|hold ...\n", argv[0]);
+        fprintf(stderr, "usage: %s contention|pingpong|rwlock|trylock|recursive|barrier|tree|timed|hold|reuse ...\n", argv[0]);
         return 2;
     }
     const char *mode = argv[1];
@@ -244,6 +316,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(mode, "exit")) rc = a;
     else if (!strcmp(mode, "timed")) rc = mode_timed(a, b);
     else if (!strcmp(mode, "hold")) rc = mode_hold(a);
+    else if (!strcmp(mode, "reuse")) rc = mode_reuse(a, b, c);
     else { fprintf(stderr, "unknown mode %s\n", mode); return 2; }
     fflush(stdout);
     return rc;
