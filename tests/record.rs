@@ -146,10 +146,10 @@ fn contention_order_matches_the_programs_own_log(probes: &str) {
 
 /// One address is, round after round, a mutex made anew every way a program makes
 /// one (`pthread_mutex_init` with and without a destroy before, zeroed memory, a
-/// robust mutex), a condvar and a semaphore. The in-process path numbers a plain
-/// mutex inside it, one generation per remaking, and splices the generations into
-/// the address's one sequence: the order must still be the program's, and the
-/// address's numbers consecutive across all its objects.
+/// robust mutex), a condvar and a semaphore: the order must still be the
+/// program's, and the address's numbers consecutive across all its objects — what
+/// any numbering kept anywhere but in a per-address counter (such as one inside the
+/// mutex, tried: docs/ARCHITECTURE.md) must get right.
 fn objects_made_anew_at_one_address_keep_one_exact_order(probes: &str) {
     if !have_root(&format!(
         "objects_made_anew_at_one_address_keep_one_exact_order ({probes})"

@@ -47,7 +47,6 @@ use ordo_probe_common::inproc::{
 };
 use ordo_probe_common::{kind, RawEvent};
 
-use crate::generations::MutexGenerations;
 use crate::prefault::{PassBuf, PrefaultPool};
 
 /// The shared mapping, owned by the recorder.
@@ -605,8 +604,6 @@ pub(crate) struct Merger {
     /// how early a stamp taken without reading the clock can be by the passes'
     /// interval (5–20 ms) rather than by the time since its thread last read it.
     floor: Option<u64>,
-    /// The generations of the mutexes numbered inside themselves.
-    generations: MutexGenerations,
 }
 
 impl Merger {
@@ -665,9 +662,6 @@ impl Merger {
                     }
                 }
             }
-            for e in &scratch {
-                self.generations.note(e);
-            }
             self.push_agent(tid, &mut scratch);
             start = end;
         }
@@ -685,11 +679,6 @@ impl Merger {
             self.push_kernel(*e);
         }
         self.release(pass.all, out);
-    }
-
-    /// Mutex events whose number may be off (`MutexGenerations`).
-    pub(crate) fn late_generation_events(&self) -> u64 {
-        self.generations.late()
     }
 
     /// Releases, per thread in time order, every event that is safe (all of them when
@@ -722,7 +711,6 @@ impl Merger {
     fn release_once(&mut self, all: bool, force: bool, out: &mut impl FnMut(&RawEvent)) {
         let pass = self.pass;
         let created = &mut self.created;
-        let generations = &mut self.generations;
         // Releasing a creation can let the new thread's own creations go: repeat
         // while anything was released.
         let mut progress = true;
@@ -767,11 +755,7 @@ impl Merger {
                     }
                     q.parent_waiting_since = None;
                     if !take_kernel {
-                        let (read_in, front) = q.agent.front().unwrap();
-                        if *read_in == pass && !all {
-                            // Numbered once the next pass was read (`MutexGenerations`).
-                            break;
-                        }
+                        let front = &q.agent.front().unwrap().1;
                         if front.kind == kind::THREAD_CREATE && front.result == 0 && !all {
                             // A pthread_create whose clone (an earlier kernel event) has not
                             // been read yet: it cannot be far behind.
@@ -781,8 +765,7 @@ impl Merger {
                             }
                         }
                         q.create_waiting_since = None;
-                        let (_, mut e) = q.agent.pop_front().unwrap();
-                        generations.renumber(&mut e);
+                        let (_, e) = q.agent.pop_front().unwrap();
                         out(&e, created);
                         continue;
                     }

@@ -3,8 +3,6 @@
 //!
 //! - [`probes`]: the data-driven table of probed libc functions.
 //! - [`inproc`]: the in-process source (the agent's rings) and its merge with eBPF.
-//! - `generations`: splices the mutexes' own sequence counters into each
-//!   address's sequence.
 //! - [`empty`]: empty probes, the baseline for measuring a probe site's cost.
 //! - [`launch`]: starting a program held before `exec` until probes are attached.
 //! - [`recording`]: a recording session ([`Recording`]).
@@ -14,7 +12,6 @@
 //!   [`watching`] turns `--watch` options into what a recording attaches.
 
 pub mod empty;
-mod generations;
 pub mod inproc;
 pub mod launch;
 mod prefault;

@@ -112,16 +112,12 @@ fn release(kind: u16, via: u8, addr: P, site: u64, call: impl FnOnce() -> c_int)
         c.gate(kind, addr, GateObject::Addr);
         stamp = c.stamp_before(kind);
     }
-    // The number is taken while the effect has not happened. The record is written
-    // after the call, which keeps it out of the program's critical section — except
-    // a mutex's: its number may come from the mutex's own counter, whose generations
-    // the recorder can splice only if each event is published before anything can
-    // follow it (`record::next_seq_held`), and an unlock is followed at once.
+    // The number is taken while the effect has not happened; the record is written
+    // after the call, which keeps it out of the program's critical section.
     let seq = if !record::on() {
         None
     } else if kind == kind::MUTEX_UNLOCK {
-        record::emit(kind, via, addr, site, record::next_seq_held(addr), 0, 0);
-        None
+        Some(record::next_seq_held(addr))
     } else {
         Some(record::next_seq(addr))
     };

@@ -11,9 +11,6 @@
 //!   (open addressing keyed by address), taken at the moment the call takes effect —
 //!   a release or wake before the real call, an acquisition after it returns — the
 //!   same rule as the eBPF probes', so the order of events on one object is exact.
-//!   A plain mutex keeps its counter in its own unused `__list` word instead
-//!   ([`next_seq_held`]), in generations the recorder splices into the table's
-//!   sequence (`MUTEX_GEN_SHIFT`).
 //! - **Time**: the time stamp counter (`rdtsc`, ~10 ns) when the recorder asks for
 //!   it (the kernel's clocksource is the TSC and no watches are recorded); the
 //!   recorder converts it to CLOCK_MONOTONIC, the clock `bpf_ktime_get_ns` reads,
@@ -225,58 +222,13 @@ pub(crate) fn next_seq(addr: u64) -> u64 {
 }
 
 /// The next sequence number of a mutex the calling thread holds (taken after its
-/// lock returned, or before its unlock). A plain glibc mutex numbers its events in
-/// its own `__list` word ([`MUTEX_GEN_SHIFT`]): the word comes with the lock's cache
-/// line, where the table's counter is a line the other CPU wrote last — memcached
-/// served ~8 % more requests recorded with it. Every holder's number is taken inside
-/// the mutex, whose acquisition and release order them, so plain loads and stores
-/// do. (A program that unlocks a mutex it does not hold races on the counter as on
-/// the mutex: a duplicated number costs order precision only.)
+/// lock returned, or before its unlock): every holder's number is taken inside the
+/// mutex, whose acquisition and release order them, so a plain read-modify-write
+/// does — without the `lock` prefix, which costs ~9 ns here, a tenth of a recorded
+/// lock/unlock pair. (A program that unlocks a mutex it does not hold races on
+/// the counter as on the mutex: a duplicated number costs order precision only.)
 #[inline(always)]
 pub(crate) fn next_seq_held(addr: u64) -> u64 {
-    // SAFETY: `addr` is a pthread_mutex_t the caller passed to a mutex call and
-    // holds: its words are readable and writable, and no other thread writes
-    // `__list` of a plain mutex (glibc links only robust ones through it).
-    unsafe {
-        let mutex_kind = ((addr + MUTEX_KIND_OFFSET) as *const i32).read_volatile();
-        if mutex_kind & MUTEX_KIND_NOT_PLAIN == 0 {
-            let word = (addr + MUTEX_SEQ_OFFSET) as *mut u64;
-            let n = word.read_volatile();
-            if n != 0 {
-                word.write_volatile(n + 1);
-                return n;
-            }
-            return start_generation(addr, word);
-        }
-    }
-    next_seq_in_table_held(addr)
-}
-
-/// A fresh mutex's first event: its generation takes the next place of the
-/// address's table sequence (which orders it after whatever object lived at the
-/// address before) and numbers its events from there.
-#[cold]
-unsafe fn start_generation(addr: u64, word: *mut u64) -> u64 {
-    let Some(slot) = seq_slot(addr) else {
-        return 0;
-    };
-    let place = slot.next.fetch_add(1, AcqRel);
-    if place >= MUTEX_GEN_PLACES {
-        // No room in the field: this event (and every later one of the mutex,
-        // whose word stays zero) takes a table number.
-        return place;
-    }
-    let n = (place + 1) << MUTEX_GEN_SHIFT;
-    // SAFETY: see `next_seq_held`.
-    unsafe { word.write_volatile(n + 1) };
-    n
-}
-
-/// The table's next number of a mutex the calling thread holds: a plain
-/// read-modify-write, without the `lock` prefix (~9 ns here), for the reason
-/// [`next_seq_held`] gives.
-#[inline(always)]
-fn next_seq_in_table_held(addr: u64) -> u64 {
     let Some(slot) = seq_slot(addr) else {
         return 0;
     };

@@ -509,7 +509,7 @@ pub mod inproc {
     /// "ORDO_REC".
     pub const MAGIC: u64 = 0x4f52_444f_5f52_4543;
     /// Bumped whenever the layout changes.
-    pub const VERSION: u32 = 6;
+    pub const VERSION: u32 = 5;
     /// Rings in the mapping: threads recording at the same time (a ring is reused
     /// once its thread has exited and the ring is drained).
     pub const MAX_RINGS: usize = 1024;
@@ -774,45 +774,6 @@ pub mod inproc {
     /// With [`CLOCK_SPARSE`]: at most this many events in a row take the previous
     /// time stamp plus one tick before the clock is read again.
     pub const SPARSE_RUN: u32 = 15;
-
-    /// A plain (non-robust, non-PI, non-PP) glibc mutex keeps its own sequence
-    /// counter in its `__list` word (bytes 24..32 of a `pthread_mutex_t` on
-    /// x86-64, used by glibc only for robust mutexes): the word arrives with the
-    /// lock's cache line, where a table counter is a second line the other CPU
-    /// wrote last (see docs/ARCHITECTURE.md, "Sequence numbers inside the mutex").
-    /// A zero word is a fresh mutex — initialized, zeroed or reused — whose counter
-    /// starts a *generation*: the agent takes the next number `p` of the address's
-    /// table counter for it and sets the word to `(p + 1) << MUTEX_GEN_SHIFT`; each
-    /// event then takes the word and adds one. So a record's `seq` with a nonzero
-    /// generation field is `(p + 1) << MUTEX_GEN_SHIFT | n`: the `n`th event of the
-    /// generation that holds place `p` in the address's table sequence, and the
-    /// recorder's converter expands each generation's place into its events
-    /// ([`MutexGenerations`] in the recorder). Every event of a generation is
-    /// published before its effect can be seen (an unlock is recorded before the
-    /// real call), so a later object's events never come before a generation's.
-    pub const MUTEX_GEN_SHIFT: u32 = 39;
-    /// Byte offset of the counter word in a `pthread_mutex_t` (`__list.__prev`).
-    pub const MUTEX_SEQ_OFFSET: u64 = 24;
-    /// Byte offset of `__kind` in a `pthread_mutex_t`.
-    pub const MUTEX_KIND_OFFSET: u64 = 16;
-    /// `__kind` bits of the mutexes whose `__list` glibc uses or may use
-    /// (robust, priority-inheriting, priority-protected): they use the table.
-    pub const MUTEX_KIND_NOT_PLAIN: i32 = 0x70;
-    /// Table places from which a generation cannot be numbered in the field (it
-    /// has 24 bits below [`EXTENDED`]): such a mutex's events take table numbers.
-    pub const MUTEX_GEN_PLACES: u64 = (1 << (63 - MUTEX_GEN_SHIFT)) - 1;
-
-    /// A record's `seq` split into the mutex generation's table place and the
-    /// number within it, or `None` for a table number.
-    #[inline(always)]
-    pub const fn mutex_generation(seq: u64) -> Option<(u64, u64)> {
-        let field = seq >> MUTEX_GEN_SHIFT;
-        if field == 0 {
-            None
-        } else {
-            Some((field - 1, seq & ((1 << MUTEX_GEN_SHIFT) - 1)))
-        }
-    }
 
     /// Byte offset of ring `i`'s header in the mapping.
     pub const fn ring_header_offset(i: usize) -> usize {

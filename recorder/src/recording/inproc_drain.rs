@@ -471,12 +471,7 @@ fn convert(
                 if let Some(e) = failed {
                     return Err(e);
                 }
-                let mut summary = state.finish(total, exit)?;
-                let late = merger.late_generation_events();
-                if late > 0 {
-                    summary.notes.push(format!("{late} mutex events came after more than 32 later generations of their mutex's address: their order on it may be off"));
-                }
-                return Ok(summary);
+                return state.finish(total, exit);
             }
         };
         let backlog = shared
