@@ -365,7 +365,14 @@ fn a_duplicated_watch_records_each_access_once() {
 fn a_long_analysis_shows_progress_on_a_terminal_only() {
     let dir = scratch("progress");
     let trace = dir.join("big.ordo");
-    ordo_analysis::synthetic::write_benchmark_trace(&trace, 2_000_000, 4).unwrap();
+    // Long enough to outlast the bar's delay (`progress::SHOW_AFTER`) in either
+    // build: a release build analyzes 2 M events before it.
+    let events = if cfg!(debug_assertions) {
+        2_000_000
+    } else {
+        16_000_000
+    };
+    ordo_analysis::synthetic::write_benchmark_trace(&trace, events, 4).unwrap();
     let plain = run_ordo(&["analyze", trace.to_str().unwrap()]);
     assert!(plain.status.success());
     assert!(
