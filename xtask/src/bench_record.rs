@@ -1478,7 +1478,8 @@ pub fn run_record(args: &[String]) -> Result<()> {
                     recorder.label()
                 );
                 match bench.run_one(workload, recorder, rep + 1 == options.reps) {
-                    Ok(s) => {
+                    Ok(mut s) => {
+                        s.rep = rep;
                         eprintln!(
                             " {}",
                             match metric_of(workload) {

@@ -19,6 +19,10 @@ pub enum Metric {
 pub struct Sample {
     pub workload: String,
     pub recorder: String,
+    /// The repetition it belongs to (from 0): runs of one repetition are
+    /// interleaved, so a recorder's run is compared with the same repetition's
+    /// native run for the spread of the loss.
+    pub rep: usize,
     /// Seconds of the program's own span (normalized to the full amount of work when
     /// the run did less, see `scale`), or ops/s.
     pub value: f64,
@@ -69,6 +73,9 @@ pub struct Row {
     pub bytes_per_event: Option<f64>,
     /// The largest loss over the runs (one lossy run is not hidden by a median).
     pub lost_max: Option<u64>,
+    /// Throughput only: the smallest and largest loss of one run against the same
+    /// repetition's native run (how far the machine's noise spreads the median).
+    pub loss_range: Option<(f64, f64)>,
     pub attach_s: Option<f64>,
     pub detach_s: Option<f64>,
 }
@@ -126,6 +133,7 @@ pub fn rows(samples: &[Sample], metric_of: impl Fn(&str) -> Metric) -> Vec<Row> 
                 events_per_s: med(&|s| Some(s.events? as f64 / s.active_s?)),
                 bytes_per_event: bytes.zip(events).map(|(b, e)| b / e.max(1.0)),
                 lost_max: group.iter().filter_map(|s| s.lost).max(),
+                loss_range: None,
                 attach_s: med(&|s| s.attach_s),
                 detach_s: med(&|s| s.detach_s),
             }
@@ -150,10 +158,33 @@ pub fn rows(samples: &[Sample], metric_of: impl Fn(&str) -> Metric) -> Vec<Row> 
                 row.vs_native = Some(row.value / native);
                 row.added_s = Some(row.value - native);
             }
-            Metric::Throughput => row.vs_native = Some(1.0 - row.value / native),
+            Metric::Throughput => {
+                row.vs_native = Some(1.0 - row.value / native);
+                row.loss_range = paired_loss_range(samples, &row.workload, &row.recorder);
+            }
         }
     }
     out
+}
+
+/// The smallest and largest loss of `recorder`'s runs of `workload`, each against
+/// the native run of its own repetition.
+fn paired_loss_range(samples: &[Sample], workload: &str, recorder: &str) -> Option<(f64, f64)> {
+    let base = baseline_workload(workload);
+    let losses: Vec<f64> = samples
+        .iter()
+        .filter(|s| s.workload == workload && s.recorder == recorder)
+        .filter_map(|s| {
+            let native = samples
+                .iter()
+                .find(|n| n.workload == base && n.recorder == "native" && n.rep == s.rep)?;
+            Some(1.0 - s.value / native.value)
+        })
+        .filter(|l| l.is_finite())
+        .collect();
+    let min = losses.iter().copied().reduce(f64::min)?;
+    let max = losses.iter().copied().reduce(f64::max)?;
+    Some((min, max))
 }
 
 /// The units a target is expressed in, for printing.
@@ -444,6 +475,12 @@ pub fn table(rows: &[Row]) -> String {
             Metric::Time => opt(r.vs_native, |x| format!("{x:.2}×")),
             Metric::Throughput => opt(r.vs_native, |x| format!("{:.1} % loss", x * 100.0)),
         };
+        let spread = match r.loss_range {
+            Some((lo, hi)) if r.recorder != "native" => {
+                format!(" (per rep {:.0}–{:.0} %)", lo * 100.0, hi * 100.0)
+            }
+            _ => String::new(),
+        };
         let scaled = if r.scale < 1.0 {
             format!(" (1/{:.0} run)", 1.0 / r.scale)
         } else {
@@ -464,7 +501,7 @@ pub fn table(rows: &[Row]) -> String {
             opt(r.attach_s, |a| format!("{a:.3}")),
             opt(r.detach_s, |a| format!("{a:.3}")),
             opt(r.p99_us, |p| format!("≤{p:.0}")),
-            scaled,
+            format!("{scaled}{spread}"),
         ));
     }
     s
@@ -490,7 +527,7 @@ pub fn target_lines(targets: &[Target]) -> String {
 
 pub fn sample_json(s: &Sample) -> Value {
     json!({
-        "workload": s.workload, "recorder": s.recorder, "value": s.value, "wall_s": s.wall_s,
+        "workload": s.workload, "recorder": s.recorder, "rep": s.rep, "value": s.value, "wall_s": s.wall_s,
         "ops": s.ops, "scale": s.scale, "avg_us": s.avg_us, "p99_us": s.p99_us,
         "events": s.events, "lost": s.lost, "bytes": s.bytes,
         "attach_s": s.attach_s, "detach_s": s.detach_s, "active_s": s.active_s,
@@ -504,6 +541,7 @@ pub fn row_json(r: &Row) -> Value {
         "runs": r.runs, "median": r.value,
         "ratio_to_native": if r.metric == Metric::Time { r.vs_native } else { None },
         "throughput_loss": if r.metric == Metric::Throughput { r.vs_native } else { None },
+        "throughput_loss_per_rep_range": r.loss_range.map(|(lo, hi)| [lo, hi]),
         "added_s": r.added_s, "wall_s": r.wall_s, "ops": r.ops, "scale": r.scale,
         "avg_us": r.avg_us, "p99_us_log2_bucket_upper": r.p99_us,
         "events": r.events, "events_per_s": r.events_per_s, "bytes_per_event": r.bytes_per_event,
@@ -571,6 +609,34 @@ mod tests {
         let table = table(&rows);
         assert!(table.contains("201.00×"), "{table}");
         assert!(table.contains("75.0 % loss"), "{table}");
+    }
+
+    #[test]
+    fn each_run_is_compared_with_its_own_repetitions_native_run() {
+        let run = |recorder: &str, rep: usize, value: f64| Sample {
+            rep,
+            ..sample("memcached", recorder, value)
+        };
+        // The medians' loss is 1 − 150/200 = 25 %; run by run it is 10 %, 40 %
+        // and −50 % (a repetition whose native run was slow).
+        let samples = vec![
+            run("native", 0, 200_000.0),
+            run("ordo", 0, 180_000.0),
+            run("native", 1, 200_000.0),
+            run("ordo", 1, 120_000.0),
+            run("native", 2, 100_000.0),
+            run("ordo", 2, 150_000.0),
+        ];
+        let rows = rows(&samples, metric);
+        let ordo = &rows[1];
+        let (lo, hi) = ordo.loss_range.unwrap();
+        assert!((lo + 0.5).abs() < 1e-9, "{lo}");
+        assert!((hi - 0.4).abs() < 1e-9, "{hi}");
+        assert!(
+            table(&rows).contains("(per rep -50–40 %)"),
+            "{}",
+            table(&rows)
+        );
     }
 
     #[test]
