@@ -42,6 +42,47 @@ fn stats(trace: &std::path::Path) -> Value {
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
+/// A `record_sync` run's lock address and the acquisition order it logged (the
+/// run must have succeeded).
+fn lock_and_logged_order(out: &std::process::Output) -> (String, Vec<String>) {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let logged = printed(&out.stdout, "order")
+        .split(' ')
+        .map(str::to_string)
+        .collect();
+    (printed(&out.stdout, "lock"), logged)
+}
+
+/// The dump's global order of acquisitions of `lock` is the order the program logged.
+fn assert_acquisitions_in_logged_order(events: &[Value], lock: &str, logged: &[String]) {
+    let traced: Vec<String> = events
+        .iter()
+        .filter(|e| e["kind"] == "mutex_lock" && e["addr"] == lock)
+        .map(|e| e["thread"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(
+        traced, logged,
+        "acquisition order differs from the program's log"
+    );
+}
+
+/// Locks and unlocks of one mutex strictly alternate, each unlock by the holder.
+fn assert_one_holder_at_a_time<'a>(events: impl Iterator<Item = &'a Value>) {
+    let mut holder: Option<String> = None;
+    for e in events {
+        let t = e["thread"].as_str().unwrap().to_string();
+        match e["kind"].as_str().unwrap() {
+            "mutex_lock" => assert!(holder.replace(t).is_none(), "two holders at once"),
+            "mutex_unlock" => assert_eq!(holder.take(), Some(t), "unlock by a non-holder"),
+            other => panic!("unexpected {other}"),
+        }
+    }
+}
+
 fn contention_order_matches_the_programs_own_log(probes: &str) {
     if !have_root(&format!(
         "contention_order_matches_the_programs_own_log ({probes})"
@@ -52,16 +93,7 @@ fn contention_order_matches_the_programs_own_log(probes: &str) {
     let program = build_program("record_sync");
     let trace = dir.join("t.ordo");
     let out = record_probes(probes, &trace, &program, &["contention", "4", "10000"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let lock = printed(&out.stdout, "lock");
-    let logged: Vec<String> = printed(&out.stdout, "order")
-        .split(' ')
-        .map(str::to_string)
-        .collect();
+    let (lock, logged) = lock_and_logged_order(&out);
     assert_eq!(logged.len(), 40_000);
 
     let events = dump_json(&trace);
@@ -70,15 +102,7 @@ fn contention_order_matches_the_programs_own_log(probes: &str) {
     assert_eq!(count_by_thread(&events, "mutex_unlock", &lock), each);
 
     // The dump's global order of acquisitions is the order the program logged.
-    let traced: Vec<String> = events
-        .iter()
-        .filter(|e| e["kind"] == "mutex_lock" && e["addr"] == lock.as_str())
-        .map(|e| e["thread"].as_str().unwrap().to_string())
-        .collect();
-    assert_eq!(
-        traced, logged,
-        "acquisition order differs from the program's log"
-    );
+    assert_acquisitions_in_logged_order(&events, &lock, &logged);
     // Threads that found the lock taken blocked in the lock-wait routine: recorded,
     // at the caller's line, without a sequence number (they order nothing). Only the
     // eBPF path sees inside glibc.
@@ -106,15 +130,7 @@ fn contention_order_matches_the_programs_own_log(probes: &str) {
         "sequence numbers are not consecutive"
     );
     // And lock/unlock strictly alternate on the lock, by the same thread.
-    let mut holder: Option<String> = None;
-    for e in on_lock() {
-        let t = e["thread"].as_str().unwrap().to_string();
-        match e["kind"].as_str().unwrap() {
-            "mutex_lock" => assert!(holder.replace(t).is_none(), "two holders at once"),
-            "mutex_unlock" => assert_eq!(holder.take(), Some(t), "unlock by a non-holder"),
-            other => panic!("unexpected {other}"),
-        }
-    }
+    assert_one_holder_at_a_time(on_lock());
 
     // What the kernel records of a thread (its start, its exit) falls in place
     // among what the agent records of it: each created thread's events begin with
@@ -168,29 +184,12 @@ fn objects_made_anew_at_one_address_keep_one_exact_order(probes: &str) {
     ];
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let out = record_probes(probes, &trace, &program, &args);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let slot = printed(&out.stdout, "lock");
-    let logged: Vec<String> = printed(&out.stdout, "order")
-        .split(' ')
-        .map(str::to_string)
-        .collect();
+    let (slot, logged) = lock_and_logged_order(&out);
     // 16 of the 24 rounds are a mutex.
     assert_eq!(logged.len(), 16 * threads * each);
 
     let events = dump_json(&trace);
-    let traced: Vec<String> = events
-        .iter()
-        .filter(|e| e["kind"] == "mutex_lock" && e["addr"] == slot.as_str())
-        .map(|e| e["thread"].as_str().unwrap().to_string())
-        .collect();
-    assert_eq!(
-        traced, logged,
-        "acquisition order differs from the program's log"
-    );
+    assert_acquisitions_in_logged_order(&events, &slot, &logged);
     let numbered: Vec<&Value> = events
         .iter()
         .filter(|e| e["addr"] == slot.as_str() && e.get("seq").is_some())
@@ -208,18 +207,12 @@ fn objects_made_anew_at_one_address_keep_one_exact_order(probes: &str) {
         "the address's sequence numbers are not consecutive: {:?}",
         seqs.windows(2).find(|w| w[1] != w[0] + 1)
     );
-    let mut holder: Option<String> = None;
-    for e in numbered
-        .iter()
-        .filter(|e| e["kind"].as_str().unwrap().starts_with("mutex"))
-    {
-        let t = e["thread"].as_str().unwrap().to_string();
-        match e["kind"].as_str().unwrap() {
-            "mutex_lock" => assert!(holder.replace(t).is_none(), "two holders at once"),
-            "mutex_unlock" => assert_eq!(holder.take(), Some(t), "unlock by a non-holder"),
-            other => panic!("unexpected {other}"),
-        }
-    }
+    assert_one_holder_at_a_time(
+        numbered
+            .iter()
+            .copied()
+            .filter(|e| e["kind"].as_str().unwrap().starts_with("mutex")),
+    );
     assert_eq!(stats(&trace)["lost"], 0);
 }
 
