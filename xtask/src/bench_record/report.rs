@@ -73,9 +73,9 @@ pub struct Row {
     pub bytes_per_event: Option<f64>,
     /// The largest loss over the runs (one lossy run is not hidden by a median).
     pub lost_max: Option<u64>,
-    /// Throughput only: the smallest and largest loss of one run against the same
+    /// The smallest and largest `vs_native` of one run against the same
     /// repetition's native run (how far the machine's noise spreads the median).
-    pub loss_range: Option<(f64, f64)>,
+    pub paired_range: Option<(f64, f64)>,
     pub attach_s: Option<f64>,
     pub detach_s: Option<f64>,
 }
@@ -133,7 +133,7 @@ pub fn rows(samples: &[Sample], metric_of: impl Fn(&str) -> Metric) -> Vec<Row> 
                 events_per_s: med(&|s| Some(s.events? as f64 / s.active_s?)),
                 bytes_per_event: bytes.zip(events).map(|(b, e)| b / e.max(1.0)),
                 lost_max: group.iter().filter_map(|s| s.lost).max(),
-                loss_range: None,
+                paired_range: None,
                 attach_s: med(&|s| s.attach_s),
                 detach_s: med(&|s| s.detach_s),
             }
@@ -158,18 +158,20 @@ pub fn rows(samples: &[Sample], metric_of: impl Fn(&str) -> Metric) -> Vec<Row> 
                 row.vs_native = Some(row.value / native);
                 row.added_s = Some(row.value - native);
             }
-            Metric::Throughput => {
-                row.vs_native = Some(1.0 - row.value / native);
-                row.loss_range = paired_loss_range(samples, &row.workload, &row.recorder);
-            }
+            Metric::Throughput => row.vs_native = Some(1.0 - row.value / native),
         }
+        row.paired_range = paired_range(samples, row);
     }
     out
 }
 
-/// The smallest and largest loss of `recorder`'s runs of `workload`, each against
-/// the native run of its own repetition.
-fn paired_loss_range(samples: &[Sample], workload: &str, recorder: &str) -> Option<(f64, f64)> {
+/// The smallest and largest `vs_native` of a row's runs, each against the native
+/// run of its own repetition.
+fn paired_range(samples: &[Sample], row: &Row) -> Option<(f64, f64)> {
+    if row.recorder == "native" {
+        return None;
+    }
+    let (workload, recorder) = (row.workload.as_str(), row.recorder.as_str());
     let base = baseline_workload(workload);
     let losses: Vec<f64> = samples
         .iter()
@@ -178,7 +180,10 @@ fn paired_loss_range(samples: &[Sample], workload: &str, recorder: &str) -> Opti
             let native = samples
                 .iter()
                 .find(|n| n.workload == base && n.recorder == "native" && n.rep == s.rep)?;
-            Some(1.0 - s.value / native.value)
+            Some(match row.metric {
+                Metric::Time => s.value / native.value,
+                Metric::Throughput => 1.0 - s.value / native.value,
+            })
         })
         .filter(|l| l.is_finite())
         .collect();
@@ -475,10 +480,11 @@ pub fn table(rows: &[Row]) -> String {
             Metric::Time => opt(r.vs_native, |x| format!("{x:.2}×")),
             Metric::Throughput => opt(r.vs_native, |x| format!("{:.1} % loss", x * 100.0)),
         };
-        let spread = match r.loss_range {
-            Some((lo, hi)) if r.recorder != "native" => {
+        let spread = match (r.paired_range, r.metric) {
+            (Some((lo, hi)), Metric::Throughput) => {
                 format!(" (per rep {:.0}–{:.0} %)", lo * 100.0, hi * 100.0)
             }
+            (Some((lo, hi)), Metric::Time) => format!(" (per rep {lo:.2}–{hi:.2}×)"),
             _ => String::new(),
         };
         let scaled = if r.scale < 1.0 {
@@ -487,7 +493,7 @@ pub fn table(rows: &[Row]) -> String {
             String::new()
         };
         s.push_str(&format!(
-            "{:<17} {:<19} {:>5} {:>12} {:>12} {:>8.2} {:>10} {:>10} {:>7} {:>8} {:>7} {:>7} {:>9}{}\n",
+            "{:<17} {:<19} {:>5} {:>12} {:>12} {:>8.2} {:>10} {:>10} {:>7} {:>8} {:>7} {:>7} {:>9}{}{}\n",
             r.workload,
             r.recorder,
             r.runs,
@@ -501,7 +507,8 @@ pub fn table(rows: &[Row]) -> String {
             opt(r.attach_s, |a| format!("{a:.3}")),
             opt(r.detach_s, |a| format!("{a:.3}")),
             opt(r.p99_us, |p| format!("≤{p:.0}")),
-            format!("{scaled}{spread}"),
+            scaled,
+            spread,
         ));
     }
     s
@@ -541,7 +548,7 @@ pub fn row_json(r: &Row) -> Value {
         "runs": r.runs, "median": r.value,
         "ratio_to_native": if r.metric == Metric::Time { r.vs_native } else { None },
         "throughput_loss": if r.metric == Metric::Throughput { r.vs_native } else { None },
-        "throughput_loss_per_rep_range": r.loss_range.map(|(lo, hi)| [lo, hi]),
+        "per_rep_range": r.paired_range.map(|(lo, hi)| [lo, hi]),
         "added_s": r.added_s, "wall_s": r.wall_s, "ops": r.ops, "scale": r.scale,
         "avg_us": r.avg_us, "p99_us_log2_bucket_upper": r.p99_us,
         "events": r.events, "events_per_s": r.events_per_s, "bytes_per_event": r.bytes_per_event,
@@ -612,7 +619,7 @@ mod tests {
     }
 
     #[test]
-    fn each_run_is_compared_with_its_own_repetitions_native_run() {
+    fn each_run_is_also_compared_with_its_own_repetitions_native_run() {
         let run = |recorder: &str, rep: usize, value: f64| Sample {
             rep,
             ..sample("memcached", recorder, value)
@@ -629,7 +636,7 @@ mod tests {
         ];
         let rows = rows(&samples, metric);
         let ordo = &rows[1];
-        let (lo, hi) = ordo.loss_range.unwrap();
+        let (lo, hi) = ordo.paired_range.unwrap();
         assert!((lo + 0.5).abs() < 1e-9, "{lo}");
         assert!((hi - 0.4).abs() < 1e-9, "{hi}");
         assert!(
@@ -637,6 +644,26 @@ mod tests {
             "{}",
             table(&rows)
         );
+        assert_eq!(rows[0].paired_range, None, "native against itself");
+        // A time is a ratio per repetition: 11/10 and 30/20 ms.
+        let timed = |recorder: &str, rep: usize, value: f64| Sample {
+            rep,
+            ..sample("lock", recorder, value)
+        };
+        let samples = [
+            timed("native", 0, 0.010),
+            timed("ordo", 0, 0.011),
+            timed("native", 1, 0.020),
+            timed("ordo", 1, 0.030),
+        ];
+        let timed_rows = super::rows(&samples, metric);
+        let (lo, hi) = timed_rows[1].paired_range.unwrap();
+        assert!(
+            (lo - 1.1).abs() < 1e-9 && (hi - 1.5).abs() < 1e-9,
+            "{lo} {hi}"
+        );
+        let table = table(&timed_rows);
+        assert!(table.contains("(per rep 1.10–1.50×)"), "{table}");
     }
 
     #[test]
