@@ -1,6 +1,6 @@
 //! `cargo xtask setup`: install the eBPF toolchain when missing.
 //!
-//! What and why (shared/FACTS.md): rustup's toolchains have no `rust-src` and cannot
+//! What and why (docs/ARCHITECTURE.md, "Building the eBPF side"): rustup's toolchains have no `rust-src` and cannot
 //! build `core` for the bpf target, but Debian's `rustc-web` with
 //! `libstd-rust-web-dev-bpf` ships a prebuilt one; it is linked into rustup as the
 //! `debian-web` toolchain. bpf-linker 0.13 is built against Debian's libLLVM 22 (its
