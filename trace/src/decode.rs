@@ -1,8 +1,9 @@
 //! Fast chunk decoding for [`crate::TraceReader`].
 //!
-//! prost stays the definition and the encoder of [`Chunk`]; reading the event
-//! columns through it decodes one number at a time into eleven fresh `Vec`s per
-//! chunk, then the reader copies them into events. Here a chunk as the writer
+//! prost stays the definition of [`Chunk`] (the writer encodes it in one pass,
+//! `crate::encode`, into the bytes prost would write); reading the event columns
+//! through prost decodes one number at a time into eleven fresh `Vec`s per chunk,
+//! then the reader copies them into events. Here a chunk as the writer
 //! produces it (each column one packed field) decodes in one pass straight into the
 //! events, with the decompression context and buffers reused across chunks.
 //!

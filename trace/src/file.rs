@@ -23,8 +23,9 @@ use std::path::{Path, PathBuf};
 use prost::Message;
 
 use crate::decode::{self, ChunkDecoder};
+use crate::encode::ChunkEncoder;
 use crate::event::Event;
-use crate::schema::{Chunk, EventColumns, Footer, Header, ModuleRecord, ThreadRecord};
+use crate::schema::{Chunk, Footer, Header, ModuleRecord, ThreadRecord};
 use crate::thread::{LogicalId, ThreadInfo, ThreadTable};
 
 /// Magic at the start of every trace.
@@ -78,6 +79,11 @@ pub struct TraceWriter {
     events: u64,
     threads: HashMap<u32, ThreadRecord>,
     modules: Vec<ModuleRecord>,
+    /// Encodes chunks in one pass (`crate::encode`), into `chunk`.
+    encoder: ChunkEncoder,
+    chunk: Vec<u8>,
+    /// One compression context for every chunk.
+    compressor: zstd::bulk::Compressor<'static>,
 }
 
 impl TraceWriter {
@@ -107,6 +113,9 @@ impl TraceWriter {
             events: 0,
             threads: HashMap::new(),
             modules: Vec::new(),
+            encoder: ChunkEncoder::default(),
+            chunk: Vec::new(),
+            compressor: zstd::bulk::Compressor::new(1)?,
         };
         writer.out.write_all(MAGIC)?;
         writer.offset = MAGIC.len() as u64;
@@ -170,14 +179,13 @@ impl TraceWriter {
         modules: &[ModuleRecord],
         dropped_so_far: u64,
     ) -> io::Result<()> {
-        let chunk = Chunk {
-            events: Some(columns(events)),
-            threads: threads.to_vec(),
-            modules: modules.to_vec(),
-            dropped_so_far,
-        };
-        let packed = zstd::bulk::compress(&chunk.encode_to_vec(), 1)?;
-        self.record(TAG_CHUNK, &packed, &[])?;
+        let mut chunk = std::mem::take(&mut self.chunk);
+        chunk.clear();
+        self.encoder
+            .encode(events, threads, modules, dropped_so_far, &mut chunk);
+        let packed = self.compressor.compress(&chunk);
+        self.chunk = chunk;
+        self.record(TAG_CHUNK, &packed?, &[])?;
         self.events += events.len() as u64;
         for t in threads {
             self.threads.insert(t.tid, t.clone());
@@ -220,8 +228,11 @@ impl TraceWriter {
     }
 }
 
-pub(crate) fn columns(events: &[Event]) -> EventColumns {
-    let mut c = EventColumns::default();
+/// The events as prost's column message: what `crate::encode` writes without
+/// building it (the tests compare the two).
+#[cfg(test)]
+pub(crate) fn columns(events: &[Event]) -> crate::schema::EventColumns {
+    let mut c = crate::schema::EventColumns::default();
     let mut prev = 0u64;
     for e in events {
         c.ts_delta.push(e.ts_ns.wrapping_sub(prev) as i64);

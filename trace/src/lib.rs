@@ -16,6 +16,7 @@
 //! without pulling in the recorder.
 
 mod decode;
+mod encode;
 pub mod event;
 pub mod file;
 pub mod order;

@@ -435,3 +435,46 @@ fn decompresses_like_the_stream_decoder() {
             .contains("cannot decompress"));
     }
 }
+
+#[test]
+fn the_one_pass_encoder_writes_what_prost_writes() {
+    let mut rng = Rng(0x5eed_1234_abcd_0001);
+    let mut encoder = crate::encode::ChunkEncoder::default();
+    let mut out = Vec::new();
+    for round in 0..300 {
+        let n = [0, 1, 2, 17, 1000][round % 5];
+        let events = random_events(&mut rng, n);
+        let (threads, modules) = if round % 3 == 0 {
+            (
+                vec![ThreadRecord {
+                    tid: 7,
+                    logical: vec![1, 2],
+                    name: "w".into(),
+                    parent_tid: 1,
+                }],
+                vec![ModuleRecord {
+                    path: "/bin/x".into(),
+                    build_id: "ab".into(),
+                    mappings: vec![Mapping {
+                        start: 1,
+                        end: 2,
+                        file_offset: 3,
+                    }],
+                }],
+            )
+        } else {
+            (vec![], vec![])
+        };
+        let dropped = [0, 1, u64::MAX][round % 3];
+        let by_prost = Chunk {
+            events: Some(columns(&events)),
+            threads: threads.clone(),
+            modules: modules.clone(),
+            dropped_so_far: dropped,
+        }
+        .encode_to_vec();
+        out.clear();
+        encoder.encode(&events, &threads, &modules, dropped, &mut out);
+        assert_eq!(out, by_prost, "round {round}, {n} events");
+    }
+}
