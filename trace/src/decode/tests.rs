@@ -78,33 +78,35 @@ fn random_events(rng: &mut Rng, n: usize) -> Vec<Event> {
         .collect()
 }
 
+/// A chunk's thread and module records: one of each, or none.
+fn records(with: bool) -> (Vec<ThreadRecord>, Vec<ModuleRecord>) {
+    if !with {
+        return (vec![], vec![]);
+    }
+    let thread = ThreadRecord {
+        tid: 7,
+        logical: vec![1, 2],
+        name: "w".into(),
+        parent_tid: 1,
+    };
+    let module = ModuleRecord {
+        path: "/bin/x".into(),
+        build_id: "ab".into(),
+        mappings: vec![Mapping {
+            start: 1,
+            end: 2,
+            file_offset: 3,
+        }],
+    };
+    (vec![thread], vec![module])
+}
+
 fn chunk_bytes(events: &[Event], rng: &mut Rng) -> Vec<u8> {
-    let with_threads = rng.below(3) == 0;
+    let (threads, modules) = records(rng.below(3) == 0);
     Chunk {
         events: (!events.is_empty() || rng.below(2) == 0).then(|| columns(events)),
-        threads: if with_threads {
-            vec![ThreadRecord {
-                tid: 7,
-                logical: vec![1, 2],
-                name: "w".into(),
-                parent_tid: 1,
-            }]
-        } else {
-            vec![]
-        },
-        modules: if with_threads {
-            vec![ModuleRecord {
-                path: "/bin/x".into(),
-                build_id: "ab".into(),
-                mappings: vec![Mapping {
-                    start: 1,
-                    end: 2,
-                    file_offset: 3,
-                }],
-            }]
-        } else {
-            vec![]
-        },
+        threads,
+        modules,
         dropped_so_far: rng.number(),
     }
     .encode_to_vec()
@@ -444,27 +446,7 @@ fn the_one_pass_encoder_writes_what_prost_writes() {
     for round in 0..300 {
         let n = [0, 1, 2, 17, 1000][round % 5];
         let events = random_events(&mut rng, n);
-        let (threads, modules) = if round % 3 == 0 {
-            (
-                vec![ThreadRecord {
-                    tid: 7,
-                    logical: vec![1, 2],
-                    name: "w".into(),
-                    parent_tid: 1,
-                }],
-                vec![ModuleRecord {
-                    path: "/bin/x".into(),
-                    build_id: "ab".into(),
-                    mappings: vec![Mapping {
-                        start: 1,
-                        end: 2,
-                        file_offset: 3,
-                    }],
-                }],
-            )
-        } else {
-            (vec![], vec![])
-        };
+        let (threads, modules) = records(round % 3 == 0);
         let dropped = [0, 1, u64::MAX][round % 3];
         let by_prost = Chunk {
             events: Some(columns(&events)),
