@@ -17,6 +17,8 @@ use crate::schema::{ModuleRecord, ThreadRecord};
 /// Buffers reused from chunk to chunk.
 #[derive(Default)]
 pub(crate) struct ChunkEncoder {
+    /// The encoded chunk.
+    chunk: Vec<u8>,
     /// The event columns' body (field 1 of `Chunk`).
     body: Vec<u8>,
     /// One column's packed values.
@@ -24,17 +26,15 @@ pub(crate) struct ChunkEncoder {
 }
 
 impl ChunkEncoder {
-    /// Appends the `Chunk` of these events, thread and module records and drop
-    /// count to `out`, as `Chunk { events: Some(columns(events)), .. }.encode_to_vec()`
-    /// would produce it.
+    /// The `Chunk` of these events, thread and module records and drop count, as
+    /// `Chunk { events: Some(columns(events)), .. }.encode_to_vec()` would produce it.
     pub(crate) fn encode(
         &mut self,
         events: &[Event],
         threads: &[ThreadRecord],
         modules: &[ModuleRecord],
         dropped_so_far: u64,
-        out: &mut Vec<u8>,
-    ) {
+    ) -> &[u8] {
         self.body.clear();
         let mut prev = 0u64;
         self.packed(1, events, |e| {
@@ -52,6 +52,8 @@ impl ChunkEncoder {
         self.packed(9, events, |e| zigzag(e.result));
         self.packed(10, events, |e| e.value);
         self.packed(11, events, |e| u64::from(e.size));
+        let out = &mut self.chunk;
+        out.clear();
         encode_key(1, WireType::LengthDelimited, out);
         encode_varint(self.body.len() as u64, out);
         out.extend_from_slice(&self.body);
@@ -64,6 +66,7 @@ impl ChunkEncoder {
         if dropped_so_far != 0 {
             prost::encoding::uint64::encode(4, &dropped_so_far, out);
         }
+        out
     }
 
     /// Appends one packed column (nothing when there are no events, as prost).

@@ -79,9 +79,8 @@ pub struct TraceWriter {
     events: u64,
     threads: HashMap<u32, ThreadRecord>,
     modules: Vec<ModuleRecord>,
-    /// Encodes chunks in one pass (`crate::encode`), into `chunk`.
+    /// Encodes chunks in one pass (`crate::encode`).
     encoder: ChunkEncoder,
-    chunk: Vec<u8>,
     /// One compression context for every chunk.
     compressor: zstd::bulk::Compressor<'static>,
 }
@@ -114,7 +113,6 @@ impl TraceWriter {
             threads: HashMap::new(),
             modules: Vec::new(),
             encoder: ChunkEncoder::default(),
-            chunk: Vec::new(),
             compressor: zstd::bulk::Compressor::new(1)?,
         };
         writer.out.write_all(MAGIC)?;
@@ -179,13 +177,11 @@ impl TraceWriter {
         modules: &[ModuleRecord],
         dropped_so_far: u64,
     ) -> io::Result<()> {
-        let mut chunk = std::mem::take(&mut self.chunk);
-        chunk.clear();
-        self.encoder
-            .encode(events, threads, modules, dropped_so_far, &mut chunk);
-        let packed = self.compressor.compress(&chunk);
-        self.chunk = chunk;
-        self.record(TAG_CHUNK, &packed?, &[])?;
+        let chunk = self
+            .encoder
+            .encode(events, threads, modules, dropped_so_far);
+        let packed = self.compressor.compress(chunk)?;
+        self.record(TAG_CHUNK, &packed, &[])?;
         self.events += events.len() as u64;
         for t in threads {
             self.threads.insert(t.tid, t.clone());

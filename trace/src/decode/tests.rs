@@ -442,7 +442,6 @@ fn decompresses_like_the_stream_decoder() {
 fn the_one_pass_encoder_writes_what_prost_writes() {
     let mut rng = Rng(0x5eed_1234_abcd_0001);
     let mut encoder = crate::encode::ChunkEncoder::default();
-    let mut out = Vec::new();
     for round in 0..300 {
         let n = [0, 1, 2, 17, 1000][round % 5];
         let events = random_events(&mut rng, n);
@@ -455,8 +454,7 @@ fn the_one_pass_encoder_writes_what_prost_writes() {
             dropped_so_far: dropped,
         }
         .encode_to_vec();
-        out.clear();
-        encoder.encode(&events, &threads, &modules, dropped, &mut out);
+        let out = encoder.encode(&events, &threads, &modules, dropped);
         assert_eq!(out, by_prost, "round {round}, {n} events");
     }
 }
