@@ -45,9 +45,12 @@ fn main() {
             "strip=debuginfo",
             "-C",
             "panic=unwind",
-            // Call sites are read from the wrapper's frame (`[rbp + 8]`).
+            // Call sites are read from the wrapper's frame (`[rbp + 8]`), which
+            // only this build has (`site!` in preload/src/interpose.rs).
             "-C",
             "force-frame-pointers=yes",
+            "--cfg",
+            "ordo_frame_pointers",
             // One object, so the `.symver` aliases in lib.rs can name the wrappers.
             "-C",
             "codegen-units=1",

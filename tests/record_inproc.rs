@@ -355,3 +355,60 @@ fn a_full_ring_waits_for_the_drain_and_loses_nothing() {
     assert_eq!(s["by_kind"]["mutex_lock"], 600_000, "{s}");
     assert_eq!(s["by_kind"]["mutex_unlock"], 600_000, "{s}");
 }
+
+/// Cargo's own build of the agent (`target/PROFILE/libordo_preload.so`, built as a
+/// workspace member for clippy and the unit tests), built here if it is missing.
+fn cargo_built_agent() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let profile_dir = exe.parent().and_then(Path::parent).unwrap();
+    let mut build = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    build
+        .args(["build", "-q", "-p", "ordo-preload", "--target-dir"])
+        .arg(profile_dir.parent().unwrap());
+    if profile_dir.ends_with("release") {
+        build.arg("--release");
+    }
+    assert!(
+        build.status().unwrap().success(),
+        "cargo build -p ordo-preload"
+    );
+    profile_dir.join("libordo_preload.so")
+}
+
+/// Code built without frame pointers calls pthread with anything in `rbp` (memcached's
+/// logger thread: 0). The agent `ordo` embeds has its own frame and reads the call
+/// site through it; cargo's build of the same source has no frame pointers, and
+/// preloaded by hand it once faulted in `pthread_cond_wait` reading through the
+/// caller's `rbp`. Both run the program now.
+#[test]
+fn both_builds_of_the_agent_run_code_without_frame_pointers() {
+    let program = build_program("agent_no_frame");
+    let agent = cargo_built_agent();
+    let out = Command::new(&program)
+        .env("LD_PRELOAD", &agent)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success() && String::from_utf8_lossy(&out.stdout).contains("calls 3"),
+        "{} preloaded into {}: {:?}, {}",
+        agent.display(),
+        program.display(),
+        out.status,
+        String::from_utf8_lossy(&out.stdout)
+    );
+    if !have_root("both_builds_of_the_agent_run_code_without_frame_pointers (recorded)") {
+        return;
+    }
+    let trace = scratch("inproc-no-frame").join("t.ordo");
+    record_ok("inproc", &trace, &program);
+    let locks = dump_json(&trace)
+        .iter()
+        .filter(|e| e["kind"] == "mutex_lock")
+        .count();
+    assert_eq!(
+        locks,
+        3,
+        "mutex_lock events recorded in {}",
+        trace.display()
+    );
+}

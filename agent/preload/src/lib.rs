@@ -31,6 +31,13 @@
 #[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
 compile_error!("the ordo agent supports x86_64 Linux only");
 
+#[cfg_attr(
+    not(ordo_frame_pointers),
+    allow(
+        dead_code,
+        reason = "call sites are only read with frame pointers (`site!`)"
+    )
+)]
 mod frames;
 pub mod gate;
 pub mod interpose;
