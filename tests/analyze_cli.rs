@@ -1,7 +1,7 @@
 //! `ordo analyze` and `ordo export` as a user runs them, on traces made by hand:
 //! the JSON document's shape, the text report, bad input.
 
-mod common;
+use crate::common;
 
 use ordo_analysis::synthetic::TraceBuilder;
 

@@ -5,7 +5,7 @@
 //! handoff. Each is recorded three times on each recording path; orders worth
 //! trying (`order_to_try`) may be proposed, but never a `predicted_bug`.
 
-mod common;
+use crate::common;
 
 use common::{build_program, have_root, record_probes, run_ordo, scratch};
 

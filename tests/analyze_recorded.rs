@@ -2,7 +2,7 @@
 //! `ordo record`, then `ordo analyze --json` must find each bug — in runs where it
 //! did not happen — name the objects and sites, and stay silent on correct code.
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 

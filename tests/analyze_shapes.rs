@@ -3,7 +3,7 @@
 //! the bug must show. Each program's plain runs pass (the bug needs an order the
 //! run did not take); `tests/programs/shape_*.c` say which.
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 

@@ -5,7 +5,7 @@
 //! (`cargo xtask eval`, every hunt strategy on every program over 10 seeds) is a long
 //! task like the benchmarks, not part of the tests.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

@@ -4,7 +4,7 @@
 //! bounds a use after free's window, a correct program gives no
 //! report, and the exit status and `--json` shape are what scripts rely on.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::Command;

@@ -2,7 +2,7 @@
 //! Rust programs are recorded with eBPF and their traces checked against what the
 //! programs did and logged themselves.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::process::Command;

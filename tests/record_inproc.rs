@@ -3,7 +3,7 @@
 //! a SIGKILLed program's events survive (the recorder owns the rings), a forked child
 //! is reported as not followed, and an exec ends the in-process part cleanly.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -3,7 +3,7 @@
 //! program come out with raw addresses only). Records a short program many times on
 //! each recording path and checks that every trace names its mutex and its sites.
 
-mod common;
+use crate::common;
 
 use common::{build_program, dump_json, have_root, record_probes, scratch};
 use std::path::PathBuf;

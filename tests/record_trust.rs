@@ -2,7 +2,7 @@
 //! recording, thread ids the kernel hands out again, signals and options that must
 //! not be silently ignored. Real recordings of real programs on the real kernel.
 
-mod common;
+use crate::common;
 
 use std::io::BufRead;
 use std::path::{Path, PathBuf};

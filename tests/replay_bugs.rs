@@ -3,7 +3,7 @@
 //! `tests/programs/replay_NAME.sched`) must make it show in at least 19 of 20 replays.
 //! Replays need no privileges (the agent is preloaded; nothing is loaded into the kernel).
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -68,7 +68,7 @@ fn use_after_free_reproduces() {
 }
 
 /// How often each bug shows without a schedule. Timing-dependent (machine load), so
-/// not part of the normal run: `cargo test --test replay_bugs -- --ignored`.
+/// not part of the normal run: `cargo test --test end_to_end replay_bugs:: -- --ignored`.
 #[test]
 #[ignore]
 fn plain_runs_rarely_show_the_bugs() {

@@ -9,7 +9,7 @@
 //! recorded replay's check of access orderings; the four-debug-register limit as an
 //! error before the run.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::Command;

@@ -2,7 +2,7 @@
 //! schedules, infeasible schedules are named quickly, passive mode only checks, an
 //! empty schedule changes nothing, and bad input gets a one-line error.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

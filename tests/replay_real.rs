@@ -12,7 +12,7 @@
 //! replayed with an empty schedule passes. A correct reference-counted object using
 //! `std::atomic`: no race finding, and no candidate ever reproduces anything.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 

@@ -2,7 +2,7 @@
 //! recorded plain run reproduce each bug, and `--record` proves on the recorded replay
 //! that the schedule held — a replay cannot claim an order the run did not follow.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

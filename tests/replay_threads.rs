@@ -6,7 +6,7 @@
 //! same acquisition whether or not a condvar wait came first; `@K` names any of a
 //! thread's objects, far past the first 32.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;

@@ -4,7 +4,7 @@
 //! `--fail-on` kind decide the verdict, a schedule whose orderings never happened
 //! is `not_exercised`, and a run that never reached `main` is an error.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 

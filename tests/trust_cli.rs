@@ -4,7 +4,7 @@
 //! options, a closed stderr. Each ends in output or a one-line error, never a hang
 //! or a panic.
 
-mod common;
+use crate::common;
 
 use std::io::Read;
 use std::os::unix::process::CommandExt;

@@ -2,7 +2,7 @@
 //! real kernel: exact counts and values of reads and writes, fields, atomics, Rust
 //! statics by source name, and the race detector on watched variables.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::path::Path;

@@ -2,7 +2,7 @@
 //! fields, `ptr->field`) and of atomics as synchronization, on the real kernel,
 //! with both watch mechanisms (uprobes at instruction sites, hardware watchpoints).
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::path::Path;

@@ -1,6 +1,5 @@
 //! Helpers shared by the end-to-end tests: build the C test programs, run `ordo`,
 //! skip with a message when a test needs root and does not have it.
-#![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
