@@ -1479,3 +1479,35 @@ fn cap_bpf_and_cap_perfmon_are_enough_to_record() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The kernel side numbers each object's events from an LRU table of 262 144
+/// counters: a program using more objects evicts counters, and an evicted object
+/// used again numbers its events from 0 anew. That must not pass silently: the
+/// summary says so, and only then.
+#[test]
+fn more_objects_than_the_kernels_sequence_table_holds_are_reported() {
+    if !have_root("more_objects_than_the_kernels_sequence_table_holds_are_reported") {
+        return;
+    }
+    let program = build_program("record_many_objects");
+    let dir = scratch("many_objects");
+    let warning = "more than their sequence table holds (262144)";
+    for (objects, warned) in [("1000", false), ("300000", true)] {
+        let trace = dir.join(format!("{objects}.ordo"));
+        let out = record_probes("ebpf", &trace, &program, &[objects]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{objects} objects: {stderr}");
+        assert_eq!(
+            stderr.contains(warning),
+            warned,
+            "{objects} objects: {stderr}"
+        );
+        let n: u64 = objects.parse().unwrap();
+        let locks = dump_json(&trace)
+            .iter()
+            .filter(|e| e["kind"] == "mutex_lock")
+            .count() as u64;
+        // The program's n + 1, and on this path glibc's own (stdio's lock).
+        assert!(locks > n, "{objects} objects: {locks} mutex_lock events");
+    }
+}

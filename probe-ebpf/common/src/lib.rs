@@ -394,6 +394,13 @@ pub const EXECS_MAP: &str = "EXECS";
 pub const FORKS_MAP: &str = "FORKS";
 /// Name of the configuration array map.
 pub const CONFIG_MAP: &str = "CONFIG";
+/// Per-object sequence counters the kernel side keeps. The table is an LRU hash:
+/// past this many objects the least recently used counter is evicted, and an
+/// evicted object used again numbers its events from 0 anew.
+pub const SEQ_COUNTERS: u32 = 262_144;
+/// Name of the per-CPU map counting the sequence counters the kernel side created
+/// (more than [`SEQ_COUNTERS`]: some were evicted; the summary says so).
+pub const SEQ_CREATED_MAP: &str = "SEQ_CREATED";
 
 /// Register numbers used in [`WatchSite`], in `pt_regs` order names (x86_64).
 pub mod reg {

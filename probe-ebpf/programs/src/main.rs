@@ -45,7 +45,7 @@ mod programs {
     use ordo_probe_common::{
         config, cookie_op, cookie_via, kind, op, outcome, reg, site_action, stash_key, sysno, via,
         Outcome, ProbeSite, RawEvent, Stash, WatchSite, CLONE_THREAD, HW_WATCH_ATOMIC,
-        MAX_PROBE_SITES, MAX_WATCH_SITES,
+        MAX_PROBE_SITES, MAX_WATCH_SITES, SEQ_COUNTERS,
     };
 
     /// The event stream. User space sets the real size before loading.
@@ -74,7 +74,11 @@ mod programs {
 
     /// Per-object sequence counters.
     #[map(name = "SEQ")]
-    static SEQ: LruHashMap<u64, u64> = LruHashMap::with_max_entries(262144, 0);
+    static SEQ: LruHashMap<u64, u64> = LruHashMap::with_max_entries(SEQ_COUNTERS, 0);
+
+    /// Counters created in `SEQ`, per CPU: more than it holds means some were evicted.
+    #[map(name = "SEQ_CREATED")]
+    static SEQ_CREATED: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
 
     /// Instructions that may access watched variables (index = uprobe cookie), with
     /// link-time addresses: the probe relocates them by its own load bias.
@@ -102,6 +106,10 @@ mod programs {
             return unsafe { atomic_xadd::<u64, u64, { AtomicOrdering::SeqCst }>(counter, 1) };
         }
         if SEQ.insert(&addr, &1, BPF_NOEXIST as u64).is_ok() {
+            if let Some(created) = SEQ_CREATED.get_ptr_mut(0) {
+                // SAFETY: per-CPU slot, only this CPU writes it while the program runs.
+                unsafe { *created += 1 };
+            }
             return 0;
         }
         // Another CPU created the counter between our lookup and insert.

@@ -23,7 +23,7 @@ use aya::programs::{PerfEvent, RawTracePoint, TracePoint, UProbe};
 use aya::{Ebpf, EbpfLoader};
 use ordo_probe_common::{
     config, ProbeSite, WatchSite, CONFIG_MAP, DROPS_MAP, EVENTS_MAP, EXECS_MAP, FORKS_MAP,
-    MAX_WATCH_SITES, PROBE_SITES_MAP, WATCH_SITES_MAP,
+    MAX_WATCH_SITES, PROBE_SITES_MAP, SEQ_COUNTERS, SEQ_CREATED_MAP, WATCH_SITES_MAP,
 };
 
 use super::multi_uprobe::{self, MultiUprobePrograms};
@@ -299,6 +299,19 @@ impl Probes {
             format!(
                 "warning: {n} forked child process{} not followed: ordo records the launched (or attached) process only; record a child's program on its own",
                 if n == 1 { "" } else { "es" }
+            )
+        })
+    }
+
+    /// The summary's line about the kernel side's sequence table, if the program
+    /// used more synchronization objects than it holds: evicted counters start again
+    /// at 0 when their object is used again, so the order of that object's events
+    /// is no longer exact (the in-process agent's table counts its own overflow).
+    pub(super) fn seq_note(&self) -> Option<String> {
+        let created = self.per_cpu_total(SEQ_CREATED_MAP);
+        (created > u64::from(SEQ_COUNTERS)).then(|| {
+            format!(
+                "warning: the probes numbered the events of {created} objects, more than their sequence table holds ({SEQ_COUNTERS}): an object whose counter was evicted and that was used again numbers its events from 0 anew, so their order on it is only as exact as their timestamps"
             )
         })
     }

@@ -738,6 +738,7 @@ pub(super) async fn drain(
     if let Ok(summary) = &mut summary {
         summary.notes.extend(probes.exec_note(false));
         summary.notes.extend(probes.fork_note(0));
+        summary.notes.extend(probes.seq_note());
     }
     let handoff = super::detach::hand_off();
     drop(probes);

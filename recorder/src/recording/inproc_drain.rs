@@ -418,6 +418,7 @@ pub(super) fn drain(
     unsafe { libc::malloc_trim(0) };
     let exec_note = probes.exec_note(true);
     let fork_note = probes.fork_note(mapping.forks());
+    let seq_note = probes.seq_note();
     let handoff = super::detach::hand_off();
     drop(probes);
     drop(handoff);
@@ -425,6 +426,7 @@ pub(super) fn drain(
         summary.notes.extend(notes(&mapping));
         summary.notes.extend(exec_note);
         summary.notes.extend(fork_note);
+        summary.notes.extend(seq_note);
     }
     summary
 }
