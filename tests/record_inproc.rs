@@ -349,8 +349,7 @@ fn a_full_ring_waits_for_the_drain_and_loses_nothing() {
         String::from_utf8_lossy(&out.stderr)
     );
     const { assert!(600_000 > ordo_probe_common::inproc::RING_RECORDS) };
-    let out = run_ordo(&["dump", "--stats", "--json", trace.to_str().unwrap()]);
-    let s: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let s = dump_stats(&trace);
     assert_eq!(s["lost"], 0, "{s}");
     assert_eq!(s["by_kind"]["mutex_lock"], 600_000, "{s}");
     assert_eq!(s["by_kind"]["mutex_unlock"], 600_000, "{s}");
@@ -401,10 +400,7 @@ fn both_builds_of_the_agent_run_code_without_frame_pointers() {
     }
     let trace = scratch("inproc-no-frame").join("t.ordo");
     record_ok("inproc", &trace, &program);
-    let locks = dump_json(&trace)
-        .iter()
-        .filter(|e| e["kind"] == "mutex_lock")
-        .count();
+    let locks = &dump_stats(&trace)["by_kind"]["mutex_lock"];
     assert_eq!(
         locks,
         3,

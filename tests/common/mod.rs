@@ -142,6 +142,17 @@ pub fn record_probes(probes: &str, trace: &Path, program: &Path, args: &[&str]) 
     out
 }
 
+/// `ordo dump --stats --json` of a trace: counts by kind (`by_kind`), `lost`, …
+pub fn dump_stats(trace: &Path) -> serde_json::Value {
+    let out = run_ordo(&["dump", "--stats", "--json", trace.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "ordo dump --stats failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("ordo dump --stats --json")
+}
+
 /// `ordo dump --json TRACE`, parsed: one JSON object per event.
 pub fn dump_json(trace: &Path) -> Vec<serde_json::Value> {
     let out = Command::new(ordo())

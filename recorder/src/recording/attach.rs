@@ -293,7 +293,7 @@ impl Probes {
     /// The summary's line about child processes, if the program started any:
     /// `also_seen` is what the in-process agent counted (forks that ran the
     /// `pthread_atfork` handlers), in case the kernel saw fewer.
-    pub(super) fn fork_note(&self, also_seen: u64) -> Option<String> {
+    fn fork_note(&self, also_seen: u64) -> Option<String> {
         let n = self.forks().max(also_seen);
         (n > 0).then(|| {
             format!(
@@ -307,13 +307,27 @@ impl Probes {
     /// used more synchronization objects than it holds: evicted counters start again
     /// at 0 when their object is used again, so the order of that object's events
     /// is no longer exact (the in-process agent's table counts its own overflow).
-    pub(super) fn seq_note(&self) -> Option<String> {
+    fn seq_note(&self) -> Option<String> {
         let created = self.per_cpu_total(SEQ_CREATED_MAP);
         (created > u64::from(SEQ_COUNTERS)).then(|| {
             format!(
                 "warning: the probes numbered the events of {created} objects, more than their sequence table holds ({SEQ_COUNTERS}): an object whose counter was evicted and that was used again numbers its events from 0 anew, so their order on it is only as exact as their timestamps"
             )
         })
+    }
+
+    /// The summary's lines the kernel side has to add: execs, child processes not
+    /// followed (`forks_seen`: what the in-process agent counted), an overflowed
+    /// sequence table.
+    pub(super) fn notes(&self, in_process: bool, forks_seen: u64) -> Vec<String> {
+        [
+            self.exec_note(in_process),
+            self.fork_note(forks_seen),
+            self.seq_note(),
+        ]
+        .into_iter()
+        .flatten()
+        .collect()
     }
 
     /// The sum over CPUs of a per-CPU counter map's only slot.
@@ -333,7 +347,7 @@ impl Probes {
     /// The summary's line about execs by the program, if it made any. In process,
     /// the agent ends at exec (the new image has none): only the kernel's thread
     /// events follow; the uprobes of the eBPF path stay on libc in the new image.
-    pub(super) fn exec_note(&self, in_process: bool) -> Option<String> {
+    fn exec_note(&self, in_process: bool) -> Option<String> {
         let n = self.execs();
         (n > 0).then(|| {
             let after = if in_process {

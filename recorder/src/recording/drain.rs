@@ -736,9 +736,7 @@ pub(super) async fn drain(
     drop(ring);
     let mut summary = state.finish(dropped, exit);
     if let Ok(summary) = &mut summary {
-        summary.notes.extend(probes.exec_note(false));
-        summary.notes.extend(probes.fork_note(0));
-        summary.notes.extend(probes.seq_note());
+        summary.notes.extend(probes.notes(false, 0));
     }
     let handoff = super::detach::hand_off();
     drop(probes);

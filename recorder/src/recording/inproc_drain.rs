@@ -416,17 +416,13 @@ pub(super) fn drain(
     drop(spare);
     // SAFETY: malloc_trim only returns free memory to the kernel.
     unsafe { libc::malloc_trim(0) };
-    let exec_note = probes.exec_note(true);
-    let fork_note = probes.fork_note(mapping.forks());
-    let seq_note = probes.seq_note();
+    let kernel_notes = probes.notes(true, mapping.forks());
     let handoff = super::detach::hand_off();
     drop(probes);
     drop(handoff);
     if let Ok(summary) = &mut summary {
         summary.notes.extend(notes(&mapping));
-        summary.notes.extend(exec_note);
-        summary.notes.extend(fork_note);
-        summary.notes.extend(seq_note);
+        summary.notes.extend(kernel_notes);
     }
     summary
 }
