@@ -215,7 +215,13 @@ fn event_json(
             m.insert("via".into(), json!(e.via.name()));
         }
         Kind::Read | Kind::Write | Kind::Rmw => {
-            m.insert("atomic".into(), json!(e.via == ordo_trace::Via::Atomic));
+            m.insert("atomic".into(), json!(e.via.is_atomic()));
+            if e.via.is_point() {
+                // A discovered access: its thread's arrival count at the instruction
+                // (the `#N` of `at(function+OFFSET)#N`).
+                m.insert("arrival".into(), json!(e.result));
+                m.insert("size".into(), json!(e.size));
+            }
         }
         _ => {}
     }
@@ -283,7 +289,7 @@ fn event_text(
     {
         extra.push_str(&format!(" via {}", e.via.name()));
     }
-    if e.via == ordo_trace::Via::Atomic {
+    if e.via.is_atomic() {
         extra.push_str(" atomic");
     }
     if e.kind.has_result() && e.result != 0 {
@@ -300,6 +306,10 @@ fn event_text(
                 extra.push_str(&format!(" ← thread {}", logical(threads, child)));
             }
         }
+        Kind::Read | Kind::Write | Kind::Rmw if e.via.is_point() => extra.push_str(&format!(
+            " size {} (arrival #{} at the instruction)",
+            e.size, e.result
+        )),
         Kind::Read | Kind::Write | Kind::Rmw => {
             extra.push_str(&format!(" value {} size {}", e.value, e.size))
         }

@@ -45,6 +45,14 @@ pub struct RecordArgs {
     /// it `T:at(function+OFFSET)#N`).
     #[arg(long, value_name = "SPEC")]
     pub mark: Vec<String>,
+    /// Find the memory threads share, with no variable named: every instruction of
+    /// the program that may read or write data other than its own stack gets a
+    /// software breakpoint for its first traps (bounded per instruction), and each
+    /// access is recorded with its address and instruction (`ordo analyze` lists
+    /// the shared locations; schedules name accesses `T:at(function+OFFSET)#N`).
+    /// Launched, dynamically linked programs (in process).
+    #[arg(long, conflicts_with_all = ["pid", "sparse_times"])]
+    pub discover: bool,
     /// Extra environment variable for the launched program (KEY=VALUE, repeatable).
     #[arg(long = "env", value_name = "KEY=VALUE", value_parser = parse_env)]
     pub env: Vec<(OsString, OsString)>,
@@ -181,6 +189,7 @@ pub fn run(args: RecordArgs) -> Result<u8> {
         verbose: args.verbose,
         force: args.force,
         sparse_times: args.sparse_times,
+        discover: args.discover,
     };
     let mut note = |line: &str| say(&format!("{line}\n"));
     let end = match args.pid {

@@ -93,6 +93,7 @@ impl Default for HeldLock {
                 ts: 0,
                 index: 0,
                 after_point: false,
+                point: false,
             },
             count: 0,
             fj: None,

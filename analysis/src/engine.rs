@@ -33,6 +33,7 @@ use rustc_hash::{FxHashMap, FxHashSet};
 use crate::clock::{Epoch, VectorClock};
 use crate::deadlock::{HeldLock, LockGraph, NO_NODE};
 use crate::findings::{Candidate, DedupKey, FindingSet};
+use crate::interleave::{Interleavings, SharedLocation};
 use crate::model::{
     kind_slot, EventId, Family, FindingKind, Mode, ObjId, Rank, RawFinding, EVERY_OTHER_THREAD,
     FAMILIES, NO_OBJECT,
@@ -471,6 +472,11 @@ pub struct PassResult {
     pub tids: Vec<u32>,
     /// Counters.
     pub stats: PassStats,
+    /// Locations two or more threads accessed (one writing), from discovered
+    /// accesses, most promising first.
+    pub shared: Vec<SharedLocation>,
+    /// Discovered accesses past what the shapes keep (counted, not looked at).
+    pub accesses_not_kept: u64,
 }
 
 /// The streaming analysis state.
@@ -512,6 +518,8 @@ pub struct Engine<'a> {
     first_sections: Vec<(EventId, u32, u32)>,
     /// Dense index of the main thread, when the table has it.
     main_thread: Option<u32>,
+    /// Discovered accesses, for the shapes over plain loads and stores.
+    interleavings: Interleavings,
     stats: PassStats,
 }
 
@@ -559,6 +567,7 @@ impl<'a> Engine<'a> {
                 .next()
                 .filter(|t| t.logical.0.is_empty())
                 .map(|_| 0),
+            interleavings: Interleavings::default(),
             stats: PassStats::default(),
         }
     }
@@ -712,6 +721,7 @@ impl<'a> Engine<'a> {
                 ts: e.ts_ns,
                 index: self.index,
                 after_point: false,
+                point: false,
             };
         }
         let (obj, occurrence) = match Family::of(e.kind) {
@@ -745,16 +755,24 @@ impl<'a> Engine<'a> {
                 (obj, n.counts[slot])
             }
         };
+        // A discovered access is named by its instruction: the thread's arrivals
+        // there, which the agent counted (`result`).
+        let point = e.via.is_point() && e.kind.is_access();
         EventId {
             thread: t,
             kind: e.kind,
             obj,
-            occurrence,
+            occurrence: if point {
+                e.result.clamp(0, u32::MAX as i64) as u32
+            } else {
+                occurrence
+            },
             nth,
             site: e.site,
             ts: e.ts_ns,
             index: self.index,
             after_point: false,
+            point,
         }
     }
 
@@ -771,6 +789,9 @@ impl<'a> Engine<'a> {
         let id = self.name(t, e);
         self.index += 1;
         self.stats.events += 1;
+        if !e.kind.is_access() && e.kind != Kind::At && id.occurrence > 0 {
+            self.interleavings.sync_event(t, id);
+        }
         if let Some(slot) = self.slot_of.get(t as usize) {
             if let Some(th) = self.states.get(*slot as usize) {
                 if th.released_lock != NO_OBJECT {
@@ -873,7 +894,7 @@ impl<'a> Engine<'a> {
                     Rc::make_mut(&mut th.fj).join(&fj);
                 }
             }
-            Kind::Read | Kind::Write | Kind::Rmw => self.access(t, id, e.via == Via::Atomic),
+            Kind::Read | Kind::Write | Kind::Rmw => self.access(t, id, e.via.is_atomic()),
         }
         id
     }
@@ -900,6 +921,7 @@ impl<'a> Engine<'a> {
                     ts: e.ts_ns,
                     index: self.index,
                     after_point: false,
+                    point: false,
                 };
                 self.index += 1;
                 self.stats.events += 1;
@@ -1990,6 +2012,15 @@ impl<'a> Engine<'a> {
             ev: id,
             atomic,
         };
+        if id.point {
+            self.interleavings.access(
+                id,
+                atomic,
+                me.epoch,
+                &th.vc,
+                th.held.iter().rev().map(|h| h.obj),
+            );
+        }
         if writes {
             for r in &var.reads {
                 if r.ev.thread != t && !(r.atomic && atomic) && !r.epoch.happens_before(&th.vc) {
@@ -2094,6 +2125,17 @@ impl<'a> Engine<'a> {
         for (write, read) in pending {
             self.offer_race(write, read);
         }
+        let interleavings = std::mem::take(&mut self.interleavings);
+        let accesses_not_kept = interleavings.dropped;
+        let (shared, proposals) = interleavings.finish();
+        for p in &proposals {
+            let orderings: Vec<(&[EventId], EventId)> = p
+                .orderings
+                .iter()
+                .map(|(before, after)| (before.as_slice(), *after))
+                .collect();
+            self.offer(p.kind, &p.events, &orderings, "");
+        }
         let cycles = self.graph.cycles();
         for f in cycles {
             self.stats.candidates_offered += 1;
@@ -2112,6 +2154,8 @@ impl<'a> Engine<'a> {
             objects: self.objects,
             tids: self.tids,
             stats: self.stats,
+            shared,
+            accesses_not_kept,
         }
     }
 }

@@ -24,9 +24,17 @@ impl DedupKey {
         let mut no = 0;
         for (i, e) in events.iter().enumerate() {
             if i < 6 {
-                words[3 + i] = e.site;
+                // An event without a site (a thread's start or exit) is told apart
+                // by its kind.
+                words[3 + i] = if e.site == 0 {
+                    1 << 63 | e.kind as u64
+                } else {
+                    e.site
+                };
             }
-            if no < 4 && e.obj != NO_OBJECT && !objects[..no].contains(&e.obj) {
+            // A discovered access is keyed by its instruction alone: the same shape
+            // on the next heap object is the same candidate.
+            if no < 4 && e.obj != NO_OBJECT && !e.point && !objects[..no].contains(&e.obj) {
                 objects[no] = e.obj;
                 no += 1;
             }

@@ -14,6 +14,7 @@ pub mod clock;
 pub mod deadlock;
 pub mod engine;
 pub mod findings;
+pub mod interleave;
 pub mod merge;
 pub mod model;
 pub mod naming;
@@ -32,7 +33,7 @@ pub use model::{FindingKind, Rank};
 /// The schedule language the candidates are written in (re-exported for users of
 /// the findings, e.g. to parse a finding's schedule).
 pub use ordo_schedule as schedule;
-pub use report::{Analysis, Finding, Loss, ObjectDesc, Stats};
+pub use report::{Analysis, Finding, Loss, ObjectDesc, SharedDesc, Stats};
 
 /// Where the kernel's drop counter rose, chunk by chunk.
 #[derive(Default)]
@@ -221,6 +222,11 @@ fn analyze(
     let namer = naming::Namer::new(&threads, &pass.tids, &pass.objects, &symbolizer);
     let first_loss = losses.losses.first().map(|l| l.from_ts);
     let findings = report::resolve(pass.findings, &namer, first_loss);
+    let shared = pass
+        .shared
+        .iter()
+        .map(|l| report::SharedDesc::resolve(l, &namer))
+        .collect();
     let stats = Stats {
         pass: pass.stats,
         threads: threads.len() as u64,
@@ -236,6 +242,7 @@ fn analyze(
         findings,
         losses: losses.losses,
         stats,
+        shared,
     })
 }
 

@@ -126,6 +126,10 @@ pub struct EventId {
     /// In a candidate's ordering: the point right after this event returned (the
     /// schedule language's `T:after(KIND(OBJ)#N)`), not the event itself.
     pub after_point: bool,
+    /// A discovered access (`ordo record --discover`): `obj` is the location, but
+    /// schedules name it by its instruction, `T:at(function+OFFSET)#N`, with
+    /// `occurrence` the thread's arrivals there.
+    pub point: bool,
 }
 
 impl EventId {
@@ -202,15 +206,25 @@ pub enum FindingKind {
     /// of a lock and its next statement (`T:after(mutex_unlock(m)#k)`): unlock, then
     /// act on what the lock protected (free it, clear it, use a copy of it).
     AfterRelease,
+    /// Another thread's access (or two of them, to two locations) can fall between
+    /// two accesses of one thread, giving a result no serial order gives: R–W–R,
+    /// W–R–W, R–W–W, W–W–R (AVIO), or a reader seeing half of two stores.
+    Unserializable,
+    /// A thread reads a location and goes on to its next access while another
+    /// thread writes the location and then does more (frees, tears down) before its
+    /// next synchronization call or its exit: the reader acts on a stale value.
+    StaleUse,
 }
 
 impl FindingKind {
     /// Every kind, in report order.
-    pub const ALL: [FindingKind; 15] = [
+    pub const ALL: [FindingKind; 17] = [
         FindingKind::Deadlock,
         FindingKind::LostWakeup,
         FindingKind::Barging,
         FindingKind::Race,
+        FindingKind::Unserializable,
+        FindingKind::StaleUse,
         FindingKind::Atomicity,
         FindingKind::MultiSplit,
         FindingKind::AfterRelease,
@@ -236,6 +250,8 @@ impl FindingKind {
                 | FindingKind::Atomicity
                 | FindingKind::MultiSplit
                 | FindingKind::Barging
+                | FindingKind::Unserializable
+                | FindingKind::StaleUse
         )
     }
 
@@ -292,6 +308,8 @@ impl FindingKind {
             FindingKind::FirstOfMany => "first_of_many",
             FindingKind::Reorder => "reorder",
             FindingKind::AfterRelease => "after_release",
+            FindingKind::Unserializable => "unserializable",
+            FindingKind::StaleUse => "stale_use",
         }
     }
 

@@ -96,6 +96,16 @@ impl<'a> Namer<'a> {
         if e.occurrence == 0 {
             return None;
         }
+        if e.point {
+            // A discovered access: its instruction, as `ordo record --mark` names it.
+            return Some(EventRef {
+                thread: self.logical(e.thread)?.into(),
+                kind: ordo_trace::Kind::At,
+                object: ObjectRef::Symbol(self.symbolizer.data_name(e.site)?),
+                occurrence: e.occurrence,
+                after: false,
+            });
+        }
         Some(EventRef {
             thread: self.logical(e.thread)?.into(),
             kind: e.kind,

@@ -99,6 +99,102 @@ pub struct Analysis {
     pub losses: Vec<Loss>,
     /// Counters.
     pub stats: Stats,
+    /// Memory two or more threads accessed, one writing (from a recording made
+    /// with `--discover`), most promising first.
+    pub shared: Vec<SharedDesc>,
+}
+
+/// A shared location found by discovery, ready to print.
+#[derive(Clone, Debug)]
+pub struct SharedDesc {
+    /// Its name (`global`, `global+8`) or address.
+    pub location: String,
+    /// Its address in the recorded run.
+    pub addr: u64,
+    /// Threads that accessed it.
+    pub threads: Vec<String>,
+    /// Reads.
+    pub reads: u32,
+    /// Writes and read-modify-writes.
+    pub writes: u32,
+    /// Only atomic instructions touched it (synchronization, not a race).
+    pub atomic_only: bool,
+    /// Each instruction that touched it: (site, kind, locks held there).
+    pub sites: Vec<(String, &'static str, Vec<String>)>,
+    /// Locks held at every access (empty: nothing protects it consistently).
+    pub common_locks: Vec<String>,
+    /// Candidates proposed on it.
+    pub candidates: u32,
+}
+
+impl SharedDesc {
+    /// Symbolizes a pass's shared location.
+    pub fn resolve(l: &crate::interleave::SharedLocation, namer: &Namer<'_>) -> SharedDesc {
+        SharedDesc {
+            location: namer.object_text(l.obj),
+            addr: namer.addr(l.obj),
+            threads: l.threads.iter().map(|&t| namer.thread_text(t)).collect(),
+            reads: l.reads,
+            writes: l.writes,
+            atomic_only: l.atomic_only,
+            sites: l
+                .sites
+                .iter()
+                .map(|(e, locks)| {
+                    (
+                        namer.site(e),
+                        e.kind.name(),
+                        locks.iter().map(|&o| namer.object_text(o)).collect(),
+                    )
+                })
+                .collect(),
+            common_locks: l
+                .common_locks
+                .iter()
+                .map(|&o| namer.object_text(o))
+                .collect(),
+            candidates: l.candidates,
+        }
+    }
+
+    /// As `--json` prints it.
+    pub fn to_json(&self) -> Value {
+        json!({
+            "location": self.location,
+            "addr": format!("{:#x}", self.addr),
+            "threads": self.threads,
+            "reads": self.reads,
+            "writes": self.writes,
+            "atomic_only": self.atomic_only,
+            "sites": self.sites.iter().map(|(site, kind, locks)| json!({
+                "site": site, "kind": kind, "locks_held": locks,
+            })).collect::<Vec<_>>(),
+            "common_locks": self.common_locks,
+            "candidates": self.candidates,
+        })
+    }
+
+    /// One line: where, who, how, and what protects it.
+    pub fn summary(&self) -> String {
+        format!(
+            "{}: threads {}, {} reads, {} writes{}, {}; {} candidates",
+            self.location,
+            self.threads.join(", "),
+            self.reads,
+            self.writes,
+            if self.atomic_only {
+                " (atomic only)"
+            } else {
+                ""
+            },
+            if self.common_locks.is_empty() {
+                "no lock held at every access".to_string()
+            } else {
+                format!("always under {}", self.common_locks.join(", "))
+            },
+            self.candidates
+        )
+    }
 }
 
 /// Symbolizes raw findings.
@@ -216,6 +312,16 @@ fn verb(kind: Kind) -> &'static str {
         Kind::Write => "writes",
         Kind::Rmw => "updates",
         other => other.name(),
+    }
+}
+
+/// AVIO's name of an unserializable interleaving `a1 b a2`.
+fn avio_name(a1: Kind, b: Kind, a2: Kind) -> &'static str {
+    match (a1 != Kind::Read, b != Kind::Read, a2 != Kind::Read) {
+        (false, true, false) => "read, write, read: a check, then a use of what changed",
+        (true, false, true) => "write, read, write: the reader sees an intermediate state",
+        (false, true, true) => "read, write, write: an update lost",
+        _ => "write, write, read: the thread reads back what it did not write",
     }
 }
 
@@ -409,6 +515,55 @@ fn message(f: &RawFinding, n: &Namer<'_>, rank: Rank) -> String {
                 None => format!("thread {}'s next statement", t(&ev[0])),
             }
         ),
+        FindingKind::Unserializable if ev.len() == 4 => format!(
+            "thread {} {} {} ({}) and then {} {} ({}); thread {}'s {} of {} ({}) and {} of {} ({}) can both \
+             fall between them, so it sees one change and not the other",
+            t(&ev[0]),
+            verb(ev[0].kind),
+            o(&ev[0]),
+            s(&ev[0]),
+            verb(ev[2].kind),
+            o(&ev[2]),
+            s(&ev[2]),
+            t(&ev[1]),
+            ev[1].kind.name(),
+            o(&ev[1]),
+            s(&ev[1]),
+            ev[3].kind.name(),
+            o(&ev[3]),
+            s(&ev[3])
+        ),
+        FindingKind::Unserializable => format!(
+            "thread {}'s {} of {} at {} can fall between thread {}'s {} at {} and {} at {}: {} \
+             (no serial order of the two threads gives it)",
+            t(&ev[1]),
+            ev[1].kind.name(),
+            o(&ev[1]),
+            s(&ev[1]),
+            t(&ev[0]),
+            ev[0].kind.name(),
+            s(&ev[0]),
+            ev[2].kind.name(),
+            s(&ev[2]),
+            avio_name(ev[0].kind, ev[1].kind, ev[2].kind)
+        ),
+        FindingKind::StaleUse => format!(
+            "thread {} {} {} at {} and goes on at {}; thread {} can write it at {}{} in between, so \
+             thread {} acts on a stale value (a pointer checked, then used after it was cleared or freed)",
+            t(&ev[0]),
+            verb(ev[0].kind),
+            o(&ev[0]),
+            s(&ev[0]),
+            s(&ev[2]),
+            t(&ev[1]),
+            s(&ev[1]),
+            match ev.get(3) {
+                Some(hold) if hold.kind == Kind::ThreadExit => " and run until it exits".to_string(),
+                Some(hold) => format!(" and go on to its {} at {}", hold.kind.name(), s(hold)),
+                None => String::new(),
+            },
+            t(&ev[0])
+        ),
         FindingKind::Reorder => format!(
             "thread {}'s critical section on {} at {} and thread {}'s at {} can run in the other order",
             t(&ev[0]),
@@ -480,6 +635,7 @@ impl Analysis {
         }
         json!({
             "findings": findings,
+            "shared_locations": self.shared.iter().map(SharedDesc::to_json).collect::<Vec<_>>(),
             "stats": {
                 "trace": self.trace.display().to_string(),
                 "events": p.events,
@@ -622,6 +778,34 @@ impl Analysis {
                     "  … {} more {} findings (all are in --json)",
                     group.len() - per_kind,
                     kind.name()
+                );
+            }
+        }
+        if !self.shared.is_empty() {
+            let _ = writeln!(
+                out,
+                "\nshared memory found by --discover ({} locations, most promising first):",
+                self.shared.len()
+            );
+            for l in self.shared.iter().take(per_kind) {
+                let _ = writeln!(out, "  {}", l.summary());
+                for (site, kind, locks) in &l.sites {
+                    let _ = writeln!(
+                        out,
+                        "      - {kind} at {site}{}",
+                        if locks.is_empty() {
+                            String::new()
+                        } else {
+                            format!(" holding {}", locks.join(", "))
+                        }
+                    );
+                }
+            }
+            if self.shared.len() > per_kind {
+                let _ = writeln!(
+                    out,
+                    "  … {} more locations (all are in --json)",
+                    self.shared.len() - per_kind
                 );
             }
         }

@@ -524,13 +524,15 @@ fn events(mut slots: &[Record]) -> impl Iterator<Item = Event> + '_ {
 fn expand(r: &Event, tid: u32) -> RawEvent {
     let futex = matches!(r.kind as u16, kind::FUTEX_WAIT | kind::FUTEX_WAKE);
     let blocked = r.kind as u16 == kind::BLOCKED;
+    // A discovered access carries its size in `extra`.
+    let access = matches!(r.kind as u16, kind::READ | kind::WRITE | kind::RMW);
     RawEvent {
         ts_ns: r.ts,
         seq: r.seq,
         addr: r.addr,
         addr2: if futex {
             r.extra & 0xff
-        } else if blocked {
+        } else if blocked || access {
             0
         } else {
             r.extra
@@ -547,7 +549,7 @@ fn expand(r: &Event, tid: u32) -> RawEvent {
         tid,
         kind: r.kind as u16,
         via: r.via,
-        size: 0,
+        size: if access { r.extra as u8 } else { 0 },
         name: [0; 16],
     }
 }

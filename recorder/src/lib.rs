@@ -11,6 +11,7 @@
 //! - [`watch`]: choosing the instructions and addresses of watched variables;
 //!   [`watching`] turns `--watch` options into what a recording attaches.
 
+pub mod discover;
 pub mod empty;
 pub mod inproc;
 pub mod launch;

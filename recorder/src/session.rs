@@ -46,6 +46,9 @@ pub struct SessionOptions {
     /// In process: read the clock sparsely (exact order, times that are lower
     /// bounds; see `ordo_probe_common::inproc::CLOCK_SPARSE`).
     pub sparse_times: bool,
+    /// Find shared memory with software breakpoints on the program's memory-access
+    /// instructions (see [`crate::discover`]); in process only.
+    pub discover: bool,
 }
 
 /// Where the pthread API is recorded (`ordo record --probes`).
@@ -211,6 +214,29 @@ pub fn record_launched(
     if options.verbose {
         say(verbose_note(inproc));
     }
+    let discovery = match (options.discover, inproc) {
+        (false, _) => None,
+        (true, false) => bail!(
+            "--discover records in process: it needs a dynamically linked, not setuid program and not --probes ebpf"
+        ),
+        (true, true) => {
+            let plan = crate::discover::plan_discovery(&program)?;
+            if options.verbose {
+                say(&format!(
+                    "ordo: --discover: {} memory-access instructions in {} functions of {} (each trapped at most {} times; {} left out: stack, thread-local, read-only)",
+                    plan.sites.len(),
+                    plan.functions,
+                    program.display(),
+                    crate::discover::DEFAULT_BUDGET,
+                    plan.skipped
+                ));
+            }
+            Some(crate::discover::SoftTable::create(
+                &plan.sites,
+                crate::discover::DEFAULT_BUDGET,
+            )?)
+        }
+    };
     // In process: the agent, preloaded ahead of the user's own LD_PRELOAD, records
     // into a mapping this process owns; the program inherits its descriptor.
     let mut env = options.env.clone();
@@ -232,6 +258,10 @@ pub fn record_launched(
         inherit.push(mapping.raw_fd());
         record.inproc = Some(mapping);
         agent = Some(file);
+    }
+    if let Some(table) = &discovery {
+        env.push(table.env());
+        inherit.push(table.raw_fd());
     }
     install_signal_handlers();
     let stopped = launch::spawn_stopped_inheriting(command, &env, no_aslr, &inherit)?;
@@ -260,6 +290,7 @@ pub fn record_launched(
     CHILD.store(0, Ordering::SeqCst);
     let summary = recording.finish(Some(status))?;
     drop(agent);
+    drop(discovery);
     Ok(SessionEnd::new(summary, exit_code(status)))
 }
 

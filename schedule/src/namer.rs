@@ -109,6 +109,18 @@ impl<'a> EventNamer<'a> {
         if self.is_internal(e) || is_cond_wait_mutex_event(e) {
             return None;
         }
+        if e.kind.is_access() && e.via.is_point() {
+            // A discovered access (`ordo record --discover`): named by its
+            // instruction, with the arrival count the agent took (`result`).
+            let occurrence = u32::try_from(e.result).ok().filter(|&n| n > 0)?;
+            return Some(EventRef {
+                thread: ThreadRef::Id(thread),
+                kind: Kind::At,
+                object: ObjectRef::Symbol(self.data_name(e.site)?),
+                occurrence,
+                after: false,
+            });
+        }
         let family = Family::of(e.kind);
         let symbol = if family == Family::NoObject || family == Family::Thread {
             None

@@ -158,6 +158,11 @@ pub enum Via {
     CondWait,
     /// A watched access by an atomic instruction (lock-prefixed or `xchg`).
     Atomic,
+    /// A discovered access (`ordo record --discover`): named by its instruction
+    /// (`at(function+OFFSET)`), its thread's arrival count there in `result`.
+    Point,
+    /// A discovered access by an atomic instruction.
+    PointAtomic,
 }
 
 impl Via {
@@ -168,6 +173,8 @@ impl Via {
             v::TIMED => Via::Timed,
             v::COND_WAIT => Via::CondWait,
             v::ATOMIC => Via::Atomic,
+            v::POINT => Via::Point,
+            v::POINT_ATOMIC => Via::PointAtomic,
             _ => Via::Plain,
         }
     }
@@ -180,6 +187,8 @@ impl Via {
             Via::Timed => v::TIMED,
             Via::CondWait => v::COND_WAIT,
             Via::Atomic => v::ATOMIC,
+            Via::Point => v::POINT,
+            Via::PointAtomic => v::POINT_ATOMIC,
         }
     }
 
@@ -191,7 +200,19 @@ impl Via {
             Via::Timed => "timedlock",
             Via::CondWait => "cond_wait",
             Via::Atomic => "atomic",
+            Via::Point => "discovered",
+            Via::PointAtomic => "discovered atomic",
         }
+    }
+
+    /// An access by an atomic instruction (or to a variable of atomic type).
+    pub fn is_atomic(self) -> bool {
+        matches!(self, Via::Atomic | Via::PointAtomic)
+    }
+
+    /// A discovered access, named by its instruction ([`Via::Point`]).
+    pub fn is_point(self) -> bool {
+        matches!(self, Via::Point | Via::PointAtomic)
     }
 }
 

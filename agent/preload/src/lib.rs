@@ -43,6 +43,7 @@ pub mod gate;
 pub mod interpose;
 pub mod record;
 pub mod shm;
+pub mod soft;
 pub mod strategy;
 pub mod trap;
 
@@ -220,6 +221,8 @@ unsafe extern "C" fn agent_init() {
     let replay_fd = unsafe { take_fd_env(c"ORDO_REPLAY_SHM_FD") };
     // SAFETY: as above.
     let record_fd = unsafe { take_fd_env(c"ORDO_RECORD_FD") };
+    // SAFETY: as above.
+    let soft_fd = unsafe { take_fd_env(c"ORDO_SOFT_SITES_FD") };
     if replay_fd.is_none() && record_fd.is_none() {
         return;
     }
@@ -240,6 +243,10 @@ unsafe extern "C" fn agent_init() {
         frames::init();
         // SAFETY: once, at start-up, with the descriptor the recorder passed.
         unsafe { record::start(fd) };
+    }
+    if let Some(fd) = soft_fd {
+        // SAFETY: once, at start-up, with the descriptor the recorder passed.
+        unsafe { soft::start(fd) };
     }
     if let Some(fd) = replay_fd {
         // SAFETY: once, at start-up, before any other thread runs.

@@ -57,8 +57,13 @@ const EFLAGS_TF: i64 = 0x100;
 /// `uc_link` and `uc_stack`).
 const GREGS_OFFSET: usize = 40;
 const GREG_EFL: usize = 17;
+/// `REG_RIP` in the `gregs` array.
+pub(crate) const GREG_RIP: usize = 16;
+/// `si_code` of an `int3` (a software breakpoint, [`crate::soft`]).
+const SI_KERNEL: i32 = 0x80;
 /// `ordo_probe_common::reg` number → index in the `gregs` array.
-const GREG_OF_REG: [usize; 17] = [13, 11, 14, 12, 9, 8, 10, 15, 0, 1, 2, 3, 4, 5, 6, 7, 16];
+pub(crate) const GREG_OF_REG: [usize; 17] =
+    [13, 11, 14, 12, 9, 8, 10, 15, 0, 1, 2, 3, 4, 5, 6, 7, 16];
 
 /// The kernel's `perf_event_attr`, up to `sig_data` (`PERF_ATTR_SIZE_VER7`).
 #[repr(C)]
@@ -243,7 +248,7 @@ fn die_with_errno(message: &str, errno: isize) -> ! {
     die(std::str::from_utf8(&text[..n]).unwrap_or(message))
 }
 
-fn install_handler() {
+pub(crate) fn install_handler() {
     if INSTALLED.swap(true, AcqRel) {
         return;
     }
@@ -283,7 +288,7 @@ const TRAP_PERF_FLAG_ASYNC: u32 = 1;
 /// # Safety
 /// `ctx` must be the `ucontext_t` the kernel passed a signal handler and
 /// `index` < 23 (`NGREG`).
-unsafe fn greg(ctx: *mut c_void, index: usize) -> *mut i64 {
+pub(crate) unsafe fn greg(ctx: *mut c_void, index: usize) -> *mut i64 {
     // SAFETY: `gregs` lies GREGS_OFFSET bytes into the context, `index` within it.
     unsafe { (ctx as *mut u8).add(GREGS_OFFSET + 8 * index) as *mut i64 }
 }
@@ -304,6 +309,15 @@ unsafe extern "C" fn on_sigtrap(sig: c_int, info: *mut c_void, ctx: *mut c_void)
         // SAFETY: `ctx` is the signal's context.
         unsafe { access_trap((si.perf_data & 0xffff_ffff) as u32, ctx) };
         return;
+    }
+    // A software breakpoint of discovery: the saved rip is just past its `int3`.
+    if si.code == SI_KERNEL {
+        // SAFETY: the signal's context; REG_RIP is a general register slot.
+        let rip = unsafe { *greg(ctx, GREG_RIP) } as u64;
+        // SAFETY: as above.
+        if unsafe { crate::soft::trap(rip.wrapping_sub(1), ctx) } {
+            return;
+        }
     }
     // The single-step trap after a gated access: TRAP_TRACE, or SI_KERNEL when a
     // uprobe on the same instruction (a recording of the replay) stepped it.

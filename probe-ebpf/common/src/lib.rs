@@ -146,6 +146,14 @@ pub mod via {
     pub const TRAP: u8 = 5;
     /// Like [`TRAP`], for a variable whose type is atomic: every access is ATOMIC.
     pub const TRAP_ATOMIC: u8 = 6;
+    /// A discovered access (`ordo record --discover`): a plain access the agent's
+    /// software breakpoint caught at its instruction. Schedules name it by that
+    /// instruction (`T:at(function+OFFSET)#N`); `result` carries N, the thread's
+    /// arrivals at the instruction so far.
+    pub const POINT: u8 = 7;
+    /// Like [`POINT`], by an atomic instruction (lock-prefixed, `xchg`, or a store
+    /// followed by `mfence`): two of them never race.
+    pub const POINT_ATOMIC: u8 = 8;
 }
 
 /// In a `HW_WATCHES` value (the access size in the low byte): the variable's type
@@ -806,6 +814,69 @@ pub mod inproc {
 
     /// Environment variable carrying the mapping's descriptor number to the agent.
     pub const ENV_FD: &str = "ORDO_RECORD_FD";
+
+    /// Environment variable carrying the descriptor of a software-breakpoint table
+    /// ([`SoftHeader`] then [`SoftSite`]s) to the agent: `ordo record --discover`
+    /// and the hunt's runs.
+    pub const ENV_SOFT_FD: &str = "ORDO_SOFT_SITES_FD";
+
+    /// "ORDO_SFT".
+    pub const SOFT_MAGIC: u64 = 0x4f52_444f_5f53_4654;
+    /// Bumped whenever [`SoftHeader`] or [`SoftSite`] changes.
+    pub const SOFT_VERSION: u32 = 1;
+
+    /// The start of a software-breakpoint table.
+    #[repr(C)]
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+    pub struct SoftHeader {
+        /// [`SOFT_MAGIC`].
+        pub magic: u64,
+        /// [`SOFT_VERSION`].
+        pub version: u32,
+        /// Sites that follow.
+        pub n_sites: u32,
+        /// Traps a site takes (all threads together) before its breakpoint is
+        /// removed for the rest of the run; 0: never removed.
+        pub budget: u32,
+        /// Reserved, 0.
+        pub flags: u32,
+    }
+
+    /// One instruction of the main executable that reads or writes memory other
+    /// than the stack, on which the agent plants a software breakpoint (`int3`):
+    /// the trap computes the address from the registers, records the access and
+    /// resumes at a copy of the instruction placed out of line.
+    #[repr(C)]
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+    pub struct SoftSite {
+        /// Link-time address of the instruction.
+        pub ip: u64,
+        /// Displacement of the memory operand; for a RIP-relative operand the
+        /// link-time address it reaches (`base`, `index` NONE).
+        pub disp: i64,
+        /// The instruction's bytes (`len` of them).
+        pub bytes: [u8; 16],
+        /// Length of the instruction.
+        pub len: u8,
+        /// Base register ([`super::reg`]).
+        pub base: u8,
+        /// Index register ([`super::reg`]).
+        pub index: u8,
+        /// Index scale.
+        pub scale: u8,
+        /// Access size in bytes.
+        pub size: u8,
+        /// [`super::kind::READ`], [`super::kind::WRITE`] or [`super::kind::RMW`].
+        pub access: u8,
+        /// [`super::via::POINT`] or [`super::via::POINT_ATOMIC`].
+        pub via: u8,
+        /// Offset in `bytes` of a RIP-relative operand's 32-bit displacement (the
+        /// out-of-line copy rewrites it), 0 when the operand is not RIP-relative.
+        pub disp_at: u8,
+    }
+
+    const _: () = assert!(core::mem::size_of::<SoftSite>() == 40);
+    const _: () = assert!(core::mem::size_of::<SoftHeader>() == 24);
 }
 
 #[cfg(all(test, not(target_arch = "bpf")))]

@@ -1,0 +1,365 @@
+//! Software breakpoints on memory-access instructions: how `ordo record --discover`
+//! (and every run of `ordo hunt`) sees the program's plain loads and stores with no
+//! variable named and no kernel trap per site.
+//!
+//! The recorder hands the agent a table of instructions of the main executable
+//! (`ordo_recorder::discover`: every one with a memory operand that may reach shared
+//! data). At start-up, before the program's own constructors run, the agent:
+//! - copies each instruction *out of line* into a page it maps within ±2 GiB of the
+//!   executable, followed by a `jmp` back to the instruction after it (a
+//!   RIP-relative operand's displacement is rewritten for the copy's address), the
+//!   way the kernel's uprobes step an instruction out of line, but in user space;
+//! - plants an `int3` on each instruction (its code pages stay writable for the
+//!   run, so a breakpoint can be removed from a signal handler without a race on
+//!   page protections).
+//!
+//! A thread reaching one traps (`SIGTRAP`, `si_code` `SI_KERNEL`, the saved `rip`
+//! just past the `int3`). The handler finds the site, counts the thread's arrivals
+//! at it (the `#N` of `T:at(function+OFFSET)#N`, the number replay's gates count),
+//! computes the address the instruction reaches from the saved registers, records
+//! the access in the thread's ring (kind, address, instruction, arrival count,
+//! per-address sequence number), and resumes the thread at the copy: the original
+//! instruction runs there, unchanged, and jumps back. After `budget` traps of all
+//! threads together a site's `int3` is replaced by the original byte: the rest of
+//! the run goes at full speed, and discovery costs at most `budget` traps a site.
+//!
+//! Everything in the handler is async-signal-safe: atomics, raw syscalls, the
+//! agent's own thread-local cells and the recording ring.
+
+use std::cell::Cell;
+use std::ffi::{c_int, c_void};
+use std::ptr::null_mut;
+use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering::*};
+
+use crate::probe_common::inproc::{SoftHeader, SoftSite, SOFT_MAGIC, SOFT_VERSION};
+use crate::probe_common::reg;
+use crate::trap::{greg, GREG_OF_REG, GREG_RIP};
+use crate::{close, dl_iterate_phdr, mmap, DlPhdrInfo};
+
+/// Bytes of one out-of-line slot: the instruction (≤ 15) and a 5-byte `jmp`.
+const SLOT: usize = 32;
+const PAGE: usize = 4096;
+const PROT_READ: c_int = 1;
+const PROT_WRITE: c_int = 2;
+const PROT_EXEC: c_int = 4;
+const MAP_PRIVATE: c_int = 2;
+const MAP_ANONYMOUS: c_int = 0x20;
+const MAP_NORESERVE: c_int = 0x4000;
+const MAP_FIXED_NOREPLACE: c_int = 0x10_0000;
+const MAP_FAILED: *mut c_void = !0usize as *mut c_void;
+const SYS_MPROTECT: isize = 10;
+const SYS_MUNMAP: isize = 11;
+
+/// The sites in force for this process.
+struct Table {
+    /// The sites, in ascending `ip` order.
+    sites: *const SoftSite,
+    n: usize,
+    /// Load bias of the main executable.
+    bias: u64,
+    /// Out-of-line copies, [`SLOT`] bytes each, in the sites' order.
+    xol: *mut u8,
+    /// Traps taken per site.
+    hits: *const AtomicU32,
+    /// Traps a site takes before its breakpoint is removed (0: never).
+    budget: u32,
+}
+
+static TABLE: AtomicPtr<Table> = AtomicPtr::new(null_mut());
+
+thread_local! {
+    /// This thread's arrivals per site (mapped at its first trap; the pages it
+    /// touched stay when it exits: a few per thread).
+    static ARRIVALS: Cell<*mut u32> = const { Cell::new(null_mut()) };
+}
+
+/// Reads the table from descriptor `fd` (closing it) and plants the breakpoints.
+///
+/// # Safety
+/// Once, at start-up, on the only thread, with the descriptor the recorder passed
+/// (negative: nothing to do).
+pub(crate) unsafe fn start(fd: c_int) {
+    if fd < 0 {
+        return;
+    }
+    // SAFETY: the recorder's descriptor (the caller's contract); a private,
+    // read-only mapping of its first page.
+    let head = unsafe { mmap(null_mut(), PAGE, PROT_READ, MAP_PRIVATE, fd, 0) };
+    if head == MAP_FAILED {
+        // SAFETY: our descriptor.
+        unsafe { close(fd) };
+        crate::die("cannot map the --discover site table");
+    }
+    // SAFETY: the mapping starts with the header the recorder wrote.
+    let header = unsafe { *(head as *const SoftHeader) };
+    // SAFETY: the mapping we just made.
+    unsafe { crate::raw_syscall3(SYS_MUNMAP, head as isize, PAGE as isize, 0) };
+    if header.magic != SOFT_MAGIC || header.version != SOFT_VERSION {
+        crate::die("the --discover site table has the wrong layout (ordo and its agent differ)");
+    }
+    let n = header.n_sites as usize;
+    let len = std::mem::size_of::<SoftHeader>() + n * std::mem::size_of::<SoftSite>();
+    // SAFETY: as above, the whole table.
+    let all = unsafe { mmap(null_mut(), len, PROT_READ, MAP_PRIVATE, fd, 0) };
+    // SAFETY: our descriptor, not used after.
+    unsafe { close(fd) };
+    if all == MAP_FAILED || n == 0 {
+        return;
+    }
+    // SAFETY: the sites follow the header in the mapping (`len` bytes long).
+    let sites =
+        unsafe { (all as *const u8).add(std::mem::size_of::<SoftHeader>()) } as *const SoftSite;
+    // SAFETY: `n` sites lie there, and the mapping is never unmapped.
+    let list = unsafe { std::slice::from_raw_parts(sites, n) };
+    let mut bias = 0u64;
+    // SAFETY: the callback writes one u64 through `data`, which points to `bias`.
+    unsafe { dl_iterate_phdr(main_bias, (&mut bias as *mut u64).cast()) };
+    let lo = bias + list[0].ip;
+    let hi = bias + list[n - 1].ip + 16;
+    let xol_len = (n * SLOT).div_ceil(PAGE) * PAGE;
+    let Some(xol) = map_near(lo, hi, xol_len) else {
+        crate::die("--discover: no room within 2 GiB of the program for the out-of-line copies");
+    };
+    for (i, s) in list.iter().enumerate() {
+        // SAFETY: slot i lies inside the `xol_len` bytes just mapped read-write.
+        unsafe { fill_slot(xol.add(i * SLOT), s, bias) };
+    }
+    // SAFETY: our own mapping.
+    unsafe {
+        crate::raw_syscall3(
+            SYS_MPROTECT,
+            xol as isize,
+            xol_len as isize,
+            (PROT_READ | PROT_EXEC) as isize,
+        )
+    };
+    // SAFETY: an anonymous mapping for the counters, never unmapped.
+    let hits = unsafe {
+        mmap(
+            null_mut(),
+            (n * 4).div_ceil(PAGE) * PAGE,
+            PROT_READ | PROT_WRITE,
+            MAP_PRIVATE | MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if hits == MAP_FAILED {
+        crate::die("--discover: cannot map the site counters");
+    }
+    let table = Table {
+        sites,
+        n,
+        bias,
+        xol,
+        hits: hits as *const AtomicU32,
+        budget: header.budget,
+    };
+    // SAFETY: malloc at start-up; the table lives for the whole run.
+    let boxed = unsafe { crate::malloc(std::mem::size_of::<Table>()) } as *mut Table;
+    if boxed.is_null() {
+        crate::die("--discover: out of memory");
+    }
+    // SAFETY: fresh, suitably aligned memory of the right size.
+    unsafe { boxed.write(table) };
+    crate::trap::install_handler();
+    TABLE.store(boxed, Release);
+    // Plant the breakpoints: each code page writable (and kept so: see the module
+    // doc), then the `int3`.
+    let mut page_done = 0u64;
+    for s in list {
+        let ip = bias + s.ip;
+        let page = ip & !(PAGE as u64 - 1);
+        let last = (ip + s.len as u64 - 1) & !(PAGE as u64 - 1);
+        if page != page_done || last != page_done {
+            // SAFETY: pages of the program's own code, made writable as well.
+            let r = unsafe {
+                crate::raw_syscall3(
+                    SYS_MPROTECT,
+                    page as isize,
+                    (last - page) as isize + PAGE as isize,
+                    (PROT_READ | PROT_WRITE | PROT_EXEC) as isize,
+                )
+            };
+            if r != 0 {
+                crate::die("--discover: cannot make the program's code writable (mprotect)");
+            }
+            page_done = last;
+        }
+        // SAFETY: the instruction's first byte, in a page just made writable; the
+        // program's threads do not run yet.
+        unsafe { (ip as *mut u8).write_volatile(0xcc) };
+    }
+}
+
+/// `dl_iterate_phdr`'s callback: the first module's (the main program's) load bias.
+///
+/// # Safety
+/// `info` must be glibc's module description and `data` point to a writable `u64`.
+unsafe extern "C" fn main_bias(info: *mut DlPhdrInfo, _size: usize, data: *mut c_void) -> c_int {
+    // SAFETY: both pointers are valid for the call (the caller's contract).
+    unsafe { *(data as *mut u64) = (*info).addr };
+    1
+}
+
+/// Maps `len` bytes read-write within ±2 GiB of every address in `[lo, hi)`.
+fn map_near(lo: u64, hi: u64, len: usize) -> Option<*mut u8> {
+    const STEP: u64 = 16 << 20;
+    const REACH: u64 = (1 << 31) - (64 << 20);
+    let below = (lo & !(STEP - 1)).saturating_sub(len as u64);
+    let above = (hi + STEP) & !(STEP - 1);
+    for k in 0..64u64 {
+        for hint in [below.checked_sub(k * STEP), Some(above + k * STEP)] {
+            let Some(hint) = hint else { continue };
+            if hint < (1 << 20) || hint.abs_diff(lo).max((hint + len as u64).abs_diff(hi)) > REACH {
+                continue;
+            }
+            // SAFETY: MAP_FIXED_NOREPLACE never replaces an existing mapping.
+            let p = unsafe {
+                mmap(
+                    hint as *mut c_void,
+                    len,
+                    PROT_READ | PROT_WRITE,
+                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE,
+                    -1,
+                    0,
+                )
+            };
+            if p == hint as *mut c_void {
+                return Some(p as *mut u8);
+            }
+            if p != MAP_FAILED {
+                // SAFETY: a mapping of our own that is not where we asked.
+                unsafe { crate::raw_syscall3(SYS_MUNMAP, p as isize, len as isize, 0) };
+            }
+        }
+    }
+    None
+}
+
+/// Writes the out-of-line copy of `s` at `slot`: the instruction (its RIP-relative
+/// displacement rewritten for the new place) and a `jmp` back after the original.
+///
+/// # Safety
+/// `slot` must point to [`SLOT`] writable bytes within ±2 GiB of the program.
+unsafe fn fill_slot(slot: *mut u8, s: &SoftSite, bias: u64) {
+    let len = s.len as usize;
+    // SAFETY: `len` ≤ 15 < SLOT bytes, in the slot (the caller's contract).
+    unsafe { std::ptr::copy_nonoverlapping(s.bytes.as_ptr(), slot, len) };
+    if s.disp_at != 0 {
+        let target = bias.wrapping_add(s.disp as u64);
+        let disp = target.wrapping_sub(slot as u64 + len as u64) as i64 as i32;
+        // SAFETY: the displacement's 4 bytes lie inside the copied instruction.
+        unsafe { (slot.add(s.disp_at as usize) as *mut [u8; 4]).write(disp.to_le_bytes()) };
+    }
+    let back = bias + s.ip + len as u64;
+    let rel = back.wrapping_sub(slot as u64 + len as u64 + 5) as i64 as i32;
+    // SAFETY: 5 more bytes, still inside the slot.
+    unsafe {
+        slot.add(len).write(0xe9);
+        (slot.add(len + 1) as *mut [u8; 4]).write(rel.to_le_bytes());
+    }
+}
+
+/// A software breakpoint at `ip` trapped: records the access and resumes the
+/// thread at the instruction's copy. `false` when `ip` is not one of ours.
+///
+/// # Safety
+/// `ctx` must be the `ucontext_t` of the trap.
+pub(crate) unsafe fn trap(ip: u64, ctx: *mut c_void) -> bool {
+    let table = TABLE.load(Acquire);
+    if table.is_null() {
+        return false;
+    }
+    // SAFETY: set once at start-up, never freed.
+    let t = unsafe { &*table };
+    // SAFETY: `n` sites, never unmapped.
+    let sites = unsafe { std::slice::from_raw_parts(t.sites, t.n) };
+    let Some(link) = ip.checked_sub(t.bias) else {
+        return false;
+    };
+    let Ok(i) = sites.binary_search_by_key(&link, |s| s.ip) else {
+        return false;
+    };
+    let s = &sites[i];
+    // SAFETY: one counter per site.
+    let hits = unsafe { &*t.hits.add(i) }.fetch_add(1, Relaxed) + 1;
+    if t.budget != 0 && hits == t.budget {
+        // The last trap this site takes: the original byte back (the page stayed
+        // writable). A thread already past the fetch of the `int3` still traps and
+        // is handled like any other.
+        // SAFETY: the instruction's first byte in the program's writable code.
+        unsafe { (ip as *mut u8).write_volatile(s.bytes[0]) };
+    }
+    let arrivals = arrival(i, t.n);
+    if crate::record::on() {
+        // SAFETY: the trap's context (the caller's contract).
+        let addr = unsafe { effective_address(s, t.bias, ctx) };
+        crate::record::emit(
+            s.access as u16,
+            s.via,
+            addr,
+            ip,
+            crate::record::next_seq(addr),
+            s.size as u64,
+            arrivals as i32,
+        );
+    }
+    // SAFETY: the saved rip of the trap's context: resume at the copy.
+    unsafe { *greg(ctx, GREG_RIP) = t.xol.add(i * SLOT) as i64 };
+    true
+}
+
+/// The calling thread's arrivals at site `i`, this one included.
+fn arrival(i: usize, n: usize) -> u32 {
+    let mut counts = ARRIVALS.with(|a| a.get());
+    if counts.is_null() {
+        // SAFETY: a fresh anonymous mapping (pages appear as the thread touches them).
+        let p = unsafe {
+            mmap(
+                null_mut(),
+                (n * 4).div_ceil(PAGE) * PAGE,
+                PROT_READ | PROT_WRITE,
+                MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if p == MAP_FAILED {
+            return 0;
+        }
+        counts = p as *mut u32;
+        ARRIVALS.with(|a| a.set(counts));
+    }
+    // SAFETY: `n` counters in this thread's own mapping; i < n.
+    unsafe {
+        let c = counts.add(i);
+        *c += 1;
+        *c
+    }
+}
+
+/// The runtime address the site's instruction reaches, from the trapped registers.
+///
+/// # Safety
+/// `ctx` must be the `ucontext_t` of the trap.
+unsafe fn effective_address(s: &SoftSite, bias: u64, ctx: *mut c_void) -> u64 {
+    if s.disp_at != 0 {
+        return bias.wrapping_add(s.disp as u64);
+    }
+    let reg = |r: u8| -> u64 {
+        match GREG_OF_REG.get(r as usize) {
+            // SAFETY: the trap's context (the caller's contract); `g` is a gregs index.
+            Some(&g) => unsafe { *greg(ctx, g) as u64 },
+            None => 0,
+        }
+    };
+    let mut ea = s.disp as u64;
+    if s.base != reg::NONE {
+        ea = ea.wrapping_add(reg(s.base));
+    }
+    if s.index != reg::NONE {
+        ea = ea.wrapping_add(reg(s.index).wrapping_mul(s.scale.max(1) as u64));
+    }
+    ea
+}
