@@ -54,6 +54,11 @@ pub struct HuntArgs {
     /// run (as `ordo record --mark`): candidates can then hold a thread there.
     #[arg(long, value_name = "SPEC")]
     pub mark: Vec<String>,
+    /// Do not look for the memory threads share (by default every recorded run
+    /// traps each memory-access instruction of the program a bounded number of
+    /// times, so candidates can order plain loads and stores).
+    #[arg(long)]
+    pub no_discover: bool,
     /// Runs at a time (default: the number of CPUs).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub jobs: Option<u32>,
@@ -104,6 +109,7 @@ pub fn run(args: HuntArgs) -> Result<u8> {
     options.seed = args.seed;
     options.watch = args.watch;
     options.mark = args.mark;
+    options.discover = !args.no_discover;
     if let Some(jobs) = args.jobs {
         options.jobs = jobs as usize;
     }

@@ -46,6 +46,10 @@ pub struct ReplayArgs {
     /// Record the replay into this trace and check the schedule held on the recording.
     #[arg(long, value_name = "OUT")]
     pub record: Option<PathBuf>,
+    /// With --record: also record the program's plain memory accesses, as
+    /// `ordo record --discover` does.
+    #[arg(long, requires = "record")]
+    pub discover: bool,
     /// Ring buffer size for --record (power of two, e.g. 16M).
     #[arg(long, value_parser = parse_buffer_size, default_value = "16M")]
     pub buffer_size: usize,
@@ -76,6 +80,13 @@ pub struct ReplayArgs {
     pub command: Vec<String>,
 }
 
+/// The program a command runs, found as the replay finds it (`None`: no command).
+fn options_program(command: &[String]) -> Option<PathBuf> {
+    command
+        .first()
+        .and_then(|p| ordo_recorder::launch::find_program(p).ok())
+}
+
 pub fn run(args: ReplayArgs) -> Result<u8> {
     if !(args.timeout > 0.0 && args.timeout.is_finite()) {
         bail!(
@@ -87,6 +98,12 @@ pub fn run(args: ReplayArgs) -> Result<u8> {
         bail!("--stall-ms 0: expected a positive number of milliseconds");
     }
     let schedule = read_schedule(&args.schedule)?;
+    let discover = match (args.discover, options_program(&args.command)) {
+        (true, Some(program)) => Some(std::sync::Arc::new(
+            ordo_recorder::discover::plan_discovery(&program)?.sites,
+        )),
+        _ => None,
+    };
     let options = ReplayOptions {
         command: args.command,
         schedule,
@@ -111,6 +128,7 @@ pub fn run(args: ReplayArgs) -> Result<u8> {
         },
         oracle: args.oracle.into(),
         env: Vec::new(),
+        discover,
     };
     ordo_replayer::stop_replays_on_interrupt();
     let outcome = replay(&options)?;

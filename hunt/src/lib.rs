@@ -130,6 +130,11 @@ pub struct HuntOptions {
     pub program_stdout_to_stderr: bool,
     /// What counts as a failing run (`--expect-exit`, `--fail-on`), as for `ordo replay`.
     pub oracle: Oracle,
+    /// Find the memory threads share in every recorded run (`ordo record
+    /// --discover`): candidates can then order plain loads and stores.
+    pub discover: bool,
+    /// The discovered instructions, planned once per hunt (set by [`hunt`]).
+    pub soft_sites: Option<std::sync::Arc<Vec<ordo_probe_common::inproc::SoftSite>>>,
 }
 
 impl HuntOptions {
@@ -152,6 +157,8 @@ impl HuntOptions {
             shard: Shard::ALL,
             program_stdout_to_stderr: false,
             oracle: Oracle::default(),
+            discover: true,
+            soft_sites: None,
         }
     }
 }
@@ -210,6 +217,9 @@ pub struct HuntOutcome {
     pub elapsed: Duration,
     /// Why the hunt stopped without a bug (budget, time, no candidates left).
     pub stopped: String,
+    /// Discovery: instructions watched in each recorded run, and the shared
+    /// locations the first recording showed (as `ordo analyze --json` lists them).
+    pub discovery: Option<(usize, Vec<Value>)>,
 }
 
 impl HuntOutcome {
@@ -239,6 +249,11 @@ impl HuntOutcome {
             "search_ms": self.search_time.as_millis() as u64,
             "elapsed_ms": self.elapsed.as_millis() as u64,
             "stopped": if found.is_some() { None } else { Some(self.stopped.as_str()) },
+            "discovery": self.discovery.as_ref().map(|(sites, shared)| json!({
+                "sites_watched": sites,
+                "budget_per_site": ordo_recorder::discover::DEFAULT_BUDGET,
+                "shared_locations": shared,
+            })),
         })
     }
 
@@ -308,6 +323,8 @@ struct Hunter<'a> {
     started: Instant,
     stopped: String,
     progress: &'a mut dyn FnMut(&Status),
+    /// The shared locations the first recording showed.
+    shared: Vec<Value>,
 }
 
 /// Runs a hunt; `progress` hears about every finished run.
@@ -320,6 +337,13 @@ pub fn hunt(options: &HuntOptions, progress: &mut dyn FnMut(&Status)) -> Result<
     // The log is this hunt's alone (a directory may be hunted into again).
     let _ = std::fs::remove_file(options.out_dir.join("runs.log"));
     let started = Instant::now();
+    let mut options = options.clone();
+    if options.discover && options.soft_sites.is_none() {
+        let program = ordo_recorder::launch::find_program(&options.command[0])?;
+        let plan = ordo_recorder::discover::plan_discovery(&program)?;
+        options.soft_sites = Some(std::sync::Arc::new(plan.sites));
+    }
+    let options = &options;
     let mut hunter = Hunter {
         options,
         queue: CandidateQueue::default(),
@@ -329,6 +353,7 @@ pub fn hunt(options: &HuntOptions, progress: &mut dyn FnMut(&Status)) -> Result<
         started,
         stopped: String::new(),
         progress,
+        shared: Vec::new(),
     };
     let mut found = hunter.search()?;
     let search_time = started.elapsed();
@@ -359,6 +384,10 @@ pub fn hunt(options: &HuntOptions, progress: &mut dyn FnMut(&Status)) -> Result<
         confirm,
         replay_command,
         elapsed: started.elapsed(),
+        discovery: options
+            .soft_sites
+            .as_ref()
+            .map(|sites| (sites.len(), hunter.shared)),
         stopped: hunter.stopped,
     })
 }
@@ -402,6 +431,7 @@ impl Hunter<'_> {
         }
         if let Some(a) = &first.analysis {
             self.k = a.stats.pass.events.max(1);
+            self.shared = a.shared.iter().map(|l| l.to_json()).collect();
         }
         if let Some(found) = self.take(vec![first])? {
             return Ok(Some(found));

@@ -116,6 +116,7 @@ pub fn run(options: &HuntOptions, number: u32, job: Job) -> Result<RunResult> {
         _ => {
             let mut replay_options = replay_template(options);
             replay_options.record = Some(trace.clone());
+            replay_options.discover = options.soft_sites.clone();
             match &job {
                 Job::Candidate(c) => {
                     replay_options.schedule = Schedule::parse(&c.finding.schedule)
@@ -165,6 +166,7 @@ fn record_with_watches(
         probes: ProbeChoice::Auto,
         // The hunt's own output directory: a file from an earlier hunt is replaced.
         force: true,
+        discover: options.discover,
         ..SessionOptions::default()
     };
     let end =

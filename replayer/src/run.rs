@@ -20,6 +20,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
+use ordo_probe_common::inproc::SoftSite;
+use ordo_recorder::discover::SoftTable;
 use ordo_recorder::inproc::InprocMapping;
 use ordo_recorder::launch::{self, ChildOutput};
 use ordo_recorder::{snapshot_after_exec, watching, RecordOptions, Recording};
@@ -85,6 +87,10 @@ pub struct ReplayOptions {
     /// Extra environment for the program and its agent (e.g. the agent's
     /// scheduling strategy, `shm::ENV_STRATEGY`, which `ordo hunt` sets).
     pub env: Vec<(OsString, OsString)>,
+    /// With `record`: also record the program's plain memory accesses at these
+    /// instructions (`ordo_recorder::discover`, as `ordo record --discover` does),
+    /// each taking at most `ordo_recorder::discover::DEFAULT_BUDGET` traps.
+    pub discover: Option<std::sync::Arc<Vec<SoftSite>>>,
 }
 
 impl ReplayOptions {
@@ -104,6 +110,7 @@ impl ReplayOptions {
             watches: AccessWatches::default(),
             oracle: Oracle::default(),
             env: Vec::new(),
+            discover: None,
         }
     }
 }
@@ -353,6 +360,29 @@ pub fn replay(options: &ReplayOptions) -> Result<ReplayOutcome> {
         record.inproc = Some(mapping);
         record_options = Some(record);
     }
+    // Discovery in the recording: every site but the schedule's program points,
+    // which the recording probes with uprobes of its own (two breakpoints on one
+    // instruction would fight over its first byte).
+    let soft_table = match (&options.record, &options.discover) {
+        (Some(_), Some(sites)) => {
+            let points: std::collections::HashSet<u64> = plan
+                .sites
+                .iter()
+                .filter(|s| s.kind == Kind::At)
+                .map(|s| s.site.ip)
+                .collect();
+            let kept: Vec<SoftSite> = sites
+                .iter()
+                .filter(|s| !points.contains(&s.ip))
+                .copied()
+                .collect();
+            let table = SoftTable::create(&kept, ordo_recorder::discover::DEFAULT_BUDGET)?;
+            env.push(table.env());
+            inherit.push(table.raw_fd());
+            Some(table)
+        }
+        _ => None,
+    };
     // A hardware watch in the recording needs the program's addresses before it
     // starts: no ASLR, as `ordo record` does.
     let no_aslr = record_options
@@ -395,6 +425,7 @@ pub fn replay(options: &ReplayOptions) -> Result<ReplayOutcome> {
         None => None,
     };
     drop(agent);
+    drop(soft_table);
     let stderr = capture.map(|c| c.finish());
 
     let sh = memory.get();
