@@ -301,7 +301,8 @@ impl Interleavings {
                 if ib > i1 && ib < i2 {
                     continue;
                 }
-                if can_precede(a1, b) && can_precede(b, a2) {
+                let forced = happens_before(a1, b) && happens_before(b, a2);
+                if !forced && can_precede(a1, b) && can_precede(b, a2) {
                     out.push(Proposal {
                         kind: FindingKind::Unserializable,
                         events: vec![a1.ev, b.ev, a2.ev],
@@ -417,7 +418,11 @@ impl Interleavings {
                         continue;
                     };
                     let (b1, b2) = (&acc[list[j1]], &acc[ib2]);
-                    if can_precede(a1, b1) && can_precede(b2, a2) {
+                    // Both between a1 and a2 already (or forced there by
+                    // synchronization): the run had this order.
+                    let had = list[j1] > i1 && ib2 < i2;
+                    let forced = happens_before(a1, b1) && happens_before(b2, a2);
+                    if !had && !forced && can_precede(a1, b1) && can_precede(b2, a2) {
                         out.push(Proposal {
                             kind: FindingKind::Unserializable,
                             events: vec![a1.ev, b1.ev, a2.ev, b2.ev],

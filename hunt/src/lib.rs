@@ -244,6 +244,7 @@ impl HuntOutcome {
             "trace": found.map(|f| f.trace.display().to_string()),
             "runs": self.runs,
             "confirm": self.confirm.map(|(runs, reproduced)| json!({"runs": runs, "reproduced": reproduced})),
+            "pinned": self.confirm.map(|(runs, reproduced)| reproduced >= pinned_threshold(runs)),
             "replay_command": self.replay_command,
             "strategy": self.strategy.name(),
             "search_ms": self.search_time.as_millis() as u64,
@@ -268,8 +269,12 @@ impl HuntOutcome {
                 self.strategy.name()
             );
         };
+        let rate = match self.confirm {
+            Some((runs, reproduced)) => format!(", confirmed in {reproduced} of {runs} replays"),
+            None => String::new(),
+        };
         let mut out = format!(
-            "ordo hunt: reproduced in run {} of {} ({:.1} s, strategy {}, found by {}): {}\n",
+            "ordo hunt: reproduced{rate} — run {} of {} ({:.1} s, strategy {}, found by {}): {}\n",
             f.run,
             self.runs,
             self.search_time.as_secs_f64(),
@@ -325,6 +330,10 @@ struct Hunter<'a> {
     progress: &'a mut dyn FnMut(&Status),
     /// The shared locations the first recording showed.
     shared: Vec<Value>,
+    /// Runs that failed but whose recording gave no ordering to pin.
+    unpinned: Vec<String>,
+    /// The schedules of other candidates that failed in the reproducing batch.
+    alternatives: Vec<String>,
 }
 
 /// Runs a hunt; `progress` hears about every finished run.
@@ -354,13 +363,35 @@ pub fn hunt(options: &HuntOptions, progress: &mut dyn FnMut(&Status)) -> Result<
         stopped: String::new(),
         progress,
         shared: Vec::new(),
+        unpinned: Vec::new(),
+        alternatives: Vec::new(),
     };
     let mut found = hunter.search()?;
+    if found.is_none() && !hunter.unpinned.is_empty() {
+        hunter.stopped = format!(
+            "{}; failed once, not pinned (no ordering in the recording to enforce): {}",
+            hunter.stopped,
+            hunter.unpinned.join(", ")
+        );
+    }
     let search_time = started.elapsed();
     let mut confirm = None;
     let mut replay_command = None;
     if let Some(f) = &mut found {
         let mut reproduced = hunter.confirm(&f.schedule)?;
+        if reproduced < pinned_threshold(options.confirm_runs) {
+            // Another candidate that failed in the same batch may hold better.
+            if let Some(better) = hunter.try_alternatives(f, reproduced)? {
+                reproduced = better;
+            }
+        }
+        if reproduced < pinned_threshold(options.confirm_runs) {
+            // What the schedule leaves free made some replays pass: the order the
+            // failing run's discovered accesses took pins it further.
+            if let Some(better) = hunter.strengthen_with_accesses(f, reproduced)? {
+                reproduced = better;
+            }
+        }
         if 2 * reproduced < options.confirm_runs && matches!(f.source, "predict") {
             // The candidate's orderings were not all that made the run fail (it
             // failed by luck of the timing the schedule left free): the order the
@@ -544,8 +575,20 @@ impl Hunter<'_> {
         for r in results {
             self.log_run(&r);
             if r.verdict == Verdict::Reproduced {
+                if found.is_some() {
+                    // Another candidate of the batch failed too: kept in case the
+                    // first one's schedule does not hold.
+                    if let Job::Candidate(c) = &r.job {
+                        self.alternatives.push(c.finding.schedule.clone());
+                    }
+                }
                 if found.is_none() {
-                    found = Some(self.pin(r, failed - 1)?);
+                    found = self.pin(&r, failed - 1)?;
+                    if found.is_none() {
+                        // A schedule with no ordering reproduces nothing: the
+                        // failure is noted, and the hunt goes on.
+                        self.unpinned.push(format!("run {} ({}, {})", r.number, r.job.source(), r.reason));
+                    }
                 }
                 continue;
             }
@@ -622,8 +665,10 @@ impl Hunter<'_> {
             .and_then(|mut f| f.write_all(line.as_bytes()));
     }
 
-    /// Writes the schedule that reproduces a failing run.
-    fn pin(&self, r: RunResult, also_failed: u32) -> Result<Found> {
+    /// Writes the schedule that reproduces a failing run; `None` when the run's
+    /// recording gives no ordering to enforce (it failed once, by timing the
+    /// schedule language cannot name: not a reproduction).
+    fn pin(&self, r: &RunResult, also_failed: u32) -> Result<Option<Found>> {
         let path = self.options.out_dir.join("reproduce.sched");
         let source = r.job.source();
         let (finding, text) = match &r.job {
@@ -634,6 +679,10 @@ impl Hunter<'_> {
             }
             Job::Record | Job::Baseline(..) => {
                 let schedule = pin::schedule_of_run(&r.trace)?;
+                let schedule = pin::with_access_handovers(&schedule, &r.trace)?;
+                if schedule.is_empty() {
+                    return Ok(None);
+                }
                 let seed = match &r.job {
                     Job::Baseline(_, seed) => Some(*seed),
                     _ => None,
@@ -655,15 +704,15 @@ impl Hunter<'_> {
         );
         std::fs::write(&path, format!("{header}{text}"))
             .with_context(|| format!("write {}", path.display()))?;
-        Ok(Found {
+        Ok(Some(Found {
             run: r.number,
             source,
             finding,
-            reason: r.reason,
+            reason: r.reason.clone(),
             schedule: path,
-            trace: r.trace,
+            trace: r.trace.clone(),
             also_failed,
-        })
+        }))
     }
 
     /// For a candidate whose schedule confirmed `reproduced` times only: pins the
@@ -698,6 +747,79 @@ impl Hunter<'_> {
         f.finding["candidate_confirm"] = json!(reproduced);
         f.finding["schedule"] = json!(pinned.to_string());
         f.finding["pinned_from_run"] = json!(f.run);
+        Ok(Some(better))
+    }
+
+    /// For a schedule that confirmed `reproduced` times only: confirms the other
+    /// candidates that failed in the same batch and keeps the one that reproduces
+    /// most often (the first stays as `first.sched`). Returns the better count.
+    fn try_alternatives(&mut self, f: &mut Found, reproduced: u32) -> Result<Option<u32>> {
+        let mut best: Option<(u32, String)> = None;
+        for text in std::mem::take(&mut self.alternatives) {
+            let path = self.options.out_dir.join("alternative.sched");
+            std::fs::write(&path, &text).with_context(|| format!("write {}", path.display()))?;
+            let n = self.confirm(&path)?;
+            let _ = std::fs::remove_file(&path);
+            if n > best.as_ref().map_or(reproduced, |b| b.0) {
+                best = Some((n, text));
+            }
+            if n >= pinned_threshold(self.options.confirm_runs) {
+                break;
+            }
+        }
+        let Some((n, text)) = best else {
+            return Ok(None);
+        };
+        let first = self.options.out_dir.join("first.sched");
+        std::fs::rename(&f.schedule, &first)
+            .with_context(|| format!("write {}", first.display()))?;
+        let header = format!(
+            "# ordo hunt: another candidate that failed in run {}'s batch (the first one reproduced {reproduced}/{})\n",
+            f.run, self.options.confirm_runs
+        );
+        std::fs::write(&f.schedule, format!("{header}{text}"))
+            .with_context(|| format!("write {}", f.schedule.display()))?;
+        f.finding["first_schedule"] = f.finding["schedule"].clone();
+        f.finding["first_confirm"] = json!(reproduced);
+        f.finding["schedule"] = json!(text);
+        Ok(Some(n))
+    }
+
+    /// For a schedule that confirmed `reproduced` times only: adds the order the
+    /// failing run's discovered shared accesses took (`pin::with_access_handovers`),
+    /// confirms that, and keeps it when it reproduces more often (the previous
+    /// schedule stays as `unstrengthened.sched`). Returns the better count.
+    fn strengthen_with_accesses(&mut self, f: &mut Found, reproduced: u32) -> Result<Option<u32>> {
+        let text = std::fs::read_to_string(&f.schedule)?;
+        let Ok(base) = Schedule::parse(&text) else {
+            return Ok(None);
+        };
+        let Ok(stronger) = pin::with_access_handovers(&base, &f.trace) else {
+            return Ok(None);
+        };
+        if stronger.orderings.len() == base.orderings.len() {
+            return Ok(None);
+        }
+        let path = self.options.out_dir.join("strengthened.sched");
+        let header = format!(
+            "# ordo hunt: run {}'s schedule and the order its discovered shared accesses took \
+             (the schedule alone reproduced {reproduced}/{})\n",
+            f.run, self.options.confirm_runs
+        );
+        std::fs::write(&path, format!("{header}{stronger}"))
+            .with_context(|| format!("write {}", path.display()))?;
+        let better = self.confirm(&path)?;
+        if better <= reproduced {
+            let _ = std::fs::remove_file(&path);
+            return Ok(None);
+        }
+        let previous = self.options.out_dir.join("unstrengthened.sched");
+        std::fs::rename(&f.schedule, &previous)
+            .and_then(|()| std::fs::rename(&path, &f.schedule))
+            .with_context(|| format!("write {}", f.schedule.display()))?;
+        f.finding["unstrengthened_schedule"] = f.finding["schedule"].clone();
+        f.finding["unstrengthened_confirm"] = json!(reproduced);
+        f.finding["schedule"] = json!(stronger.to_string());
         Ok(Some(better))
     }
 
@@ -742,6 +864,12 @@ impl Hunter<'_> {
         }
         Ok(reproduced)
     }
+}
+
+/// Reproductions out of `runs` confirmation replays that make a pin that holds
+/// (19 of 20).
+pub fn pinned_threshold(runs: u32) -> u32 {
+    (runs * 19).div_ceil(20)
 }
 
 /// The seed of baseline run `n`: every run its own, all from the hunt's seed.

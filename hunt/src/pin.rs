@@ -79,6 +79,81 @@ pub fn schedule_of_run(trace: &Path) -> Result<Schedule> {
     })
 }
 
+/// Program points (instructions) a thread can be held at in a replay: x86's debug
+/// registers, one per point.
+pub const MAX_POINTS_PER_THREAD: usize = 4;
+
+/// `base` strengthened by the order the discovered shared accesses took in the
+/// recorded run `trace` (`ordo record --discover`): for each location, each access
+/// that followed another thread's conflicting one (one of the two writes) becomes
+/// `previous -> next`, named by instruction (`T:at(function+OFFSET)#N`). Taken
+/// from the end of the run backwards (nearest the failure first) while every
+/// thread stays within [`MAX_POINTS_PER_THREAD`] program points, those `base`
+/// already names included. What a candidate's orderings leave free — which value a
+/// pointer had when it was loaded, whether a flag was set yet — is what these pin.
+pub fn with_access_handovers(base: &Schedule, trace: &Path) -> Result<Schedule> {
+    let (reader, events) = read_trace(trace, ReadMode::Salvage)
+        .with_context(|| format!("read the failing run's trace {}", trace.display()))?;
+    let symbolizer = Symbolizer::new(&reader.modules);
+    let mut namer = EventNamer::new(&reader.threads, &symbolizer);
+    // Per address: the last access (name, writes).
+    let mut last_on: HashMap<u64, (EventRef, bool)> = HashMap::new();
+    let mut handovers: Vec<Ordering> = Vec::new();
+    for e in global_order(events) {
+        if !(e.kind.is_access() && e.via.is_point()) {
+            // Named all the same, so occurrence counts stay right.
+            let _ = namer.name(&e);
+            continue;
+        }
+        let Some(name) = namer.name(&e) else { continue };
+        let writes = e.kind != Kind::Read;
+        if let Some((prev, prev_writes)) = last_on.insert(e.addr, (name.clone(), writes)) {
+            if prev.thread != name.thread && (writes || prev_writes) {
+                handovers.push(Ordering {
+                    before: vec![prev],
+                    after: name,
+                    line: 0,
+                });
+            }
+        }
+    }
+    let mut points: HashMap<ThreadRef, Vec<String>> = HashMap::new();
+    let note = |e: &EventRef, points: &mut HashMap<ThreadRef, Vec<String>>| -> bool {
+        if e.kind != Kind::At {
+            return true;
+        }
+        let list = points.entry(e.thread.clone()).or_default();
+        let object = e.object.to_string();
+        if list.contains(&object) {
+            return true;
+        }
+        if list.len() >= MAX_POINTS_PER_THREAD {
+            return false;
+        }
+        list.push(object);
+        true
+    };
+    for o in &base.orderings {
+        for e in o.before.iter().chain(std::iter::once(&o.after)) {
+            note(e, &mut points);
+        }
+    }
+    let mut out = base.clone();
+    let known: std::collections::HashSet<String> =
+        base.orderings.iter().map(|o| o.to_string()).collect();
+    for h in handovers.into_iter().rev() {
+        if known.contains(&h.to_string()) {
+            continue;
+        }
+        let mut trial = points.clone();
+        if note(&h.before[0], &mut trial) && note(&h.after, &mut trial) {
+            points = trial;
+            out.orderings.push(h);
+        }
+    }
+    Ok(out)
+}
+
 /// Threads whose last event the frontier orders (those that acted last).
 const FRONTIER_THREADS: usize = 2;
 

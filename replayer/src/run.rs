@@ -684,6 +684,11 @@ fn watch(
     sanitized: bool,
 ) -> Result<(End, Vec<String>)> {
     let mut stuck_since: Option<(Instant, Vec<ThreadView>, u64)> = None;
+    // Since when a thread has been held with no call made by any thread: the others
+    // may be sleeping in a poll loop (`usleep`, a timed wait) or spinning on a
+    // flag, which the states above never show as blocked.
+    let mut held_since: Option<(Instant, u64)> = None;
+    let idle_limit = (options.stall * 5).max(HELD_IDLE_MIN);
     let mut infeasible_seen = false;
     // Threads held when the schedule proved infeasible and the run was released.
     let mut held_at_release: Vec<String> = Vec::new();
@@ -730,6 +735,33 @@ fn watch(
                 _ => stuck_since = Some((Instant::now(), threads.clone(), progress)),
             }
         }
+        let any_held_now = live.iter().any(|t| t.agent_state == shm::STATE_HELD);
+        match held_since {
+            Some((_, p)) if any_held_now && p == progress => {}
+            _ if any_held_now => held_since = Some((Instant::now(), progress)),
+            _ => held_since = None,
+        }
+        if let Some((since, _)) = held_since {
+            if since.elapsed() >= idle_limit
+                && !infeasible_seen
+                && options.mode == Mode::Enforce
+            {
+                let held = held_threads(&snapshot_slots(memory), plan, memory);
+                match options.on_infeasible {
+                    OnInfeasible::Kill => {
+                        kill(child, pid);
+                        return Ok((End::Infeasible, held));
+                    }
+                    OnInfeasible::Release => {
+                        infeasible_seen = true;
+                        held_at_release = held;
+                        memory.release_all();
+                        held_since = None;
+                        continue;
+                    }
+                }
+            }
+        }
         if let Some((since, views, _)) = &stuck_since {
             if since.elapsed() >= options.stall {
                 let any_held = views.iter().any(|t| t.agent_state == shm::STATE_HELD);
@@ -760,6 +792,10 @@ fn watch(
         std::thread::sleep(POLL);
     }
 }
+
+/// Shortest time a thread may be held while no thread makes a call before the
+/// schedule is taken as infeasible (five stall windows, at least this).
+const HELD_IDLE_MIN: Duration = Duration::from_millis(1500);
 
 /// The signal that asked the replays of this process to stop (0: none).
 static INTERRUPTED: AtomicI32 = AtomicI32::new(0);
