@@ -122,9 +122,11 @@ fn every_program_builds_and_controls_pass_plain_runs() {
     }
 }
 
-/// The bugs are reachable by ordering synchronization alone: each reference
-/// schedule makes its program fail the way the manifest says (an abort, or a
-/// deadlock the replayer detects). This is what a hunt has to find on its own.
+/// The bugs are reachable by ordering alone — synchronization calls, or for the
+/// `plain_*` programs (issue 25) plain memory accesses named by their instruction:
+/// each reference schedule makes its program fail the way the manifest says (an
+/// abort, a fault, an exit status, or a deadlock the replayer detects). This is
+/// what a hunt has to find on its own.
 #[test]
 fn reference_schedules_reproduce_every_bug() {
     for p in programs().iter().filter(|p| p["control"] != true) {
@@ -136,6 +138,12 @@ fn reference_schedules_reproduce_every_bug() {
         assert_eq!(outcome["verdict"], "reproduced", "{name}: {outcome}");
         match p["fails"].as_str().unwrap() {
             "abort" => assert_eq!(outcome["signal"], 6, "{name} did not abort: {outcome}"),
+            "segv" => assert_eq!(outcome["signal"], 11, "{name} did not fault: {outcome}"),
+            exit if exit.starts_with("exit ") => assert_eq!(
+                outcome["exit_code"].to_string(),
+                exit["exit ".len()..],
+                "{name} did not exit as expected: {outcome}"
+            ),
             "deadlock" => assert!(
                 outcome["reason"]
                     .as_str()

@@ -15,6 +15,9 @@ mod analyze_recorded;
 mod analyze_shapes;
 mod eval_suite;
 
+// Shared memory found with no hints, and the bugs between plain accesses.
+mod discover;
+
 // `ordo hunt`: record, analyze and replay until a bug shows.
 mod hunt;
 

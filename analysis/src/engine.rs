@@ -2018,7 +2018,7 @@ impl<'a> Engine<'a> {
                 atomic,
                 me.epoch,
                 &th.vc,
-                th.held.iter().rev().map(|h| h.obj),
+                th.held.iter().rev().map(|h| h.acq),
             );
         }
         if writes {

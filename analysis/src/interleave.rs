@@ -61,7 +61,8 @@ struct Access {
     /// The thread's clock at the access (shared between consecutive accesses with
     /// the same clock).
     vc: Rc<VectorClock>,
-    held: [ObjId; HELD],
+    /// The acquisitions of the locks held (innermost first).
+    held: [Option<EventId>; HELD],
     n_held: u8,
     /// The thread's next synchronization event after the access, once seen.
     next_sync: Option<EventId>,
@@ -72,8 +73,21 @@ impl Access {
         self.ev.kind != Kind::Read
     }
 
-    fn held(&self) -> &[ObjId] {
-        &self.held[..self.n_held as usize]
+    fn held(&self) -> Vec<ObjId> {
+        self.held[..self.n_held as usize]
+            .iter()
+            .flatten()
+            .map(|a| a.obj)
+            .collect()
+    }
+
+    /// The acquisition of `lock` this access was made under.
+    fn acquisition_of(&self, lock: ObjId) -> Option<EventId> {
+        self.held[..self.n_held as usize]
+            .iter()
+            .flatten()
+            .find(|a| a.obj == lock)
+            .copied()
     }
 }
 
@@ -141,7 +155,7 @@ impl Interleavings {
         atomic: bool,
         epoch: Epoch,
         vc: &VectorClock,
-        held: impl Iterator<Item = ObjId>,
+        held: impl Iterator<Item = EventId>,
     ) {
         if self.accesses.len() >= MAX_ACCESSES {
             self.dropped += 1;
@@ -151,11 +165,11 @@ impl Interleavings {
         if **shared != *vc {
             *shared = Rc::new(vc.clone());
         }
-        let mut locks = [0; HELD];
+        let mut locks = [None; HELD];
         let mut n = 0;
         for l in held {
             if n < HELD {
-                locks[n] = l;
+                locks[n] = Some(l);
                 n += 1;
             }
         }
@@ -227,8 +241,45 @@ impl Interleavings {
             .map(|l| l.obj)
             .collect();
         self.two_locations(&by_thread, &next_in_thread, &shared, &mut proposals);
+        let index: FxHashMap<(u32, u64, u32), usize> = self
+            .accesses
+            .iter()
+            .enumerate()
+            .map(|(i, a)| ((a.ev.thread, a.ev.site, a.ev.occurrence), i))
+            .collect();
+        for p in &mut proposals {
+            self.order_sections(p, &index);
+        }
         locations.sort_by_key(|l| (!l.common_locks.is_empty(), std::cmp::Reverse(l.candidates)));
         (locations, proposals)
+    }
+
+    /// An ordering `p -> q` between accesses made under the same lock by two
+    /// threads can only hold if `p`'s critical section comes first: held at `q`
+    /// inside its section, `q`'s thread would keep `p`'s out of the lock. The
+    /// acquisitions are ordered too (`p`'s section's lock before `q`'s).
+    fn order_sections(&self, p: &mut Proposal, index: &FxHashMap<(u32, u64, u32), usize>) {
+        let by_ev = |e: &EventId| {
+            index
+                .get(&(e.thread, e.site, e.occurrence))
+                .map(|&i| &self.accesses[i])
+        };
+        let mut extra = Vec::new();
+        for (before, after) in &p.orderings {
+            let (Some(a), Some(b)) = (before.first().and_then(by_ev), by_ev(after)) else {
+                continue;
+            };
+            for lock in a.held() {
+                if let (Some(x), Some(y)) = (a.acquisition_of(lock), b.acquisition_of(lock)) {
+                    if x.thread != y.thread && x.occurrence > 0 && y.occurrence > 0 {
+                        extra.push((vec![x], y));
+                    }
+                }
+            }
+        }
+        // Sections first: they are what the accesses' order needs to be possible.
+        extra.append(&mut p.orderings);
+        p.orderings = extra;
     }
 
     /// The summary of one location, if it is shared.
@@ -245,11 +296,12 @@ impl Interleavings {
         for &i in list {
             let a = &self.accesses[i];
             if !sites.iter().any(|(e, _)| e.site == a.ev.site) {
-                sites.push((a.ev, a.held().to_vec()));
+                sites.push((a.ev, a.held()));
             }
+            let held = a.held();
             common = Some(match common {
-                None => a.held().to_vec(),
-                Some(c) => c.into_iter().filter(|l| a.held().contains(l)).collect(),
+                None => held,
+                Some(c) => c.into_iter().filter(|l| held.contains(l)).collect(),
             });
         }
         Some(SharedLocation {

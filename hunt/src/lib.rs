@@ -587,7 +587,12 @@ impl Hunter<'_> {
                     if found.is_none() {
                         // A schedule with no ordering reproduces nothing: the
                         // failure is noted, and the hunt goes on.
-                        self.unpinned.push(format!("run {} ({}, {})", r.number, r.job.source(), r.reason));
+                        self.unpinned.push(format!(
+                            "run {} ({}, {})",
+                            r.number,
+                            r.job.source(),
+                            r.reason
+                        ));
                     }
                 }
                 continue;

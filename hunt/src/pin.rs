@@ -96,22 +96,49 @@ pub fn with_access_handovers(base: &Schedule, trace: &Path) -> Result<Schedule> 
         .with_context(|| format!("read the failing run's trace {}", trace.display()))?;
     let symbolizer = Symbolizer::new(&reader.modules);
     let mut namer = EventNamer::new(&reader.threads, &symbolizer);
-    // Per address: the last access (name, writes).
-    let mut last_on: HashMap<u64, (EventRef, bool)> = HashMap::new();
+    // Per address: the last access (name, writes, the locks its thread held:
+    // lock address and acquisition).
+    type Held = Vec<(u64, EventRef)>;
+    let mut last_on: HashMap<u64, (EventRef, bool, Held)> = HashMap::new();
+    let mut held: HashMap<u32, Held> = HashMap::new();
     let mut handovers: Vec<Ordering> = Vec::new();
     for e in global_order(events) {
         if !(e.kind.is_access() && e.via.is_point()) {
             // Named all the same, so occurrence counts stay right.
-            let _ = namer.name(&e);
+            let name = namer.name(&e);
+            let stack = held.entry(e.tid).or_default();
+            match (e.kind, name) {
+                (Kind::MutexLock | Kind::RwlockRdlock | Kind::RwlockWrlock, Some(n)) => {
+                    stack.push((e.addr, n))
+                }
+                (Kind::MutexUnlock | Kind::RwlockUnlock, _) => {
+                    if let Some(i) = stack.iter().rposition(|(a, _)| *a == e.addr) {
+                        stack.remove(i);
+                    }
+                }
+                _ => {}
+            }
             continue;
         }
         let Some(name) = namer.name(&e) else { continue };
         let writes = e.kind != Kind::Read;
-        if let Some((prev, prev_writes)) = last_on.insert(e.addr, (name.clone(), writes)) {
+        let mine = held.get(&e.tid).cloned().unwrap_or_default();
+        if let Some((prev, prev_writes, prev_held)) =
+            last_on.insert(e.addr, (name.clone(), writes, mine.clone()))
+        {
             if prev.thread != name.thread && (writes || prev_writes) {
+                // Both under one lock: the lock's hand-over orders them (held inside
+                // its section, the later thread would keep the earlier one out).
+                let common = prev_held
+                    .iter()
+                    .find_map(|(a, acq)| Some((acq, &mine.iter().find(|(b, _)| b == a)?.1)));
+                let (before, after) = match common {
+                    Some((first, second)) => (first.clone(), second.clone()),
+                    None => (prev, name),
+                };
                 handovers.push(Ordering {
-                    before: vec![prev],
-                    after: name,
+                    before: vec![before],
+                    after,
                     line: 0,
                 });
             }

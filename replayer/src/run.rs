@@ -351,7 +351,12 @@ pub fn replay(options: &ReplayOptions) -> Result<ReplayOutcome> {
             false,
         );
         record.inputs.push(path.clone());
-        record_accesses(&mut record, &plan, &path, &options.watches)?;
+        let discovered: std::collections::HashSet<u64> = options
+            .discover
+            .iter()
+            .flat_map(|sites| sites.iter().map(|s| s.ip))
+            .collect();
+        record_accesses(&mut record, &plan, &path, &options.watches, &discovered)?;
         // Watched accesses stay on the kernel's clock (see the recorder's inproc).
         let watched = !record.watch_sites.is_empty() || !record.hw_watches.is_empty();
         let mapping = std::sync::Arc::new(InprocMapping::create(!watched, false)?);
@@ -360,23 +365,12 @@ pub fn replay(options: &ReplayOptions) -> Result<ReplayOutcome> {
         record.inproc = Some(mapping);
         record_options = Some(record);
     }
-    // Discovery in the recording: every site but the schedule's program points,
-    // which the recording probes with uprobes of its own (two breakpoints on one
-    // instruction would fight over its first byte).
+    // Discovery in the recording, the schedule's program points included: a point
+    // gated by a hardware breakpoint traps there first (held, then let go), then
+    // at the software breakpoint (recorded, run out of line).
     let soft_table = match (&options.record, &options.discover) {
         (Some(_), Some(sites)) => {
-            let points: std::collections::HashSet<u64> = plan
-                .sites
-                .iter()
-                .filter(|s| s.kind == Kind::At)
-                .map(|s| s.site.ip)
-                .collect();
-            let kept: Vec<SoftSite> = sites
-                .iter()
-                .filter(|s| !points.contains(&s.ip))
-                .copied()
-                .collect();
-            let table = SoftTable::create(&kept, ordo_recorder::discover::DEFAULT_BUDGET)?;
+            let table = SoftTable::create(sites, ordo_recorder::discover::DEFAULT_BUDGET)?;
             env.push(table.env());
             inherit.push(table.raw_fd());
             Some(table)
@@ -608,6 +602,7 @@ fn record_accesses(
     plan: &Plan,
     program: &Path,
     watches: &AccessWatches,
+    discovered: &std::collections::HashSet<u64>,
 ) -> Result<()> {
     let mut watch = watches.watch.clone();
     for s in &plan.symbols {
@@ -644,8 +639,18 @@ fn record_accesses(
         .context("watch the schedule's variables in the recording")?;
     record.watch_sites = setup.sites;
     record.hw_watches = setup.hw;
-    // The schedule's program points, recorded as `at` events.
-    let marks: Vec<String> = plan.mark_names.iter().map(|(t, _)| t.clone()).collect();
+    // The schedule's program points, recorded as `at` events — but those discovery
+    // records already: their accesses are named `at(function+OFFSET)#N` too, and two
+    // breakpoints on one instruction would fight over its first byte.
+    let marks: Vec<String> = plan
+        .mark_names
+        .iter()
+        .map(|(t, _)| t.clone())
+        .filter(|t| {
+            ordo_recorder::watch::resolve_mark(t, program)
+                .map_or(true, |m| !discovered.contains(&m.vaddr))
+        })
+        .collect();
     let (sites, _) =
         watching::plan_marks(&marks, program).context("record the schedule's program points")?;
     record.watch_sites.extend(sites);
@@ -742,10 +747,7 @@ fn watch(
             _ => held_since = None,
         }
         if let Some((since, _)) = held_since {
-            if since.elapsed() >= idle_limit
-                && !infeasible_seen
-                && options.mode == Mode::Enforce
-            {
+            if since.elapsed() >= idle_limit && !infeasible_seen && options.mode == Mode::Enforce {
                 let held = held_threads(&snapshot_slots(memory), plan, memory);
                 match options.on_infeasible {
                     OnInfeasible::Kill => {

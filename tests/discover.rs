@@ -1,0 +1,249 @@
+//! Discovery of shared memory with no hints (issue 25): `ordo record --discover`
+//! runs the program unchanged while its memory-access instructions trap, `ordo
+//! analyze` lists the shared locations with their sites and locks and proposes
+//! orders of plain accesses that replay as written, and `ordo hunt` finds and pins
+//! plain-access bugs of the evaluation suite with no `--watch` or `--mark`, and
+//! nothing on their controls. Needs root (every run is recorded).
+
+use crate::common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use common::{build_program, have_root, ordo, run_ordo, scratch};
+
+/// Compiles `tests/eval/NAME.c` as `cargo xtask eval` does (once per process).
+fn eval_program(name: &str) -> PathBuf {
+    static BUILT: std::sync::Mutex<Vec<(String, PathBuf)>> = std::sync::Mutex::new(Vec::new());
+    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, path)) = built.iter().find(|(n, _)| n == name) {
+        return path.clone();
+    }
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/eval")
+        .join(format!("{name}.c"));
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("discover");
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = dir.join(name);
+    let tmp = dir.join(format!(".{name}.{}", std::process::id()));
+    let status = Command::new("cc")
+        .args(["-O1", "-g", "-pthread", "-o"])
+        .arg(&tmp)
+        .arg(&src)
+        .status()
+        .expect("run the C compiler");
+    assert!(status.success(), "compiling {}", src.display());
+    std::fs::rename(&tmp, &out).unwrap();
+    built.push((name.to_string(), out.clone()));
+    out
+}
+
+fn record_discovering(trace: &Path, program: &Path) -> std::process::Output {
+    let out = Command::new(ordo())
+        .args(["record", "--discover", "--force", "-o"])
+        .arg(trace)
+        .arg("--")
+        .arg(program)
+        .output()
+        .expect("run ordo record");
+    assert!(
+        trace.exists(),
+        "no trace: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+fn analyze_json(trace: &Path) -> serde_json::Value {
+    let out = run_ordo(&["analyze", "--json", trace.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("analyze --json")
+}
+
+#[test]
+fn every_instruction_runs_out_of_line_unchanged() {
+    if !have_root("every_instruction_runs_out_of_line_unchanged") {
+        return;
+    }
+    let program = build_program("discover_forms");
+    let plain = Command::new(&program).output().unwrap();
+    assert!(plain.status.success());
+    let dir = scratch("discover_forms");
+    let trace = dir.join("forms.ordo");
+    let recorded = record_discovering(&trace, &program);
+    assert!(
+        recorded.status.success(),
+        "{}",
+        String::from_utf8_lossy(&recorded.stderr)
+    );
+    // Every form (RIP-relative, indexed, through pointers, bytes, SSE, locked)
+    // computed what it computes natively, past its breakpoint's removal too.
+    assert_eq!(
+        String::from_utf8_lossy(&recorded.stdout),
+        String::from_utf8_lossy(&plain.stdout)
+    );
+    let stats = common::dump_stats(&trace);
+    let count = |kind: &str| stats["by_kind"][kind].as_u64().unwrap_or(0);
+    assert!(count("read") > 1000 && count("write") > 1000, "{stats}");
+    assert_eq!(stats["lost"], 0, "{stats}");
+}
+
+#[test]
+fn discovery_lists_the_shared_pointer_and_proposes_a_stale_use_that_replays() {
+    if !have_root("discovery_lists_the_shared_pointer_and_proposes_a_stale_use_that_replays") {
+        return;
+    }
+    let program = eval_program("plain_unlock_free");
+    let dir = scratch("discover_unlock_free");
+    let trace = dir.join("run.ordo");
+    // A recording in the program's usual order: the reader's section first (on a
+    // loaded machine the swapper sometimes gets there first, and then the reader
+    // only ever saw the new buffer).
+    let mut doc = serde_json::Value::Null;
+    for _ in 0..5 {
+        record_discovering(&trace, &program);
+        doc = analyze_json(&trace);
+        if doc["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f["kind"] == "stale_use")
+        {
+            break;
+        }
+    }
+    let shared = doc["shared_locations"]
+        .as_array()
+        .expect("shared_locations");
+    let current = shared
+        .iter()
+        .find(|l| l["location"] == "current")
+        .unwrap_or_else(|| panic!("`current` not found among {shared:?}"));
+    assert!(
+        current["threads"].as_array().unwrap().len() >= 3,
+        "{current}"
+    );
+    assert!(current["writes"].as_u64().unwrap() >= 2, "{current}");
+    let sites = current["sites"].as_array().unwrap();
+    // The swapper's store is under the lock, main's initializing one is not: no
+    // lock protects every access.
+    assert!(
+        sites.iter().any(|s| s["kind"] == "write"
+            && s["locks_held"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|l| l == "lock")),
+        "{current}"
+    );
+    assert_eq!(
+        current["common_locks"].as_array().unwrap().len(),
+        0,
+        "{current}"
+    );
+    // The window between the reader's load of the pointer and its use, held until
+    // the swapper (which frees the old buffer) has exited.
+    let findings = doc["findings"].as_array().unwrap();
+    let stale = findings
+        .iter()
+        .find(|f| {
+            f["kind"] == "stale_use" && f["schedule"].as_str().unwrap().contains("thread_exit")
+        })
+        .unwrap_or_else(|| panic!("no stale_use held until an exit: {findings:?}"));
+    let schedule = dir.join("stale.sched");
+    std::fs::write(&schedule, stale["schedule"].as_str().unwrap()).unwrap();
+    assert!(
+        stale["schedule"].as_str().unwrap().contains(":at("),
+        "{stale}"
+    );
+    let reproduced = common::reproductions(&schedule, &program, &[], 5);
+    assert_eq!(reproduced, 5, "{}", stale["schedule"]);
+}
+
+#[test]
+fn a_held_thread_whose_predecessor_polls_with_usleep_ends_infeasible_in_seconds() {
+    if !have_root("a_held_thread_whose_predecessor_polls_with_usleep_ends_infeasible_in_seconds") {
+        return;
+    }
+    let program = eval_program("plain_poll_usleep");
+    let dir = scratch("discover_poll_infeasible");
+    // The producer (thread 2) held before it announces the item until the
+    // consumer (thread 1, polling `ready` with usleep) has checked it: impossible.
+    let schedule = dir.join("never.sched");
+    std::fs::write(
+        &schedule,
+        "1:at(plain_poll_usleep.c:25)#1 -> 2:at(plain_poll_usleep.c:17)#1\n",
+    )
+    .unwrap();
+    let started = Instant::now();
+    let (_, outcome) = common::replay_json(&["--timeout", "60"], &schedule, &program);
+    assert_eq!(outcome["verdict"], "infeasible", "{outcome}");
+    assert!(
+        started.elapsed().as_secs_f64() < 15.0,
+        "took {:?}: the poller kept it from being called infeasible",
+        started.elapsed()
+    );
+}
+
+/// `ordo hunt --json --budget 30 -o DIR -- PROGRAM`: the outcome.
+fn hunt(program: &Path, dir: &Path) -> serde_json::Value {
+    let out = Command::new(ordo())
+        .args(["hunt", "--json", "--budget", "30", "-o"])
+        .arg(dir)
+        .arg("--")
+        .arg(program)
+        .output()
+        .expect("run ordo hunt");
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "no JSON outcome ({e}): {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+#[test]
+fn hunt_with_no_hints_finds_and_pins_plain_access_bugs() {
+    if !have_root("hunt_with_no_hints_finds_and_pins_plain_access_bugs") {
+        return;
+    }
+    for name in ["plain_check_use", "plain_unlock_free", "plain_publish2"] {
+        let program = eval_program(name);
+        let dir = scratch(&format!("discover_hunt_{name}"));
+        let json = hunt(&program, &dir);
+        assert_eq!(json["reproduced"], true, "{name}: {json}");
+        let confirmed = json["confirm"]["reproduced"].as_u64().unwrap();
+        assert!(
+            confirmed >= 19,
+            "{name}: pinned only {confirmed}/20: {json}"
+        );
+        assert_eq!(json["pinned"], true, "{name}: {json}");
+        let shared = json["discovery"]["shared_locations"].as_array().unwrap();
+        assert!(
+            !shared.is_empty(),
+            "{name}: discovery found nothing: {json}"
+        );
+        eprintln!(
+            "{name}: reproduced in run {} of {}, confirmed {confirmed}/20 ({})",
+            json["run"], json["runs"], json["finding"]["kind"]
+        );
+    }
+}
+
+#[test]
+fn hunt_reports_nothing_on_the_controls_of_plain_access_bugs() {
+    if !have_root("hunt_reports_nothing_on_the_controls_of_plain_access_bugs") {
+        return;
+    }
+    for name in ["ctl_plain_check_use", "ctl_plain_unlock_free"] {
+        let program = eval_program(name);
+        let dir = scratch(&format!("discover_hunt_{name}"));
+        let json = hunt(&program, &dir);
+        assert_eq!(json["reproduced"], false, "{name}: {json}");
+    }
+}
