@@ -14,6 +14,9 @@
 //!   instructions, gathers, and instructions that change the flow of control;
 //! - the C runtime's start-up and tear-down code (`_start`, `frame_dummy`, …).
 //!
+//! A stripped executable (no function symbols) has its `.text` section decoded in
+//! one linear sweep instead, the runtime's functions included.
+//!
 //! Each kept instruction becomes an [`SoftSite`]: its bytes, its memory operand
 //! (base, index, scale, displacement; the link-time target of a RIP-relative one and
 //! where its displacement sits in the bytes), its access kind and whether it is
@@ -86,8 +89,17 @@ pub fn plan_discovery(path: &Path) -> Result<DiscoveryPlan> {
         .filter_map(|s| Some((s.address(), s.size(), s.name().ok()?.to_string())))
         .collect();
     if functions.is_empty() {
+        // A stripped binary: `.text` decoded from its start in one sweep (compilers
+        // put no data there on x86-64, and pad between functions with nops).
+        functions = file
+            .sections()
+            .filter(|s| s.kind() == SectionKind::Text && s.name() == Ok(".text"))
+            .map(|s| (s.address(), s.size(), String::from(".text")))
+            .collect();
+    }
+    if functions.is_empty() {
         bail!(
-            "{}: no function symbols (stripped?): --discover decodes the program's functions and cannot find them",
+            "{}: no function symbols and no .text section: --discover has no code to decode",
             path.display()
         );
     }
