@@ -73,6 +73,10 @@ struct Options {
     /// The file hunt outcomes accumulate in (relative to the workspace root).
     #[arg(long, default_value = RESULTS)]
     results: PathBuf,
+    /// Earlier outcome files the report also reads (relative to the workspace root;
+    /// repeatable): a run of some programs reported beside the suite's last full run.
+    #[arg(long, value_name = "FILE")]
+    also: Vec<PathBuf>,
     /// Forget the outcomes recorded so far before running.
     #[arg(long)]
     fresh: bool,
@@ -175,11 +179,12 @@ pub fn run(args: &[String]) -> Result<()> {
             }
         }
     }
-    let report = render_report(
-        &suite,
-        &load_results(&crate::root().join(&options.results))?,
-        &load_measured()?,
-    );
+    let mut results = BTreeMap::new();
+    for file in options.also.iter().chain(std::iter::once(&options.results)) {
+        // Later files win, as later lines of one file do.
+        results.extend(load_results(&crate::root().join(file))?);
+    }
+    let report = render_report(&suite, &results, &load_measured()?);
     let path = crate::root().join(REPORT);
     std::fs::write(&path, report).with_context(|| format!("write {}", path.display()))?;
     println!("xtask eval: wrote {}", path.display());
