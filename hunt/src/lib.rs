@@ -683,8 +683,13 @@ impl Hunter<'_> {
                 (finding, c.finding.schedule.clone())
             }
             Job::Record | Job::Baseline(..) => {
-                let schedule = pin::schedule_of_run(&r.trace)?;
-                let schedule = pin::with_access_handovers(&schedule, &r.trace)?;
+                let mut schedule = pin::schedule_of_run(&r.trace)?;
+                if schedule.is_empty() {
+                    // No hand-over of a synchronization object: the order of the
+                    // discovered accesses is all there is. Otherwise they are
+                    // added only when confirming shows they help (`hunt`).
+                    schedule = pin::with_access_handovers(&schedule, &r.trace)?;
+                }
                 if schedule.is_empty() {
                     return Ok(None);
                 }
