@@ -247,3 +247,45 @@ fn hunt_reports_nothing_on_the_controls_of_plain_access_bugs() {
         assert_eq!(json["reproduced"], false, "{name}: {json}");
     }
 }
+
+#[test]
+fn a_thread_with_more_points_than_debug_registers_is_gated_by_software_breakpoints() {
+    if !have_root("a_thread_with_more_points_than_debug_registers_is_gated_by_software_breakpoints")
+    {
+        return;
+    }
+    let program = build_program("many_points");
+    let dir = scratch("discover_many_points");
+    // Each of the reader's six loads before the writer's store to that variable,
+    // the stores one by one after them: six points in each thread (x86 has 4 debug
+    // registers), and the reader sees none of the stores.
+    let mut text = String::new();
+    for k in 0..6 {
+        let (read, write) = (27 + k, 15 + k);
+        text.push_str(&format!(
+            "2:at(many_points.c:{read})#1 -> 1:at(many_points.c:{write})#1\n"
+        ));
+        if k < 5 {
+            text.push_str(&format!(
+                "1:at(many_points.c:{write})#1 -> 2:at(many_points.c:{})#1\n",
+                read + 1
+            ));
+        }
+    }
+    let schedule = dir.join("alternate.sched");
+    std::fs::write(&schedule, &text).unwrap();
+    for args in [
+        &["--expect-exit", "6"][..],
+        &["--expect-exit", "6", "--record"],
+    ] {
+        let mut args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        if args.last().is_some_and(|a| a == "--record") {
+            args.push(dir.join("run.ordo").display().to_string());
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let (_, outcome) = common::replay_json(&args, &schedule, &program);
+        assert_eq!(outcome["verdict"], "reproduced", "{outcome}\n{text}");
+        assert_eq!(outcome["exit_code"], 0, "the reader saw a store: {outcome}");
+        assert_eq!(outcome["schedule_held"], true, "{outcome}");
+    }
+}

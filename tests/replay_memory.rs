@@ -198,18 +198,21 @@ fn pointer_reached_variable_gated_at_recorded_sites() {
     }
 }
 
-/// More sites than debug registers in one thread, `@K` for a variable, an unknown
-/// variable: one-line errors before the program runs (exit status 2).
+/// More sites than debug registers in one thread that software breakpoints cannot
+/// take (not memory accesses), `@K` for a variable, an unknown variable: one-line
+/// errors before the program runs (exit status 2).
 #[test]
 fn access_gates_refuse_what_they_cannot_arm() {
     let _registers = debug_registers();
     let program = build_program("memgate_many_sites");
     let dir = scratch("replay_memory_errors");
+    // Five points at `call` instructions: not memory accesses, so no software
+    // breakpoint can stand in for the fifth debug register.
+    let calls = "0:write(level)#1 -> 1:at(reader+7)#1\n0:write(level)#1 -> 1:at(reader+20)#1\n\
+                 0:write(level)#1 -> 1:at(reader+33)#1\n0:write(level)#1 -> 1:at(reader+46)#1\n\
+                 0:write(level)#1 -> 1:at(reader+59)#1";
     for (schedule, needle) in [
-        (
-            "0:write(level)#1 -> 1:read(level)#1",
-            "x86 has 4 debug registers per thread",
-        ),
+        (calls, "x86 has 4 debug registers per thread"),
         ("1:read(@1)#1 -> 0:write(level)#1", "name the variable"),
         (
             "1:read(nosuch)#1 -> 0:write(level)#1",
@@ -238,7 +241,8 @@ fn access_gates_refuse_what_they_cannot_arm() {
 
 /// With a recording (`--sites-from`), a thread arms only the instructions its own
 /// accesses up to the named one were made at: the reader's first read needs one
-/// debug register instead of six, its fifth read five (still one too many).
+/// debug register instead of six, its fifth read five (software breakpoints take
+/// what the registers cannot).
 #[test]
 fn recorded_sites_narrow_what_a_thread_arms() {
     let _registers = debug_registers();
@@ -255,23 +259,35 @@ fn recorded_sites_narrow_what_a_thread_arms() {
     assert_eq!(code, 0, "{json}");
     assert_eq!(json["verdict"], "passed", "{json}");
     assert_eq!(json["schedule_held"], true, "{json}");
+    // The fifth read needs five sites, one more than the debug registers: the
+    // agent's software breakpoints gate them (they are memory accesses).
     let fifth = dir.join("fifth.sched");
     std::fs::write(&fifth, "0:write(level)#1 -> 1:read(level)#5\n").unwrap();
-    let out = Command::new(ordo())
-        .args(["replay", "--sites-from"])
-        .arg(&trace)
-        .arg("--schedule")
-        .arg(&fifth)
-        .arg("--")
-        .arg(&program)
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{stderr}");
-    assert!(
-        stderr.contains("thread 1 would arm 5 instruction sites"),
-        "{stderr}"
-    );
+    let (code, json) = replay_json(&["--sites-from", trace.to_str().unwrap()], &fifth, &program);
+    assert_eq!(code, 0, "{json}");
+    assert_eq!(json["verdict"], "passed", "{json}");
+    assert_eq!(json["schedule_held"], true, "{json}");
+}
+
+/// Six reads of one variable in one thread, all gated before a write of another:
+/// more sites than debug registers, served by software breakpoints, and the
+/// recording of the replay shows every read after the write.
+#[test]
+fn more_access_sites_than_debug_registers_are_gated_in_software() {
+    let _registers = debug_registers();
+    if !have_root("more_access_sites_than_debug_registers_are_gated_in_software") {
+        return;
+    }
+    let program = build_program("memgate_many_sites");
+    let dir = scratch("replay_memory_software_gates");
+    let schedule = dir.join("all.sched");
+    std::fs::write(&schedule, "0:write(level)#1 -> 1:read(level)#1\n").unwrap();
+    let trace = dir.join("replay.ordo");
+    let (code, json) = replay_json(&["--record", trace.to_str().unwrap()], &schedule, &program);
+    assert_eq!(code, 0, "{json}");
+    assert_eq!(json["verdict"], "passed", "{json}");
+    assert_eq!(json["schedule_held"], true, "{json}");
+    assert_eq!(json["verified_by"], "recording", "{json}");
 }
 
 /// The cost model: a counted access is one trap, an access after the thread's last

@@ -99,10 +99,14 @@ pub fn with_access_handovers(base: &Schedule, trace: &Path) -> Result<Schedule> 
     // Per address: the last access (name, writes, the locks its thread held:
     // lock address and acquisition).
     type Held = Vec<(u64, EventRef)>;
-    let mut last_on: HashMap<u64, (EventRef, bool, Held)> = HashMap::new();
+    let mut last_on: HashMap<u64, (EventRef, bool, Held, usize)> = HashMap::new();
     let mut held: HashMap<u32, Held> = HashMap::new();
     let mut handovers: Vec<Ordering> = Vec::new();
-    for e in global_order(events) {
+    // Each thread's first event: an access made before a thread existed is ordered
+    // before all of it by its creation, and pinning it would only spend a point.
+    let mut first_event: HashMap<u32, usize> = HashMap::new();
+    for (index, e) in global_order(events).into_iter().enumerate() {
+        first_event.entry(e.tid).or_insert(index);
         if !(e.kind.is_access() && e.via.is_point()) {
             // Named all the same, so occurrence counts stay right.
             let name = namer.name(&e);
@@ -123,10 +127,11 @@ pub fn with_access_handovers(base: &Schedule, trace: &Path) -> Result<Schedule> 
         let Some(name) = namer.name(&e) else { continue };
         let writes = e.kind != Kind::Read;
         let mine = held.get(&e.tid).cloned().unwrap_or_default();
-        if let Some((prev, prev_writes, prev_held)) =
-            last_on.insert(e.addr, (name.clone(), writes, mine.clone()))
+        if let Some((prev, prev_writes, prev_held, prev_index)) =
+            last_on.insert(e.addr, (name.clone(), writes, mine.clone(), index))
         {
-            if prev.thread != name.thread && (writes || prev_writes) {
+            let created_after = first_event.get(&e.tid).is_some_and(|&f| prev_index < f);
+            if prev.thread != name.thread && (writes || prev_writes) && !created_after {
                 // Both under one lock: the lock's hand-over orders them (held inside
                 // its section, the later thread would keep the earlier one out).
                 let common = prev_held

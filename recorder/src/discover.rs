@@ -40,7 +40,9 @@ use iced_x86::{
     Register,
 };
 use object::{Object, ObjectSection, ObjectSymbol, SectionFlags, SectionKind, SymbolKind};
-use ordo_probe_common::inproc::{SoftHeader, SoftSite, ENV_SOFT_FD, SOFT_MAGIC, SOFT_VERSION};
+use ordo_probe_common::inproc::{
+    SoftHeader, SoftSite, ENV_SOFT_FD, SOFT_MAGIC, SOFT_NO_GATE, SOFT_VERSION,
+};
 use ordo_probe_common::{kind, reg, via};
 
 use crate::watch::sites::{access_kind, atomic_instruction, gpr_number};
@@ -221,6 +223,7 @@ fn site_of(
         },
         base: reg::NONE,
         index: reg::NONE,
+        gate: SOFT_NO_GATE,
         ..SoftSite::default()
     };
     site.bytes[..bytes.len()].copy_from_slice(bytes);

@@ -16,6 +16,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, bail, Result};
+use ordo_probe_common::inproc::SoftSite;
 use ordo_probe_common::WatchSite;
 use ordo_recorder::launch;
 use ordo_recorder::watch::{
@@ -330,6 +331,34 @@ pub fn plan_access_sites(
             }
         }
     }
+    // A thread naming more sites than it has debug registers: the sites of such
+    // threads that the agent can run out of line (memory-access instructions) are
+    // gated by its software breakpoints instead, for every thread.
+    if arm.iter().any(|l| l.len() > shm::MAX_ARMED_SITES) {
+        let eligible: HashMap<u64, SoftSite> = ordo_recorder::discover::plan_discovery(program)?
+            .sites
+            .into_iter()
+            .map(|s| (s.ip, s))
+            .collect();
+        let mut soft = BTreeSet::new();
+        for list in arm.iter().filter(|l| l.len() > shm::MAX_ARMED_SITES) {
+            soft.extend(
+                list.iter()
+                    .copied()
+                    .filter(|&s| eligible.contains_key(&sites[s].site.ip)),
+            );
+        }
+        for list in &mut arm {
+            list.retain(|s| !soft.contains(s));
+        }
+        plan.soft = soft
+            .iter()
+            .map(|&s| SoftSite {
+                gate: s as u32,
+                ..eligible[&sites[s].site.ip]
+            })
+            .collect();
+    }
     for (t, list) in arm.iter().enumerate() {
         if list.len() > shm::MAX_ARMED_SITES {
             let what: Vec<String> = list
@@ -345,7 +374,8 @@ pub fn plan_access_sites(
                 })
                 .collect();
             bail!(
-                "thread {} would arm {} instruction sites, but x86 has {} debug registers per thread: {}; \
+                "thread {} would arm {} instruction sites, but x86 has {} debug registers per thread and \
+                 these are not memory-access instructions the agent can gate by software breakpoints: {}; \
                  name fewer access kinds or variables for this thread",
                 plan.threads[t],
                 list.len(),

@@ -66,6 +66,10 @@ pub struct Plan {
     /// `at(SPEC)` objects as written → the name a recording gives the point
     /// (`function+OFFSET`).
     pub mark_names: Vec<(String, String)>,
+    /// Sites gated by the agent's software breakpoints instead of debug registers
+    /// (a thread names more points than it has registers), `gate` set to their
+    /// index in `sites`.
+    pub soft: Vec<ordo_probe_common::inproc::SoftSite>,
 }
 
 impl Plan {
@@ -177,6 +181,7 @@ impl Plan {
             sites: Vec::new(),
             arm: Vec::new(),
             mark_names: Vec::new(),
+            soft: Vec::new(),
         };
         plan.check_limits()?;
         Ok(plan)

@@ -355,6 +355,7 @@ pub fn replay(options: &ReplayOptions) -> Result<ReplayOutcome> {
             .discover
             .iter()
             .flat_map(|sites| sites.iter().map(|s| s.ip))
+            .chain(plan.soft.iter().map(|s| s.ip))
             .collect();
         record_accesses(&mut record, &plan, &path, &options.watches, &discovered)?;
         // Watched accesses stay on the kernel's clock (see the recorder's inproc).
@@ -368,14 +369,31 @@ pub fn replay(options: &ReplayOptions) -> Result<ReplayOutcome> {
     // Discovery in the recording, the schedule's program points included: a point
     // gated by a hardware breakpoint traps there first (held, then let go), then
     // at the software breakpoint (recorded, run out of line).
-    let soft_table = match (&options.record, &options.discover) {
-        (Some(_), Some(sites)) => {
-            let table = SoftTable::create(sites, ordo_recorder::discover::DEFAULT_BUDGET)?;
-            env.push(table.env());
-            inherit.push(table.raw_fd());
-            Some(table)
+    // The plan's software gates (points past a thread's debug registers) join them.
+    let mut soft_sites: Vec<SoftSite> = match (&options.record, &options.discover) {
+        (Some(_), Some(sites)) => sites.to_vec(),
+        _ => Vec::new(),
+    };
+    let discovering = !soft_sites.is_empty();
+    for gate in &plan.soft {
+        match soft_sites.iter_mut().find(|s| s.ip == gate.ip) {
+            Some(s) => s.gate = gate.gate,
+            None => soft_sites.push(*gate),
         }
-        _ => None,
+    }
+    soft_sites.sort_by_key(|s| s.ip);
+    let soft_table = if soft_sites.is_empty() {
+        None
+    } else {
+        let budget = if discovering {
+            ordo_recorder::discover::DEFAULT_BUDGET
+        } else {
+            0
+        };
+        let table = SoftTable::create(&soft_sites, budget)?;
+        env.push(table.env());
+        inherit.push(table.raw_fd());
+        Some(table)
     };
     // A hardware watch in the recording needs the program's addresses before it
     // starts: no ASLR, as `ordo record` does.

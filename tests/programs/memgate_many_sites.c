@@ -1,6 +1,7 @@
 // A thread that reads one variable at five different instructions (and writes it at
 // one): gating its reads needs five debug registers, one more than x86 has, so
-// `ordo replay` must refuse such a schedule before the run.
+// `ordo replay` gates them by software breakpoints (and refuses five points that
+// are not memory accesses, its `call`s, before the run).
 #include <pthread.h>
 #include <stdio.h>
 

@@ -23,6 +23,11 @@
 //! threads together a site's `int3` is replaced by the original byte: the rest of
 //! the run goes at full speed, and discovery costs at most `budget` traps a site.
 //!
+//! A site may also be a replay gate (`SoftSite::gate`): a schedule naming more
+//! program points in a thread than x86 has debug registers has the extra points
+//! gated here, by the same code as a hardware breakpoint's (`trap::access_trap`),
+//! before the thread resumes at the copy; such a breakpoint is never removed.
+//!
 //! Everything in the handler is async-signal-safe: atomics, raw syscalls, the
 //! agent's own thread-local cells and the recording ring.
 
@@ -31,7 +36,7 @@ use std::ffi::{c_int, c_void};
 use std::ptr::null_mut;
 use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering::*};
 
-use crate::probe_common::inproc::{SoftHeader, SoftSite, SOFT_MAGIC, SOFT_VERSION};
+use crate::probe_common::inproc::{SoftHeader, SoftSite, SOFT_MAGIC, SOFT_NO_GATE, SOFT_VERSION};
 use crate::probe_common::reg;
 use crate::trap::{greg, GREG_OF_REG, GREG_RIP};
 use crate::{close, dl_iterate_phdr, mmap, DlPhdrInfo};
@@ -284,12 +289,20 @@ pub(crate) unsafe fn trap(ip: u64, ctx: *mut c_void) -> bool {
     let s = &sites[i];
     // SAFETY: one counter per site.
     let hits = unsafe { &*t.hits.add(i) }.fetch_add(1, Relaxed) + 1;
-    if t.budget != 0 && hits == t.budget {
+    if t.budget != 0 && hits == t.budget && s.gate == SOFT_NO_GATE {
         // The last trap this site takes: the original byte back (the page stayed
         // writable). A thread already past the fetch of the `int3` still traps and
         // is handled like any other.
         // SAFETY: the instruction's first byte in the program's writable code.
         unsafe { (ip as *mut u8).write_volatile(s.bytes[0]) };
+    }
+    if s.gate != SOFT_NO_GATE {
+        // A replay gate with more points than the thread has debug registers:
+        // held here like at a hardware breakpoint (`trap::access_trap`), which
+        // sets the trap flag when others wait for this point: the single step after
+        // the copy below marks it done.
+        // SAFETY: the trap's context (the caller's contract).
+        unsafe { crate::trap::access_trap(s.gate, ctx) };
     }
     let arrivals = arrival(i, t.n);
     if crate::record::on() {

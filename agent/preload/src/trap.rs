@@ -401,7 +401,7 @@ unsafe fn effective_address(site: &probe_common::WatchSite, bias: u64, ctx: *mut
 ///
 /// # Safety
 /// `ctx` must be the `ucontext_t` of the trap.
-unsafe fn access_trap(index: u32, ctx: *mut c_void) {
+pub(crate) unsafe fn access_trap(index: u32, ctx: *mut c_void) {
     let sh = shared();
     if index as usize >= sh.n_sites as usize {
         return;

@@ -823,7 +823,7 @@ pub mod inproc {
     /// "ORDO_SFT".
     pub const SOFT_MAGIC: u64 = 0x4f52_444f_5f53_4654;
     /// Bumped whenever [`SoftHeader`] or [`SoftSite`] changes.
-    pub const SOFT_VERSION: u32 = 1;
+    pub const SOFT_VERSION: u32 = 2;
 
     /// The start of a software-breakpoint table.
     #[repr(C)]
@@ -873,9 +873,18 @@ pub mod inproc {
         /// Offset in `bytes` of a RIP-relative operand's 32-bit displacement (the
         /// out-of-line copy rewrites it), 0 when the operand is not RIP-relative.
         pub disp_at: u8,
+        /// A replay gate at this instruction: the index of its access site in the
+        /// replay plan ([`SOFT_NO_GATE`]: none). A gated site's breakpoint is never
+        /// removed.
+        pub gate: u32,
+        /// Explicit padding to the struct's 8-byte alignment.
+        pub _pad: u32,
     }
 
-    const _: () = assert!(core::mem::size_of::<SoftSite>() == 40);
+    /// [`SoftSite::gate`]: the site gates nothing.
+    pub const SOFT_NO_GATE: u32 = u32::MAX;
+
+    const _: () = assert!(core::mem::size_of::<SoftSite>() == 48);
     const _: () = assert!(core::mem::size_of::<SoftHeader>() == 24);
 }
 
