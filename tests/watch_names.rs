@@ -322,3 +322,51 @@ fn rust_paths_and_rust_atomics() {
     );
     assert_eq!(races(&trace), 0);
 }
+
+/// Issue 25: a field recorded is a field a schedule can name. The analyzer's race
+/// schedules on the fields of a 48-byte struct (named as the recording names them:
+/// `conn` for the field at offset 0, `conn+8`) replay without edits, and so do
+/// the field spelled as `--watch` takes it (`conn.buf`) and as bytes (`conn+8:8`).
+#[test]
+fn schedules_on_struct_fields_replay_as_the_analyzer_prints_them() {
+    if !common::have_root("schedules_on_struct_fields_replay_as_the_analyzer_prints_them") {
+        return;
+    }
+    let program = common::build_program("field_race");
+    let dir = common::scratch("watch_names_fields");
+    for spec in [["--watch", "conn.buf"], ["--watch-hw", "conn.id"]] {
+        let trace = dir.join(format!("fields{}.ordo", spec[0]));
+        common::record_watching(&trace, &program, &spec);
+        let found = common::findings(&trace);
+        let race =
+            common::top_race(&found).unwrap_or_else(|| panic!("{spec:?}: no race in {found:?}"));
+        let schedule = dir.join("race.sched");
+        std::fs::write(&schedule, &race).unwrap();
+        let args = if spec[0] == "--watch-hw" {
+            vec![
+                "--watch-hw",
+                spec[1],
+                "--sites-from",
+                trace.to_str().unwrap(),
+            ]
+        } else {
+            vec![]
+        };
+        let (code, json) = common::replay_json(&args, &schedule, &program);
+        assert_ne!(json["verdict"], "error", "{spec:?} {race}: {json}");
+        assert!(code == 0 || code == 1, "{spec:?} {race}: refused: {json}");
+        assert_eq!(json["schedule_held"], true, "{spec:?} {race}: {json}");
+    }
+    for object in ["conn.buf", "conn+8:8"] {
+        let schedule = dir.join("spelled.sched");
+        std::fs::write(
+            &schedule,
+            format!("2:read({object})#1 -> 1:write({object})#1\n"),
+        )
+        .unwrap();
+        let (code, json) = common::replay_json(&[], &schedule, &program);
+        assert_eq!(code, 0, "{object}: {json}");
+        assert_eq!(json["verdict"], "passed", "{object}: {json}");
+        assert_eq!(json["schedule_held"], true, "{object}: {json}");
+    }
+}

@@ -172,7 +172,20 @@ pub fn plan_access_sites(
             file: None,
             fields: Vec::new(),
         };
-        let mut resolved = resolver.resolve(&spec).map_err(|e| anyhow!("{first}{e}"))?;
+        let mut resolved = match resolver.resolve(&spec) {
+            Ok(r) => r,
+            Err(e) => match field_or_bytes(&mut resolver, text, offset) {
+                // A field (`conn.buf`), bytes (`conn+8:8`), or the first field of a
+                // variable larger than a watch (`conn`, as a recording of
+                // `--watch-hw conn.id` names it: the object is the address).
+                Some(r) => {
+                    plan.symbols[symbol].vaddr = Some(r.vaddr);
+                    plan.symbols[symbol].offset = 0;
+                    r
+                }
+                None => return Err(anyhow!("{first}{e}")),
+            },
+        };
         let mut hw = false;
         if let Some((is_hw, g)) = given
             .iter()
@@ -394,6 +407,28 @@ pub fn plan_access_sites(
     plan.sites = sites;
     plan.arm = arm;
     Ok(notes)
+}
+
+/// What an access event's object names when it is not a whole variable of at most
+/// a watch's size: a `--watch` spec (`conn.buf`, `conn+8:8`, `table[2]`), or the
+/// byte at `NAME+OFFSET` of a larger variable — how a recording names an access
+/// (the object is its address, `symbol+offset`), so every schedule `ordo analyze`
+/// prints replays as printed.
+fn field_or_bytes(resolver: &mut Resolver, text: &str, offset: u64) -> Option<ResolvedWatch> {
+    if let Ok(spec) = WatchSpec::parse(text) {
+        if let Ok(r) = resolver.resolve(&spec) {
+            return Some(r);
+        }
+    }
+    let (name, _) = ordo_recorder::watch::split_offset(text).ok()?;
+    let spec = WatchSpec {
+        target: WatchTarget::Symbol(name.to_string()),
+        offset,
+        size: Some(1),
+        file: None,
+        fields: Vec::new(),
+    };
+    resolver.resolve(&spec).ok()
 }
 
 fn access_site(p: &PlannedSite, symbol: usize, kind: Option<Kind>) -> Option<AccessSite> {
