@@ -334,6 +334,13 @@ struct Hunter<'a> {
     unpinned: Vec<String>,
     /// The schedules of other candidates that failed in the reproducing batch.
     alternatives: Vec<String>,
+    /// Runs the search may reach (the budget; raised while looking for a pin
+    /// that holds better).
+    limit: u32,
+    /// First recordings still to make: one that failed by itself left nothing to
+    /// pin (a thread that never got to act), and another recording, which likely
+    /// passes, is where the candidates come from.
+    rerecord: u32,
 }
 
 /// Runs a hunt; `progress` hears about every finished run.
@@ -365,6 +372,8 @@ pub fn hunt(options: &HuntOptions, progress: &mut dyn FnMut(&Status)) -> Result<
         shared: Vec::new(),
         unpinned: Vec::new(),
         alternatives: Vec::new(),
+        limit: options.budget,
+        rerecord: 0,
     };
     let mut found = hunter.search()?;
     if found.is_none() && !hunter.unpinned.is_empty() {
@@ -389,6 +398,11 @@ pub fn hunt(options: &HuntOptions, progress: &mut dyn FnMut(&Status)) -> Result<
             // What the schedule leaves free made some replays pass: the order the
             // failing run's discovered accesses took pins it further.
             if let Some(better) = hunter.strengthen_with_accesses(f, reproduced)? {
+                reproduced = better;
+            }
+        }
+        if reproduced < pinned_threshold(options.confirm_runs) && f.source == "predict" {
+            if let Some(better) = hunter.search_better_pin(f, reproduced)? {
                 reproduced = better;
             }
         }
@@ -467,12 +481,18 @@ impl Hunter<'_> {
         if let Some(found) = self.take(vec![first])? {
             return Ok(Some(found));
         }
+        self.search_on()
+    }
+
+    /// The search after the first recording: batches until a run fails, the limit
+    /// or the time is spent, or nothing is left to run.
+    fn search_on(&mut self) -> Result<Option<Found>> {
         loop {
             if ordo_replayer::run::interrupted() {
                 self.stopped = "interrupted".to_string();
                 return Ok(None);
             }
-            if self.runs >= self.options.budget {
+            if self.runs >= self.limit {
                 self.stopped = format!("budget of {} runs spent", self.options.budget);
                 return Ok(None);
             }
@@ -498,9 +518,15 @@ impl Hunter<'_> {
 
     /// The next runs, at most `jobs` and what the budget allows.
     fn next_batch(&mut self) -> Vec<(u32, Job)> {
-        let room = (self.options.budget - self.runs) as usize;
+        let room = self.limit.saturating_sub(self.runs) as usize;
         let mut batch = Vec::new();
         while batch.len() < self.options.jobs.max(1).min(room) {
+            if self.rerecord > 0 {
+                self.rerecord -= 1;
+                batch.push((self.runs, Job::Record));
+                self.runs += 1;
+                continue;
+            }
             let job = match self.options.strategy {
                 Strategy::Predict | Strategy::Auto => match self.next_candidate() {
                     Some(c) => Job::Candidate(Box::new(c)),
@@ -586,13 +612,17 @@ impl Hunter<'_> {
                     found = self.pin(&r, failed - 1)?;
                     if found.is_none() {
                         // A schedule with no ordering reproduces nothing: the
-                        // failure is noted, and the hunt goes on.
+                        // failure is noted, and the hunt goes on — from another
+                        // recording when this one was a first recording.
                         self.unpinned.push(format!(
                             "run {} ({}, {})",
                             r.number,
                             r.job.source(),
                             r.reason
                         ));
+                        if matches!(r.job, Job::Record) && self.unpinned.len() <= MAX_RERECORDS {
+                            self.rerecord += 1;
+                        }
                     }
                 }
                 continue;
@@ -760,6 +790,38 @@ impl Hunter<'_> {
         Ok(Some(better))
     }
 
+    /// For a candidate whose schedule confirmed `reproduced` times only (and could
+    /// not be strengthened): goes on hunting for up to [`BETTER_PIN_RUNS`] more
+    /// runs; each candidate that fails is confirmed, and the one that reproduces
+    /// most often becomes the hunt's (another shape of the same bug often pins
+    /// what the first one left free: a publication seen half-way rather than its
+    /// first store alone). Returns the better count.
+    fn search_better_pin(&mut self, f: &mut Found, reproduced: u32) -> Result<Option<u32>> {
+        let held = self.options.out_dir.join("held.sched");
+        std::fs::copy(&f.schedule, &held).with_context(|| format!("write {}", held.display()))?;
+        self.limit = self.runs + BETTER_PIN_RUNS;
+        let mut best = reproduced;
+        let mut better = None;
+        while best < pinned_threshold(self.options.confirm_runs) && self.runs < self.limit {
+            let Some(mut g) = self.search_on()? else {
+                break;
+            };
+            let n = self.confirm(&g.schedule)?;
+            if n > best {
+                best = n;
+                std::fs::copy(&g.schedule, &held)?;
+                g.finding["first_confirm"] = json!(reproduced);
+                g.finding["first_schedule"] = f.finding["schedule"].clone();
+                *f = g;
+                better = Some(n);
+            }
+        }
+        std::fs::rename(&held, &f.schedule)
+            .with_context(|| format!("write {}", f.schedule.display()))?;
+        self.stopped = String::new();
+        Ok(better)
+    }
+
     /// For a schedule that confirmed `reproduced` times only: confirms the other
     /// candidates that failed in the same batch and keeps the one that reproduces
     /// most often (the first stays as `first.sched`). Returns the better count.
@@ -875,6 +937,14 @@ impl Hunter<'_> {
         Ok(reproduced)
     }
 }
+
+/// Runs a hunt goes on for to find a pin that holds better than its first
+/// reproduction's.
+const BETTER_PIN_RUNS: u32 = 10;
+
+/// First recordings a hunt makes again when one failed by itself with nothing to
+/// pin.
+const MAX_RERECORDS: usize = 3;
 
 /// Reproductions out of `runs` confirmation replays that make a pin that holds
 /// (19 of 20).
