@@ -660,14 +660,17 @@ fn record_accesses(
     // The schedule's program points, recorded as `at` events — but those discovery
     // records already: their accesses are named `at(function+OFFSET)#N` too, and two
     // breakpoints on one instruction would fight over its first byte.
+    let through_discovery: std::collections::HashSet<&str> = plan
+        .sites
+        .iter()
+        .filter(|s| s.kind == Kind::At && discovered.contains(&s.site.ip))
+        .map(|s| plan.symbols[s.symbol].text.as_str())
+        .collect();
     let marks: Vec<String> = plan
         .mark_names
         .iter()
         .map(|(t, _)| t.clone())
-        .filter(|t| {
-            ordo_recorder::watch::resolve_mark(t, program)
-                .map_or(true, |m| !discovered.contains(&m.vaddr))
-        })
+        .filter(|t| !through_discovery.contains(t.as_str()))
         .collect();
     let (sites, _) =
         watching::plan_marks(&marks, program).context("record the schedule's program points")?;
@@ -764,43 +767,32 @@ fn watch(
             _ if any_held_now => held_since = Some((Instant::now(), progress)),
             _ => held_since = None,
         }
-        if let Some((since, _)) = held_since {
-            if since.elapsed() >= idle_limit && !infeasible_seen && options.mode == Mode::Enforce {
-                let held = held_threads(&snapshot_slots(memory), plan, memory);
-                match options.on_infeasible {
-                    OnInfeasible::Kill => {
-                        kill(child, pid);
-                        return Ok((End::Infeasible, held));
-                    }
-                    OnInfeasible::Release => {
-                        infeasible_seen = true;
-                        held_at_release = held;
-                        memory.release_all();
-                        held_since = None;
-                        continue;
-                    }
+        // Held with no call made for the idle limit, or every thread held or blocked
+        // for the stall window: the schedule cannot go on.
+        let held_idle = held_since.is_some_and(|(since, _)| since.elapsed() >= idle_limit);
+        let stuck_held = stuck_since.as_ref().is_some_and(|(since, views, _)| {
+            since.elapsed() >= options.stall
+                && views.iter().any(|t| t.agent_state == shm::STATE_HELD)
+        });
+        if (held_idle || stuck_held) && !infeasible_seen && options.mode == Mode::Enforce {
+            let held = held_threads(&snapshot_slots(memory), plan, memory);
+            match options.on_infeasible {
+                OnInfeasible::Kill => {
+                    kill(child, pid);
+                    return Ok((End::Infeasible, held));
+                }
+                OnInfeasible::Release => {
+                    infeasible_seen = true;
+                    held_at_release = held;
+                    memory.release_all();
+                    stuck_since = None;
+                    held_since = None;
+                    continue;
                 }
             }
         }
         if let Some((since, views, _)) = &stuck_since {
             if since.elapsed() >= options.stall {
-                let any_held = views.iter().any(|t| t.agent_state == shm::STATE_HELD);
-                if any_held && !infeasible_seen && options.mode == Mode::Enforce {
-                    let held = held_threads(&snapshot_slots(memory), plan, memory);
-                    match options.on_infeasible {
-                        OnInfeasible::Kill => {
-                            kill(child, pid);
-                            return Ok((End::Infeasible, held));
-                        }
-                        OnInfeasible::Release => {
-                            infeasible_seen = true;
-                            held_at_release = held;
-                            memory.release_all();
-                            stuck_since = None;
-                            continue;
-                        }
-                    }
-                }
                 let what = describe_blocked(views);
                 kill(child, pid);
                 if infeasible_seen {
