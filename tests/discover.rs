@@ -98,6 +98,8 @@ fn discovery_lists_the_shared_pointer_and_proposes_a_stale_use_that_replays() {
     if !have_root("discovery_lists_the_shared_pointer_and_proposes_a_stale_use_that_replays") {
         return;
     }
+    // Replays gate at program points with debug registers: take a turn.
+    let _registers = common::debug_registers();
     let program = eval_program("plain_unlock_free");
     let dir = scratch("discover_unlock_free");
     let trace = dir.join("run.ordo");
@@ -170,6 +172,8 @@ fn a_held_thread_whose_predecessor_polls_with_usleep_ends_infeasible_in_seconds(
     if !have_root("a_held_thread_whose_predecessor_polls_with_usleep_ends_infeasible_in_seconds") {
         return;
     }
+    // Replays gate at program points with debug registers: take a turn.
+    let _registers = common::debug_registers();
     let program = eval_program("plain_poll_usleep");
     let dir = scratch("discover_poll_infeasible");
     // The producer (thread 2) held before it announces the item until the
@@ -212,6 +216,8 @@ fn hunt_with_no_hints_finds_and_pins_plain_access_bugs() {
     if !have_root("hunt_with_no_hints_finds_and_pins_plain_access_bugs") {
         return;
     }
+    // Replays gate at program points with debug registers: take a turn.
+    let _registers = common::debug_registers();
     for name in ["plain_check_use", "plain_unlock_free", "plain_publish2"] {
         let program = eval_program(name);
         let dir = scratch(&format!("discover_hunt_{name}"));
@@ -240,6 +246,8 @@ fn hunt_reports_nothing_on_the_controls_of_plain_access_bugs() {
     if !have_root("hunt_reports_nothing_on_the_controls_of_plain_access_bugs") {
         return;
     }
+    // Replays gate at program points with debug registers: take a turn.
+    let _registers = common::debug_registers();
     for name in ["ctl_plain_check_use", "ctl_plain_unlock_free"] {
         let program = eval_program(name);
         let dir = scratch(&format!("discover_hunt_{name}"));
@@ -254,6 +262,8 @@ fn a_thread_with_more_points_than_debug_registers_is_gated_by_software_breakpoin
     {
         return;
     }
+    // Replays gate at program points with debug registers: take a turn.
+    let _registers = common::debug_registers();
     let program = build_program("many_points");
     let dir = scratch("discover_many_points");
     // Each of the reader's six loads before the writer's store to that variable,

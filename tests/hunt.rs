@@ -64,6 +64,8 @@ fn predict_finds_and_pins_the_atomicity_violation() {
     if !have_root("predict_finds_and_pins_the_atomicity_violation") {
         return;
     }
+    // Replays gate at program points with debug registers: take a turn.
+    let _registers = common::debug_registers();
     let program = build_program("replay_atomicity");
     let dir = scratch("hunt_predict_atomicity");
     let (code, json, stderr) = hunt(&["--strategy", "predict", "--budget", "8"], &dir, &program);
@@ -113,6 +115,8 @@ fn predict_finds_and_pins_the_deadlock() {
     if !have_root("predict_finds_and_pins_the_deadlock") {
         return;
     }
+    // Replays gate at program points with debug registers: take a turn.
+    let _registers = common::debug_registers();
     let program = build_program("replay_deadlock");
     let dir = scratch("hunt_predict_deadlock");
     let (code, json, _) = hunt(&["--strategy", "predict", "--budget", "8"], &dir, &program);
@@ -179,6 +183,8 @@ fn a_deadlock_in_the_first_run_is_pinned_by_its_blocked_locks() {
     if !have_root("a_deadlock_in_the_first_run_is_pinned_by_its_blocked_locks") {
         return;
     }
+    // Replays gate at program points with debug registers: take a turn.
+    let _registers = common::debug_registers();
     assert_first_run_failure_pinned("hunt_first_run_deadlock", "deadlock");
 }
 
@@ -187,6 +193,8 @@ fn a_failed_trylock_in_the_first_run_is_pinned_inside_the_other_section() {
     if !have_root("a_failed_trylock_in_the_first_run_is_pinned_inside_the_other_section") {
         return;
     }
+    // Replays gate at program points with debug registers: take a turn.
+    let _registers = common::debug_registers();
     assert_first_run_failure_pinned("hunt_first_run_trylock", "killed by signal 6");
 }
 
@@ -198,6 +206,8 @@ fn predict_with_a_mark_finds_the_use_after_free() {
     if !have_root("predict_with_a_mark_finds_the_use_after_free") {
         return;
     }
+    // Replays gate at program points with debug registers: take a turn.
+    let _registers = common::debug_registers();
     let name = "real_free_then_null_store";
     let program = build_program(name);
     let source = std::fs::read_to_string(
@@ -244,6 +254,8 @@ fn pct_with_a_fixed_seed_finds_a_lost_update() {
     if !have_root("pct_with_a_fixed_seed_finds_a_lost_update") {
         return;
     }
+    // Replays gate at program points with debug registers: take a turn.
+    let _registers = common::debug_registers();
     let (code, json) = hunt_by_strategy("pct");
     // A pinned baseline run orders every hand-over it had, some of them incidental:
     // it need not reproduce every time.
@@ -259,6 +271,8 @@ fn random_walk_with_a_fixed_seed_finds_a_lost_update() {
     if !have_root("random_walk_with_a_fixed_seed_finds_a_lost_update") {
         return;
     }
+    // Replays gate at program points with debug registers: take a turn.
+    let _registers = common::debug_registers();
     let (code, json) = hunt_by_strategy("random");
     assert_pinned("hunt_pct_lost_update (random)", code, &json, 10);
     assert_eq!(json["source"], "random");
@@ -269,6 +283,8 @@ fn a_correct_program_gives_no_report_and_exit_0() {
     if !have_root("a_correct_program_gives_no_report_and_exit_0") {
         return;
     }
+    // Replays gate at program points with debug registers: take a turn.
+    let _registers = common::debug_registers();
     let program = build_program("analyze_correct");
     let dir = scratch("hunt_correct");
     let (code, json, stderr) = hunt(&["--strategy", "auto", "--budget", "4"], &dir, &program);
@@ -312,6 +328,8 @@ fn baselines_cannot_deadlock_spinning_and_handshaking_threads() {
     if !have_root("baselines_cannot_deadlock_spinning_and_handshaking_threads") {
         return;
     }
+    // Replays gate at program points with debug registers: take a turn.
+    let _registers = common::debug_registers();
     // Threads spinning on trylock and on a plain flag, and a condvar ping-pong: a
     // strategy that waited for a spinning higher-priority thread without bound
     // would hang here (each run would end as a hang at --timeout, a failure).
@@ -342,6 +360,8 @@ fn an_interrupted_hunt_stops_with_exit_130() {
     if !have_root("an_interrupted_hunt_stops_with_exit_130") {
         return;
     }
+    // Replays gate at program points with debug registers: take a turn.
+    let _registers = common::debug_registers();
     let program = build_program("hunt_spin");
     let dir = scratch("hunt_interrupted");
     let child = Command::new(ordo())
@@ -379,6 +399,8 @@ fn a_failing_runs_pin_orders_the_last_thread_after_the_others_across_objects() {
     if !have_root("a_failing_runs_pin_orders_the_last_thread_after_the_others_across_objects") {
         return;
     }
+    // Replays gate at program points with debug registers: take a turn.
+    let _registers = common::debug_registers();
     let program = build_program("shape_late_join");
     let dir = scratch("hunt_pin_frontier");
     let forced = dir.join("forced.sched");

@@ -332,6 +332,8 @@ fn schedules_on_struct_fields_replay_as_the_analyzer_prints_them() {
     if !common::have_root("schedules_on_struct_fields_replay_as_the_analyzer_prints_them") {
         return;
     }
+    // Replays gate at program points with debug registers: take a turn.
+    let _registers = common::debug_registers();
     let program = common::build_program("field_race");
     let dir = common::scratch("watch_names_fields");
     for spec in [["--watch", "conn.buf"], ["--watch-hw", "conn.id"]] {
