@@ -50,6 +50,10 @@ pub struct HuntArgs {
     /// Record every read and write of a variable in the first run (as `ordo record --watch`).
     #[arg(long, value_name = "SPEC")]
     pub watch: Vec<String>,
+    /// Record reads and writes of a variable with a hardware watchpoint in the first
+    /// run (as `ordo record --watch-hw`: at most 4, accesses through pointers too).
+    #[arg(long = "watch-hw", value_name = "SPEC")]
+    pub watch_hw: Vec<String>,
     /// Record an `at` event each time a thread reaches a program point in the first
     /// run (as `ordo record --mark`): candidates can then hold a thread there.
     #[arg(long, value_name = "SPEC")]
@@ -108,6 +112,7 @@ pub fn run(args: HuntArgs) -> Result<u8> {
     options.depth = args.depth;
     options.seed = args.seed;
     options.watch = args.watch;
+    options.watch_hw = args.watch_hw;
     options.mark = args.mark;
     options.discover = !args.no_discover;
     if let Some(jobs) = args.jobs {

@@ -53,6 +53,12 @@ pub struct RecordArgs {
     /// Launched, dynamically linked programs (in process).
     #[arg(long, conflicts_with_all = ["pid", "sparse_times"])]
     pub discover: bool,
+    /// Hold the end of the program (`main` returning, a call to `exit`) until every
+    /// other thread has exited or blocked, at most 2 s: the recording shows what
+    /// threads the exit would have cut short do (a worker that had not run yet, a
+    /// result read before it was written). Launched, dynamically linked programs.
+    #[arg(long, conflicts_with = "pid")]
+    pub hold_exit: bool,
     /// Extra environment variable for the launched program (KEY=VALUE, repeatable).
     #[arg(long = "env", value_name = "KEY=VALUE", value_parser = parse_env)]
     pub env: Vec<(OsString, OsString)>,
@@ -190,6 +196,7 @@ pub fn run(args: RecordArgs) -> Result<u8> {
         force: args.force,
         sparse_times: args.sparse_times,
         discover: args.discover,
+        hold_exit: args.hold_exit,
     };
     let mut note = |line: &str| say(&format!("{line}\n"));
     let end = match args.pid {

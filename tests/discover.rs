@@ -242,6 +242,82 @@ fn hunt_with_no_hints_finds_and_pins_plain_access_bugs() {
 }
 
 #[test]
+fn hold_exit_records_what_a_worker_cut_short_by_main_would_have_done() {
+    if !have_root("hold_exit_records_what_a_worker_cut_short_by_main_would_have_done") {
+        return;
+    }
+    // main returns right after creating its worker: without the hold the worker
+    // has nearly never run (its store is missing from the recording).
+    let program = build_program("hunt_cut_short");
+    let dir = scratch("discover_hold_exit");
+    for round in 0..5 {
+        let trace = dir.join(format!("held-{round}.ordo"));
+        let out = Command::new(ordo())
+            .args(["record", "--discover", "--hold-exit", "--force", "-o"])
+            .arg(&trace)
+            .arg("--")
+            .arg(&program)
+            .output()
+            .unwrap();
+        assert!(trace.exists(), "{}", String::from_utf8_lossy(&out.stderr));
+        let dump = String::from_utf8(run_ordo(&["dump", trace.to_str().unwrap()]).stdout).unwrap();
+        let read = dump
+            .lines()
+            .position(|l| l.contains("[    0] read") && l.contains("done"));
+        let write = dump
+            .lines()
+            .position(|l| l.contains("[    1] write") && l.contains("done"));
+        assert!(read.is_some() && write.is_some(), "round {round}:\n{dump}");
+    }
+    // The hold is the agent's: eBPF alone cannot do it, and says so.
+    let out = Command::new(ordo())
+        .args(["record", "--hold-exit", "--probes", "ebpf", "--force", "-o"])
+        .arg(dir.join("ebpf.ordo"))
+        .arg("--")
+        .arg(&program)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_ne!(out.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("--hold-exit") && err.lines().count() <= 2,
+        "{err}"
+    );
+}
+
+#[test]
+fn a_first_recording_that_ended_before_its_worker_acted_is_made_again_holding_the_exit() {
+    if !have_root(
+        "a_first_recording_that_ended_before_its_worker_acted_is_made_again_holding_the_exit",
+    ) {
+        return;
+    }
+    let _registers = common::debug_registers();
+    // main reads the worker's flag right after creating it and returns: the worker
+    // has nearly never run, so a plain recording has nothing of it to order.
+    let program = build_program("hunt_cut_short");
+    let dir = scratch("discover_hunt_cut_short");
+    let json = hunt(&program, &dir);
+    assert_eq!(json["reproduced"], true, "{json}");
+    let confirmed = json["confirm"]["reproduced"].as_u64().unwrap();
+    assert!(confirmed >= 19, "pinned only {confirmed}/20: {json}");
+    let schedule = std::fs::read_to_string(json["schedule"].as_str().unwrap()).unwrap();
+    // main's read of the flag, then the worker's store.
+    assert!(
+        schedule
+            .lines()
+            .any(|l| l.starts_with("0:at(main+") && l.contains("-> 1:at(worker")),
+        "{schedule}"
+    );
+    let log = std::fs::read_to_string(dir.join("runs.log")).unwrap();
+    if json["source"] == "recorded" && json["run"] != 0 {
+        // Pinned from a recording made again: that one held the exit.
+        assert!(log.contains("exit held"), "{log}");
+    }
+    eprintln!("{log}");
+}
+
+#[test]
 fn hunt_reports_nothing_on_the_controls_of_plain_access_bugs() {
     if !have_root("hunt_reports_nothing_on_the_controls_of_plain_access_bugs") {
         return;

@@ -228,6 +228,41 @@ fn predict_with_a_mark_finds_the_use_after_free() {
     assert!(schedule.contains("1:at(closer+"), "{schedule}");
 }
 
+/// `ordo hunt --watch-hw` (issue 25): the first recording watches the flag and the
+/// data with hardware watchpoints (no discovery), and the race candidate on the
+/// flag, gated at the watched accesses, aborts the program every time.
+#[test]
+fn hunt_with_hardware_watchpoints_as_hints() {
+    if !have_root("hunt_with_hardware_watchpoints_as_hints") {
+        return;
+    }
+    let _registers = common::debug_registers();
+    let program = build_program("memgate_flag");
+    let dir = scratch("hunt_watch_hw");
+    let (code, json, _) = hunt(
+        &[
+            "--no-discover",
+            "--strategy",
+            "predict",
+            "--budget",
+            "6",
+            "--watch-hw",
+            "ready",
+            "--watch-hw",
+            "data",
+        ],
+        &dir,
+        &program,
+    );
+    assert_pinned("memgate_flag", code, &json, 19);
+    assert_eq!(json["finding"]["kind"], "race", "{json}");
+    let schedule = std::fs::read_to_string(json["schedule"].as_str().unwrap()).unwrap();
+    assert!(
+        schedule.contains("read(ready)#1") || schedule.contains("read(data)#1"),
+        "{schedule}"
+    );
+}
+
 /// Hunts the lost update with a baseline `strategy` and seed 2. The first
 /// (unscheduled) run fails by itself now and then on a loaded machine (the first
 /// worker delayed past main's 5 ms of computing), which proves nothing about the

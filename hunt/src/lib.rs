@@ -112,6 +112,9 @@ pub struct HuntOptions {
     pub seed: u64,
     /// `--watch` specs for the first recording.
     pub watch: Vec<String>,
+    /// `--watch-hw` specs for the first recording (hardware watchpoints: accesses
+    /// through pointers too).
+    pub watch_hw: Vec<String>,
     /// `--mark` specs for the first recording.
     pub mark: Vec<String>,
     /// Runs at a time.
@@ -148,6 +151,7 @@ impl HuntOptions {
             depth: 3,
             seed: 0,
             watch: Vec::new(),
+            watch_hw: Vec::new(),
             mark: Vec::new(),
             jobs: std::thread::available_parallelism().map_or(1, |n| n.get()),
             out_dir,
@@ -468,7 +472,7 @@ impl Hunter<'_> {
 
     /// Records, then runs batches until a run fails or the budget is spent.
     fn search(&mut self) -> Result<Option<Found>> {
-        let first = runs::run(self.options, 0, Job::Record)?;
+        let first = runs::run(self.options, 0, Job::Record { hold_exit: false })?;
         self.runs = 1;
         if first.verdict == Verdict::Error {
             // Every later run would end the same way: nothing to hunt in.
@@ -478,8 +482,18 @@ impl Hunter<'_> {
             self.k = a.stats.pass.events.max(1);
             self.shared = a.shared.iter().map(|l| l.to_json()).collect();
         }
+        let cut_off = if first.verdict == Verdict::Passed && self.options.discover {
+            runs::threads_cut_off(&first.trace).unwrap_or(0)
+        } else {
+            0
+        };
         if let Some(found) = self.take(vec![first])? {
             return Ok(Some(found));
+        }
+        if cut_off > 0 {
+            // Threads that never got to act: a recording that holds the process's
+            // end shows what they do, and the candidates on it.
+            self.rerecord += 1;
         }
         self.search_on()
     }
@@ -523,7 +537,7 @@ impl Hunter<'_> {
         while batch.len() < self.options.jobs.max(1).min(room) {
             if self.rerecord > 0 {
                 self.rerecord -= 1;
-                batch.push((self.runs, Job::Record));
+                batch.push((self.runs, Job::Record { hold_exit: true }));
                 self.runs += 1;
                 continue;
             }
@@ -620,7 +634,9 @@ impl Hunter<'_> {
                             r.job.source(),
                             r.reason
                         ));
-                        if matches!(r.job, Job::Record) && self.unpinned.len() <= MAX_RERECORDS {
+                        if matches!(r.job, Job::Record { .. })
+                            && self.unpinned.len() <= MAX_RERECORDS
+                        {
                             self.rerecord += 1;
                         }
                     }
@@ -680,7 +696,13 @@ impl Hunter<'_> {
                     .join("; ")
             ),
             Job::Baseline(_, seed) => format!("seed {seed}"),
-            Job::Record => String::new(),
+            Job::Record { hold_exit } => {
+                if *hold_exit {
+                    "exit held".to_string()
+                } else {
+                    String::new()
+                }
+            }
         };
         let findings = r.analysis.as_ref().map_or(0, |a| a.findings.len());
         let line = format!(
@@ -712,7 +734,7 @@ impl Hunter<'_> {
                 finding["from_run"] = json!(c.from_run);
                 (finding, c.finding.schedule.clone())
             }
-            Job::Record | Job::Baseline(..) => {
+            Job::Record { .. } | Job::Baseline(..) => {
                 let mut schedule = pin::schedule_of_run(&r.trace)?;
                 if schedule.is_empty() {
                     // No hand-over of a synchronization object: the order of the

@@ -102,11 +102,16 @@ pub fn with_access_handovers(base: &Schedule, trace: &Path) -> Result<Schedule> 
     let mut last_on: HashMap<u64, (EventRef, bool, Held, usize)> = HashMap::new();
     let mut held: HashMap<u32, Held> = HashMap::new();
     let mut handovers: Vec<Ordering> = Vec::new();
-    // Each thread's first event: an access made before a thread existed is ordered
-    // before all of it by its creation, and pinning it would only spend a point.
-    let mut first_event: HashMap<u32, usize> = HashMap::new();
+    // When each thread was created (its creator's `thread_create`, else its first
+    // event): an access made before that is ordered before all of the thread by its
+    // creation, and pinning it would only spend a point. (Not the thread's own first
+    // event: a thread created before an access may start after it.)
+    let mut created: HashMap<u32, usize> = HashMap::new();
     for (index, e) in global_order(events).into_iter().enumerate() {
-        first_event.entry(e.tid).or_insert(index);
+        if let Some(child) = e.child_tid() {
+            created.entry(child).or_insert(index);
+        }
+        created.entry(e.tid).or_insert(index);
         if !(e.kind.is_access() && e.via.is_point()) {
             // Named all the same, so occurrence counts stay right.
             let name = namer.name(&e);
@@ -130,7 +135,7 @@ pub fn with_access_handovers(base: &Schedule, trace: &Path) -> Result<Schedule> 
         if let Some((prev, prev_writes, prev_held, prev_index)) =
             last_on.insert(e.addr, (name.clone(), writes, mine.clone(), index))
         {
-            let created_after = first_event.get(&e.tid).is_some_and(|&f| prev_index < f);
+            let created_after = created.get(&e.tid).is_some_and(|&f| prev_index < f);
             if prev.thread != name.thread && (writes || prev_writes) && !created_after {
                 // Both under one lock: the lock's hand-over orders them (held inside
                 // its section, the later thread would keep the earlier one out).

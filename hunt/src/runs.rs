@@ -52,8 +52,13 @@ impl Baseline {
 /// What a run does.
 #[derive(Clone, Debug)]
 pub enum Job {
-    /// The first run: recorded as it comes, to be analyzed.
-    Record,
+    /// The first run: recorded as it comes, to be analyzed. `hold_exit`: the thread
+    /// that ends the process waits until the others have exited or blocked (a
+    /// recording made again because the first one ended before its threads acted).
+    Record {
+        /// Hold the process's exit.
+        hold_exit: bool,
+    },
     /// Replay a candidate's schedule.
     Candidate(Box<Candidate>),
     /// A baseline run with this seed.
@@ -64,7 +69,7 @@ impl Job {
     /// How the run chose its schedule: `recorded`, `predict`, `pct`, `random`.
     pub fn source(&self) -> &'static str {
         match self {
-            Job::Record => "recorded",
+            Job::Record { .. } => "recorded",
             Job::Candidate(_) => "predict",
             Job::Baseline(b, _) => b.name(),
         }
@@ -110,8 +115,12 @@ pub fn run(options: &HuntOptions, number: u32, job: Job) -> Result<RunResult> {
         .join(format!("run-{number}.ordo"));
     let _ = std::fs::remove_file(&trace);
     let (verdict, reason) = match &job {
-        Job::Record if !options.watch.is_empty() || !options.mark.is_empty() => {
-            record_with_watches(options, &trace)?
+        Job::Record { hold_exit }
+            if !options.watch.is_empty()
+                || !options.watch_hw.is_empty()
+                || !options.mark.is_empty() =>
+        {
+            record_with_watches(options, &trace, *hold_exit)?
         }
         _ => {
             let mut replay_options = replay_template(options);
@@ -125,7 +134,11 @@ pub fn run(options: &HuntOptions, number: u32, job: Job) -> Result<RunResult> {
                 Job::Baseline(b, seed) => replay_options
                     .env
                     .push((ENV_STRATEGY.into(), OsString::from(b.agent_text(*seed)))),
-                Job::Record => {}
+                Job::Record { hold_exit: true } => replay_options.env.push((
+                    ordo_recorder::HOLD_EXIT_ENV.into(),
+                    OsString::from(ordo_recorder::HOLD_EXIT_MS.to_string()),
+                )),
+                Job::Record { hold_exit: false } => {}
             }
             let outcome = replay(&replay_options)
                 .with_context(|| format!("run {number} ({})", job.source()))?;
@@ -152,17 +165,51 @@ pub fn run(options: &HuntOptions, number: u32, job: Job) -> Result<RunResult> {
     })
 }
 
+/// Threads of a recorded run that were cut short: they did nothing between their
+/// start and their end, and ended no earlier than the thread that ended the
+/// process (`main` returned or someone called `exit` before they got to act). A
+/// recording with such threads shows nothing of what they do: it is made again
+/// with the exit held (`Job::Record { hold_exit: true }`).
+pub fn threads_cut_off(trace: &std::path::Path) -> Result<usize> {
+    use ordo_trace::{global_order, read_trace, Kind, ReadMode};
+    let (_, events) = read_trace(trace, ReadMode::Salvage)
+        .with_context(|| format!("read the first recording {}", trace.display()))?;
+    let events = global_order(events);
+    // Per thread: (acted, ended at index).
+    let mut threads: std::collections::HashMap<u32, (bool, Option<usize>)> =
+        std::collections::HashMap::new();
+    for (index, e) in events.iter().enumerate() {
+        let entry = threads.entry(e.tid).or_default();
+        match e.kind {
+            Kind::ThreadStart => {}
+            Kind::ThreadExit => entry.1 = Some(index),
+            _ => entry.0 = true,
+        }
+    }
+    // The main thread's end (its first event is the run's first).
+    let Some(main_end) = events.first().and_then(|e| threads.get(&e.tid)?.1) else {
+        return Ok(0);
+    };
+    Ok(threads
+        .values()
+        .filter(|(acted, end)| !acted && end.is_none_or(|end| end >= main_end))
+        .count())
+}
+
 /// The first recording when variables are watched or program points marked:
 /// `ordo record`'s own session (the replay driver records the pthread API only).
 fn record_with_watches(
     options: &HuntOptions,
     trace: &std::path::Path,
+    hold_exit: bool,
 ) -> Result<(Verdict, String)> {
     let session = SessionOptions {
         output: Some(trace.to_path_buf()),
         buffer_size: ordo_recorder::DEFAULT_BUFFER_SIZE,
         watch: options.watch.clone(),
+        watch_hw: options.watch_hw.clone(),
         mark: options.mark.clone(),
+        hold_exit,
         probes: ProbeChoice::Auto,
         // The hunt's own output directory: a file from an earlier hunt is replaced.
         force: true,

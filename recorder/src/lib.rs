@@ -30,5 +30,5 @@ pub use recording::{
 };
 pub use session::{
     record_attached, record_launched, snapshot_after_exec, ProbeChoice, SessionEnd, SessionOptions,
-    EXIT_WRITE_FAILED,
+    EXIT_WRITE_FAILED, HOLD_EXIT_ENV, HOLD_EXIT_MS,
 };

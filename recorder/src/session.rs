@@ -49,7 +49,18 @@ pub struct SessionOptions {
     /// Find shared memory with software breakpoints on the program's memory-access
     /// instructions (see [`crate::discover`]); in process only.
     pub discover: bool,
+    /// Hold the process's end (`main` returning, `exit`) until every other thread
+    /// has exited or blocked, at most [`HOLD_EXIT_MS`]: the recording shows what
+    /// threads cut short by the exit would have done. In process only.
+    pub hold_exit: bool,
 }
+
+/// The longest a held exit waits for the other threads, in milliseconds.
+pub const HOLD_EXIT_MS: u32 = 2000;
+
+/// The environment variable asking the agent to hold the exit (its value: at most
+/// how many milliseconds).
+pub const HOLD_EXIT_ENV: &str = ordo_probe_common::inproc::ENV_HOLD_EXIT;
 
 /// Where the pthread API is recorded (`ordo record --probes`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -258,6 +269,12 @@ pub fn record_launched(
         inherit.push(mapping.raw_fd());
         record.inproc = Some(mapping);
         agent = Some(file);
+    }
+    if options.hold_exit {
+        if !inproc {
+            bail!("--hold-exit is done by the in-process agent: it needs a dynamically linked, not setuid program and not --probes ebpf");
+        }
+        env.push((HOLD_EXIT_ENV.into(), HOLD_EXIT_MS.to_string().into()));
     }
     if let Some(table) = &discovery {
         env.push(table.env());

@@ -885,6 +885,17 @@ pub unsafe extern "C-unwind" fn pthread_clockjoin_np(
     }
 }
 
+/// `exit`, interposed: a recording asked to hold the process's end waits for the
+/// other threads first (`hold`).
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn exit(status: c_int) -> ! {
+    let real = real!("exit", fn(c_int) -> ());
+    crate::hold::before_exit();
+    // SAFETY: the real `exit`, with the caller's argument.
+    unsafe { real(status) };
+    die("exit returned")
+}
+
 /// `pthread_exit`, interposed: the thread's exit is gated first.
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C-unwind" fn pthread_exit(ret: P) -> ! {

@@ -40,6 +40,7 @@ compile_error!("the ordo agent supports x86_64 Linux only");
 )]
 mod frames;
 pub mod gate;
+pub mod hold;
 pub mod interpose;
 pub mod record;
 pub mod shm;
@@ -226,6 +227,10 @@ unsafe extern "C" fn agent_init() {
     if replay_fd.is_none() && record_fd.is_none() {
         return;
     }
+    // SAFETY: as above.
+    if let Some(ms) = unsafe { take_fd_env(c"ORDO_HOLD_EXIT") } {
+        hold::init(ms);
+    }
     // Give the program the environment it would have had without the agent: what
     // it runs (exec) does not load the agent again.
     // SAFETY: as above; the names are NUL-terminated literals, and setenv copies
@@ -341,14 +346,17 @@ unsafe extern "C" fn main_through_agent(
     let main: MainFn =
         unsafe { std::mem::transmute(PROGRAM_MAIN.load(std::sync::atomic::Ordering::Relaxed)) };
     // SAFETY: libc's arguments for `main`, forwarded.
-    unsafe { main(argc, argv, envp) }
+    let status = unsafe { main(argc, argv, envp) };
+    hold::before_exit();
+    status
 }
 
 unsafe extern "C" fn agent_fini() {
     gate::main_returned();
 }
 
-/// Reads and removes an environment variable holding a descriptor number.
+/// Reads and removes an environment variable holding a descriptor number (or
+/// another non-negative number; -1 when it is not one).
 ///
 /// # Safety
 /// No other thread may read or change the environment meanwhile (start-up).

@@ -820,6 +820,12 @@ pub mod inproc {
     /// and the hunt's runs.
     pub const ENV_SOFT_FD: &str = "ORDO_SOFT_SITES_FD";
 
+    /// Environment variable asking the agent to hold the process's end (`main`
+    /// returning, `exit`) until every other thread has exited or blocked, at most
+    /// this many milliseconds: `ordo record --hold-exit` and the hunt's second
+    /// recording of a run that ended before its threads acted.
+    pub const ENV_HOLD_EXIT: &str = "ORDO_HOLD_EXIT";
+
     /// "ORDO_SFT".
     pub const SOFT_MAGIC: u64 = 0x4f52_444f_5f53_4654;
     /// Bumped whenever [`SoftHeader`] or [`SoftSite`] changes.
