@@ -73,7 +73,7 @@ pub fn run(args: DumpArgs) -> Result<u8> {
         out.flush()?;
         return Ok(0);
     }
-    let symbolizer = Symbolizer::new(&reader.modules);
+    let symbolizer = Symbolizer::of_trace(&reader);
     let events = global_order(events);
     let handles = thread_handles(&events);
     let start = reader.header.start_monotonic_ns;

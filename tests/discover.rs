@@ -39,7 +39,8 @@ fn eval_program(name: &str) -> PathBuf {
     out
 }
 
-fn record_discovering(trace: &Path, program: &Path) -> std::process::Output {
+/// `ordo record --discover --force -o TRACE -- PROGRAM`; panics without a trace.
+pub fn record_discovering(trace: &Path, program: &Path) -> std::process::Output {
     let out = Command::new(ordo())
         .args(["record", "--discover", "--force", "-o"])
         .arg(trace)

@@ -86,6 +86,7 @@ fn cxx_names_fields_and_pointer_fields() {
             "--watch=(anonymous namespace)::hits",
             "--watch=ns::holder<int, 3>::value",
             "--watch=ns::operator+(ns::V, ns::V)::calls",
+            "--watch=tally<int>()::count",
             "--watch=cfg.inner.count",
             "--watch=cfg.slots[2]",
             "--watch=current->users",
@@ -111,6 +112,7 @@ fn cxx_names_fields_and_pointer_fields() {
         "(anonymous namespace)::hits",
         "ns::holder<int, 3>::value",
         "ns::operator+(ns::V, ns::V)::calls",
+        "tally<int>()::count",
     ] {
         assert_eq!(
             count(&counts, object, "write", false),
@@ -324,9 +326,11 @@ fn rust_paths_and_rust_atomics() {
 }
 
 /// Issue 25: a field recorded is a field a schedule can name. The analyzer's race
-/// schedules on the fields of a 48-byte struct (named as the recording names them:
+/// schedules on the fields of a 48-byte struct (named as the watch names them:
 /// `conn` for the field at offset 0, `conn+8`) replay without edits, and so do
 /// the field spelled as `--watch` takes it (`conn.buf`) and as bytes (`conn+8:8`).
+/// Found with no hints (`--discover`), the fields are named from DWARF in the
+/// trace, `dump` and `analyze`: `conn.id`, `conn.buf`.
 #[test]
 fn schedules_on_struct_fields_replay_as_the_analyzer_prints_them() {
     if !common::have_root("schedules_on_struct_fields_replay_as_the_analyzer_prints_them") {
@@ -359,6 +363,42 @@ fn schedules_on_struct_fields_replay_as_the_analyzer_prints_them() {
         assert!(code == 0 || code == 1, "{spec:?} {race}: refused: {json}");
         assert_eq!(json["schedule_held"], true, "{spec:?} {race}: {json}");
     }
+    let trace = dir.join("discovered.ordo");
+    crate::discover::record_discovering(&trace, &program);
+    let dump = String::from_utf8(
+        Command::new(ordo())
+            .arg("dump")
+            .arg(&trace)
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap();
+    for field in ["conn.id", "conn.buf"] {
+        assert!(
+            dump.lines()
+                .any(|l| l.contains("read") && l.contains(field)),
+            "{field}:\n{dump}"
+        );
+    }
+    let analysis = Command::new(ordo())
+        .args(["analyze", "--json"])
+        .arg(&trace)
+        .output()
+        .unwrap();
+    let json: Value = serde_json::from_slice(&analysis.stdout).unwrap();
+    let named: Vec<&str> = json["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["kind"] == "race")
+        .flat_map(|f| f["objects"].as_array().unwrap())
+        .filter_map(|o| o["name"].as_str())
+        .collect();
+    assert!(
+        named.contains(&"conn.id") && named.contains(&"conn.buf"),
+        "{named:?}"
+    );
     for object in ["conn.buf", "conn+8:8"] {
         let schedule = dir.join("spelled.sched");
         std::fs::write(

@@ -142,12 +142,11 @@ fn analyze(
     let mut reader = TraceReader::open(path, mode)?;
     let trace_bytes = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
     let threads = reader.threads.clone();
-    let modules = reader.modules.clone();
     let (total_dropped, cut_short) = (
         reader.dropped,
         reader.cut_short.as_ref().map(|e| e.to_string()),
     );
-    let symbolizer = Symbolizer::new(&modules);
+    let symbolizer = Symbolizer::of_trace(&reader);
     let mut engine = engine::Engine::with_internal_sites(&threads, |site| {
         symbolizer
             .locate(site, true)

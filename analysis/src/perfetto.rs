@@ -273,7 +273,7 @@ pub fn export_perfetto(
         buf: Vec::new(),
         stats: ExportStats::default(),
     };
-    let symbolizer = Symbolizer::new(&reader.modules);
+    let symbolizer = Symbolizer::of_trace(&reader);
     let pid = reader.header.pid as i32;
     let process_name = reader
         .header

@@ -52,7 +52,7 @@ fn names_agree_with_the_schedule_crates_namer() {
     let mut engine = Engine::with_internal_sites(&reader.threads, is_internal);
     let ids: Vec<_> = events.iter().map(|e| engine.process(e)).collect();
     let pass = engine.finish();
-    let symbolizer = Symbolizer::new(&reader.modules);
+    let symbolizer = Symbolizer::of_trace(&reader);
     let ours = Namer::new(&reader.threads, &pass.tids, &pass.objects, &symbolizer);
 
     let mut theirs = EventNamer::new(&reader.threads, &symbolizer);

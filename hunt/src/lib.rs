@@ -222,7 +222,8 @@ pub struct HuntOutcome {
     /// Why the hunt stopped without a bug (budget, time, no candidates left).
     pub stopped: String,
     /// Discovery: instructions watched in each recorded run, and the shared
-    /// locations the first recording showed (as `ordo analyze --json` lists them).
+    /// locations the first recording showed (the failing run's when the first
+    /// recording failed by itself; as `ordo analyze --json` lists them).
     pub discovery: Option<(usize, Vec<Value>)>,
 }
 
@@ -388,6 +389,14 @@ pub fn hunt(options: &HuntOptions, progress: &mut dyn FnMut(&Status)) -> Result<
         );
     }
     let search_time = started.elapsed();
+    if let (Some(f), true, true) = (&found, hunter.shared.is_empty(), options.discover) {
+        // The first recording failed by itself (it is not analyzed): the shared
+        // locations are those of the failing run.
+        if let Ok(a) = ordo_analysis::analyze_trace_reading(&f.trace, ordo_trace::ReadMode::Salvage)
+        {
+            hunter.shared = a.shared.iter().map(|l| l.to_json()).collect();
+        }
+    }
     let mut confirm = None;
     let mut replay_command = None;
     if let Some(f) = &mut found {

@@ -29,7 +29,7 @@ pub const MAX_PINNED_THREADS: usize = 60;
 pub fn schedule_of_run(trace: &Path) -> Result<Schedule> {
     let (reader, events) = read_trace(trace, ReadMode::Salvage)
         .with_context(|| format!("read the failing run's trace {}", trace.display()))?;
-    let symbolizer = Symbolizer::new(&reader.modules);
+    let symbolizer = Symbolizer::of_trace(&reader);
     let mut namer = EventNamer::new(&reader.threads, &symbolizer);
     let mut last_on: HashMap<(usize, u64), EventRef> = HashMap::new();
     let mut locks = LockSections::default();
@@ -94,7 +94,7 @@ pub const MAX_POINTS_PER_THREAD: usize = 4;
 pub fn with_access_handovers(base: &Schedule, trace: &Path) -> Result<Schedule> {
     let (reader, events) = read_trace(trace, ReadMode::Salvage)
         .with_context(|| format!("read the failing run's trace {}", trace.display()))?;
-    let symbolizer = Symbolizer::new(&reader.modules);
+    let symbolizer = Symbolizer::of_trace(&reader);
     let mut namer = EventNamer::new(&reader.threads, &symbolizer);
     // Per address: the last access (name, writes, the locks its thread held:
     // lock address and acquisition).

@@ -461,7 +461,7 @@ struct RecordedAccess {
 fn recorded_accesses(trace: &Path) -> Result<Vec<RecordedAccess>> {
     let (reader, events) = read_trace(trace, ReadMode::Salvage)
         .map_err(|e| anyhow!("--sites-from {}: {e}", trace.display()))?;
-    let symbolizer = Symbolizer::new(&reader.modules);
+    let symbolizer = Symbolizer::of_trace(&reader);
     let mut namer = EventNamer::new(&reader.threads, &symbolizer);
     let mut out = Vec::new();
     for e in global_order(events) {

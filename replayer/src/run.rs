@@ -468,7 +468,7 @@ pub fn replay(options: &ReplayOptions) -> Result<ReplayOutcome> {
                 "the recording has no module map (the program's symbols are unknown): orderings on named objects cannot be checked on it".to_string(),
             );
         }
-        let symbolizer = Symbolizer::new(&reader.modules);
+        let symbolizer = Symbolizer::of_trace(&reader);
         let mut namer = EventNamer::new(&reader.threads, &symbolizer);
         let ordered = global_order(events);
         report = ordo_schedule::check(&as_recorded(&options.schedule, &plan), &ordered, &mut namer);

@@ -1,6 +1,7 @@
 // Variables named the way `nm -C` prints them, for `--watch` and `--watch-hw`:
 // an anonymous namespace, a template instance's static member, a static inside
-// an operator, struct fields (`cfg.inner.count`, `cfg.slots[2]`) and a field
+// an operator, a static inside a template function (`tally<int>()::count`, no
+// return type in front, as `nm -C` prints it), struct fields (`cfg.inner.count`, `cfg.slots[2]`) and a field
 // reached through a global pointer that moves between two objects
 // (`current->users`). Each thread does ROUNDS rounds under one mutex.
 // Usage: watch_names [THREADS] [ROUNDS]   (defaults 2 and 100)
@@ -31,6 +32,12 @@ __attribute__((noinline)) V operator+(V a, V b) {
 }
 }  // namespace ns
 
+template <typename T>
+__attribute__((noinline)) void tally() {
+    static volatile T count;
+    count = count + 1;
+}
+
 struct Config {
     int flags;
     struct {
@@ -57,6 +64,7 @@ static void *worker(void *) {
     for (int i = 0; i < rounds; i++) {
         pthread_mutex_lock(&lock);
         hits = hits + 1;
+        tally<int>();
         ns::holder<int, 3>::value = ns::holder<int, 3>::value + 1;
         ns::V sum = ns::V{i} + ns::V{1};
         cfg.inner.count = cfg.inner.count + sum.x - i;

@@ -286,6 +286,12 @@ pub struct TraceReader {
 }
 
 impl TraceReader {
+    /// The names the recorder gave the parts of variables its accesses touched
+    /// (empty for a trace without footer).
+    pub fn data_names(&self) -> &[crate::schema::DataName] {
+        self.footer.as_ref().map_or(&[], |f| &f.data_names[..])
+    }
+
     /// Opens a trace, reading its header and thread table.
     pub fn open(path: &Path, mode: ReadMode) -> Result<TraceReader, TraceError> {
         let err = |offset: u64, message: String| TraceError {

@@ -168,4 +168,21 @@ pub struct Footer {
     /// Events read from the ring buffer with a kind this version does not know.
     #[prost(uint64, tag = "8")]
     pub unknown_kinds: u64,
+    /// Names of the parts of variables the recorded accesses touched (`conn.buf`,
+    /// `cfg.slots[2]`), read from the program's DWARF types by the recorder while
+    /// the binary is at hand.
+    #[prost(message, repeated, tag = "9")]
+    pub data_names: Vec<DataName>,
+}
+
+/// The name of the bytes at one address: a member or element of a variable, as a
+/// `--watch` spec or a schedule writes it.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct DataName {
+    /// The address in the recorded process.
+    #[prost(uint64, tag = "1")]
+    pub addr: u64,
+    /// The name (`conn.buf`).
+    #[prost(string, tag = "2")]
+    pub name: String,
 }

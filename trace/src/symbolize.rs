@@ -232,7 +232,8 @@ pub fn demangle(name: &str) -> String {
     if !(name.starts_with("_Z") || name.starts_with("_R")) {
         return name.to_string();
     }
-    let s = addr2line::demangle_auto(name.into(), None).into_owned();
+    let s = cxx_demangle(name)
+        .unwrap_or_else(|| addr2line::demangle_auto(name.into(), None).into_owned());
     // Drop Rust's trailing hash (`::h0123…`).
     let s = match s.rfind("::h") {
         Some(i) if s.len() - i == 19 && s[i + 3..].chars().all(|c| c.is_ascii_hexdigit()) => {
@@ -259,6 +260,22 @@ pub fn demangle(name: &str) -> String {
     s
 }
 
+/// A C++ local entity (`_ZZ…`: a static inside a function) demangled as `nm -C`
+/// prints it: the enclosing template function without its return type
+/// (`get<int>()::inst`, not `int& get<int>()::inst`), so the names a user copies
+/// from `nm -C` are the names ordo prints and accepts. `None` for other names
+/// (functions keep their return type, as `nm -C` prints them) or what does not
+/// parse.
+fn cxx_demangle(name: &str) -> Option<String> {
+    if !name.starts_with("_ZZ") {
+        return None;
+    }
+    let symbol = cpp_demangle::Symbol::new(name).ok()?;
+    symbol
+        .demangle(&cpp_demangle::DemangleOptions::new().no_return_type())
+        .ok()
+}
+
 struct Loaded {
     info: Option<ElfInfo>,
     dwarf: Option<addr2line::Loader>,
@@ -268,6 +285,8 @@ struct Loaded {
 pub struct Symbolizer {
     modules: Vec<ModuleRecord>,
     loaded: RefCell<HashMap<usize, Loaded>>,
+    /// Names of parts of variables the recorder read from DWARF (address → name).
+    data_names: HashMap<u64, String>,
 }
 
 impl Symbolizer {
@@ -276,7 +295,27 @@ impl Symbolizer {
         Symbolizer {
             modules: modules.to_vec(),
             loaded: RefCell::new(HashMap::new()),
+            data_names: HashMap::new(),
         }
+    }
+
+    /// A symbolizer over a trace's modules that names the parts of variables as
+    /// the recorder did (`conn.buf` rather than `conn+8`).
+    pub fn of_trace(reader: &crate::TraceReader) -> Symbolizer {
+        let mut symbolizer = Symbolizer::new(&reader.modules);
+        symbolizer.data_names = reader
+            .data_names()
+            .iter()
+            .map(|d| (d.addr, d.name.clone()))
+            .collect();
+        symbolizer
+    }
+
+    /// The ELF file (its path) and virtual address of a
+    /// runtime address.
+    pub fn module_vaddr(&self, addr: u64) -> Option<(&str, u64)> {
+        let (index, vaddr) = self.vaddr(addr)?;
+        Some((self.modules[index].path.as_str(), vaddr))
     }
 
     fn module_of(&self, addr: u64) -> Option<(usize, &Mapping)> {
@@ -424,8 +463,12 @@ impl Symbolizer {
         })
     }
 
-    /// The name of the global or static variable at `addr` (`name` or `name+off`).
+    /// The name of the global or static variable at `addr` (`name` or `name+off`),
+    /// or of its member or element there when the recorder named it (`name.field`).
     pub fn data_name(&self, addr: u64) -> Option<String> {
+        if let Some(name) = self.data_names.get(&addr) {
+            return Some(name.clone());
+        }
         let (index, vaddr) = self.vaddr(addr)?;
         self.with_loaded(index, |l| {
             let (name, off) = l.info.as_ref()?.symbol_at(vaddr)?;
@@ -584,6 +627,19 @@ mod tests {
             s.site_text(0x1010).contains("fifo+0x"),
             "{}",
             s.site_text(0x1010)
+        );
+    }
+
+    #[test]
+    fn template_functions_and_their_statics_are_named_as_nm_c_does() {
+        // `nm -C` of a g++ 12 build of tests/programs/watch_names.cpp's kind.
+        assert_eq!(demangle("_ZZ3getIiERT_vE4inst"), "get<int>()::inst");
+        assert_eq!(demangle("_Z3getIiERT_v"), "int& get<int>()");
+        assert_eq!(demangle("_ZZN2ns1WILi3EE3cntEvE1c"), "ns::W<3>::cnt()::c");
+        // A Rust legacy name stays Rust's, hash dropped.
+        assert_eq!(
+            demangle("_ZN4core3ptr13drop_in_place17h0123456789abcdefE"),
+            "core::ptr::drop_in_place"
         );
     }
 

@@ -347,7 +347,19 @@ pub(crate) struct DrainState {
     started: Instant,
     /// How long attaching took (reported in the summary).
     pub(crate) attach_time: Duration,
+    /// Distinct addresses of discovered memory accesses (at most
+    /// [`MAX_NAMED_ADDRESSES`]): named at the end when they are members or
+    /// elements of a variable (`Footer::data_names`).
+    accessed: std::collections::HashSet<u64>,
+    /// Addresses of watched accesses (`--watch`, `--watch-hw`): a watch's events
+    /// carry the watched object's address whichever part was touched, so its name
+    /// stays the variable's (`range`, `cfg+16`), as the watch spec resolved it.
+    watched: std::collections::HashSet<u64>,
 }
+
+/// Most distinct accessed addresses the drain keeps to name (a program touching
+/// more static parts than this gets `var+OFFSET` for the rest).
+const MAX_NAMED_ADDRESSES: usize = 1 << 16;
 
 impl DrainState {
     /// A drain of process `pid`'s events into `writer` (the file `output`).
@@ -377,6 +389,8 @@ impl DrainState {
             skipped: 0,
             started: Instant::now(),
             attach_time: Duration::ZERO,
+            accessed: std::collections::HashSet::new(),
+            watched: std::collections::HashSet::new(),
         })
     }
 
@@ -446,7 +460,58 @@ impl DrainState {
         if self.modules.is_empty() || (event.site != 0 && !self.known.contains(event.site)) {
             self.scan_modules();
         }
+        if event.kind.is_access() {
+            let set = if event.via.is_point() {
+                &mut self.accessed
+            } else {
+                &mut self.watched
+            };
+            if set.len() < MAX_NAMED_ADDRESSES {
+                set.insert(event.addr);
+            }
+        }
         self.pending.push(event);
+    }
+
+    /// Names of the discovered accesses' addresses that are members or elements
+    /// of a variable of the main binary (`conn.buf`), from its DWARF types: the
+    /// trace, `dump`, `analyze` and schedules then say what a `--watch` spec would.
+    fn data_names(&self) -> Vec<ordo_trace::schema::DataName> {
+        if self.accessed.is_empty() {
+            return Vec::new();
+        }
+        let symbolizer = ordo_trace::symbolize::Symbolizer::new(&self.modules);
+        // The main binary is the first module (mapped lowest, listed first in
+        // /proc/PID/maps); libraries' variables keep their symbol names.
+        let mut by_module: HashMap<String, Vec<(u64, u64)>> = HashMap::new();
+        for &addr in self.accessed.difference(&self.watched) {
+            if let Some((path, vaddr)) = symbolizer.module_vaddr(addr) {
+                by_module
+                    .entry(path.to_string())
+                    .or_default()
+                    .push((addr, vaddr));
+            }
+        }
+        let Some(main) = self.modules.first().map(|m| m.path.clone()) else {
+            return Vec::new();
+        };
+        let Some(addresses) = by_module.remove(&main) else {
+            return Vec::new();
+        };
+        let Ok(mut resolver) = crate::watch::Resolver::new(std::path::Path::new(&main), &[]) else {
+            return Vec::new();
+        };
+        let mut names: Vec<_> = addresses
+            .into_iter()
+            .filter_map(|(addr, vaddr)| {
+                Some(ordo_trace::schema::DataName {
+                    addr,
+                    name: resolver.part_name(vaddr)?,
+                })
+            })
+            .collect();
+        names.sort_by_key(|d| d.addr);
+        names
     }
 
     /// Whether writing the trace failed: what is taken from now on is only counted.
@@ -613,6 +678,7 @@ impl DrainState {
             exit_code: exit.and_then(|s| s.code()),
             exit_signal: exit.and_then(|s| s.signal()),
             unknown_kinds: self.unknown_kinds,
+            data_names: self.data_names(),
             ..Default::default()
         };
         let events = writer.events_written();

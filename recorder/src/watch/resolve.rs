@@ -382,6 +382,25 @@ impl Resolver {
         }
     }
 
+    /// How a `--watch` spec or a schedule names the bytes at `vaddr` of the main
+    /// binary when they are a member or element of a variable: `conn.buf`,
+    /// `cfg.slots[2]`, `cfg.inner.count` (the members and elements that contain
+    /// the address, from DWARF types). `None` at the start of a scalar variable
+    /// (its own name serves), outside variables, in padding or a bit-field, or
+    /// without DWARF types.
+    pub fn part_name(&mut self, vaddr: u64) -> Option<String> {
+        let main = self.module(0)?;
+        let (symbol, offset) = main.data_symbol_at(vaddr)?;
+        let symbol = symbol.clone();
+        let typed = main.with_dwarf_facts(&symbol);
+        let ty = typed.ty?;
+        let path = with_dwarf(&main.data, |dwarf| Ok(part_path(dwarf, ty, offset)))
+            .ok()
+            .flatten()
+            .flatten()?;
+        (!path.is_empty()).then(|| format!("{}{path}", symbol.name))
+    }
+
     fn resolve_address(&mut self, addr: u64, spec: &WatchSpec) -> Result<ResolvedWatch, String> {
         let size = spec.size.unwrap_or(1);
         let main = self
@@ -730,6 +749,136 @@ fn follow_in(
         atomic: is_atomic_type(&unit, current, &qualified, 0),
         pointer,
     })
+}
+
+/// The members and elements (`.inner.count`, `[2]`) from the start of a value of
+/// type `ty` to the scalar at `offset` in it; `None` if `offset` is in padding,
+/// inside a scalar or a bit-field, or the type cannot be read.
+fn part_path(dwarf: &gimli::Dwarf<Reader<'_>>, ty: TypeRef, mut offset: u64) -> Option<String> {
+    let header = dwarf.debug_info.header_from_offset(ty.unit).ok()?;
+    let unit = dwarf.unit(header).ok()?;
+    let qualified = qualified_names(dwarf, &unit).ok()?;
+    let mut current = ty.entry;
+    let mut path = String::new();
+    // Nesting deeper than this is not a program's data structure.
+    for _ in 0..32 {
+        if is_atomic_type(&unit, current, &qualified, 0) {
+            // `refs`, not `refs._M_i`: an atomic is one thing to its users.
+            return (offset == 0).then_some(path);
+        }
+        if is_sync_type(dwarf, &unit, current) {
+            // A lock, condition variable or semaphore is named by schedules as its
+            // variable and offset (`locks+40`), in sync events and accesses alike.
+            return None;
+        }
+        let concrete = strip_qualifiers(&unit, current);
+        let entry = unit.entry(concrete).ok()?;
+        match entry.tag() {
+            gimli::DW_TAG_structure_type | gimli::DW_TAG_class_type | gimli::DW_TAG_union_type => {
+                let (name, at, member) = member_at(dwarf, &unit, concrete, offset)?;
+                // Anonymous structs and unions and base classes add no name: a
+                // spec reaches their members directly (`find_member`).
+                if let Some(name) = name {
+                    path.push('.');
+                    path.push_str(&name);
+                }
+                offset -= at;
+                current = member;
+            }
+            gimli::DW_TAG_array_type => {
+                let element = type_attr(&entry)?;
+                let total = type_size(&unit, concrete, 0);
+                let stride = match first_dimension(&unit, concrete) {
+                    Some(n) if n > 0 && total > 0 => total / n,
+                    _ => type_size(&unit, element, 0),
+                };
+                if stride == 0 || (total > 0 && offset >= total) {
+                    return None;
+                }
+                let index = offset / stride;
+                path.push_str(&format!("[{index}]"));
+                offset -= index * stride;
+                current = element;
+            }
+            _ => return (offset == 0).then_some(path),
+        }
+    }
+    None
+}
+
+/// Whether a type is (a typedef chain ending in) one of the pthread or POSIX
+/// semaphore types, whose insides are libc's.
+fn is_sync_type(
+    dwarf: &gimli::Dwarf<Reader<'_>>,
+    unit: &gimli::Unit<Reader<'_>>,
+    mut offset: gimli::UnitOffset,
+) -> bool {
+    for _ in 0..16 {
+        let Ok(entry) = unit.entry(offset) else {
+            return false;
+        };
+        let name = entry
+            .attr_value(gimli::DW_AT_name)
+            .ok()
+            .flatten()
+            .and_then(|v| dwarf.attr_string(unit, v).ok())
+            .map(|s| s.to_string_lossy().into_owned());
+        if name.is_some_and(|n| n.starts_with("pthread_") || n == "sem_t") {
+            return true;
+        }
+        match (entry.tag(), type_attr(&entry)) {
+            (
+                gimli::DW_TAG_typedef | gimli::DW_TAG_const_type | gimli::DW_TAG_volatile_type,
+                Some(inner),
+            ) => offset = inner,
+            _ => return false,
+        }
+    }
+    false
+}
+
+/// The member of a struct, class or union whose bytes hold `offset`: its name
+/// (`None` for an anonymous member or a base class), offset and type.
+fn member_at(
+    dwarf: &gimli::Dwarf<Reader<'_>>,
+    unit: &gimli::Unit<Reader<'_>>,
+    holder: gimli::UnitOffset,
+    offset: u64,
+) -> Option<(Option<String>, u64, gimli::UnitOffset)> {
+    let mut tree = unit.entries_tree(Some(holder)).ok()?;
+    let root = tree.root().ok()?;
+    let mut children = root.children();
+    while let Ok(Some(child)) = children.next() {
+        let entry = child.entry();
+        if !matches!(
+            entry.tag(),
+            gimli::DW_TAG_member | gimli::DW_TAG_inheritance
+        ) {
+            continue;
+        }
+        if matches!(entry.attr_value(gimli::DW_AT_bit_size), Ok(Some(_))) {
+            continue;
+        }
+        let Some(ty) = type_attr(entry) else { continue };
+        let at = match entry.attr_value(gimli::DW_AT_data_member_location) {
+            Ok(Some(value)) => value.udata_value().unwrap_or(0),
+            _ => 0,
+        };
+        let size = type_size(unit, ty, 0);
+        if at <= offset && offset < at + size {
+            let name = match entry.tag() {
+                gimli::DW_TAG_member => entry
+                    .attr_value(gimli::DW_AT_name)
+                    .ok()
+                    .flatten()
+                    .and_then(|v| dwarf.attr_string(unit, v).ok())
+                    .map(|s| s.to_string_lossy().into_owned()),
+                _ => None,
+            };
+            return Some((name, at, ty));
+        }
+    }
+    None
 }
 
 fn type_attr(

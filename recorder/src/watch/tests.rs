@@ -828,3 +828,36 @@ fn fields_elements_and_atomic_types_through_dwarf() {
         assert!(err.contains(needle) && !err.contains('\n'), "{spec}: {err}");
     }
 }
+
+#[test]
+fn parts_of_variables_are_named_as_specs_write_them() {
+    let program = build_testdata("watch_parts.c", "cc", &["-g", "-O0", "-pthread"]);
+    let conns = nm_address(&program.path, "conns");
+    let plain = nm_address(&program.path, "plain");
+    let mut resolver = Resolver::new(&program.path, &[]).unwrap();
+    // struct conn: id 0, buf 8, in 16 (tag 16, count 20), slots 24, union 40, lock 48;
+    // 88 bytes.
+    let size = 88;
+    let cases = [
+        (0, Some("conns[0].id")),
+        (8, Some("conns[0].buf")),
+        (16, Some("conns[0].in.tag")),
+        (17, None), // padding
+        (20, Some("conns[0].in.count")),
+        (24 + 8, Some("conns[0].slots[2]")),
+        (40, Some("conns[0].as_long")), // an anonymous union adds no name
+        (48, None),                     // the mutex: named by its offset, as sync events are
+        (size + 8, Some("conns[1].buf")),
+        (size + 24 + 12, Some("conns[1].slots[3]")),
+        (2, None), // inside a scalar
+    ];
+    for (offset, expected) in cases {
+        assert_eq!(
+            resolver.part_name(conns + offset).as_deref(),
+            expected,
+            "conns+{offset}"
+        );
+    }
+    // A scalar variable's start is its own name: nothing to add.
+    assert_eq!(resolver.part_name(plain), None);
+}
