@@ -652,6 +652,9 @@ impl Hunter<'_> {
                 }
                 continue;
             }
+            if let (Job::Candidate(c), Verdict::Passed) = (&r.job, r.verdict) {
+                self.queue.retry((**c).clone());
+            }
             if let Some(a) = &r.analysis {
                 // A candidate's replay that followed its schedule and passed, or
                 // took another path before an ordering could happen (a check saw

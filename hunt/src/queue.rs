@@ -104,6 +104,8 @@ pub struct CandidateQueue {
     arrivals: u64,
     /// Candidates served so far (for sharding: the n-th one served has index n).
     served: u64,
+    /// Orders queued a second time ([`CandidateQueue::retry`]).
+    retried: HashSet<String>,
 }
 
 impl CandidateQueue {
@@ -175,6 +177,39 @@ impl CandidateQueue {
         let at = list.partition_point(|(k, _)| *k <= key);
         list.insert(at, (key, Candidate { finding, from_run }));
         1
+    }
+
+    /// Queues again, once, a harmful candidate whose replay followed its schedule
+    /// and passed: its orderings may leave the window open to the timing of what
+    /// they do not order (a race's two accesses ordered, the use after them free to
+    /// come first), so one pass does not refute it. Only the first recording's
+    /// candidates (a bounded number); each comes after that recording's other
+    /// candidates. Returns whether it was queued.
+    pub fn retry(&mut self, candidate: Candidate) -> bool {
+        let Ok(schedule) = Schedule::parse(&candidate.finding.schedule) else {
+            return false;
+        };
+        if !candidate.finding.kind.is_harmful()
+            || candidate.from_run != 0
+            || schedule.is_empty()
+            || !self.retried.insert(order_key(&schedule))
+        {
+            return false;
+        }
+        let key = (
+            true,
+            true,
+            0,
+            std::cmp::Reverse(0),
+            candidate.finding.rank,
+            candidate.finding.kind.tier(),
+            self.arrivals,
+        );
+        self.arrivals += 1;
+        let list = &mut self.pending[0];
+        let at = list.partition_point(|(k, _)| *k <= key);
+        list.insert(at, (key, candidate));
+        true
     }
 
     /// The list the next candidate comes from.
@@ -252,6 +287,27 @@ mod tests {
         // Tried already: a later run proposing it again adds nothing.
         assert_eq!(q.extend(&[finding(FindingKind::Reorder, 1, AB)], 4), 0);
         assert!(q.is_empty());
+    }
+
+    #[test]
+    fn a_harmful_candidate_that_passed_is_tried_once_more_after_the_first_recordings() {
+        let mut q = CandidateQueue::default();
+        let race = finding(FindingKind::Race, 1, "1:read(x)#1 -> 2:write(x)#1\n");
+        let other = finding(FindingKind::Reorder, 2, AB);
+        q.extend(&[race.clone(), other.clone()], 0);
+        let (_, first) = q.pop().unwrap();
+        assert_eq!(first.finding.kind, FindingKind::Race);
+        assert!(q.retry(first.clone()));
+        // Once only, and never a plain reordering.
+        assert!(!q.retry(first));
+        assert!(!q.retry(Candidate {
+            finding: other,
+            from_run: 0
+        }));
+        let order: Vec<FindingKind> = std::iter::from_fn(|| q.pop())
+            .map(|(_, c)| c.finding.kind)
+            .collect();
+        assert_eq!(order, vec![FindingKind::Reorder, FindingKind::Race]);
     }
 
     #[test]
