@@ -333,6 +333,57 @@ fn hunt_reports_nothing_on_the_controls_of_plain_access_bugs() {
     }
 }
 
+/// One against many (issue 25): main's store of a stop flag must come before each
+/// of 8 workers' check for the bug; the analyzer proposes it as one candidate that
+/// orders all 8, which replays the failure every time, and a hunt pins it.
+#[test]
+fn one_store_before_every_other_threads_check_is_proposed_and_pinned() {
+    if !have_root("one_store_before_every_other_threads_check_is_proposed_and_pinned") {
+        return;
+    }
+    let _registers = common::debug_registers();
+    let program = build_program("hunt_one_against_many");
+    let dir = scratch("discover_one_against_many");
+    let trace = dir.join("run.ordo");
+    // A recording in the usual order: every worker checks before main's store.
+    let mut found = None;
+    for _ in 0..5 {
+        let out = record_discovering(&trace, &program);
+        if !out.status.success() {
+            continue;
+        }
+        let doc = analyze_json(&trace);
+        found = doc["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["kind"] == "first_of_many")
+            .cloned();
+        if found.is_some() {
+            break;
+        }
+    }
+    let finding = found.expect("no first_of_many candidate in 5 recordings");
+    let text = finding["schedule"].as_str().unwrap();
+    let workers: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("0:at(main+") && l.contains(":at(worker)#1"))
+        .collect();
+    assert_eq!(workers.len(), 8, "{text}");
+    let schedule = dir.join("many.sched");
+    std::fs::write(&schedule, text).unwrap();
+    assert_eq!(
+        common::reproductions(&schedule, &program, &[], 5),
+        5,
+        "{text}"
+    );
+
+    let json = hunt(&program, &dir.join("hunt"));
+    assert_eq!(json["reproduced"], true, "{json}");
+    let confirmed = json["confirm"]["reproduced"].as_u64().unwrap();
+    assert!(confirmed >= 19, "pinned only {confirmed}/20: {json}");
+}
+
 #[test]
 fn a_thread_with_more_points_than_debug_registers_is_gated_by_software_breakpoints() {
     if !have_root("a_thread_with_more_points_than_debug_registers_is_gated_by_software_breakpoints")

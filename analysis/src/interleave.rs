@@ -26,6 +26,13 @@
 //!   the writer has written (`b`), has reached its next synchronization call after
 //!   it, or has exited: `A:a1 -> B:b`, `X -> A:a2` for X each of those.
 //!
+//! - **One against many**: a thread's first access to a location placed before the
+//!   first conflicting access of every other thread, when at least
+//!   [`MANY_THREADS`] of those came earlier in the run — a stop flag every worker must see set, a
+//!   pointer every reader must find cleared. One ordering against one thread at a
+//!   time is not the bug when all of them must fall into the window. Schedule
+//!   `A:x -> B:b1`, `A:x -> C:c1`, … (kind `first_of_many`, as the locks' shape).
+//!
 //! Each is proposed only when the recorded happens-before leaves it open
 //! (Roşu–Sen causality: an ordering `p -> q` needs `q` not to happen before `p`).
 //! Accesses by atomic instructions to a location only atomics touch never count.
@@ -51,6 +58,11 @@ const HELD: usize = 4;
 const NEIGHBOURS: usize = 3;
 /// Candidates proposed per location.
 const PER_LOCATION: usize = 48;
+/// Other threads' first accesses one access must be placed before for a
+/// one-against-many candidate (fewer are pairs the other shapes propose).
+pub const MANY_THREADS: usize = 3;
+/// Most threads one such candidate orders (a replay plan names at most 64).
+const MANY_MAX: usize = 59;
 
 /// One discovered access.
 #[derive(Clone)]
@@ -235,6 +247,7 @@ impl Interleavings {
             }
             let before = proposals.len();
             self.one_location(list, &next_in_thread, &mut proposals);
+            self.one_against_many(list, &mut proposals);
             let mut location = location;
             location.candidates = (proposals.len() - before) as u32;
             locations.push(location);
@@ -427,6 +440,53 @@ impl Interleavings {
         }
     }
 
+    /// One thread's first read or first write of a location before the first
+    /// conflicting access of every other thread, when at least [`MANY_THREADS`] of
+    /// those preceded it in the run and happens-before lets each come after: one
+    /// candidate per location (the earliest such access).
+    fn one_against_many(&self, list: &[usize], out: &mut Vec<Proposal>) {
+        let acc = &self.accesses;
+        // Each thread's first access, and its first read and first write.
+        let mut first_of: FxHashMap<u32, usize> = FxHashMap::default();
+        let mut firsts: Vec<usize> = Vec::new();
+        let mut candidates: Vec<usize> = Vec::new();
+        let mut kinds_seen: rustc_hash::FxHashSet<(u32, bool)> = Default::default();
+        for &i in list {
+            let a = &acc[i];
+            if first_of.insert(a.ev.thread, i).is_none() {
+                firsts.push(i);
+            }
+            if kinds_seen.insert((a.ev.thread, a.writes())) {
+                candidates.push(i);
+            }
+        }
+        if first_of.len() <= MANY_THREADS {
+            return;
+        }
+        for ix in candidates {
+            let x = &acc[ix];
+            let others: Vec<(usize, &Access)> = firsts
+                .iter()
+                .map(|&i| (i, &acc[i]))
+                .filter(|(_, s)| s.ev.thread != x.ev.thread && conflict(x, s) && can_precede(x, s))
+                .take(MANY_MAX)
+                .collect();
+            // Those that came after it in the run are ordered too: in a replay
+            // they could come first.
+            if others.iter().filter(|(i, _)| *i < ix).count() < MANY_THREADS {
+                continue;
+            }
+            out.push(Proposal {
+                kind: FindingKind::FirstOfMany,
+                events: std::iter::once(x.ev)
+                    .chain(others.iter().map(|(_, s)| s.ev))
+                    .collect(),
+                orderings: others.iter().map(|(_, s)| (vec![x.ev], s.ev)).collect(),
+            });
+            return;
+        }
+    }
+
     /// A thread's two consecutive accesses to two shared locations with another
     /// thread's conflicting accesses of both placed between them.
     fn two_locations(
@@ -502,4 +562,82 @@ fn unserializable(a1: &Access, b: &Access, a2: &Access) -> bool {
         (a1.writes(), b.writes(), a2.writes()),
         (false, true, false) | (true, false, true) | (false, true, true) | (true, true, false)
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A discovered access of thread `t` (its own clock `own`, knowing nothing of
+    /// the others) to location `obj` at instruction `site`, `index` in the run.
+    fn access(set: &mut Interleavings, t: u32, kind: Kind, obj: ObjId, site: u64, index: u64) {
+        let ev = EventId {
+            thread: t,
+            kind,
+            obj,
+            occurrence: 1,
+            nth: 0,
+            site,
+            ts: index,
+            index,
+            after_point: false,
+            point: true,
+        };
+        let own = index as u32 + 1;
+        let vc = VectorClock::for_slot(t, own);
+        let epoch = Epoch {
+            thread: t,
+            clock: own,
+        };
+        set.access(ev, false, epoch, &vc, std::iter::empty());
+    }
+
+    #[test]
+    fn one_store_before_every_readers_check() {
+        // Four workers check a flag (site 0x10), then main stores it (0x20).
+        let mut set = Interleavings::default();
+        for w in 1..=4 {
+            access(&mut set, w, Kind::Read, 7, 0x10, w as u64);
+        }
+        access(&mut set, 0, Kind::Write, 7, 0x20, 5);
+        let (locations, proposals) = set.finish();
+        assert_eq!(locations.len(), 1);
+        let many: Vec<&Proposal> = proposals
+            .iter()
+            .filter(|p| p.kind == FindingKind::FirstOfMany)
+            .collect();
+        assert_eq!(many.len(), 1);
+        let orderings = &many[0].orderings;
+        assert_eq!(orderings.len(), 4);
+        assert!(orderings
+            .iter()
+            .all(|(before, after)| before[0].thread == 0 && after.site == 0x10));
+    }
+
+    #[test]
+    fn fewer_than_many_earlier_threads_give_no_one_against_many() {
+        let mut set = Interleavings::default();
+        access(&mut set, 1, Kind::Read, 7, 0x10, 1);
+        access(&mut set, 2, Kind::Read, 7, 0x10, 2);
+        access(&mut set, 0, Kind::Write, 7, 0x20, 3);
+        access(&mut set, 3, Kind::Read, 7, 0x10, 4);
+        let (_, proposals) = set.finish();
+        assert!(proposals.iter().all(|p| p.kind != FindingKind::FirstOfMany));
+    }
+
+    #[test]
+    fn a_check_then_use_gets_the_writer_between() {
+        // Thread 1 reads the flag twice (check, use); thread 2 writes it later.
+        let mut set = Interleavings::default();
+        access(&mut set, 1, Kind::Read, 7, 0x10, 1);
+        access(&mut set, 1, Kind::Read, 7, 0x18, 2);
+        access(&mut set, 2, Kind::Write, 7, 0x20, 3);
+        let (_, proposals) = set.finish();
+        let avio = proposals
+            .iter()
+            .find(|p| p.kind == FindingKind::Unserializable)
+            .expect("R–W–R");
+        assert_eq!(avio.orderings[0].1.thread, 2);
+        assert_eq!(avio.orderings[1].1.site, 0x18);
+    }
 }

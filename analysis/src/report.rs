@@ -491,6 +491,18 @@ fn message(f: &RawFinding, n: &Namer<'_>, rank: Rank) -> String {
             o(&ev[0]),
             s(&ev[0])
         ),
+        FindingKind::FirstOfMany if ev[0].point => format!(
+            "thread {}'s {} of {} ({}) can come before the first access of each of the {} other threads \
+             that access it, most of which came earlier in this run (thread {} at {} was first): a window \
+             all of them must fall into",
+            t(&ev[0]),
+            ev[0].kind.name(),
+            o(&ev[0]),
+            s(&ev[0]),
+            ev.len() - 1,
+            t(&ev[1]),
+            s(&ev[1])
+        ),
         FindingKind::FirstOfMany => format!(
             "thread {}'s first critical section on {} ({}) can come before the first one of each of the \
              {} other threads that took it earlier in this run (thread {} at {} was first)",

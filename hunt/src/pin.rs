@@ -84,9 +84,12 @@ pub fn schedule_of_run(trace: &Path) -> Result<Schedule> {
 pub const MAX_POINTS_PER_THREAD: usize = 4;
 
 /// `base` strengthened by the order the discovered shared accesses took in the
-/// recorded run `trace` (`ordo record --discover`): for each location, each access
-/// that followed another thread's conflicting one (one of the two writes) becomes
-/// `previous -> next`, named by instruction (`T:at(function+OFFSET)#N`). Taken
+/// recorded run `trace` (`ordo record --discover`): for each location, each read
+/// after another thread's last write, and each write after every other thread's
+/// read since the last write (or after that write), becomes `previous -> next`,
+/// named by instruction (`T:at(function+OFFSET)#N`) — so a store every reader
+/// saw, or a store no reader saw, is pinned against all of them, not only the
+/// nearest one. Taken
 /// from the end of the run backwards (nearest the failure first) while every
 /// thread stays within [`MAX_POINTS_PER_THREAD`] program points, those `base`
 /// already names included. What a candidate's orderings leave free — which value a
@@ -96,10 +99,16 @@ pub fn with_access_handovers(base: &Schedule, trace: &Path) -> Result<Schedule> 
         .with_context(|| format!("read the failing run's trace {}", trace.display()))?;
     let symbolizer = Symbolizer::of_trace(&reader);
     let mut namer = EventNamer::new(&reader.threads, &symbolizer);
-    // Per address: the last access (name, writes, the locks its thread held:
-    // lock address and acquisition).
+    // Per address: the last write, and the reads since it (each: name, thread,
+    // the locks its thread held — lock address and acquisition — and its index).
     type Held = Vec<(u64, EventRef)>;
-    let mut last_on: HashMap<u64, (EventRef, bool, Held, usize)> = HashMap::new();
+    type Seen = (EventRef, u32, Held, usize);
+    #[derive(Default)]
+    struct Location {
+        last_write: Option<Seen>,
+        reads: Vec<Seen>,
+    }
+    let mut locations: HashMap<u64, Location> = HashMap::new();
     let mut held: HashMap<u32, Held> = HashMap::new();
     let mut handovers: Vec<Ordering> = Vec::new();
     // When each thread was created (its creator's `thread_create`, else its first
@@ -130,28 +139,43 @@ pub fn with_access_handovers(base: &Schedule, trace: &Path) -> Result<Schedule> 
             continue;
         }
         let Some(name) = namer.name(&e) else { continue };
-        let writes = e.kind != Kind::Read;
         let mine = held.get(&e.tid).cloned().unwrap_or_default();
-        if let Some((prev, prev_writes, prev_held, prev_index)) =
-            last_on.insert(e.addr, (name.clone(), writes, mine.clone(), index))
-        {
-            let created_after = created.get(&e.tid).is_some_and(|&f| prev_index < f);
-            if prev.thread != name.thread && (writes || prev_writes) && !created_after {
-                // Both under one lock: the lock's hand-over orders them (held inside
-                // its section, the later thread would keep the earlier one out).
-                let common = prev_held
-                    .iter()
-                    .find_map(|(a, acq)| Some((acq, &mine.iter().find(|(b, _)| b == a)?.1)));
-                let (before, after) = match common {
-                    Some((first, second)) => (first.clone(), second.clone()),
-                    None => (prev, name),
-                };
-                handovers.push(Ordering {
-                    before: vec![before],
-                    after,
-                    line: 0,
-                });
+        let location = locations.entry(e.addr).or_default();
+        // What this access follows: a read, the last write; a write, every read
+        // since the last write (all of them must come first), else that write.
+        let previous: Vec<&Seen> = if e.kind == Kind::Read {
+            location.last_write.iter().collect()
+        } else if location.reads.iter().any(|r| r.1 != e.tid) {
+            location.reads.iter().collect()
+        } else {
+            location.last_write.iter().collect()
+        };
+        for (prev, prev_tid, prev_held, prev_index) in previous {
+            let created_after = created.get(&e.tid).is_some_and(|&f| *prev_index < f);
+            if *prev_tid == e.tid || created_after {
+                continue;
             }
+            // Both under one lock: the lock's hand-over orders them (held inside
+            // its section, the later thread would keep the earlier one out).
+            let common = prev_held
+                .iter()
+                .find_map(|(a, acq)| Some((acq, &mine.iter().find(|(b, _)| b == a)?.1)));
+            let (before, after) = match common {
+                Some((first, second)) => (first.clone(), second.clone()),
+                None => (prev.clone(), name.clone()),
+            };
+            handovers.push(Ordering {
+                before: vec![before],
+                after,
+                line: 0,
+            });
+        }
+        let seen = (name, e.tid, mine, index);
+        if e.kind == Kind::Read {
+            location.reads.push(seen);
+        } else {
+            location.last_write = Some(seen);
+            location.reads.clear();
         }
     }
     let mut points: HashMap<ThreadRef, Vec<String>> = HashMap::new();
