@@ -408,6 +408,7 @@ fn plan_watches(
     }
     record.watch_sites = watches.sites;
     record.hw_watches = watches.hw;
+    record.watch_names = watches.names;
     let (marks, notes) = watching::plan_marks(&options.mark, binary)?;
     for note in &notes {
         say(&format!("ordo: {note}"));

@@ -23,6 +23,29 @@ pub struct WatchSetup {
     pub hw: Vec<HwWatch>,
     /// One line per watch for the user (what was found, how many sites).
     pub notes: Vec<String>,
+    /// Watches of a member or element, with the name their events take in the
+    /// trace (the spec's path, `cfg.inner.count`): module, link-time address, name.
+    pub names: Vec<(PathBuf, u64, String)>,
+}
+
+/// The name a watch's events take when it watches a member or element of a
+/// variable (`cfg.inner.count`, `cfg.slots[2]`): the spec's own path, which replay
+/// resolves back. `None` for a whole variable (its symbol names it), bytes
+/// (`var+8:4`) and fields through pointers (each access's object differs).
+fn part_watch_name(spec: &WatchSpec) -> Option<String> {
+    use crate::watch::{FieldStep, WatchTarget};
+    let WatchTarget::Symbol(name) = &spec.target else {
+        return None;
+    };
+    if spec.fields.is_empty()
+        || spec.offset != 0
+        || spec.size.is_some()
+        || spec.fields.iter().any(|f| matches!(f, FieldStep::Deref(_)))
+    {
+        return None;
+    }
+    let path: String = spec.fields.iter().map(|f| f.to_string()).collect();
+    Some(format!("{name}{path}"))
 }
 
 /// Resolves `--watch` specs (instruction-site uprobes) and `--watch-hw` specs
@@ -49,6 +72,11 @@ pub fn plan(
             .resolve(&spec)
             .map_err(|e| anyhow!("--watch {text}: {e}"))?;
         let plan = plan_sites(&resolved).map_err(|e| anyhow!("--watch {text}: {e}"))?;
+        if let Some(name) = part_watch_name(&spec) {
+            setup
+                .names
+                .push((resolved.module.clone(), resolved.vaddr, name));
+        }
         for skipped in &plan.unprobeable {
             setup.notes.push(format!(
                 "warning: {} at {:#x} (`{}`) cannot carry a uprobe and has no probeable neighbour: its accesses are not recorded (use --watch-hw)",
@@ -113,6 +141,11 @@ pub fn plan(
         resolved
             .check_hw_breakpoint()
             .map_err(|e| anyhow!("--watch-hw {text}: {e}"))?;
+        if let Some(name) = part_watch_name(&spec) {
+            setup
+                .names
+                .push((resolved.module.clone(), resolved.vaddr, name));
+        }
         let bias = load_bias(&resolved.module).ok_or_else(|| {
             anyhow!("--watch-hw {text}: the runtime address of {} in {} is not known before the program starts (watch variables of the main program, or attach with --pid)", resolved.name, resolved.module.display())
         })?;

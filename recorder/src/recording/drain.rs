@@ -352,9 +352,12 @@ pub(crate) struct DrainState {
     /// elements of a variable (`Footer::data_names`).
     accessed: std::collections::HashSet<u64>,
     /// Addresses of watched accesses (`--watch`, `--watch-hw`): a watch's events
-    /// carry the watched object's address whichever part was touched, so its name
-    /// stays the variable's (`range`, `cfg+16`), as the watch spec resolved it.
+    /// carry the watched object's address whichever part was touched, so they are
+    /// named by the watch: its spec's path for a member or element
+    /// ([`DrainState::name_watches`]), else the variable's symbol.
     watched: std::collections::HashSet<u64>,
+    /// Watched members and elements: (module, link-time address) → name.
+    watch_names: HashMap<(PathBuf, u64), String>,
 }
 
 /// Most distinct accessed addresses the drain keeps to name (a program touching
@@ -391,6 +394,7 @@ impl DrainState {
             attach_time: Duration::ZERO,
             accessed: std::collections::HashSet::new(),
             watched: std::collections::HashSet::new(),
+            watch_names: HashMap::new(),
         })
     }
 
@@ -473,14 +477,37 @@ impl DrainState {
         self.pending.push(event);
     }
 
+    /// Names the events of watched members and elements take (module, link-time
+    /// address, name), from the watch specs.
+    pub(crate) fn name_watches(&mut self, names: &[(PathBuf, u64, String)]) {
+        for (module, vaddr, name) in names {
+            let module = std::fs::canonicalize(module).unwrap_or_else(|_| module.clone());
+            self.watch_names.insert((module, *vaddr), name.clone());
+        }
+    }
+
     /// Names of the discovered accesses' addresses that are members or elements
     /// of a variable of the main binary (`conn.buf`), from its DWARF types: the
     /// trace, `dump`, `analyze` and schedules then say what a `--watch` spec would.
     fn data_names(&self) -> Vec<ordo_trace::schema::DataName> {
-        if self.accessed.is_empty() {
+        if self.accessed.is_empty() && self.watch_names.is_empty() {
             return Vec::new();
         }
         let symbolizer = ordo_trace::symbolize::Symbolizer::new(&self.modules);
+        let mut names: Vec<ordo_trace::schema::DataName> = Vec::new();
+        if !self.watch_names.is_empty() {
+            for &addr in &self.watched {
+                let Some((path, vaddr)) = symbolizer.module_vaddr(addr) else {
+                    continue;
+                };
+                if let Some(name) = self.watch_names.get(&(PathBuf::from(path), vaddr)) {
+                    names.push(ordo_trace::schema::DataName {
+                        addr,
+                        name: name.clone(),
+                    });
+                }
+            }
+        }
         // The main binary is the first module (mapped lowest, listed first in
         // /proc/PID/maps); libraries' variables keep their symbol names.
         let mut by_module: HashMap<String, Vec<(u64, u64)>> = HashMap::new();
@@ -492,24 +519,20 @@ impl DrainState {
                     .push((addr, vaddr));
             }
         }
-        let Some(main) = self.modules.first().map(|m| m.path.clone()) else {
-            return Vec::new();
-        };
-        let Some(addresses) = by_module.remove(&main) else {
-            return Vec::new();
-        };
-        let Ok(mut resolver) = crate::watch::Resolver::new(std::path::Path::new(&main), &[]) else {
-            return Vec::new();
-        };
-        let mut names: Vec<_> = addresses
-            .into_iter()
-            .filter_map(|(addr, vaddr)| {
+        let main = self.modules.first().map(|m| m.path.clone());
+        let addresses = main.as_ref().and_then(|m| by_module.remove(m));
+        let resolver = main
+            .as_ref()
+            .filter(|_| addresses.is_some())
+            .and_then(|m| crate::watch::Resolver::new(std::path::Path::new(m), &[]).ok());
+        if let (Some(addresses), Some(mut resolver)) = (addresses, resolver) {
+            names.extend(addresses.into_iter().filter_map(|(addr, vaddr)| {
                 Some(ordo_trace::schema::DataName {
                     addr,
                     name: resolver.part_name(vaddr)?,
                 })
-            })
-            .collect();
+            }));
+        }
         names.sort_by_key(|d| d.addr);
         names
     }

@@ -63,6 +63,9 @@ pub struct RecordOptions {
     pub watch_sites: Vec<(PathBuf, u64, WatchSite)>,
     /// Hardware watchpoints (read or write) at runtime addresses.
     pub hw_watches: Vec<HwWatch>,
+    /// Names of watched members and elements (module, link-time address, name):
+    /// their events are named so in the trace (`Footer::data_names`).
+    pub watch_names: Vec<(PathBuf, u64, String)>,
     /// Record the pthread API in process, through the preloaded agent writing into
     /// this mapping (the launched program must have it and `ORDO_RECORD_FD`); the
     /// pthread uprobes are then not attached. `None`: everything by eBPF.
@@ -89,6 +92,7 @@ impl RecordOptions {
             attached,
             watch_sites: Vec::new(),
             hw_watches: Vec::new(),
+            watch_names: Vec::new(),
             inproc: None,
             inputs: Vec::new(),
             replace_existing: true,
@@ -279,6 +283,7 @@ impl Recording {
                 .with_context(|| format!("create {}", options.output.display()))?;
         let ring = probes.take_ring()?;
         let mut state = DrainState::new(pid, writer, options.output.clone())?;
+        state.name_watches(&options.watch_names);
         if options.attached {
             state.adopt_existing_threads();
         }
