@@ -826,6 +826,7 @@ impl Hunter<'_> {
 
     /// For a candidate whose schedule confirmed `reproduced` times only (and could
     /// not be strengthened): goes on hunting for up to [`BETTER_PIN_RUNS`] more
+    /// (twice that when it reproduced at most half the time)
     /// runs; each candidate that fails is confirmed, and the one that reproduces
     /// most often becomes the hunt's (another shape of the same bug often pins
     /// what the first one left free: a publication seen half-way rather than its
@@ -833,7 +834,14 @@ impl Hunter<'_> {
     fn search_better_pin(&mut self, f: &mut Found, reproduced: u32) -> Result<Option<u32>> {
         let held = self.options.out_dir.join("held.sched");
         std::fs::copy(&f.schedule, &held).with_context(|| format!("write {}", held.display()))?;
-        self.limit = self.runs + BETTER_PIN_RUNS;
+        // A pin that fails at most half the time was likely luck of timing: the
+        // order that holds (often another shape of the same bug) gets more runs.
+        let extra = if 2 * reproduced <= self.options.confirm_runs {
+            2 * BETTER_PIN_RUNS
+        } else {
+            BETTER_PIN_RUNS
+        };
+        self.limit = self.runs + extra;
         let mut best = reproduced;
         let mut better = None;
         while best < pinned_threshold(self.options.confirm_runs) && self.runs < self.limit {
