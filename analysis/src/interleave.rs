@@ -33,6 +33,10 @@
 //!   time is not the bug when all of them must fall into the window. Schedule
 //!   `A:x -> B:b1`, `A:x -> C:c1`, … (kind `first_of_many`, as the locks' shape).
 //!
+//! Locations one lock protects at every recorded access get none of these: their
+//! accesses interleave only as the lock's critical sections do, which the lock
+//! shapes of the engine propose already.
+//!
 //! Each is proposed only when the recorded happens-before leaves it open
 //! (Roşu–Sen causality: an ordering `p -> q` needs `q` not to happen before `p`).
 //! Accesses by atomic instructions to a location only atomics touch never count.
@@ -241,7 +245,11 @@ impl Interleavings {
             let Some(location) = self.location(obj, list) else {
                 continue;
             };
-            if location.atomic_only {
+            if location.atomic_only || !location.common_locks.is_empty() {
+                // Only atomics, or one lock held at every access: its accesses
+                // interleave only as the lock's sections do, which the lock's own
+                // shapes (reorders, atomicity splits, sections after a release)
+                // propose already.
                 locations.push(location);
                 continue;
             }
@@ -254,7 +262,7 @@ impl Interleavings {
         }
         let shared: rustc_hash::FxHashSet<ObjId> = locations
             .iter()
-            .filter(|l| !l.atomic_only)
+            .filter(|l| !l.atomic_only && l.common_locks.is_empty())
             .map(|l| l.obj)
             .collect();
         self.two_locations(&by_thread, &next_in_thread, &shared, &mut proposals);
@@ -623,6 +631,51 @@ mod tests {
         access(&mut set, 3, Kind::Read, 7, 0x10, 4);
         let (_, proposals) = set.finish();
         assert!(proposals.iter().all(|p| p.kind != FindingKind::FirstOfMany));
+    }
+
+    #[test]
+    fn a_location_one_lock_always_protects_gets_no_access_shapes() {
+        let lock = EventId {
+            thread: 1,
+            kind: Kind::MutexLock,
+            obj: 99,
+            occurrence: 1,
+            nth: 0,
+            site: 0x100,
+            ts: 0,
+            index: 0,
+            after_point: false,
+            point: false,
+        };
+        let mut set = Interleavings::default();
+        for (t, kind, site, index) in [
+            (1, Kind::Read, 0x10, 1),
+            (1, Kind::Read, 0x18, 2),
+            (2, Kind::Write, 0x20, 3),
+        ] {
+            let ev = EventId {
+                thread: t,
+                kind,
+                obj: 7,
+                occurrence: 1,
+                nth: 0,
+                site,
+                ts: index,
+                index,
+                after_point: false,
+                point: true,
+            };
+            let vc = VectorClock::for_slot(t, index as u32 + 1);
+            let epoch = Epoch {
+                thread: t,
+                clock: index as u32 + 1,
+            };
+            let held = EventId { thread: t, ..lock };
+            set.access(ev, false, epoch, &vc, std::iter::once(held));
+        }
+        let (locations, proposals) = set.finish();
+        assert_eq!(locations[0].common_locks, vec![99]);
+        assert!(proposals.is_empty());
     }
 
     #[test]
