@@ -132,3 +132,72 @@ fn correct_producer_consumer_has_no_bug_findings() {
     assert!(bugs.is_empty(), "{doc:#}");
     assert!(doc["stats"]["critical_sections"].as_u64().unwrap() >= 400);
 }
+
+/// The flow ids a Perfetto export starts that no event terminates (arrows to
+/// nowhere).
+fn dangling_flows(pftrace: &std::path::Path) -> usize {
+    let decoded =
+        ordo_analysis::perfetto::Trace::from_bytes(&std::fs::read(pftrace).unwrap()).unwrap();
+    let events: Vec<_> = decoded
+        .packet
+        .iter()
+        .filter_map(|p| p.track_event.as_ref())
+        .collect();
+    let ended: std::collections::HashSet<u64> = events
+        .iter()
+        .flat_map(|e| e.terminating_flow_ids.iter().copied())
+        .collect();
+    events
+        .iter()
+        .flat_map(|e| e.flow_ids.iter())
+        .filter(|f| !ended.contains(f))
+        .count()
+}
+
+/// Issue 28: every flow of a Perfetto export ends — on the bundled demo and on a
+/// lock-heavy recording (a thread pool) — and the flows are there.
+#[test]
+fn perfetto_flows_of_recorded_runs_all_terminate() {
+    if !common::have_root("perfetto_flows_of_recorded_runs_all_terminate") {
+        return;
+    }
+    let dir = common::scratch("perfetto_flows");
+    let demo = dir.join("bank");
+    let status = std::process::Command::new("cc")
+        .args(["-O1", "-g", "-pthread", "-o"])
+        .arg(&demo)
+        .arg(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("demo/bank.c"))
+        .status()
+        .unwrap();
+    assert!(status.success());
+    for (name, program) in [
+        ("bank", demo),
+        ("pool", common::build_program("correct_thread_pool")),
+    ] {
+        let trace = dir.join(format!("{name}.ordo"));
+        common::record(&trace, &program, &[]);
+        let out_file = dir.join(format!("{name}.pftrace"));
+        let out = common::run_ordo(&[
+            "export",
+            "--perfetto",
+            trace.to_str().unwrap(),
+            "-o",
+            out_file.to_str().unwrap(),
+        ]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(dangling_flows(&out_file), 0, "{name}");
+        let decoded =
+            ordo_analysis::perfetto::Trace::from_bytes(&std::fs::read(&out_file).unwrap()).unwrap();
+        let flows: usize = decoded
+            .packet
+            .iter()
+            .filter_map(|p| p.track_event.as_ref())
+            .map(|e| e.terminating_flow_ids.len())
+            .sum();
+        assert!(flows >= 4, "{name}: {flows} flows");
+    }
+}

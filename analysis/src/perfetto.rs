@@ -264,7 +264,7 @@ pub fn export_perfetto(
     force: bool,
 ) -> Result<ExportStats, ExportError> {
     let write_error = |e| ExportError::Write(output.to_path_buf(), e);
-    let mut reader = TraceReader::open(trace, ReadMode::Strict)?;
+    let reader = TraceReader::open(trace, ReadMode::Strict)?;
     let mut target = Output::create(output, force, &[trace]).map_err(write_error)?;
     let file = target.file().try_clone().map_err(write_error)?;
     let mut w = Writer {
@@ -321,119 +321,98 @@ pub fn export_perfetto(
     // Per object: (thread, flow id) of the last release-like event, not yet consumed.
     let mut pending: FxHashMap<(u8, u64), (u32, u64)> = FxHashMap::default();
     let mut handles: FxHashMap<u64, u32> = FxHashMap::default();
-    let mut merger = Merger::new();
-    let mut chunk: Vec<Event> = Vec::new();
-    let mut ready: Vec<Event> = Vec::new();
+    let terminated = terminated_flows(trace)?;
+    let mut events = Ordered::new(reader);
     let mut index = 0u64;
-    let mut finished = false;
-    loop {
-        ready.clear();
-        if !finished {
-            if reader.next_chunk_into(&mut chunk)? {
-                // In batches: the merger then queues only what arrives out of
-                // order, and its work follows the live threads.
-                merger.push_batch(&chunk, |e| ready.push(*e));
-            } else {
-                merger.finish();
-                finished = true;
+    while let Some(e) = events.next()? {
+        index += 1;
+        let track = match track_of_tid.get(&e.tid) {
+            Some(&t) => t,
+            None => {
+                let uuid = THREAD_TRACK_BASE + 1_000_000 + e.tid as u64;
+                track_of_tid.insert(e.tid, uuid);
+                w.packet(&thread_track(uuid, pid, e.tid, &format!("tid {}", e.tid)))?;
+                uuid
             }
-        }
-        if finished {
-            while let Some(e) = merger.pop() {
-                ready.push(e);
-            }
-        }
-        for e in ready.drain(..) {
-            index += 1;
-            let track = match track_of_tid.get(&e.tid) {
-                Some(&t) => t,
-                None => {
-                    let uuid = THREAD_TRACK_BASE + 1_000_000 + e.tid as u64;
-                    track_of_tid.insert(e.tid, uuid);
-                    w.packet(&thread_track(uuid, pid, e.tid, &format!("tid {}", e.tid)))?;
-                    uuid
+        };
+        let object = if e.addr == 0 || matches!(e.kind, Kind::ThreadStart | Kind::ThreadExit) {
+            String::new()
+        } else {
+            names
+                .entry(e.addr)
+                .or_insert_with(|| {
+                    symbolizer
+                        .data_name(e.addr)
+                        .map(|n| escape(&n).into_owned())
+                        .unwrap_or_else(|| format!("{:#x}", e.addr))
+                })
+                .clone()
+        };
+        let site = (e.site != 0).then(|| {
+            sites
+                .entry(e.site)
+                .or_insert_with(|| escape(&symbolizer.site_text(e.site)).into_owned())
+                .clone()
+        });
+        let mut flows = flows_of(&e, index, &mut pending, &mut handles, &mut w.stats);
+        // A release no other thread's acquire follows starts no arrow.
+        flows.0.retain(|id| terminated.contains(id));
+        let name = if object.is_empty() {
+            e.kind.name().to_string()
+        } else {
+            format!("{} {}", e.kind.name(), object)
+        };
+        w.event(
+            e.ts_ns,
+            track,
+            TYPE_INSTANT,
+            Some(name),
+            site.as_deref(),
+            flows,
+        )?;
+        let stack = stacks.entry(track).or_default();
+        match e.kind {
+            Kind::MutexLock | Kind::RwlockRdlock | Kind::RwlockWrlock => {
+                let key = (0, e.addr);
+                if stack.iter().any(|o| o.key == key) {
+                    continue; // recursive acquisition: same slice
                 }
-            };
-            let object = if e.addr == 0 || matches!(e.kind, Kind::ThreadStart | Kind::ThreadExit) {
-                String::new()
-            } else {
-                names
-                    .entry(e.addr)
-                    .or_insert_with(|| {
-                        symbolizer
-                            .data_name(e.addr)
-                            .map(|n| escape(&n).into_owned())
-                            .unwrap_or_else(|| format!("{:#x}", e.addr))
-                    })
-                    .clone()
-            };
-            let site = (e.site != 0).then(|| {
-                sites
-                    .entry(e.site)
-                    .or_insert_with(|| escape(&symbolizer.site_text(e.site)).into_owned())
-                    .clone()
-            });
-            let flows = flows_of(&e, index, &mut pending, &mut handles, &mut w.stats);
-            let name = if object.is_empty() {
-                e.kind.name().to_string()
-            } else {
-                format!("{} {}", e.kind.name(), object)
-            };
-            w.event(
+                let verb = if e.kind == Kind::RwlockRdlock {
+                    "reads"
+                } else {
+                    "holds"
+                };
+                open(
+                    &mut w,
+                    stack,
+                    e.ts_ns,
+                    track,
+                    key,
+                    format!("{verb} {object}"),
+                )?;
+            }
+            Kind::MutexUnlock | Kind::RwlockUnlock => {
+                close(&mut w, stack, e.ts_ns, track, (0, e.addr))?
+            }
+            Kind::CondWaitBegin => open(
+                &mut w,
+                stack,
                 e.ts_ns,
                 track,
-                TYPE_INSTANT,
-                Some(name),
-                site.as_deref(),
-                flows,
-            )?;
-            let stack = stacks.entry(track).or_default();
-            match e.kind {
-                Kind::MutexLock | Kind::RwlockRdlock | Kind::RwlockWrlock => {
-                    let key = (0, e.addr);
-                    if stack.iter().any(|o| o.key == key) {
-                        continue; // recursive acquisition: same slice
-                    }
-                    let verb = if e.kind == Kind::RwlockRdlock {
-                        "reads"
-                    } else {
-                        "holds"
-                    };
-                    open(
-                        &mut w,
-                        stack,
-                        e.ts_ns,
-                        track,
-                        key,
-                        format!("{verb} {object}"),
-                    )?;
-                }
-                Kind::MutexUnlock | Kind::RwlockUnlock => {
-                    close(&mut w, stack, e.ts_ns, track, (0, e.addr))?
-                }
-                Kind::CondWaitBegin => open(
-                    &mut w,
-                    stack,
-                    e.ts_ns,
-                    track,
-                    (1, e.addr),
-                    format!("waits on {object}"),
-                )?,
-                Kind::CondWait => close(&mut w, stack, e.ts_ns, track, (1, e.addr))?,
-                Kind::BarrierArrive => open(
-                    &mut w,
-                    stack,
-                    e.ts_ns,
-                    track,
-                    (2, e.addr),
-                    format!("barrier {object}"),
-                )?,
-                Kind::BarrierWait => close(&mut w, stack, e.ts_ns, track, (2, e.addr))?,
-                _ => {}
-            }
-        }
-        if finished {
-            break;
+                (1, e.addr),
+                format!("waits on {object}"),
+            )?,
+            Kind::CondWait => close(&mut w, stack, e.ts_ns, track, (1, e.addr))?,
+            Kind::BarrierArrive => open(
+                &mut w,
+                stack,
+                e.ts_ns,
+                track,
+                (2, e.addr),
+                format!("barrier {object}"),
+            )?,
+            Kind::BarrierWait => close(&mut w, stack, e.ts_ns, track, (2, e.addr))?,
+            _ => {}
         }
     }
     w.out
@@ -441,6 +420,63 @@ pub fn export_perfetto(
         .map_err(|e| ExportError::Write(w.path.clone(), e))?;
     target.commit().map_err(write_error)?;
     Ok(w.stats)
+}
+
+/// A trace's events in global order, chunk by chunk.
+struct Ordered {
+    reader: TraceReader,
+    merger: Merger,
+    chunk: Vec<Event>,
+    ready: std::collections::VecDeque<Event>,
+    finished: bool,
+}
+
+impl Ordered {
+    fn new(reader: TraceReader) -> Ordered {
+        Ordered {
+            reader,
+            merger: Merger::new(),
+            chunk: Vec::new(),
+            ready: std::collections::VecDeque::new(),
+            finished: false,
+        }
+    }
+
+    fn next(&mut self) -> Result<Option<Event>, ExportError> {
+        while self.ready.is_empty() && !self.finished {
+            if self.reader.next_chunk_into(&mut self.chunk)? {
+                // In batches: the merger then queues only what arrives out of
+                // order, and its work follows the live threads.
+                let ready = &mut self.ready;
+                self.merger.push_batch(&self.chunk, |e| ready.push_back(*e));
+            } else {
+                self.merger.finish();
+                self.finished = true;
+                while let Some(e) = self.merger.pop() {
+                    self.ready.push_back(e);
+                }
+            }
+        }
+        Ok(self.ready.pop_front())
+    }
+}
+
+/// The flow ids a later event terminates (a first pass over the trace): a flow
+/// starts only where another thread's acquire will end it, so no arrow in the
+/// export goes nowhere (a last unlock, a signal no wait took).
+fn terminated_flows(trace: &Path) -> Result<rustc_hash::FxHashSet<u64>, ExportError> {
+    let mut events = Ordered::new(TraceReader::open(trace, ReadMode::Strict)?);
+    let mut pending: FxHashMap<(u8, u64), (u32, u64)> = FxHashMap::default();
+    let mut handles: FxHashMap<u64, u32> = FxHashMap::default();
+    let mut stats = ExportStats::default();
+    let mut terminated = rustc_hash::FxHashSet::default();
+    let mut index = 0u64;
+    while let Some(e) = events.next()? {
+        index += 1;
+        let (_, ends) = flows_of(&e, index, &mut pending, &mut handles, &mut stats);
+        terminated.extend(ends);
+    }
+    Ok(terminated)
 }
 
 fn thread_track(uuid: u64, pid: i32, tid: u32, name: &str) -> TracePacket {

@@ -1,5 +1,6 @@
 //! The Perfetto export decodes as a `Trace`, with a track per thread, balanced
-//! slices that nest per track, and flows only between different threads.
+//! slices that nest per track, and flows only between different threads, each of
+//! which ends somewhere.
 
 use ordo_analysis::perfetto::{
     export_perfetto, Trace, TYPE_INSTANT, TYPE_SLICE_BEGIN, TYPE_SLICE_END,
@@ -78,6 +79,12 @@ fn export_decodes_with_tracks_slices_and_flows() {
             .find(|(f, _)| f == flow)
             .expect("every ended flow starts somewhere");
         assert_ne!(from, track, "flows connect different threads");
+    }
+    // And every started one ends: t1's unlock of B and t2's last unlock of A are
+    // followed by no other thread's acquire, so they start no arrow.
+    assert_eq!(starts.len(), 6, "{starts:?}");
+    for (flow, _) in &starts {
+        assert!(ends.iter().any(|(f, _)| f == flow), "flow {flow} dangles");
     }
     // Slices: two on t1 plus one reopened by the repair, t2's two sections and its wait.
     assert_eq!(stats.slices, 5);
