@@ -414,7 +414,13 @@ pub fn hunt(options: &HuntOptions, progress: &mut dyn FnMut(&Status)) -> Result<
                 reproduced = better;
             }
         }
-        if reproduced < pinned_threshold(options.confirm_runs) && f.source == "predict" {
+        if reproduced < pinned_threshold(options.confirm_runs) {
+            if f.source == "recorded" && hunter.queue.is_empty() {
+                // A first recording that failed by itself was not analyzed, and a
+                // thread it cut short (an abort before the thread acted) is in no
+                // hand-over: a recording that passes has the candidates.
+                hunter.rerecord += 1;
+            }
             if let Some(better) = hunter.search_better_pin(f, reproduced)? {
                 reproduced = better;
             }
