@@ -315,3 +315,56 @@ fn racy_watched_variable_is_reported_and_the_locked_one_is_not() {
         "increments under one lock are not a race"
     );
 }
+
+/// Issue 26: a `static mut` counter 4 threads update only under a
+/// `std::sync::Mutex` gives no race finding — the inlined lock and unlock are
+/// recorded in process — and the same program with one thread updating it
+/// outside the lock does.
+#[test]
+fn a_correctly_locked_rust_counter_gives_no_race() {
+    if !common::have_root("a_correctly_locked_rust_counter_gives_no_race") {
+        return;
+    }
+    let _registers = common::debug_registers();
+    let program = common::build_rust_program("rust_locked_counter");
+    let dir = common::scratch("watch_rust_locked_counter");
+    for (args, racy) in [(&[][..], false), (&["racy"][..], true)] {
+        let trace = dir.join(format!("racy-{racy}.ordo"));
+        let out = Command::new(common::ordo())
+            .args([
+                "record",
+                "--force",
+                "--watch-hw",
+                "rust_locked_counter::COUNTER",
+                "-o",
+            ])
+            .arg(&trace)
+            .arg("--")
+            .arg(&program)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(common::printed(&out.stdout, "counter"), "2000");
+        let events = common::dump_json(&trace);
+        let locks = events
+            .iter()
+            .filter(|e| e["kind"] == "mutex_lock" && e["object"] == "rust_locked_counter::LOCK")
+            .count();
+        // Every acquisition: 500 per locking thread, and main's.
+        assert_eq!(locks, if racy { 1501 } else { 2001 });
+        let races = common::findings(&trace)
+            .iter()
+            .filter(|(kind, _)| kind == "race")
+            .count();
+        if racy {
+            assert!(races > 0, "the unlocked updates race");
+        } else {
+            assert_eq!(races, 0, "a correctly locked counter");
+        }
+    }
+}

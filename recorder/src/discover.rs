@@ -79,7 +79,8 @@ pub struct DiscoveryPlan {
     pub skipped: usize,
 }
 
-/// Plans discovery for the executable at `path`.
+/// Plans discovery for the executable at `path` (with the sites that record a Rust
+/// program's std mutexes, [`crate::rust_locks`]).
 pub fn plan_discovery(path: &Path) -> Result<DiscoveryPlan> {
     let data = std::fs::read(path).with_context(|| format!("read {}", path.display()))?;
     let file = object::File::parse(data.as_slice())
@@ -153,6 +154,10 @@ pub fn plan_discovery(path: &Path) -> Result<DiscoveryPlan> {
         }
     }
     plan.sites.sort_by_key(|s| s.ip);
+    // A Rust program's std mutexes are recorded at breakpoints of their own, in
+    // place of the accesses discovery would trap at the same instructions.
+    let locks = crate::rust_locks::plan_rust_locks(path)?;
+    crate::rust_locks::merge(&mut plan.sites, &locks.sites);
     Ok(plan)
 }
 
@@ -163,7 +168,7 @@ fn has_memory_operand(instr: &Instruction) -> bool {
 
 /// The site for an instruction with a memory operand, or `None` when it is left out
 /// (see the module doc).
-fn site_of(
+pub(crate) fn site_of(
     instr: &Instruction,
     bytes: &[u8],
     offsets: &iced_x86::ConstantOffsets,
@@ -254,7 +259,7 @@ fn site_of(
 
 /// Link-time ranges never written while the program runs: code, read-only data,
 /// and the GOT and other sections made read-only after relocation.
-fn read_only_ranges(file: &object::File<'_>) -> Vec<(u64, u64)> {
+pub(crate) fn read_only_ranges(file: &object::File<'_>) -> Vec<(u64, u64)> {
     file.sections()
         .filter(|s| s.address() != 0 && s.size() != 0)
         .filter(|s| {
@@ -273,7 +278,7 @@ fn read_only_ranges(file: &object::File<'_>) -> Vec<(u64, u64)> {
 }
 
 /// The bytes of `[start, start + size)` in the executable section holding them.
-fn code_at<'d>(file: &object::File<'d>, start: u64, size: u64) -> Option<&'d [u8]> {
+pub(crate) fn code_at<'d>(file: &object::File<'d>, start: u64, size: u64) -> Option<&'d [u8]> {
     let section = file.sections().find(|s| {
         s.kind() == SectionKind::Text && start >= s.address() && start < s.address() + s.size()
     })?;

@@ -19,6 +19,7 @@ mod prefault;
 pub mod probes;
 pub mod progress;
 pub mod recording;
+pub mod rust_locks;
 pub mod session;
 pub mod watch;
 pub mod watching;

@@ -225,8 +225,27 @@ pub fn record_launched(
     if options.verbose {
         say(verbose_note(inproc));
     }
+    // Rust's std mutex: its inlined lock and unlock, recorded by the agent at
+    // software breakpoints (in process only).
+    let rust_locks = if inproc {
+        crate::rust_locks::plan_rust_locks(&program)?
+    } else {
+        crate::rust_locks::RustLockPlan::default()
+    };
+    if options.verbose && !rust_locks.sites.is_empty() {
+        say(&format!(
+            "ordo: Rust std::sync::Mutex: {} inlined acquisitions and {} releases in {}, recorded in process",
+            rust_locks.locks,
+            rust_locks.unlocks,
+            program.display()
+        ));
+    }
     let discovery = match (options.discover, inproc) {
-        (false, _) => None,
+        (false, _) if rust_locks.sites.is_empty() => None,
+        (false, _) => Some(crate::discover::SoftTable::create(
+            &rust_locks.sites,
+            crate::discover::DEFAULT_BUDGET,
+        )?),
         (true, false) => bail!(
             "--discover records in process: it needs a dynamically linked, not setuid program and not --probes ebpf"
         ),

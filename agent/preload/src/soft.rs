@@ -36,8 +36,11 @@ use std::ffi::{c_int, c_void};
 use std::ptr::null_mut;
 use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering::*};
 
-use crate::probe_common::inproc::{SoftHeader, SoftSite, SOFT_MAGIC, SOFT_NO_GATE, SOFT_VERSION};
-use crate::probe_common::reg;
+use crate::probe_common::inproc::{
+    SoftHeader, SoftSite, SOFT_MAGIC, SOFT_NO_GATE, SOFT_RUST_LOCK_FAST, SOFT_RUST_LOCK_SLOW,
+    SOFT_RUST_UNLOCK, SOFT_VERSION,
+};
+use crate::probe_common::{kind, reg, via};
 use crate::trap::{greg, GREG_OF_REG, GREG_RIP};
 use crate::{close, dl_iterate_phdr, mmap, DlPhdrInfo};
 
@@ -76,6 +79,101 @@ thread_local! {
     /// This thread's arrivals per site (mapped at its first trap; the pages it
     /// touched stay when it exits: a few per thread).
     static ARRIVALS: Cell<*mut u32> = const { Cell::new(null_mut()) };
+    /// The Rust mutex this thread's inlined fast path failed to take, which
+    /// `lock_contended` is taking ([`SOFT_RUST_LOCK_SLOW`]).
+    static CONTENDED: Cell<u64> = const { Cell::new(0) };
+}
+
+/// `gregs` index of `rsp` in a `ucontext_t`.
+const GREG_RSP: usize = 15;
+/// `gregs` index of `eflags`.
+const GREG_EFL: usize = 17;
+/// The zero flag.
+const EFLAGS_ZF: i64 = 1 << 6;
+
+/// Whether a site records a Rust mutex (never removed, not an access).
+fn is_rust_lock(s: &SoftSite) -> bool {
+    matches!(
+        s.access,
+        SOFT_RUST_LOCK_FAST | SOFT_RUST_LOCK_SLOW | SOFT_RUST_UNLOCK
+    )
+}
+
+/// A Rust mutex site trapped (see `recorder/src/rust_locks.rs`): records the
+/// acquisition or release and moves the thread on — past an emulated `jne` or
+/// `ret`, or (an unlock) to the `xchg`'s copy out of line. The sequence number is
+/// taken while the thread holds the mutex, as for `pthread_mutex_lock`.
+///
+/// # Safety
+/// `ctx` must be the `ucontext_t` of the trap of site `s` (index `i`) at `ip`.
+unsafe fn rust_lock(t: &Table, s: &SoftSite, i: usize, ip: u64, ctx: *mut c_void) {
+    let recording = crate::record::on();
+    match s.access {
+        SOFT_RUST_LOCK_FAST => {
+            // The flags and registers are the `lock cmpxchg`'s, just before: ZF set
+            // is success. A RIP-relative operand's link-time target is in `disp`.
+            let addr = if s.base == reg::NONE && s.index == reg::NONE {
+                t.bias.wrapping_add(s.disp as u64)
+            } else {
+                // SAFETY: the trap's context (the caller's contract).
+                unsafe { effective_address(s, t.bias, ctx) }
+            };
+            // SAFETY: as above.
+            let acquired = unsafe { *greg(ctx, GREG_EFL) } & EFLAGS_ZF != 0;
+            let next = ip + s.len as u64;
+            let to = if acquired {
+                if recording {
+                    let seq = crate::record::next_seq_held(addr);
+                    crate::record::emit(kind::MUTEX_LOCK, via::PLAIN, addr, ip, seq, 0, 0);
+                }
+                next
+            } else {
+                CONTENDED.with(|c| c.set(addr));
+                next.wrapping_add(branch_displacement(s) as u64)
+            };
+            // SAFETY: as above.
+            unsafe { *greg(ctx, GREG_RIP) = to as i64 };
+        }
+        SOFT_RUST_LOCK_SLOW => {
+            // SAFETY: as above; `rsp` points at the return address (`ret` traps
+            // before it pops).
+            let (rsp, ret) = unsafe {
+                let rsp = *greg(ctx, GREG_RSP) as u64;
+                (rsp, *(rsp as *const u64))
+            };
+            let addr = CONTENDED.with(|c| c.replace(0));
+            if recording && addr != 0 {
+                let seq = crate::record::next_seq_held(addr);
+                // The site is the caller's: where its slow path returns.
+                crate::record::emit(kind::MUTEX_LOCK, via::PLAIN, addr, ret, seq, 0, 0);
+            }
+            // SAFETY: as above: the emulated `ret`.
+            unsafe {
+                *greg(ctx, GREG_RSP) = rsp.wrapping_add(8) as i64;
+                *greg(ctx, GREG_RIP) = ret as i64;
+            }
+        }
+        _ => {
+            // SOFT_RUST_UNLOCK: recorded while still held, then released by the
+            // `xchg`'s copy.
+            if recording {
+                // SAFETY: as above.
+                let addr = unsafe { effective_address(s, t.bias, ctx) };
+                let seq = crate::record::next_seq_held(addr);
+                crate::record::emit(kind::MUTEX_UNLOCK, via::PLAIN, addr, ip, seq, 0, 0);
+            }
+            // SAFETY: as above.
+            unsafe { *greg(ctx, GREG_RIP) = t.xol.add(i * SLOT) as i64 };
+        }
+    }
+}
+
+/// The displacement of a `jne` (`75 rel8` or `0f 85 rel32`).
+fn branch_displacement(s: &SoftSite) -> i64 {
+    match s.bytes[0] {
+        0x75 => s.bytes[1] as i8 as i64,
+        _ => i32::from_le_bytes([s.bytes[2], s.bytes[3], s.bytes[4], s.bytes[5]]) as i64,
+    }
 }
 
 /// Reads the table from descriptor `fd` (closing it) and plants the breakpoints.
@@ -287,6 +385,11 @@ pub(crate) unsafe fn trap(ip: u64, ctx: *mut c_void) -> bool {
         return false;
     };
     let s = &sites[i];
+    if is_rust_lock(s) {
+        // SAFETY: the trap's context (the caller's contract).
+        unsafe { rust_lock(t, s, i, ip, ctx) };
+        return true;
+    }
     // SAFETY: one counter per site.
     let hits = unsafe { &*t.hits.add(i) }.fetch_add(1, Relaxed) + 1;
     if t.budget != 0 && hits == t.budget && s.gate == SOFT_NO_GATE {

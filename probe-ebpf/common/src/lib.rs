@@ -829,7 +829,7 @@ pub mod inproc {
     /// "ORDO_SFT".
     pub const SOFT_MAGIC: u64 = 0x4f52_444f_5f53_4654;
     /// Bumped whenever [`SoftHeader`] or [`SoftSite`] changes.
-    pub const SOFT_VERSION: u32 = 2;
+    pub const SOFT_VERSION: u32 = 3;
 
     /// The start of a software-breakpoint table.
     #[repr(C)]
@@ -889,6 +889,22 @@ pub mod inproc {
 
     /// [`SoftSite::gate`]: the site gates nothing.
     pub const SOFT_NO_GATE: u32 = u32::MAX;
+
+    /// [`SoftSite::access`] of a site that records a Rust `std::sync::Mutex`
+    /// acquisition on its inlined fast path: the `jne` right after the
+    /// `lock cmpxchg` on the lock word (the operand fields describe that
+    /// `cmpxchg`'s memory operand). Not taken: acquired, recorded; taken: the slow
+    /// path will acquire it, and the address waits for [`SOFT_RUST_LOCK_SLOW`].
+    /// The agent emulates the branch. Never removed.
+    pub const SOFT_RUST_LOCK_FAST: u8 = 0xf0;
+    /// [`SoftSite::access`]: a `ret` of std's out-of-line `lock_contended`: the
+    /// lock the thread's fast path failed on is held now. The agent emulates the
+    /// `ret`. Never removed.
+    pub const SOFT_RUST_LOCK_SLOW: u8 = 0xf1;
+    /// [`SoftSite::access`]: the `xchg` that releases a Rust `std::sync::Mutex`
+    /// (the inlined unlock; the operand fields are its memory operand): the release
+    /// is recorded before it runs out of line. Never removed.
+    pub const SOFT_RUST_UNLOCK: u8 = 0xf2;
 
     const _: () = assert!(core::mem::size_of::<SoftSite>() == 48);
     const _: () = assert!(core::mem::size_of::<SoftHeader>() == 24);

@@ -1,0 +1,463 @@
+//! Rust's `std::sync::Mutex` in a release binary: where its inlined fast paths
+//! are, as software-breakpoint sites the in-process agent records them at.
+//!
+//! std's futex mutex never calls pthread: `lock()` is inlined into the caller as
+//! `lock cmpxchg` of 0 → 1 on the lock word, then a branch to an out-of-line
+//! `lock_contended` when the word was not 0; the guard's drop is an inlined `xchg`
+//! of 0 into the word, then a call to `wake` when it was 2 (waiters). Both slow
+//! paths have symbols and are called through GOT slots (`call *slot(%rip)`, each
+//! slot an `R_X86_64_RELATIVE` relocation whose addend is the function), or
+//! directly. The planner finds them by their symbols (legacy or v0 mangling),
+//! their slots by the relocations, then decodes every function (iced-x86) for:
+//!
+//! - `lock cmpxchg r32, [m32]` followed by `jne T`, where the code at `T` calls
+//!   `lock_contended` within a few instructions: the `jne` is a
+//!   [`SOFT_RUST_LOCK_FAST`] site (the agent emulates it: not taken, the lock is
+//!   held and recorded there; taken, its address waits for the slow path);
+//! - every `ret` of `lock_contended`: [`SOFT_RUST_LOCK_SLOW`] (the lock is held);
+//! - `xchg r32, [m32]`, then `cmp r32, 2`, then `je T` where `T` calls `wake`:
+//!   the `xchg` is a [`SOFT_RUST_UNLOCK`] site (recorded before it releases).
+//!
+//! The fast path's `lock cmpxchg` of `try_lock` (no slow path) and std's own
+//! loops inside `lock_contended` match neither pattern.
+
+use std::collections::HashSet;
+use std::path::Path;
+
+use anyhow::{anyhow, Context, Result};
+use iced_x86::{
+    Code, Decoder, DecoderOptions, FlowControl, Instruction, InstructionInfoFactory, Mnemonic,
+    OpKind, Register,
+};
+use object::{Object, ObjectSymbol, RelocationTarget, SymbolKind};
+use ordo_probe_common::inproc::{
+    SoftSite, SOFT_RUST_LOCK_FAST, SOFT_RUST_LOCK_SLOW, SOFT_RUST_UNLOCK,
+};
+use ordo_probe_common::{reg, via};
+
+use crate::discover::{code_at, read_only_ranges, site_of};
+
+/// Instructions from a branch target to the call of a slow path, at most.
+const BLOCK_REACH: usize = 4;
+
+/// The Rust mutex sites of one executable.
+#[derive(Clone, Debug, Default)]
+pub struct RustLockPlan {
+    /// Sites, in address order.
+    pub sites: Vec<SoftSite>,
+    /// Inlined acquisitions found (fast-path branches).
+    pub locks: usize,
+    /// Inlined releases found.
+    pub unlocks: usize,
+}
+
+/// The slow paths of std's futex mutex in one binary.
+struct SlowPaths {
+    /// `lock_contended`: address and size.
+    contended: (u64, u64),
+    /// `wake`'s address.
+    wake: u64,
+    /// GOT slots holding `lock_contended`'s address.
+    contended_slots: HashSet<u64>,
+    /// GOT slots holding `wake`'s address.
+    wake_slots: HashSet<u64>,
+}
+
+/// Whether a demangled symbol is std's futex mutex's `name` (legacy mangling
+/// demangles as `std::sys::sync::mutex::futex::Mutex::lock_contended`, v0 as
+/// `<std::sys::sync::mutex::futex::Mutex>::lock_contended`).
+fn is_mutex_fn(demangled: &str, name: &str) -> bool {
+    demangled.contains("sync::mutex::futex::Mutex")
+        && demangled.ends_with(&format!("::{name}"))
+        && !demangled.contains("RwLock")
+}
+
+/// Plans the Rust mutex sites of the executable at `path`; an empty plan for a
+/// binary without std's futex mutex (C, C++, a stripped Rust binary).
+pub fn plan_rust_locks(path: &Path) -> Result<RustLockPlan> {
+    let data = std::fs::read(path).with_context(|| format!("read {}", path.display()))?;
+    let file = object::File::parse(data.as_slice())
+        .map_err(|e| anyhow!("{}: not an ELF file: {e}", path.display()))?;
+    let Some(slow) = slow_paths(&file) else {
+        return Ok(RustLockPlan::default());
+    };
+    let read_only = read_only_ranges(&file);
+    let std_statics = std_statics(&file);
+    // std's own static locks (stdout's, the stack-overflow handler's) are taken and
+    // released at sites some of which compile to other shapes: half-seen, they
+    // would look held forever. They are left to std.
+    let is_std_static = |site: &SoftSite| {
+        site.base == reg::NONE
+            && site.index == reg::NONE
+            && std_statics
+                .iter()
+                .any(|&(start, end)| (site.disp as u64) >= start && (site.disp as u64) < end)
+    };
+    let mut info = InstructionInfoFactory::new();
+    let mut plan = RustLockPlan::default();
+    let mut functions: Vec<(u64, u64)> = file
+        .symbols()
+        .filter(|s| s.kind() == SymbolKind::Text && s.size() > 0 && s.address() != 0)
+        .map(|s| (s.address(), s.size()))
+        .collect();
+    functions.sort_unstable();
+    functions.dedup_by_key(|f| f.0);
+    for &(start, size) in &functions {
+        let Some(code) = code_at(&file, start, size) else {
+            continue;
+        };
+        // A loop that locks hoists the slot's load out of it (`mov r13,
+        // [rip+slot]` … `call r13`): the registers this function loads each slow
+        // path into.
+        let held = Held {
+            contended: registers_loaded_from(code, start, &slow.contended_slots),
+            wake: registers_loaded_from(code, start, &slow.wake_slots),
+        };
+        let mut decoder = Decoder::with_ip(64, code, start, DecoderOptions::NONE);
+        let mut window: Vec<(Instruction, usize)> = Vec::with_capacity(3);
+        let mut instr = Instruction::default();
+        while decoder.can_decode() {
+            let offset = (decoder.ip() - start) as usize;
+            decoder.decode_out(&mut instr);
+            if instr.is_invalid() {
+                break;
+            }
+            if start == slow.contended.0 && instr.code() == Code::Retnq {
+                plan.sites.push(SoftSite {
+                    ip: instr.ip(),
+                    len: 1,
+                    access: SOFT_RUST_LOCK_SLOW,
+                    via: via::PLAIN,
+                    bytes: {
+                        let mut b = [0u8; 16];
+                        b[0] = 0xc3;
+                        b
+                    },
+                    ..SoftSite::default()
+                });
+            }
+            window.push((instr, offset));
+            if window.len() > 3 {
+                window.remove(0);
+            }
+            let n = window.len();
+            // `lock cmpxchg [m32], r32` then `jne T`.
+            if n >= 2 && instr.mnemonic() == Mnemonic::Jne {
+                let (cas, cas_at) = &window[n - 2];
+                let target = instr.near_branch_target();
+                if cas.mnemonic() == Mnemonic::Cmpxchg
+                    && cas.has_lock_prefix()
+                    && cas.op0_kind() == OpKind::Memory
+                    && cas.memory_size().size() == 4
+                    && calls_within(
+                        &file,
+                        target,
+                        &slow.contended_slots,
+                        &held.contended,
+                        slow.contended.0,
+                    )
+                {
+                    let offsets = constant_offsets(&code[*cas_at..*cas_at + cas.len()], cas.ip());
+                    if let Some(operand) = site_of(
+                        cas,
+                        &code[*cas_at..*cas_at + cas.len()],
+                        &offsets,
+                        &read_only,
+                        &mut info,
+                    ) {
+                        if is_std_static(&operand) {
+                            continue;
+                        }
+                        let mut site = SoftSite {
+                            ip: instr.ip(),
+                            len: instr.len() as u8,
+                            access: SOFT_RUST_LOCK_FAST,
+                            via: via::PLAIN,
+                            disp_at: 0,
+                            ..operand
+                        };
+                        site.bytes = [0; 16];
+                        site.bytes[..instr.len()]
+                            .copy_from_slice(&code[offset..offset + instr.len()]);
+                        plan.sites.push(site);
+                        plan.locks += 1;
+                    }
+                }
+            }
+            // `xchg [m32], r32`, `cmp r32, 2`, `je T`.
+            if n == 3 && instr.mnemonic() == Mnemonic::Je {
+                let (swap, swap_at) = &window[0];
+                let (cmp, _) = &window[1];
+                let target = instr.near_branch_target();
+                if swap.mnemonic() == Mnemonic::Xchg
+                    && swap.memory_size().size() == 4
+                    && (0..2).any(|i| swap.op_kind(i) == OpKind::Memory)
+                    && cmp.mnemonic() == Mnemonic::Cmp
+                    && cmp.op1_kind() == OpKind::Immediate8to32
+                    && cmp.immediate(1) == 2
+                    && wakes_within(&file, target, &slow.wake_slots, &held.wake, slow.wake)
+                {
+                    let bytes = &code[*swap_at..*swap_at + swap.len()];
+                    let offsets = constant_offsets(bytes, swap.ip());
+                    if let Some(mut site) = site_of(swap, bytes, &offsets, &read_only, &mut info)
+                        .filter(|site| !is_std_static(site))
+                    {
+                        site.access = SOFT_RUST_UNLOCK;
+                        site.via = via::PLAIN;
+                        plan.sites.push(site);
+                        plan.unlocks += 1;
+                    }
+                }
+            }
+        }
+    }
+    plan.sites.sort_by_key(|s| s.ip);
+    plan.sites.dedup_by_key(|s| s.ip);
+    Ok(plan)
+}
+
+/// `sites` (discovered accesses, in address order) with the Rust mutex sites
+/// `locks` in place of any access site at the same instruction (an unlock's `xchg`
+/// is both), in address order.
+pub fn merge(sites: &mut Vec<SoftSite>, locks: &[SoftSite]) {
+    if locks.is_empty() {
+        return;
+    }
+    let taken: HashSet<u64> = locks.iter().map(|s| s.ip).collect();
+    sites.retain(|s| !taken.contains(&s.ip));
+    sites.extend_from_slice(locks);
+    sites.sort_by_key(|s| s.ip);
+}
+
+/// The link-time ranges of std's own statics (`std::…` data symbols).
+fn std_statics(file: &object::File<'_>) -> Vec<(u64, u64)> {
+    file.symbols()
+        .filter(|s| s.kind() == SymbolKind::Data && s.address() != 0)
+        .filter(|s| {
+            s.name().is_ok_and(|n| {
+                let demangled = ordo_trace::symbolize::demangle(n);
+                demangled.starts_with("std::") || demangled.starts_with("<std::")
+            })
+        })
+        .map(|s| (s.address(), s.address() + s.size().max(1)))
+        .collect()
+}
+
+/// Where the displacement and immediates of the instruction `bytes` (at `ip`) sit
+/// (a decoder reports them for the instruction it decoded last).
+fn constant_offsets(bytes: &[u8], ip: u64) -> iced_x86::ConstantOffsets {
+    let mut decoder = Decoder::with_ip(64, bytes, ip, DecoderOptions::NONE);
+    let instr = decoder.decode();
+    decoder.get_constant_offsets(&instr)
+}
+
+/// std's mutex slow paths and the GOT slots that hold them, if the binary has them.
+fn slow_paths(file: &object::File<'_>) -> Option<SlowPaths> {
+    let mut contended = None;
+    let mut wake = None;
+    for s in file.symbols() {
+        if s.kind() != SymbolKind::Text || s.address() == 0 {
+            continue;
+        }
+        let Ok(name) = s.name() else { continue };
+        if !name.contains("lock_contended") && !name.contains("wake") {
+            continue;
+        }
+        let demangled = ordo_trace::symbolize::demangle(name);
+        if is_mutex_fn(&demangled, "lock_contended") {
+            contended = Some((s.address(), s.size()));
+        } else if is_mutex_fn(&demangled, "wake") {
+            wake = Some(s.address());
+        }
+    }
+    let (contended, wake) = (contended?, wake?);
+    let mut contended_slots = HashSet::new();
+    let mut wake_slots = HashSet::new();
+    if let Some(relocations) = file.dynamic_relocations() {
+        for (slot, r) in relocations {
+            // R_X86_64_RELATIVE: the slot holds load bias + addend.
+            if r.target() != RelocationTarget::Absolute {
+                continue;
+            }
+            let addend = r.addend() as u64;
+            if addend == contended.0 {
+                contended_slots.insert(slot);
+            } else if addend == wake {
+                wake_slots.insert(slot);
+            }
+        }
+    }
+    Some(SlowPaths {
+        contended,
+        wake,
+        contended_slots,
+        wake_slots,
+    })
+}
+
+/// Registers a function loads a slow path's address into (from its GOT slot).
+struct Held {
+    contended: HashSet<Register>,
+    wake: HashSet<Register>,
+}
+
+/// The registers the code at `start` loads from one of `slots` (`mov r64,
+/// [rip+slot]`).
+fn registers_loaded_from(code: &[u8], start: u64, slots: &HashSet<u64>) -> HashSet<Register> {
+    let mut out = HashSet::new();
+    if slots.is_empty() {
+        return out;
+    }
+    let mut decoder = Decoder::with_ip(64, code, start, DecoderOptions::NONE);
+    let mut instr = Instruction::default();
+    while decoder.can_decode() {
+        decoder.decode_out(&mut instr);
+        if instr.mnemonic() == Mnemonic::Mov
+            && instr.op0_kind() == OpKind::Register
+            && instr.is_ip_rel_memory_operand()
+            && slots.contains(&instr.ip_rel_memory_address())
+        {
+            out.insert(instr.op0_register());
+        }
+    }
+    out
+}
+
+/// Whether an indirect call or jump goes to one of `slots` (through the slot, or
+/// a register of `loaded` the function filled from one).
+fn through_slot(instr: &Instruction, slots: &HashSet<u64>, loaded: &HashSet<Register>) -> bool {
+    (instr.is_ip_rel_memory_operand() && slots.contains(&instr.ip_rel_memory_address()))
+        || (instr.op0_kind() == OpKind::Register && loaded.contains(&instr.op0_register()))
+}
+
+/// Whether the code at `target` calls `function` (directly, or through one of
+/// `slots`) within [`BLOCK_REACH`] instructions, before any other change of flow.
+fn calls_within(
+    file: &object::File<'_>,
+    target: u64,
+    slots: &HashSet<u64>,
+    loaded: &HashSet<Register>,
+    function: u64,
+) -> bool {
+    let Some(code) = code_at(file, target, 64) else {
+        return false;
+    };
+    let mut decoder = Decoder::with_ip(64, code, target, DecoderOptions::NONE);
+    for _ in 0..BLOCK_REACH {
+        if !decoder.can_decode() {
+            return false;
+        }
+        let instr = decoder.decode();
+        match instr.flow_control() {
+            FlowControl::Next => continue,
+            FlowControl::Call => return instr.near_branch_target() == function,
+            FlowControl::IndirectCall => return through_slot(&instr, slots, loaded),
+            _ => return false,
+        }
+    }
+    false
+}
+
+/// Whether the code at `target` wakes a waiter of the lock within a few
+/// instructions: calls or tail-jumps to `wake` (directly or through one of
+/// `slots`), or makes the `futex` system call itself with `FUTEX_WAKE_PRIVATE`
+/// (`wake` inlined: `mov edi, 202` … `mov edx, 0x81` … `call syscall`).
+fn wakes_within(
+    file: &object::File<'_>,
+    target: u64,
+    slots: &HashSet<u64>,
+    loaded: &HashSet<Register>,
+    wake: u64,
+) -> bool {
+    const SYS_FUTEX: u64 = 202;
+    const FUTEX_WAKE_PRIVATE: u64 = 0x81;
+    let Some(code) = code_at(file, target, 96) else {
+        return false;
+    };
+    let mut decoder = Decoder::with_ip(64, code, target, DecoderOptions::NONE);
+    let (mut futex, mut wake_op) = (false, false);
+    for _ in 0..3 * BLOCK_REACH {
+        if !decoder.can_decode() {
+            return false;
+        }
+        let instr = decoder.decode();
+        if instr.mnemonic() == Mnemonic::Mov && instr.op1_kind() == OpKind::Immediate32 {
+            match (instr.op0_register(), instr.immediate(1)) {
+                (Register::EDI, SYS_FUTEX) => futex = true,
+                (Register::EDX, FUTEX_WAKE_PRIVATE) => wake_op = true,
+                _ => {}
+            }
+        }
+        let to_slot = through_slot(&instr, slots, loaded);
+        match instr.flow_control() {
+            FlowControl::Next => continue,
+            FlowControl::Call | FlowControl::UnconditionalBranch => {
+                return instr.near_branch_target() == wake;
+            }
+            // A call of `syscall`, or a tail jump to it.
+            FlowControl::IndirectCall | FlowControl::IndirectBranch => {
+                return to_slot || (futex && wake_op)
+            }
+            _ => return false,
+        }
+    }
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_release_build_gets_its_inlined_locks_unlocks_and_slow_return() {
+        let dir = tempfile::tempdir().unwrap();
+        let bin = dir.path().join("counter");
+        let status = std::process::Command::new("rustc")
+            .args(["-O", "-g", "--edition", "2021", "-o"])
+            .arg(&bin)
+            .arg(
+                Path::new(env!("CARGO_MANIFEST_DIR"))
+                    .join("../tests/programs/rust_locked_counter.rs"),
+            )
+            .status()
+            .expect("run rustc");
+        assert!(status.success());
+        let plan = plan_rust_locks(&bin).unwrap();
+        // The worker's and main's `LOCK.lock()`, their guards' drops.
+        assert!(plan.locks >= 2, "{plan:?}");
+        assert!(plan.unlocks >= 2, "{plan:?}");
+        let slow = plan
+            .sites
+            .iter()
+            .filter(|s| s.access == SOFT_RUST_LOCK_SLOW)
+            .count();
+        assert_eq!(slow, 1, "lock_contended returns once");
+        // A C program has none.
+        let c = dir.path().join("c");
+        std::fs::write(dir.path().join("c.c"), "int main(void) { return 0; }\n").unwrap();
+        let status = std::process::Command::new("cc")
+            .arg("-o")
+            .arg(&c)
+            .arg(dir.path().join("c.c"))
+            .status()
+            .unwrap();
+        assert!(status.success());
+        assert!(plan_rust_locks(&c).unwrap().sites.is_empty());
+    }
+
+    #[test]
+    fn the_mutex_slow_paths_are_named_by_either_mangling() {
+        assert!(is_mutex_fn(
+            "<std::sys::sync::mutex::futex::Mutex>::lock_contended",
+            "lock_contended"
+        ));
+        assert!(is_mutex_fn(
+            "std::sys::sync::mutex::futex::Mutex::wake",
+            "wake"
+        ));
+        assert!(!is_mutex_fn(
+            "<std::sys::sync::rwlock::futex::RwLock>::wake_writer_or_readers",
+            "wake"
+        ));
+    }
+}
