@@ -428,3 +428,60 @@ fn schedules_on_struct_fields_replay_as_the_analyzer_prints_them() {
         assert_eq!(json["schedule_held"], true, "{object}: {json}");
     }
 }
+
+/// Issue 25: the race schedules `ordo analyze` prints on variables watched in each
+/// name form `nm -C` and the field syntax give replay as printed: an anonymous
+/// namespace, a template's static member, a static in an operator, a static in a
+/// template function, a nested field, an array element.
+#[test]
+fn race_schedules_on_every_watch_form_replay_as_printed() {
+    if !have_root("race_schedules_on_every_watch_form_replay_as_printed") {
+        return;
+    }
+    let _registers = debug_registers();
+    let dir = scratch("watch_names_every_form");
+    let program = build_program("watch_names");
+    let trace = dir.join("unlocked.ordo");
+    let forms = [
+        "(anonymous namespace)::hits",
+        "ns::holder<int, 3>::value",
+        "ns::operator+(ns::V, ns::V)::calls",
+        "tally<int>()::count",
+        "cfg.inner.count",
+        "cfg.slots[2]",
+    ];
+    let watches: Vec<String> = forms.iter().map(|f| format!("--watch={f}")).collect();
+    let watches: Vec<&str> = watches.iter().map(String::as_str).collect();
+    let args = ["2", "20", "unlocked"];
+    record_watching(&trace, &watches, &program, &args);
+    let found = findings(&trace);
+    for form in forms {
+        let (_, schedule) = found
+            .iter()
+            .find(|(kind, s)| kind == "race" && s.contains(&format!("({form})#")))
+            .unwrap_or_else(|| panic!("no race schedule names `{form}`: {found:?}"));
+        let file = dir.join("race.sched");
+        std::fs::write(&file, schedule).unwrap();
+        let out = Command::new(ordo())
+            .args(["replay", "--json", "--schedule"])
+            .arg(&file)
+            .arg("--")
+            .arg(&program)
+            .args(args)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let json: Value =
+            serde_json::from_str(stdout.lines().last().unwrap_or("")).unwrap_or_else(|e| {
+                panic!(
+                    "{form}: no JSON ({e}): {}",
+                    String::from_utf8_lossy(&out.stderr)
+                )
+            });
+        assert!(
+            matches!(out.status.code(), Some(0 | 1)),
+            "{form}: refused: {json}\n{schedule}"
+        );
+        assert_eq!(json["schedule_held"], true, "{form}: {json}\n{schedule}");
+    }
+}

@@ -3,8 +3,9 @@
 // an operator, a static inside a template function (`tally<int>()::count`, no
 // return type in front, as `nm -C` prints it), struct fields (`cfg.inner.count`, `cfg.slots[2]`) and a field
 // reached through a global pointer that moves between two objects
-// (`current->users`). Each thread does ROUNDS rounds under one mutex.
-// Usage: watch_names [THREADS] [ROUNDS]   (defaults 2 and 100)
+// (`current->users`). Each thread does ROUNDS rounds under one mutex (or, with
+// `unlocked`, without it: every watched variable races).
+// Usage: watch_names [THREADS] [ROUNDS] [unlocked]   (defaults 2 and 100)
 #include <pthread.h>
 #include <cstdio>
 #include <cstdlib>
@@ -57,12 +58,13 @@ Node *volatile current = &first_node;
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static int rounds = 100;
+static bool unlocked;
 
 __attribute__((noinline)) void use_current() { current->users = current->users + 1; }
 
 static void *worker(void *) {
     for (int i = 0; i < rounds; i++) {
-        pthread_mutex_lock(&lock);
+        if (!unlocked) pthread_mutex_lock(&lock);
         hits = hits + 1;
         tally<int>();
         ns::holder<int, 3>::value = ns::holder<int, 3>::value + 1;
@@ -72,7 +74,7 @@ static void *worker(void *) {
         use_current();
         // Halfway through, the pointer moves to the other node.
         if (i == rounds / 2 - 1 && current == &first_node) current = &second_node;
-        pthread_mutex_unlock(&lock);
+        if (!unlocked) pthread_mutex_unlock(&lock);
     }
     return nullptr;
 }
@@ -80,6 +82,7 @@ static void *worker(void *) {
 int main(int argc, char **argv) {
     int nthreads = argc > 1 ? atoi(argv[1]) : 2;
     if (argc > 2) rounds = atoi(argv[2]);
+    unlocked = argc > 3 && argv[3][0] == 'u';
     if (nthreads < 1 || nthreads > 16) nthreads = 2;
     pthread_t threads[16];
     for (int t = 0; t < nthreads; t++) pthread_create(&threads[t], nullptr, worker, nullptr);
