@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #define WORKERS 8
 static volatile int stopping;
@@ -21,7 +22,7 @@ static void *worker(void *arg) {
 int main(void) {
     pthread_t t[WORKERS];
     for (int i = 0; i < WORKERS; i++) pthread_create(&t[i], NULL, worker, NULL);
-    for (volatile int work = 0; work < 200000; work++) {}
+    usleep(20000);   // main's own setup: the workers have long checked by now
     stopping = 1;
     for (int i = 0; i < WORKERS; i++) pthread_join(t[i], NULL);
     if (taken == 0) { fprintf(stderr, "no job taken\n"); abort(); }
