@@ -263,6 +263,31 @@ fn hunt_with_hardware_watchpoints_as_hints() {
     );
 }
 
+/// Issue 26: a lost update between two `std::sync::Mutex` sections of a release
+/// Rust binary — invisible to ordo before its inlined locks were recorded — is
+/// found with no hints and pinned: the replay gates the Rust locks at their
+/// inlined `cmpxchg`s. The correctly locked counter gives nothing.
+#[test]
+fn hunt_finds_and_pins_a_lost_update_between_rust_mutex_sections() {
+    if !have_root("hunt_finds_and_pins_a_lost_update_between_rust_mutex_sections") {
+        return;
+    }
+    let _registers = common::debug_registers();
+    let program = common::build_rust_program("rust_lost_update");
+    let dir = scratch("hunt_rust_lost_update");
+    let (code, json, _) = hunt(&["--budget", "30"], &dir, &program);
+    assert_pinned("rust_lost_update", code, &json, 19);
+    let schedule = std::fs::read_to_string(json["schedule"].as_str().unwrap()).unwrap();
+    assert!(
+        schedule.contains("mutex_lock(rust_lost_update::BALANCE)"),
+        "{schedule}"
+    );
+    let control = common::build_rust_program("rust_locked_counter");
+    let (code, json, _) = hunt(&["--budget", "15"], &scratch("hunt_rust_control"), &control);
+    assert_eq!(code, 0, "{json}");
+    assert_eq!(json["reproduced"], false, "{json}");
+}
+
 /// Hunts the lost update with a baseline `strategy` and seed 2. The first
 /// (unscheduled) run fails by itself now and then on a loaded machine (the first
 /// worker delayed past main's 5 ms of computing), which proves nothing about the

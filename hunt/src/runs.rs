@@ -140,9 +140,16 @@ pub fn run(options: &HuntOptions, number: u32, job: Job) -> Result<RunResult> {
                 )),
                 Job::Record { hold_exit: false } => {}
             }
-            let outcome = replay(&replay_options)
-                .with_context(|| format!("run {number} ({})", job.source()))?;
-            (outcome.verdict, outcome.reason)
+            match replay(&replay_options) {
+                Ok(outcome) => (outcome.verdict, outcome.reason),
+                // A candidate the replayer cannot plan (a point whose function name
+                // is longer than a plan holds, more events than it holds) is one
+                // candidate less, not the end of the hunt.
+                Err(e) if matches!(job, Job::Candidate(_)) => {
+                    (Verdict::Error, format!("not replayable: {e:#}"))
+                }
+                Err(e) => return Err(e.context(format!("run {number} ({})", job.source()))),
+            }
         }
     };
     // Baselines do not feed the queue; a reproduced run ends the hunt.

@@ -67,6 +67,27 @@ const RUNTIME_FUNCTIONS: &[&str] = &[
     "_dl_relocate_static_pie",
 ];
 
+/// Rust's runtime in a Rust executable (std is linked in): per-thread bookkeeping
+/// every thread does at its start and exit under std's own spin locks and atomics
+/// (the stack-overflow handler's thread registry, thread-locals' destructors, the
+/// current thread's handle, the exit path). Trapped, those atomics would order
+/// every thread's start after the previous one's exit in the recording — an order
+/// of the run, not of the program — and hide every reorder of the user's locks.
+/// No user code is inlined into them.
+const RUST_RUNTIME_PREFIXES: &[&str] = &[
+    "std::sys::pal::unix::stack_overflow::",
+    "<std::sys::pal::unix::stack_overflow::",
+    "std::sys::thread_local::",
+    "<std::sys::thread_local::",
+    "std::thread::current::",
+    "<std::thread::current::",
+    "std::sys::exit::",
+    "std::rt::",
+    "std::panicking::",
+    "<std::thread::Thread",
+    "<std::thread::id::ThreadId",
+];
+
 /// The discovered sites of one executable.
 #[derive(Clone, Debug, Default)]
 pub struct DiscoveryPlan {
@@ -114,6 +135,15 @@ pub fn plan_discovery(path: &Path) -> Result<DiscoveryPlan> {
     for (start, size, name) in &functions {
         if RUNTIME_FUNCTIONS.contains(&name.as_str()) {
             continue;
+        }
+        if name.starts_with("_ZN3std") || name.starts_with("_RN") || name.starts_with("_ZN") {
+            let demangled = ordo_trace::symbolize::demangle(name);
+            if RUST_RUNTIME_PREFIXES
+                .iter()
+                .any(|p| demangled.starts_with(p))
+            {
+                continue;
+            }
         }
         let Some(code) = code_at(&file, *start, *size) else {
             continue;

@@ -14,6 +14,8 @@
 //!   `lock_contended` within a few instructions: the `jne` is a
 //!   [`SOFT_RUST_LOCK_FAST`] site (the agent emulates it: not taken, the lock is
 //!   held and recorded there; taken, its address waits for the slow path);
+//! - the `lock cmpxchg` itself: [`SOFT_RUST_LOCK_GATE`], where a replay gates the
+//!   acquisition before it is tried (planted only when replaying);
 //! - every `ret` of `lock_contended`: [`SOFT_RUST_LOCK_SLOW`] (the lock is held);
 //! - `xchg r32, [m32]`, then `cmp r32, 2`, then `je T` where `T` calls `wake`:
 //!   the `xchg` is a [`SOFT_RUST_UNLOCK`] site (recorded before it releases).
@@ -31,7 +33,7 @@ use iced_x86::{
 };
 use object::{Object, ObjectSymbol, RelocationTarget, SymbolKind};
 use ordo_probe_common::inproc::{
-    SoftSite, SOFT_RUST_LOCK_FAST, SOFT_RUST_LOCK_SLOW, SOFT_RUST_UNLOCK,
+    SoftSite, SOFT_RUST_LOCK_FAST, SOFT_RUST_LOCK_GATE, SOFT_RUST_LOCK_SLOW, SOFT_RUST_UNLOCK,
 };
 use ordo_probe_common::{reg, via};
 
@@ -168,6 +170,12 @@ pub fn plan_rust_locks(path: &Path) -> Result<RustLockPlan> {
                         if is_std_static(&operand) {
                             continue;
                         }
+                        // The `cmpxchg` itself: where a replay gates the attempt.
+                        plan.sites.push(SoftSite {
+                            access: SOFT_RUST_LOCK_GATE,
+                            via: via::PLAIN,
+                            ..operand
+                        });
                         let mut site = SoftSite {
                             ip: instr.ip(),
                             len: instr.len() as u8,

@@ -372,10 +372,9 @@ pub fn replay(options: &ReplayOptions) -> Result<ReplayOutcome> {
     // The plan's software gates (points past a thread's debug registers) join them.
     let mut soft_sites: Vec<SoftSite> = match (&options.record, &options.discover) {
         (Some(_), Some(sites)) => sites.to_vec(),
-        // A Rust program's std mutexes are recorded at software breakpoints even
-        // without discovery (whose plan has them).
-        (Some(_), None) => ordo_recorder::rust_locks::plan_rust_locks(&path)?.sites,
-        _ => Vec::new(),
+        // A Rust program's std mutexes are gated (and recorded) at software
+        // breakpoints even without discovery (whose plan has them).
+        _ => ordo_recorder::rust_locks::plan_rust_locks(&path)?.sites,
     };
     let discovering = options.record.is_some() && options.discover.is_some();
     for gate in &plan.soft {

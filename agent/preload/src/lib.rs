@@ -251,7 +251,7 @@ unsafe extern "C" fn agent_init() {
     }
     if let Some(fd) = soft_fd {
         // SAFETY: once, at start-up, with the descriptor the recorder passed.
-        unsafe { soft::start(fd) };
+        unsafe { soft::start(fd, replay_fd.is_some()) };
     }
     if let Some(fd) = replay_fd {
         // SAFETY: once, at start-up, before any other thread runs.

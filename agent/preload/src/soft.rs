@@ -37,8 +37,8 @@ use std::ptr::null_mut;
 use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering::*};
 
 use crate::probe_common::inproc::{
-    SoftHeader, SoftSite, SOFT_MAGIC, SOFT_NO_GATE, SOFT_RUST_LOCK_FAST, SOFT_RUST_LOCK_SLOW,
-    SOFT_RUST_UNLOCK, SOFT_VERSION,
+    SoftHeader, SoftSite, SOFT_MAGIC, SOFT_NO_GATE, SOFT_RUST_LOCK_FAST, SOFT_RUST_LOCK_GATE,
+    SOFT_RUST_LOCK_SLOW, SOFT_RUST_UNLOCK, SOFT_VERSION,
 };
 use crate::probe_common::{kind, reg, via};
 use crate::trap::{greg, GREG_OF_REG, GREG_RIP};
@@ -82,6 +82,9 @@ thread_local! {
     /// The Rust mutex this thread's inlined fast path failed to take, which
     /// `lock_contended` is taking ([`SOFT_RUST_LOCK_SLOW`]).
     static CONTENDED: Cell<u64> = const { Cell::new(0) };
+    /// Replaying: the gate this thread passed at a Rust mutex's `cmpxchg`, told
+    /// when the acquisition happened (at the branch, or the slow path's return).
+    static GATED: Cell<Option<crate::gate::Caller>> = const { Cell::new(None) };
 }
 
 /// `gregs` index of `rsp` in a `ucontext_t`.
@@ -95,7 +98,7 @@ const EFLAGS_ZF: i64 = 1 << 6;
 fn is_rust_lock(s: &SoftSite) -> bool {
     matches!(
         s.access,
-        SOFT_RUST_LOCK_FAST | SOFT_RUST_LOCK_SLOW | SOFT_RUST_UNLOCK
+        SOFT_RUST_LOCK_FAST | SOFT_RUST_LOCK_SLOW | SOFT_RUST_UNLOCK | SOFT_RUST_LOCK_GATE
     )
 }
 
@@ -109,6 +112,18 @@ fn is_rust_lock(s: &SoftSite) -> bool {
 unsafe fn rust_lock(t: &Table, s: &SoftSite, i: usize, ip: u64, ctx: *mut c_void) {
     let recording = crate::record::on();
     match s.access {
+        SOFT_RUST_LOCK_GATE => {
+            // Replaying: held here, before the attempt, like `pthread_mutex_lock`
+            // before the real call; then the `cmpxchg` runs out of line.
+            if let Some(c) = crate::gate::enter() {
+                // SAFETY: the trap's context (the caller's contract).
+                let addr = unsafe { effective_address(s, t.bias, ctx) };
+                c.gate(kind::MUTEX_LOCK, addr, crate::gate::GateObject::Addr);
+                GATED.with(|g| g.set(Some(c)));
+            }
+            // SAFETY: as above.
+            unsafe { *greg(ctx, GREG_RIP) = t.xol.add(i * SLOT) as i64 };
+        }
         SOFT_RUST_LOCK_FAST => {
             // The flags and registers are the `lock cmpxchg`'s, just before: ZF set
             // is success. A RIP-relative operand's link-time target is in `disp`.
@@ -125,6 +140,9 @@ unsafe fn rust_lock(t: &Table, s: &SoftSite, i: usize, ip: u64, ctx: *mut c_void
                 if recording {
                     let seq = crate::record::next_seq_held(addr);
                     crate::record::emit(kind::MUTEX_LOCK, via::PLAIN, addr, ip, seq, 0, 0);
+                }
+                if let Some(c) = GATED.with(|g| g.take()) {
+                    c.happened(kind::MUTEX_LOCK, addr, None);
                 }
                 next
             } else {
@@ -147,6 +165,9 @@ unsafe fn rust_lock(t: &Table, s: &SoftSite, i: usize, ip: u64, ctx: *mut c_void
                 // The site is the caller's: where its slow path returns.
                 crate::record::emit(kind::MUTEX_LOCK, via::PLAIN, addr, ret, seq, 0, 0);
             }
+            if let Some(c) = GATED.with(|g| g.take()) {
+                c.happened(kind::MUTEX_LOCK, addr, None);
+            }
             // SAFETY: as above: the emulated `ret`.
             unsafe {
                 *greg(ctx, GREG_RSP) = rsp.wrapping_add(8) as i64;
@@ -154,13 +175,22 @@ unsafe fn rust_lock(t: &Table, s: &SoftSite, i: usize, ip: u64, ctx: *mut c_void
             }
         }
         _ => {
-            // SOFT_RUST_UNLOCK: recorded while still held, then released by the
-            // `xchg`'s copy.
+            // SOFT_RUST_UNLOCK: gated and recorded while still held, then
+            // released by the `xchg`'s copy.
+            // SAFETY: as above.
+            let addr = unsafe { effective_address(s, t.bias, ctx) };
+            let caller = crate::gate::enter();
+            if let Some(c) = caller {
+                c.gate(kind::MUTEX_UNLOCK, addr, crate::gate::GateObject::Addr);
+            }
             if recording {
-                // SAFETY: as above.
-                let addr = unsafe { effective_address(s, t.bias, ctx) };
                 let seq = crate::record::next_seq_held(addr);
                 crate::record::emit(kind::MUTEX_UNLOCK, via::PLAIN, addr, ip, seq, 0, 0);
+            }
+            if let Some(c) = caller {
+                // Told a moment before the `xchg` runs: a thread it lets go tries
+                // the lock, finds it still held and waits in the slow path.
+                c.happened(kind::MUTEX_UNLOCK, addr, None);
             }
             // SAFETY: as above.
             unsafe { *greg(ctx, GREG_RIP) = t.xol.add(i * SLOT) as i64 };
@@ -176,12 +206,13 @@ fn branch_displacement(s: &SoftSite) -> i64 {
     }
 }
 
-/// Reads the table from descriptor `fd` (closing it) and plants the breakpoints.
+/// Reads the table from descriptor `fd` (closing it) and plants the breakpoints
+/// (the Rust mutex gates only when `replaying`).
 ///
 /// # Safety
 /// Once, at start-up, on the only thread, with the descriptor the recorder passed
 /// (negative: nothing to do).
-pub(crate) unsafe fn start(fd: c_int) {
+pub(crate) unsafe fn start(fd: c_int, replaying: bool) {
     if fd < 0 {
         return;
     }
@@ -271,6 +302,10 @@ pub(crate) unsafe fn start(fd: c_int) {
     // doc), then the `int3`.
     let mut page_done = 0u64;
     for s in list {
+        if s.access == SOFT_RUST_LOCK_GATE && !replaying {
+            // Only a replay gates: a recording spares the trap.
+            continue;
+        }
         let ip = bias + s.ip;
         let page = ip & !(PAGE as u64 - 1);
         let last = (ip + s.len as u64 - 1) & !(PAGE as u64 - 1);

@@ -905,6 +905,10 @@ pub mod inproc {
     /// (the inlined unlock; the operand fields are its memory operand): the release
     /// is recorded before it runs out of line. Never removed.
     pub const SOFT_RUST_UNLOCK: u8 = 0xf2;
+    /// [`SoftSite::access`]: the `lock cmpxchg` of a Rust mutex's inlined fast
+    /// path, where a replay gates the acquisition before it is tried (planted only
+    /// when replaying; the instruction runs out of line). Never removed.
+    pub const SOFT_RUST_LOCK_GATE: u8 = 0xf3;
 
     const _: () = assert!(core::mem::size_of::<SoftSite>() == 48);
     const _: () = assert!(core::mem::size_of::<SoftHeader>() == 24);
