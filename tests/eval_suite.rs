@@ -47,12 +47,21 @@ fn compile(program: &Value) -> PathBuf {
     let out = out_dir.join(name);
     let tmp = out_dir.join(format!(".{name}.{}", std::process::id()));
     let src = eval_dir().join(program["source"].as_str().unwrap());
-    let result = Command::new("cc")
-        .args(["-O1", "-g", "-pthread", "-Wall", "-Wextra", "-Werror", "-o"])
-        .arg(&tmp)
-        .arg(&src)
-        .output()
-        .expect("run the C compiler");
+    let result = if src.extension().is_some_and(|e| e == "rs") {
+        Command::new("rustc")
+            .args(["-O", "-g", "--edition", "2021", "-D", "warnings", "-o"])
+            .arg(&tmp)
+            .arg(&src)
+            .output()
+            .expect("run rustc")
+    } else {
+        Command::new("cc")
+            .args(["-O1", "-g", "-pthread", "-Wall", "-Wextra", "-Werror", "-o"])
+            .arg(&tmp)
+            .arg(&src)
+            .output()
+            .expect("run the C compiler")
+    };
     assert!(
         result.status.success(),
         "{} does not build:\n{}",
