@@ -173,7 +173,8 @@ pub fn dump_json(trace: &Path) -> Vec<serde_json::Value> {
         .collect()
 }
 
-/// Compiles `tests/programs/NAME.rs` with rustc (optimized, debug info).
+/// Compiles `tests/programs/NAME.rs` (or, for a name of the evaluation suite,
+/// `tests/eval/NAME.rs`) with rustc (optimized, debug info).
 pub fn build_rust_program(name: &str) -> PathBuf {
     built_once(&format!("{name}.rs"), |key| {
         compile_rust_program(key.trim_end_matches(".rs"))
@@ -181,9 +182,12 @@ pub fn build_rust_program(name: &str) -> PathBuf {
 }
 
 fn compile_rust_program(name: &str) -> PathBuf {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/programs")
-        .join(format!("{name}.rs"));
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let src = [root.join("tests/programs"), root.join("tests/eval")]
+        .into_iter()
+        .map(|dir| dir.join(format!("{name}.rs")))
+        .find(|path| path.exists())
+        .unwrap_or_else(|| panic!("no tests/programs/{name}.rs or tests/eval/{name}.rs"));
     let out_dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("programs");
     std::fs::create_dir_all(&out_dir).unwrap();
     let out = out_dir.join(name);
