@@ -182,15 +182,19 @@ fn a_full_disk_stops_the_writing_not_the_program(probes: &str) {
     drop(disk);
 }
 
-/// `/proc/sys/kernel/pid_max` lowered while the value lives, restored after.
-struct LowPidMax(String);
+/// `/proc/sys/kernel/pid_max` lowered while the value lives, restored after. One
+/// at a time: the test's variants run side by side, and one restoring the value
+/// while the other churns threads left that one without a reused tid.
+struct LowPidMax(String, std::sync::MutexGuard<'static, ()>);
 
 impl LowPidMax {
     fn set(max: u32) -> LowPidMax {
+        static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        let turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
         let path = "/proc/sys/kernel/pid_max";
         let before = std::fs::read_to_string(path).unwrap();
         std::fs::write(path, max.to_string()).unwrap();
-        LowPidMax(before)
+        LowPidMax(before, turn)
     }
 }
 
