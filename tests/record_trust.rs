@@ -185,7 +185,10 @@ fn a_full_disk_stops_the_writing_not_the_program(probes: &str) {
 /// `/proc/sys/kernel/pid_max` lowered while the value lives, restored after. One
 /// at a time: the test's variants run side by side, and one restoring the value
 /// while the other churns threads left that one without a reused tid.
-struct LowPidMax(String, std::sync::MutexGuard<'static, ()>);
+struct LowPidMax {
+    before: String,
+    _turn: std::sync::MutexGuard<'static, ()>,
+}
 
 impl LowPidMax {
     fn set(max: u32) -> LowPidMax {
@@ -194,13 +197,16 @@ impl LowPidMax {
         let path = "/proc/sys/kernel/pid_max";
         let before = std::fs::read_to_string(path).unwrap();
         std::fs::write(path, max.to_string()).unwrap();
-        LowPidMax(before, turn)
+        LowPidMax {
+            before,
+            _turn: turn,
+        }
     }
 }
 
 impl Drop for LowPidMax {
     fn drop(&mut self) {
-        let _ = std::fs::write("/proc/sys/kernel/pid_max", self.0.trim());
+        let _ = std::fs::write("/proc/sys/kernel/pid_max", self.before.trim());
     }
 }
 
