@@ -579,6 +579,19 @@ mod tests {
     /// A discovered access of thread `t` (its own clock `own`, knowing nothing of
     /// the others) to location `obj` at instruction `site`, `index` in the run.
     fn access(set: &mut Interleavings, t: u32, kind: Kind, obj: ObjId, site: u64, index: u64) {
+        access_holding(set, t, kind, obj, site, index, None);
+    }
+
+    /// [`access`] made while holding the lock whose acquisition is `held`.
+    fn access_holding(
+        set: &mut Interleavings,
+        t: u32,
+        kind: Kind,
+        obj: ObjId,
+        site: u64,
+        index: u64,
+        held: Option<EventId>,
+    ) {
         let ev = EventId {
             thread: t,
             kind,
@@ -597,7 +610,7 @@ mod tests {
             thread: t,
             clock: own,
         };
-        set.access(ev, false, epoch, &vc, std::iter::empty());
+        set.access(ev, false, epoch, &vc, held.into_iter());
     }
 
     #[test]
@@ -653,25 +666,8 @@ mod tests {
             (1, Kind::Read, 0x18, 2),
             (2, Kind::Write, 0x20, 3),
         ] {
-            let ev = EventId {
-                thread: t,
-                kind,
-                obj: 7,
-                occurrence: 1,
-                nth: 0,
-                site,
-                ts: index,
-                index,
-                after_point: false,
-                point: true,
-            };
-            let vc = VectorClock::for_slot(t, index as u32 + 1);
-            let epoch = Epoch {
-                thread: t,
-                clock: index as u32 + 1,
-            };
             let held = EventId { thread: t, ..lock };
-            set.access(ev, false, epoch, &vc, std::iter::once(held));
+            access_holding(&mut set, t, kind, 7, site, index, Some(held));
         }
         let (locations, proposals) = set.finish();
         assert_eq!(locations[0].common_locks, vec![99]);
