@@ -158,6 +158,27 @@ fn asan_build_with_an_empty_schedule_passes() {
     assert_eq!(json["sanitizer"]["kind"], "heap-use-after-free", "{json}");
 }
 
+/// A sanitizer's background thread is told apart by its mask (every signal
+/// blocked); a program thread with the same mask that the agent knows (here a
+/// worker computing while main joins it) is not left out, so the run is not taken
+/// for "every thread blocked".
+#[test]
+fn a_program_thread_with_every_signal_blocked_is_not_a_sanitizer_thread() {
+    let dir = scratch("verdicts_masked_worker");
+    let empty = schedule_text(&dir, "empty.sched", "# nothing to enforce\n");
+    for cc in ["gcc", "clang"] {
+        let bin = build_program_variant(
+            "replay_masked_worker",
+            &format!("{cc}-asan"),
+            cc,
+            &["-fsanitize=address"],
+        );
+        let (code, json, stderr) = replay_json(&[], &empty, &[path_str(&bin)], &[]);
+        assert_eq!(json["verdict"], "passed", "{cc}: {json}\n{stderr}");
+        assert_eq!(code, 0, "{cc}: {json}");
+    }
+}
+
 #[test]
 fn asan_build_records_on_both_paths() {
     if !common::have_root("asan_build_records_on_both_paths") {

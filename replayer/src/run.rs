@@ -750,7 +750,11 @@ fn watch(
             .filter(|t| !matches!(t.kernel_state, b'Z' | b'X'))
             .collect();
         let asleep = |t: &&ThreadView| matches!(t.kernel_state, b'S' | b'D');
+        // A thread being created has no slot yet and may not even be scheduled: the
+        // threads the driver sees waiting may be waiting for it.
+        let starting = memory.get().pending_starts.load(Ordering::Acquire) != 0;
         let stuck = !live.is_empty()
+            && !starting
             && live.iter().all(|t| {
                 asleep(t)
                     && (t.agent_state == shm::STATE_HELD || t.agent_state == shm::STATE_BLOCKED)
@@ -927,7 +931,9 @@ fn snapshot(pid: u32, memory: &SharedMemory, sanitized: bool) -> Vec<ThreadView>
         let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
             continue;
         };
-        if sanitized && is_runtime_thread(&entry.path()) {
+        // A program thread the agent knows is never the runtime's, even inside a
+        // call that blocks every signal (glibc's `pthread_create` does).
+        if sanitized && !slots.contains_key(&tid) && is_runtime_thread(&entry.path()) {
             continue;
         }
         // The state follows the command name, which is in parentheses and may hold any byte.

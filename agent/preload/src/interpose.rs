@@ -25,7 +25,7 @@ use std::ffi::{c_char, c_int, c_long, c_void};
 use std::ptr::null_mut;
 use std::sync::atomic::{AtomicUsize, Ordering::*};
 
-use crate::gate::{enter, thread_begin, thread_end, Caller, GateObject, ME, NONE};
+use crate::gate::{enter, shared, thread_begin, thread_end, Caller, GateObject, ME, NONE};
 use crate::probe_common::inproc::futex_extra;
 use crate::probe_common::via;
 use crate::record;
@@ -701,6 +701,8 @@ unsafe extern "C-unwind" fn start_thread(p: P) -> P {
     // SAFETY: as above; not used after.
     unsafe { free(p) };
     thread_begin(args.depth, args.path);
+    // After its slot is taken: the driver sees it from now on.
+    shared().pending_starts.fetch_sub(1, AcqRel);
     // SAFETY: the program's start routine with its argument, as the real
     // pthread_create would have called it.
     let result = unsafe { (args.routine)(args.arg) };
@@ -788,6 +790,7 @@ unsafe fn gated_create(
     // the program's start routine runs: the parent goes on meanwhile.
     c.gate(kind::THREAD_CREATE, 0, GateObject::Any);
     let stamp = c.stamp_before(kind::THREAD_CREATE);
+    shared().pending_starts.fetch_add(1, AcqRel);
     // SAFETY: the caller's arguments but the routine: `start_thread`, with the block
     // that runs the program's routine with its argument.
     let r = unsafe { real(th, attr, start_thread, block.cast()) };
@@ -795,6 +798,7 @@ unsafe fn gated_create(
     if r == 0 {
         ME.with(|me| me.children.set(n));
     } else {
+        shared().pending_starts.fetch_sub(1, AcqRel);
         // SAFETY: no thread was created to take the block: it is still ours.
         unsafe { free(block.cast()) };
     }

@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64};
 /// "ORDO_REP".
 pub const MAGIC: u64 = 0x4f52_444f_5f52_4550;
 /// Bumped whenever the layout changes.
-pub const VERSION: u32 = 4;
+pub const VERSION: u32 = 5;
 
 /// Named events a plan can hold (`*` successors included).
 pub const MAX_EVENTS: usize = 8192;
@@ -287,6 +287,12 @@ pub struct Shared {
     pub traps: AtomicU64,
     /// Access sites of the variables and program points the schedule names.
     pub sites: [PlanAccessSite; MAX_ACCESS_SITES],
+    /// Threads `pthread_create` is making that have not yet begun (agent): counted
+    /// before the real call, uncounted when the child enters the agent's start
+    /// routine or the call fails. While one is pending the run is not stuck, even
+    /// when every thread the driver can see is blocked: a new thread starts with
+    /// every signal blocked and no slot, and may not have been scheduled yet.
+    pub pending_starts: AtomicU32,
 }
 
 /// Environment variable carrying the shared memory's file descriptor to the agent.
