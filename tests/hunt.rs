@@ -288,6 +288,48 @@ fn hunt_finds_and_pins_a_lost_update_between_rust_mutex_sections() {
     assert_eq!(json["reproduced"], false, "{json}");
 }
 
+/// With no hints, the hunt finds and pins a lost wakeup on a Rust
+/// `std::sync::Condvar` (its notify before the wait) and a lock-order deadlock
+/// between two Rust `Mutex`es; their corrected versions give nothing.
+#[test]
+fn hunt_finds_and_pins_rust_condvar_and_deadlock_bugs() {
+    if !have_root("hunt_finds_and_pins_rust_condvar_and_deadlock_bugs") {
+        return;
+    }
+    let _registers = common::debug_registers();
+    for (bug, object) in [
+        ("rust_lost_wakeup", "rust_lost_wakeup::START"),
+        ("rust_deadlock", "rust_deadlock::"),
+    ] {
+        let program = common::build_rust_program(bug);
+        let (code, json, _) = hunt(
+            &["--budget", "30"],
+            &scratch(&format!("hunt_{bug}")),
+            &program,
+        );
+        assert_pinned(bug, code, &json, 19);
+        assert!(
+            json["reason"]
+                .as_str()
+                .unwrap_or("")
+                .starts_with("deadlock"),
+            "{bug}: {json}"
+        );
+        let schedule = std::fs::read_to_string(json["schedule"].as_str().unwrap()).unwrap();
+        assert!(schedule.contains(object), "{bug}: {schedule}");
+    }
+    for control in ["ctl_rust_cond_while", "ctl_rust_lock_order"] {
+        let program = common::build_rust_program(control);
+        let (code, json, _) = hunt(
+            &["--budget", "15"],
+            &scratch(&format!("hunt_{control}")),
+            &program,
+        );
+        assert_eq!(code, 0, "{control}: {json}");
+        assert_eq!(json["reproduced"], false, "{control}: {json}");
+    }
+}
+
 /// Hunts the lost update with a baseline `strategy` and seed 2. The first
 /// (unscheduled) run fails by itself now and then on a loaded machine (the first
 /// worker delayed past main's 5 ms of computing), which proves nothing about the

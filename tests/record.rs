@@ -20,6 +20,7 @@ on_every_path!(
     barrier_rounds,
     cxx_std_mutex_is_seen_through_pthread,
     rust_std_mutex_contention_shows_as_futex_events,
+    rust_std_condvar_waits_and_notifies_are_condvar_events,
     interrupted_recordings_are_readable,
 );
 on_both_paths!(
@@ -577,6 +578,104 @@ fn rust_std_mutex_contention_shows_as_futex_events(probes: &str) {
         .map(|e| e["thread"].as_str().unwrap())
         .collect();
     assert!(threads.contains("1") && threads.contains("4"));
+}
+
+/// Rust's `std::sync::Condvar` (futex-based, no pthread call): in process, every
+/// `wait` is a `cond_wait_begin` and a `cond_wait` naming its mutex, with the
+/// mutex's release and reacquisition inside it recorded as a `pthread_cond_wait`'s
+/// (via `cond_wait`), every `notify_one`/`notify_all` a `cond_signal`/
+/// `cond_broadcast` — exactly as many as the program made — and the mutex's
+/// events, those included, give one holder at a time in its own order. With eBPF
+/// alone none of it shows.
+fn rust_std_condvar_waits_and_notifies_are_condvar_events(probes: &str) {
+    if !have_root(&format!(
+        "rust_std_condvar_waits_and_notifies_are_condvar_events ({probes})"
+    )) {
+        return;
+    }
+    let dir = scratch(&format!("rust-condvar-{probes}"));
+    let program = build_rust_program("record_rust_condvar");
+    let trace = dir.join("t.ordo");
+    let out = record_probes(probes, &trace, &program, &[]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let waits: usize = printed(&out.stdout, "waits").parse().unwrap();
+    let events = dump_json(&trace);
+    let of = |kind: &str| -> Vec<&Value> { events.iter().filter(|e| e["kind"] == kind).collect() };
+    if probes == "ebpf" {
+        for kind in [
+            "cond_wait_begin",
+            "cond_wait",
+            "cond_signal",
+            "cond_broadcast",
+        ] {
+            assert_eq!(of(kind).len(), 0, "{kind}");
+        }
+        return;
+    }
+    let (signals, broadcasts) = (of("cond_signal"), of("cond_broadcast"));
+    assert_eq!((signals.len(), broadcasts.len()), (2000, 1));
+    let cv = signals[0]["addr"].clone();
+    assert!(signals.iter().chain(&broadcasts).all(|e| e["addr"] == cv));
+    let (begins, ends) = (of("cond_wait_begin"), of("cond_wait"));
+    assert_eq!((begins.len(), ends.len()), (waits, waits));
+    assert!(waits > 0, "the consumers never waited");
+    // Each wait names the condvar and its mutex, and each thread's waits end in
+    // the order they began.
+    let m = begins[0]["mutex"].clone();
+    assert!(m.is_string(), "{}", begins[0]);
+    assert!(begins
+        .iter()
+        .chain(&ends)
+        .all(|e| e["addr"] == cv && e["mutex"] == m));
+    for t in ["1", "2"] {
+        let mine: Vec<&str> = events
+            .iter()
+            .filter(|e| e["thread"] == t)
+            .filter_map(|e| match e["kind"].as_str() {
+                Some(k @ ("cond_wait_begin" | "cond_wait")) => Some(k),
+                _ => None,
+            })
+            .collect();
+        assert!(
+            mine.chunks(2)
+                .all(|p| p == ["cond_wait_begin", "cond_wait"]),
+            "thread {t}: {mine:?}"
+        );
+    }
+    let mut on_m: Vec<&Value> = events
+        .iter()
+        .filter(|e| {
+            matches!(e["kind"].as_str(), Some("mutex_lock" | "mutex_unlock")) && e["addr"] == m
+        })
+        .collect();
+    let in_waits = on_m.iter().filter(|e| e["via"] == "cond_wait").count();
+    assert_eq!(in_waits, 2 * waits);
+    on_m.sort_by_key(|e| e["seq"].as_u64().unwrap());
+    let mut holder: Option<&Value> = None;
+    for e in on_m {
+        if e["kind"] == "mutex_lock" {
+            assert!(holder.replace(&e["thread"]).is_none(), "two holders at {e}");
+        } else {
+            assert_eq!(
+                holder.take(),
+                Some(&e["thread"]),
+                "unlock by a non-holder: {e}"
+            );
+        }
+    }
+    // Named at the program's own lines.
+    assert!(
+        begins[0]["site"]
+            .as_str()
+            .unwrap()
+            .contains("record_rust_condvar.rs:"),
+        "{}",
+        begins[0]
+    );
 }
 
 /// Where the per-syscall tracepoints cannot be attached, the raw `sys_enter`/

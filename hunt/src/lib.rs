@@ -423,9 +423,15 @@ pub fn hunt(options: &HuntOptions, progress: &mut dyn FnMut(&Status)) -> Result<
             }
             if let Some(better) = hunter.search_better_pin(f, reproduced)? {
                 reproduced = better;
+                if reproduced < pinned_threshold(options.confirm_runs) {
+                    // The better pin is another run's: its own accesses may hold it.
+                    if let Some(better) = hunter.strengthen_with_accesses(f, reproduced)? {
+                        reproduced = better;
+                    }
+                }
             }
         }
-        if 2 * reproduced < options.confirm_runs && matches!(f.source, "predict") {
+        if reproduced < pinned_threshold(options.confirm_runs) && matches!(f.source, "predict") {
             // The candidate's orderings were not all that made the run fail (it
             // failed by luck of the timing the schedule left free): the order the
             // failing run's recording shows may hold it better.

@@ -88,6 +88,18 @@ const RUST_RUNTIME_PREFIXES: &[&str] = &[
     "<std::thread::id::ThreadId",
 ];
 
+/// Parts of a Rust function's name that put it in std's runtime wherever they
+/// appear: std's platform layer (its futex mutex, condvar, rwlock, once, thread
+/// and stack-overflow code) and the generic code instantiated for its types (a
+/// `BTreeMap` of the stack-overflow handler's). The condvar's public functions
+/// are recorded as condvar events (`rust_locks`); their futex word's atomics are
+/// that, again.
+const RUST_RUNTIME_PARTS: &[&str] = &[
+    "std::sys::",
+    "std::sync::poison::condvar::",
+    "std::sync::nonpoison::condvar::",
+];
+
 /// The discovered sites of one executable.
 #[derive(Clone, Debug, Default)]
 pub struct DiscoveryPlan {
@@ -136,11 +148,12 @@ pub fn plan_discovery(path: &Path) -> Result<DiscoveryPlan> {
         if RUNTIME_FUNCTIONS.contains(&name.as_str()) {
             continue;
         }
-        if name.starts_with("_ZN3std") || name.starts_with("_RN") || name.starts_with("_ZN") {
+        if name.starts_with("_R") || name.starts_with("_ZN") {
             let demangled = ordo_trace::symbolize::demangle(name);
             if RUST_RUNTIME_PREFIXES
                 .iter()
                 .any(|p| demangled.starts_with(p))
+                || RUST_RUNTIME_PARTS.iter().any(|p| demangled.contains(p))
             {
                 continue;
             }

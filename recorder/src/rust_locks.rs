@@ -11,9 +11,10 @@
 //! their slots by the relocations, then decodes every function (iced-x86) for:
 //!
 //! - `lock cmpxchg r32, [m32]` followed by `jne T`, where the code at `T` calls
-//!   `lock_contended` within a few instructions: the `jne` is a
-//!   [`SOFT_RUST_LOCK_FAST`] site (the agent emulates it: not taken, the lock is
-//!   held and recorded there; taken, its address waits for the slow path);
+//!   `lock_contended` within a few instructions (or one `jmp` away), or by `je S`
+//!   where the code falling through does: the branch is a
+//!   [`SOFT_RUST_LOCK_FAST`] site (the agent emulates it: on success the lock is
+//!   held and recorded there; on failure its address waits for the slow path);
 //! - the `lock cmpxchg` itself: [`SOFT_RUST_LOCK_GATE`], where a replay gates the
 //!   acquisition before it is tried (planted only when replaying);
 //! - every `ret` of `lock_contended`: [`SOFT_RUST_LOCK_SLOW`] (the lock is held);
@@ -33,7 +34,9 @@ use iced_x86::{
 };
 use object::{Object, ObjectSymbol, RelocationTarget, SymbolKind};
 use ordo_probe_common::inproc::{
-    SoftSite, SOFT_RUST_LOCK_FAST, SOFT_RUST_LOCK_GATE, SOFT_RUST_LOCK_SLOW, SOFT_RUST_UNLOCK,
+    SoftSite, SOFT_RUST_COND_BROADCAST, SOFT_RUST_COND_SIGNAL, SOFT_RUST_COND_WAIT,
+    SOFT_RUST_COND_WAIT_TIMED, SOFT_RUST_LOCK_FAST, SOFT_RUST_LOCK_GATE, SOFT_RUST_LOCK_SLOW,
+    SOFT_RUST_UNLOCK,
 };
 use ordo_probe_common::{reg, via};
 
@@ -51,6 +54,10 @@ pub struct RustLockPlan {
     pub locks: usize,
     /// Inlined releases found.
     pub unlocks: usize,
+    /// Condvar functions found (waits and notifies).
+    pub condvars: usize,
+    /// A Rust binary without its symbol table: none of the above can be found.
+    pub stripped_rust: bool,
 }
 
 /// The slow paths of std's futex mutex in one binary.
@@ -81,7 +88,10 @@ pub fn plan_rust_locks(path: &Path) -> Result<RustLockPlan> {
     let file = object::File::parse(data.as_slice())
         .map_err(|e| anyhow!("{}: not an ELF file: {e}", path.display()))?;
     let Some(slow) = slow_paths(&file) else {
-        return Ok(RustLockPlan::default());
+        return Ok(RustLockPlan {
+            stripped_rust: is_stripped_rust(&file),
+            ..RustLockPlan::default()
+        });
     };
     let read_only = read_only_ranges(&file);
     let std_statics = std_statics(&file);
@@ -143,10 +153,15 @@ pub fn plan_rust_locks(path: &Path) -> Result<RustLockPlan> {
                 window.remove(0);
             }
             let n = window.len();
-            // `lock cmpxchg [m32], r32` then `jne T`.
-            if n >= 2 && instr.mnemonic() == Mnemonic::Jne {
+            // `lock cmpxchg [m32], r32` then `jne T` (T the slow path), or `je S`
+            // falling through to it (S the critical section).
+            if n >= 2 && matches!(instr.mnemonic(), Mnemonic::Jne | Mnemonic::Je) {
                 let (cas, cas_at) = &window[n - 2];
-                let target = instr.near_branch_target();
+                let target = if instr.mnemonic() == Mnemonic::Jne {
+                    instr.near_branch_target()
+                } else {
+                    instr.next_ip()
+                };
                 if cas.mnemonic() == Mnemonic::Cmpxchg
                     && cas.has_lock_prefix()
                     && cas.op0_kind() == OpKind::Memory
@@ -219,9 +234,110 @@ pub fn plan_rust_locks(path: &Path) -> Result<RustLockPlan> {
             }
         }
     }
+    for (address, access) in condvar_functions(&file) {
+        if let Some(site) = entry_site(&file, address, access) {
+            plan.sites.push(site);
+            plan.condvars += 1;
+        }
+    }
     plan.sites.sort_by_key(|s| s.ip);
     plan.sites.dedup_by_key(|s| s.ip);
     Ok(plan)
+}
+
+/// Whether `file` was built by rustc (its `.comment` says so) and has no symbol
+/// table: std's inlined locks and its condvar cannot be told from other code.
+fn is_stripped_rust(file: &object::File<'_>) -> bool {
+    use object::ObjectSection;
+    let by_rustc = file
+        .section_by_name(".comment")
+        .and_then(|s| s.data().ok())
+        .is_some_and(|d| d.windows(13).any(|w| w == b"rustc version"));
+    by_rustc && file.symbols().next().is_none()
+}
+
+/// std's futex condvar functions, each with the site kind its entry records:
+/// `wait`/`wait_timeout` of `std::sys::sync::condvar::futex::Condvar` (out of
+/// line: they are not `#[inline]`, and std comes compiled) and the public
+/// `notify_one`/`notify_all` (`std::sync::poison::condvar::Condvar`, its
+/// `nonpoison` twin at the same address, or `std::sync::condvar::Condvar` in older
+/// std), whose only field is the futex condvar, so both name it by one address.
+/// Where only std's inner notify has a symbol, that one.
+fn condvar_functions(file: &object::File<'_>) -> Vec<(u64, u8)> {
+    let mut waits = Vec::new();
+    let mut public = Vec::new();
+    let mut inner = Vec::new();
+    for s in file.symbols() {
+        if s.kind() != SymbolKind::Text || s.address() == 0 {
+            continue;
+        }
+        let Ok(name) = s.name() else { continue };
+        if !name.contains("Condvar") {
+            continue;
+        }
+        let demangled = ordo_trace::symbolize::demangle(name);
+        let Some((owner, function)) = demangled.trim_end_matches('>').rsplit_once("::") else {
+            continue;
+        };
+        let owner = owner.trim_start_matches('<').trim_end_matches('>');
+        let futex = owner.ends_with("sync::condvar::futex::Condvar");
+        let public_condvar = owner.ends_with("sync::poison::condvar::Condvar")
+            || owner.ends_with("sync::nonpoison::condvar::Condvar")
+            || owner == "std::sync::condvar::Condvar";
+        let access = match function {
+            "wait" if futex => SOFT_RUST_COND_WAIT,
+            "wait_timeout" if futex => SOFT_RUST_COND_WAIT_TIMED,
+            "notify_one" => SOFT_RUST_COND_SIGNAL,
+            "notify_all" => SOFT_RUST_COND_BROADCAST,
+            _ => continue,
+        };
+        match access {
+            SOFT_RUST_COND_WAIT | SOFT_RUST_COND_WAIT_TIMED => waits.push((s.address(), access)),
+            _ if public_condvar => public.push((s.address(), access)),
+            _ if futex => inner.push((s.address(), access)),
+            _ => {}
+        }
+    }
+    // One notify is seen once: at the public function when it has a symbol (it
+    // calls the inner one, or has it inlined).
+    let notifies = if public.is_empty() { inner } else { public };
+    let mut out: Vec<(u64, u8)> = waits.into_iter().chain(notifies).collect();
+    out.sort_unstable();
+    out.dedup_by_key(|f| f.0);
+    out
+}
+
+/// A site on the first instruction of the function at `address`, recording
+/// `access` and running the instruction out of line; `None` when that instruction
+/// cannot run elsewhere (a branch, or a memory operand relative to `rip` in a
+/// form the copy cannot rewrite).
+fn entry_site(file: &object::File<'_>, address: u64, access: u8) -> Option<SoftSite> {
+    let code = code_at(file, address, 16)?;
+    let mut decoder = Decoder::with_ip(64, code, address, DecoderOptions::NONE);
+    let instr = decoder.decode();
+    if instr.is_invalid() || instr.flow_control() != FlowControl::Next {
+        return None;
+    }
+    let offsets = decoder.get_constant_offsets(&instr);
+    let mut site = SoftSite {
+        ip: address,
+        len: instr.len() as u8,
+        access,
+        via: via::PLAIN,
+        base: reg::NONE,
+        index: reg::NONE,
+        gate: ordo_probe_common::inproc::SOFT_NO_GATE,
+        ..SoftSite::default()
+    };
+    site.bytes[..instr.len()].copy_from_slice(&code[..instr.len()]);
+    if instr.is_ip_rel_memory_operand() {
+        if !offsets.has_displacement() || offsets.displacement_size() != 4 {
+            return None;
+        }
+        site.disp = instr.ip_rel_memory_address() as i64;
+        site.disp_at = offsets.displacement_offset() as u8;
+    }
+    Some(site)
 }
 
 /// `sites` (discovered accesses, in address order) with the Rust mutex sites
@@ -347,20 +463,33 @@ fn calls_within(
     loaded: &HashSet<Register>,
     function: u64,
 ) -> bool {
-    let Some(code) = code_at(file, target, 64) else {
-        return false;
-    };
-    let mut decoder = Decoder::with_ip(64, code, target, DecoderOptions::NONE);
-    for _ in 0..BLOCK_REACH {
-        if !decoder.can_decode() {
+    let mut at = target;
+    let mut left = BLOCK_REACH;
+    // One `jmp` may lead there (a fall-through into a jump to a shared slow-path
+    // block).
+    let mut jumps = 1;
+    'block: while left > 0 {
+        let Some(code) = code_at(file, at, 64) else {
             return false;
-        }
-        let instr = decoder.decode();
-        match instr.flow_control() {
-            FlowControl::Next => continue,
-            FlowControl::Call => return instr.near_branch_target() == function,
-            FlowControl::IndirectCall => return through_slot(&instr, slots, loaded),
-            _ => return false,
+        };
+        let mut decoder = Decoder::with_ip(64, code, at, DecoderOptions::NONE);
+        while left > 0 {
+            if !decoder.can_decode() {
+                return false;
+            }
+            let instr = decoder.decode();
+            left -= 1;
+            match instr.flow_control() {
+                FlowControl::Next => continue,
+                FlowControl::Call => return instr.near_branch_target() == function,
+                FlowControl::IndirectCall => return through_slot(&instr, slots, loaded),
+                FlowControl::UnconditionalBranch if jumps > 0 && instr.is_jmp_short_or_near() => {
+                    jumps -= 1;
+                    at = instr.near_branch_target();
+                    continue 'block;
+                }
+                _ => return false,
+            }
         }
     }
     false
@@ -451,6 +580,50 @@ mod tests {
             .unwrap();
         assert!(status.success());
         assert!(plan_rust_locks(&c).unwrap().sites.is_empty());
+    }
+
+    /// The condvar test program's `wait` and both notifies get one entry site
+    /// each (std's inner notify is not seen twice), and its consumer loop's
+    /// `je`-shaped acquisitions are found beside the `jne` ones; stripped of its
+    /// symbols, the binary is told apart as a Rust one with nothing to find.
+    #[test]
+    fn condvar_functions_and_je_shaped_locks_of_a_release_build() {
+        let dir = tempfile::tempdir().unwrap();
+        let bin = dir.path().join("condvar");
+        let status = std::process::Command::new("rustc")
+            .args(["-O", "-g", "--edition", "2021", "-o"])
+            .arg(&bin)
+            .arg(
+                Path::new(env!("CARGO_MANIFEST_DIR"))
+                    .join("../tests/programs/record_rust_condvar.rs"),
+            )
+            .status()
+            .expect("run rustc");
+        assert!(status.success());
+        let plan = plan_rust_locks(&bin).unwrap();
+        let of = |access: u8| plan.sites.iter().filter(|s| s.access == access).count();
+        assert_eq!(of(SOFT_RUST_COND_WAIT), 1, "{plan:?}");
+        assert_eq!(of(SOFT_RUST_COND_SIGNAL), 1, "{plan:?}");
+        assert_eq!(of(SOFT_RUST_COND_BROADCAST), 1, "{plan:?}");
+        assert_eq!(plan.condvars, 3);
+        let je = plan
+            .sites
+            .iter()
+            .filter(|s| s.access == SOFT_RUST_LOCK_FAST)
+            .filter(|s| s.bytes[0] == 0x74 || s.bytes[..2] == [0x0f, 0x84])
+            .count();
+        assert!(je >= 1, "no je-shaped acquisition: {plan:?}");
+        assert!(!plan.stripped_rust);
+        let stripped = dir.path().join("stripped");
+        let status = std::process::Command::new("strip")
+            .arg("-o")
+            .arg(&stripped)
+            .arg(&bin)
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let plan = plan_rust_locks(&stripped).unwrap();
+        assert!(plan.sites.is_empty() && plan.stripped_rust, "{plan:?}");
     }
 
     #[test]

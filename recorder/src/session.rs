@@ -234,9 +234,16 @@ pub fn record_launched(
     };
     if options.verbose && !rust_locks.sites.is_empty() {
         say(&format!(
-            "ordo: Rust std::sync::Mutex: {} inlined acquisitions and {} releases in {}, recorded in process",
+            "ordo: Rust std::sync: {} inlined Mutex acquisitions, {} releases and {} Condvar functions in {}, recorded in process",
             rust_locks.locks,
             rust_locks.unlocks,
+            rust_locks.condvars,
+            program.display()
+        ));
+    }
+    if rust_locks.stripped_rust {
+        say(&format!(
+            "ordo: {} is a Rust binary without its symbol table: its std::sync Mutex and Condvar operations are not seen (only contended ones, as futex waits and wakes); keep the symbols (cargo's default) to record them",
             program.display()
         ));
     }

@@ -347,27 +347,13 @@ unsafe fn cond_wait(
 ) -> c_int {
     let (cond, mutex) = (c as u64, m as u64);
     let gate = enter();
+    let recording = record::on();
+    cond_wait_begins(gate, cond, mutex, via_, site, recording);
     if let Some(me) = gate {
-        me.gate(kind::COND_WAIT_BEGIN, cond, GateObject::Addr);
-        let stamp = me.stamp_before(kind::COND_WAIT_BEGIN);
-        // It takes effect inside the call: done for others once this thread sleeps in it.
-        me.begins(kind::COND_WAIT_BEGIN, cond, stamp);
         me.set_state(blocking, kind::COND_WAIT as u32);
     }
-    let recording = record::on();
-    if recording {
-        record_cond_pair(
-            kind::COND_WAIT_BEGIN,
-            kind::MUTEX_UNLOCK,
-            via_,
-            cond,
-            mutex,
-            site,
-            0,
-        );
-        if blocking == STATE_BLOCKED {
-            record::block_begin(kind::COND_WAIT, cond, site);
-        }
+    if recording && blocking == STATE_BLOCKED {
+        record::block_begin(kind::COND_WAIT, cond, site);
     }
     let r = call();
     if recording && blocking == STATE_BLOCKED {
@@ -413,10 +399,39 @@ unsafe fn cond_wait(
     r
 }
 
+/// A condvar wait on `cond` with `mutex` begins (a `pthread_cond_wait` or a Rust
+/// `Condvar::wait`): gated, counted as taking effect inside the call (done for
+/// others once the thread sleeps in it), and recorded with the mutex's release.
+pub(crate) fn cond_wait_begins(
+    gate: Option<Caller>,
+    cond: u64,
+    mutex: u64,
+    via_: u8,
+    site: u64,
+    recording: bool,
+) {
+    if let Some(me) = gate {
+        me.gate(kind::COND_WAIT_BEGIN, cond, GateObject::Addr);
+        let stamp = me.stamp_before(kind::COND_WAIT_BEGIN);
+        me.begins(kind::COND_WAIT_BEGIN, cond, stamp);
+    }
+    if recording {
+        record_cond_pair(
+            kind::COND_WAIT_BEGIN,
+            kind::MUTEX_UNLOCK,
+            via_,
+            cond,
+            mutex,
+            site,
+            0,
+        );
+    }
+}
+
 /// A condvar wait's two records on entry (the wait begins, the mutex is released)
 /// or on return (the wait returned, the mutex is reacquired): each object's event,
 /// numbered in that order, naming the other object.
-fn record_cond_pair(
+pub(crate) fn record_cond_pair(
     cond_kind: u16,
     mutex_kind: u16,
     via_: u8,

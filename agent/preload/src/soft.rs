@@ -37,8 +37,9 @@ use std::ptr::null_mut;
 use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering::*};
 
 use crate::probe_common::inproc::{
-    SoftHeader, SoftSite, SOFT_MAGIC, SOFT_NO_GATE, SOFT_RUST_LOCK_FAST, SOFT_RUST_LOCK_GATE,
-    SOFT_RUST_LOCK_SLOW, SOFT_RUST_UNLOCK, SOFT_VERSION,
+    SoftHeader, SoftSite, SOFT_MAGIC, SOFT_NO_GATE, SOFT_RUST_COND_BROADCAST,
+    SOFT_RUST_COND_SIGNAL, SOFT_RUST_COND_WAIT, SOFT_RUST_COND_WAIT_TIMED, SOFT_RUST_LOCK_FAST,
+    SOFT_RUST_LOCK_GATE, SOFT_RUST_LOCK_SLOW, SOFT_RUST_UNLOCK, SOFT_VERSION,
 };
 use crate::probe_common::{kind, reg, via};
 use crate::trap::{greg, GREG_OF_REG, GREG_RIP};
@@ -85,6 +86,34 @@ thread_local! {
     /// Replaying: the gate this thread passed at a Rust mutex's `cmpxchg`, told
     /// when the acquisition happened (at the branch, or the slow path's return).
     static GATED: Cell<Option<crate::gate::Caller>> = const { Cell::new(None) };
+    /// The Rust condvar wait this thread is in, from its entry until it has the
+    /// mutex back ([`SOFT_RUST_COND_WAIT`]).
+    static COND_WAITING: Cell<CondWait> = const { Cell::new(CondWait::NONE) };
+}
+
+/// A Rust condvar wait in progress: the mutex's release and reacquisition inside
+/// it are the wait's.
+#[derive(Clone, Copy)]
+struct CondWait {
+    cond: u64,
+    /// 0: no wait.
+    mutex: u64,
+    /// `via::PLAIN`, or `via::TIMED` for `wait_timeout`.
+    via: u8,
+    /// The caller of `wait`: where the program waits.
+    site: u64,
+    /// The mutex's inlined release inside the wait has run.
+    released: bool,
+}
+
+impl CondWait {
+    const NONE: CondWait = CondWait {
+        cond: 0,
+        mutex: 0,
+        via: 0,
+        site: 0,
+        released: false,
+    };
 }
 
 /// `gregs` index of `rsp` in a `ucontext_t`.
@@ -98,8 +127,59 @@ const EFLAGS_ZF: i64 = 1 << 6;
 fn is_rust_lock(s: &SoftSite) -> bool {
     matches!(
         s.access,
-        SOFT_RUST_LOCK_FAST | SOFT_RUST_LOCK_SLOW | SOFT_RUST_UNLOCK | SOFT_RUST_LOCK_GATE
+        SOFT_RUST_LOCK_FAST
+            | SOFT_RUST_LOCK_SLOW
+            | SOFT_RUST_UNLOCK
+            | SOFT_RUST_LOCK_GATE
+            | SOFT_RUST_COND_WAIT
+            | SOFT_RUST_COND_WAIT_TIMED
+            | SOFT_RUST_COND_SIGNAL
+            | SOFT_RUST_COND_BROADCAST
     )
+}
+
+/// The thread's condvar wait on the mutex at `addr`, if it is in one.
+fn waiting_on(addr: u64) -> Option<CondWait> {
+    let w = COND_WAITING.with(|w| w.get());
+    (w.mutex != 0 && w.mutex == addr).then_some(w)
+}
+
+/// The Rust mutex at `addr` was acquired (site `site`): recorded, and told to a
+/// replay's gate passed at its `cmpxchg`. Inside a condvar wait it is the wait's
+/// return, recorded as `pthread_cond_wait`'s (the condvar's event and the mutex's
+/// reacquisition, via `cond_wait`).
+fn acquired(addr: u64, site: u64, recording: bool) {
+    let gated = GATED.with(|g| g.take());
+    if let Some(w) = waiting_on(addr) {
+        COND_WAITING.with(|c| c.set(CondWait::NONE));
+        if recording {
+            crate::interpose::record_cond_pair(
+                kind::COND_WAIT,
+                kind::MUTEX_LOCK,
+                w.via,
+                w.cond,
+                addr,
+                w.site,
+                0,
+            );
+        }
+        if let Some(c) = gated.or_else(crate::gate::enter) {
+            c.set_state(crate::shm::STATE_RUNNING, 0);
+            c.finish_in_progress();
+            c.happened(kind::COND_WAIT, w.cond, None);
+        }
+        return;
+    }
+    if recording {
+        let seq = crate::record::next_seq_held(addr);
+        crate::record::emit(kind::MUTEX_LOCK, via::PLAIN, addr, site, seq, 0, 0);
+    }
+    if let Some(c) = gated.or_else(crate::gate::enter) {
+        c.set_state(crate::shm::STATE_RUNNING, 0);
+        if gated.is_some() {
+            c.happened(kind::MUTEX_LOCK, addr, None);
+        }
+    }
 }
 
 /// A Rust mutex site trapped (see `recorder/src/rust_locks.rs`): records the
@@ -118,7 +198,16 @@ unsafe fn rust_lock(t: &Table, s: &SoftSite, i: usize, ip: u64, ctx: *mut c_void
             if let Some(c) = crate::gate::enter() {
                 // SAFETY: the trap's context (the caller's contract).
                 let addr = unsafe { effective_address(s, t.bias, ctx) };
-                c.gate(kind::MUTEX_LOCK, addr, crate::gate::GateObject::Addr);
+                if let Some(w) = waiting_on(addr) {
+                    // A condvar wait woke and is about to take its mutex back:
+                    // `cond_wait`'s gate holds it between the two, as a
+                    // `pthread_cond_wait`'s gate holds the wait's return.
+                    c.set_state(crate::shm::STATE_RUNNING, 0);
+                    c.finish_in_progress();
+                    c.gate(kind::COND_WAIT, w.cond, crate::gate::GateObject::Addr);
+                } else {
+                    c.gate(kind::MUTEX_LOCK, addr, crate::gate::GateObject::Addr);
+                }
                 GATED.with(|g| g.set(Some(c)));
             }
             // SAFETY: as above.
@@ -136,18 +225,27 @@ unsafe fn rust_lock(t: &Table, s: &SoftSite, i: usize, ip: u64, ctx: *mut c_void
             // SAFETY: as above.
             let acquired = unsafe { *greg(ctx, GREG_EFL) } & EFLAGS_ZF != 0;
             let next = ip + s.len as u64;
+            // `je` (`74 rel8`, `0f 84 rel32`) is taken on success, `jne` on failure.
+            let je = s.bytes[0] == 0x74 || (s.bytes[0] == 0x0f && s.bytes[1] == 0x84);
             let to = if acquired {
-                if recording {
-                    let seq = crate::record::next_seq_held(addr);
-                    crate::record::emit(kind::MUTEX_LOCK, via::PLAIN, addr, ip, seq, 0, 0);
+                self::acquired(addr, ip, recording);
+                if je {
+                    next.wrapping_add(branch_displacement(s) as u64)
+                } else {
+                    next
                 }
-                if let Some(c) = GATED.with(|g| g.take()) {
-                    c.happened(kind::MUTEX_LOCK, addr, None);
-                }
-                next
             } else {
                 CONTENDED.with(|c| c.set(addr));
-                next.wrapping_add(branch_displacement(s) as u64)
+                // To the slow path, which may sleep for good (a deadlock): the
+                // driver sees the thread blocked, as in `pthread_mutex_lock`.
+                if let Some(c) = crate::gate::enter() {
+                    c.set_state(crate::shm::STATE_BLOCKED, kind::MUTEX_LOCK as u32);
+                }
+                if je {
+                    next
+                } else {
+                    next.wrapping_add(branch_displacement(s) as u64)
+                }
             };
             // SAFETY: as above.
             unsafe { *greg(ctx, GREG_RIP) = to as i64 };
@@ -160,13 +258,9 @@ unsafe fn rust_lock(t: &Table, s: &SoftSite, i: usize, ip: u64, ctx: *mut c_void
                 (rsp, *(rsp as *const u64))
             };
             let addr = CONTENDED.with(|c| c.replace(0));
-            if recording && addr != 0 {
-                let seq = crate::record::next_seq_held(addr);
+            if addr != 0 {
                 // The site is the caller's: where its slow path returns.
-                crate::record::emit(kind::MUTEX_LOCK, via::PLAIN, addr, ret, seq, 0, 0);
-            }
-            if let Some(c) = GATED.with(|g| g.take()) {
-                c.happened(kind::MUTEX_LOCK, addr, None);
+                acquired(addr, ret, recording);
             }
             // SAFETY: as above: the emulated `ret`.
             unsafe {
@@ -174,11 +268,88 @@ unsafe fn rust_lock(t: &Table, s: &SoftSite, i: usize, ip: u64, ctx: *mut c_void
                 *greg(ctx, GREG_RIP) = ret as i64;
             }
         }
+        SOFT_RUST_COND_WAIT | SOFT_RUST_COND_WAIT_TIMED => {
+            // SAFETY: the trap's context (the caller's contract): the arguments
+            // are in `rdi` and `rsi`, the return address at `rsp` (first
+            // instruction).
+            let (cond, mutex, site) = unsafe {
+                (
+                    *greg(ctx, GREG_OF_REG[reg::RDI as usize]) as u64,
+                    *greg(ctx, GREG_OF_REG[reg::RSI as usize]) as u64,
+                    *(*greg(ctx, GREG_RSP) as u64 as *const u64),
+                )
+            };
+            let (via_, state) = if s.access == SOFT_RUST_COND_WAIT {
+                (via::PLAIN, crate::shm::STATE_BLOCKED)
+            } else {
+                (via::TIMED, crate::shm::STATE_TIMED)
+            };
+            let caller = crate::gate::enter();
+            crate::interpose::cond_wait_begins(caller, cond, mutex, via_, site, recording);
+            COND_WAITING.with(|w| {
+                w.set(CondWait {
+                    cond,
+                    mutex,
+                    via: via_,
+                    site,
+                    released: false,
+                })
+            });
+            if let Some(c) = caller {
+                c.set_state(state, kind::COND_WAIT as u32);
+            }
+            // SAFETY: as above.
+            unsafe { *greg(ctx, GREG_RIP) = t.xol.add(i * SLOT) as i64 };
+        }
+        SOFT_RUST_COND_SIGNAL | SOFT_RUST_COND_BROADCAST => {
+            // SAFETY: as above: the condvar in `rdi`, the caller at `rsp`.
+            let (cond, site) = unsafe {
+                (
+                    *greg(ctx, GREG_OF_REG[reg::RDI as usize]) as u64,
+                    *(*greg(ctx, GREG_RSP) as u64 as *const u64),
+                )
+            };
+            let which = if s.access == SOFT_RUST_COND_SIGNAL {
+                kind::COND_SIGNAL
+            } else {
+                kind::COND_BROADCAST
+            };
+            let caller = crate::gate::enter();
+            let mut stamp = None;
+            if let Some(c) = caller {
+                c.gate(which, cond, crate::gate::GateObject::Addr);
+                stamp = c.stamp_before(which);
+            }
+            if recording {
+                let seq = crate::record::next_seq(cond);
+                crate::record::emit(which, via::PLAIN, cond, site, seq, 0, 0);
+            }
+            if let Some(c) = caller {
+                // Told before the wake: a waiter it lets go still sleeps until the
+                // wake arrives.
+                c.happened(which, cond, stamp);
+            }
+            // SAFETY: as above.
+            unsafe { *greg(ctx, GREG_RIP) = t.xol.add(i * SLOT) as i64 };
+        }
         _ => {
             // SOFT_RUST_UNLOCK: gated and recorded while still held, then
             // released by the `xchg`'s copy.
             // SAFETY: as above.
             let addr = unsafe { effective_address(s, t.bias, ctx) };
+            if let Some(w) = waiting_on(addr).filter(|w| !w.released) {
+                // A condvar wait's release of its mutex: recorded at the wait's
+                // entry.
+                COND_WAITING.with(|c| {
+                    c.set(CondWait {
+                        released: true,
+                        ..w
+                    })
+                });
+                // SAFETY: as above.
+                unsafe { *greg(ctx, GREG_RIP) = t.xol.add(i * SLOT) as i64 };
+                return;
+            }
             let caller = crate::gate::enter();
             if let Some(c) = caller {
                 c.gate(kind::MUTEX_UNLOCK, addr, crate::gate::GateObject::Addr);
@@ -198,10 +369,10 @@ unsafe fn rust_lock(t: &Table, s: &SoftSite, i: usize, ip: u64, ctx: *mut c_void
     }
 }
 
-/// The displacement of a `jne` (`75 rel8` or `0f 85 rel32`).
+/// The displacement of a `jne` or `je` (`75`/`74 rel8`, `0f 85`/`0f 84 rel32`).
 fn branch_displacement(s: &SoftSite) -> i64 {
     match s.bytes[0] {
-        0x75 => s.bytes[1] as i8 as i64,
+        0x75 | 0x74 => s.bytes[1] as i8 as i64,
         _ => i32::from_le_bytes([s.bytes[2], s.bytes[3], s.bytes[4], s.bytes[5]]) as i64,
     }
 }

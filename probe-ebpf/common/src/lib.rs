@@ -829,7 +829,7 @@ pub mod inproc {
     /// "ORDO_SFT".
     pub const SOFT_MAGIC: u64 = 0x4f52_444f_5f53_4654;
     /// Bumped whenever [`SoftHeader`] or [`SoftSite`] changes.
-    pub const SOFT_VERSION: u32 = 3;
+    pub const SOFT_VERSION: u32 = 4;
 
     /// The start of a software-breakpoint table.
     #[repr(C)]
@@ -909,6 +909,22 @@ pub mod inproc {
     /// path, where a replay gates the acquisition before it is tried (planted only
     /// when replaying; the instruction runs out of line). Never removed.
     pub const SOFT_RUST_LOCK_GATE: u8 = 0xf3;
+    /// [`SoftSite::access`]: the first instruction of std's futex
+    /// `Condvar::wait(&self, mutex)` (`rdi` the condvar, `rsi` the mutex, `[rsp]`
+    /// the caller): the wait begins and the mutex is released, recorded as a
+    /// `pthread_cond_wait`'s are; the mutex's inlined release and reacquisition
+    /// inside the wait are this wait's, not `mutex_*` events of their own. The
+    /// instruction runs out of line. Never removed.
+    pub const SOFT_RUST_COND_WAIT: u8 = 0xf4;
+    /// [`SoftSite::access`]: as [`SOFT_RUST_COND_WAIT`], for
+    /// `Condvar::wait_timeout` (a wait that comes back by itself).
+    pub const SOFT_RUST_COND_WAIT_TIMED: u8 = 0xf5;
+    /// [`SoftSite::access`]: the first instruction of `Condvar::notify_one`
+    /// (`rdi` the condvar): a `cond_signal`. Never removed.
+    pub const SOFT_RUST_COND_SIGNAL: u8 = 0xf6;
+    /// [`SoftSite::access`]: the first instruction of `Condvar::notify_all`: a
+    /// `cond_broadcast`. Never removed.
+    pub const SOFT_RUST_COND_BROADCAST: u8 = 0xf7;
 
     const _: () = assert!(core::mem::size_of::<SoftSite>() == 48);
     const _: () = assert!(core::mem::size_of::<SoftHeader>() == 24);

@@ -356,6 +356,10 @@ pub(crate) struct DrainState {
     /// named by the watch: its spec's path for a member or element
     /// ([`DrainState::name_watches`]), else the variable's symbol.
     watched: std::collections::HashSet<u64>,
+    /// Addresses of synchronization objects (locks, condvars, futex words): named
+    /// as the whole variable, as `pthread` objects always are, even when a
+    /// discovered access reached them (a Rust mutex's lock word is its first field).
+    objects: std::collections::HashSet<u64>,
     /// Watched members and elements: (module, link-time address) → name.
     watch_names: HashMap<(PathBuf, u64), String>,
 }
@@ -393,6 +397,7 @@ impl DrainState {
             started: Instant::now(),
             attach_time: Duration::ZERO,
             accessed: std::collections::HashSet::new(),
+            objects: std::collections::HashSet::new(),
             watched: std::collections::HashSet::new(),
             watch_names: HashMap::new(),
         })
@@ -473,6 +478,12 @@ impl DrainState {
             if set.len() < MAX_NAMED_ADDRESSES {
                 set.insert(event.addr);
             }
+        } else if event.addr != 0
+            && !event.kind.is_lifecycle()
+            && event.kind != Kind::At
+            && self.objects.len() < MAX_NAMED_ADDRESSES
+        {
+            self.objects.insert(event.addr);
         }
         self.pending.push(event);
     }
@@ -512,6 +523,9 @@ impl DrainState {
         // /proc/PID/maps); libraries' variables keep their symbol names.
         let mut by_module: HashMap<String, Vec<(u64, u64)>> = HashMap::new();
         for &addr in self.accessed.difference(&self.watched) {
+            if self.objects.contains(&addr) {
+                continue;
+            }
             if let Some((path, vaddr)) = symbolizer.module_vaddr(addr) {
                 by_module
                     .entry(path.to_string())

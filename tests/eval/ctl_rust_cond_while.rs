@@ -1,0 +1,28 @@
+// Control for rust_lost_wakeup: the starter sets the flag under the lock before
+// it notifies, and the waiter waits in a `while` loop on the flag, so a
+// notification sent before the wait is never needed.
+use std::sync::{Condvar, Mutex};
+
+static STARTED: Mutex<bool> = Mutex::new(false);
+static START: Condvar = Condvar::new();
+
+fn main() {
+    let waiter = std::thread::spawn(|| {
+        let mut started = STARTED.lock().unwrap();
+        while !*started {
+            started = START.wait(started).unwrap();
+        }
+    });
+    let starter = std::thread::spawn(|| {
+        let mut setup = 0u64;
+        for i in 0..5000u64 {
+            setup = std::hint::black_box(setup + i);
+        }
+        *STARTED.lock().unwrap() = true;
+        START.notify_one();
+        setup
+    });
+    starter.join().unwrap();
+    waiter.join().unwrap();
+    println!("started");
+}
