@@ -289,17 +289,23 @@ fn hunt_finds_and_pins_a_lost_update_between_rust_mutex_sections() {
 }
 
 /// With no hints, the hunt finds and pins a lost wakeup on a Rust
-/// `std::sync::Condvar` (its notify before the wait) and a lock-order deadlock
-/// between two Rust `Mutex`es; their corrected versions give nothing.
+/// `std::sync::Condvar` (its notify before the wait), a lock-order deadlock
+/// between two Rust `Mutex`es and a check-then-act between an `RwLock`'s read and
+/// write sections; their corrected versions give nothing.
 #[test]
 fn hunt_finds_and_pins_rust_condvar_and_deadlock_bugs() {
     if !have_root("hunt_finds_and_pins_rust_condvar_and_deadlock_bugs") {
         return;
     }
     let _registers = common::debug_registers();
-    for (bug, object) in [
-        ("rust_lost_wakeup", "rust_lost_wakeup::START"),
-        ("rust_deadlock", "rust_deadlock::"),
+    for (bug, object, reason) in [
+        ("rust_lost_wakeup", "rust_lost_wakeup::START", "deadlock"),
+        ("rust_deadlock", "rust_deadlock::", "deadlock"),
+        (
+            "rust_rwlock_upgrade",
+            "rwlock_wrlock(rust_rwlock_upgrade::KEYS)",
+            "exit code 3",
+        ),
     ] {
         let program = common::build_rust_program(bug);
         let (code, json, _) = hunt(
@@ -309,16 +315,17 @@ fn hunt_finds_and_pins_rust_condvar_and_deadlock_bugs() {
         );
         assert_pinned(bug, code, &json, 19);
         assert!(
-            json["reason"]
-                .as_str()
-                .unwrap_or("")
-                .starts_with("deadlock"),
+            json["reason"].as_str().unwrap_or("").starts_with(reason),
             "{bug}: {json}"
         );
         let schedule = std::fs::read_to_string(json["schedule"].as_str().unwrap()).unwrap();
         assert!(schedule.contains(object), "{bug}: {schedule}");
     }
-    for control in ["ctl_rust_cond_while", "ctl_rust_lock_order"] {
+    for control in [
+        "ctl_rust_cond_while",
+        "ctl_rust_lock_order",
+        "ctl_rust_rwlock_recheck",
+    ] {
         let program = common::build_rust_program(control);
         let (code, json, _) = hunt(
             &["--budget", "15"],

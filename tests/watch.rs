@@ -316,6 +316,30 @@ fn racy_watched_variable_is_reported_and_the_locked_one_is_not() {
     );
 }
 
+/// Records `program args` into `trace` with a hardware watchpoint on `variable`
+/// (the recording must succeed); returns the `counter` line the program printed.
+fn record_watching_hw(
+    variable: &str,
+    trace: &std::path::Path,
+    program: &std::path::Path,
+    args: &[&str],
+) -> String {
+    let out = Command::new(common::ordo())
+        .args(["record", "--force", "--watch-hw", variable, "-o"])
+        .arg(trace)
+        .arg("--")
+        .arg(program)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    common::printed(&out.stdout, "counter")
+}
+
 /// Issue 26: a `static mut` counter 4 threads update only under a
 /// `std::sync::Mutex` gives no race finding — the inlined lock and unlock are
 /// recorded in process — and the same program with one thread updating it
@@ -330,26 +354,8 @@ fn a_correctly_locked_rust_counter_gives_no_race() {
     let dir = common::scratch("watch_rust_locked_counter");
     for (args, racy) in [(&[][..], false), (&["racy"][..], true)] {
         let trace = dir.join(format!("racy-{racy}.ordo"));
-        let out = Command::new(common::ordo())
-            .args([
-                "record",
-                "--force",
-                "--watch-hw",
-                "rust_locked_counter::COUNTER",
-                "-o",
-            ])
-            .arg(&trace)
-            .arg("--")
-            .arg(&program)
-            .args(args)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        assert_eq!(common::printed(&out.stdout, "counter"), "2000");
+        let counter = record_watching_hw("rust_locked_counter::COUNTER", &trace, &program, args);
+        assert_eq!(counter, "2000");
         let events = common::dump_json(&trace);
         let locks = events
             .iter()
@@ -363,6 +369,77 @@ fn a_correctly_locked_rust_counter_gives_no_race() {
             .count();
         if racy {
             assert!(races > 0, "the unlocked updates race");
+        } else {
+            assert_eq!(races, 0, "a correctly locked counter");
+        }
+    }
+}
+
+/// Issue 26: the same with a `std::sync::RwLock` — writers increment under its
+/// write lock, readers read under its read lock: every inlined acquisition and
+/// release is recorded (exactly 1 000 write and 1 001 read locks, each release by
+/// a holder, writers alone, readers only together), no race is found; a reader
+/// that skips the lock races.
+#[test]
+fn a_correctly_rwlocked_rust_counter_gives_no_race() {
+    if !common::have_root("a_correctly_rwlocked_rust_counter_gives_no_race") {
+        return;
+    }
+    let _registers = common::debug_registers();
+    let program = common::build_rust_program("rust_rwlocked_counter");
+    let dir = common::scratch("watch_rust_rwlocked_counter");
+    for (args, racy) in [(&[][..], false), (&["racy"][..], true)] {
+        let trace = dir.join(format!("racy-{racy}.ordo"));
+        let counter = record_watching_hw("rust_rwlocked_counter::COUNTER", &trace, &program, args);
+        assert_eq!(counter, "1000");
+        let events = common::dump_json(&trace);
+        let mut on_lock: Vec<&serde_json::Value> = events
+            .iter()
+            .filter(|e| e["object"] == "rust_rwlocked_counter::LOCK")
+            .filter(|e| e["kind"].as_str().unwrap().starts_with("rwlock_"))
+            .collect();
+        let count = |kind: &str| on_lock.iter().filter(|e| e["kind"] == kind).count();
+        let reads = if racy { 501 } else { 1001 };
+        assert_eq!(
+            (
+                count("rwlock_wrlock"),
+                count("rwlock_rdlock"),
+                count("rwlock_unlock")
+            ),
+            (1000, reads, 1000 + reads)
+        );
+        // In the lock's own order: a writer alone, readers only with readers, and
+        // each release by a holder.
+        on_lock.sort_by_key(|e| e["seq"].as_u64().unwrap());
+        let (mut writer, mut readers): (Option<&serde_json::Value>, Vec<&serde_json::Value>) =
+            (None, Vec::new());
+        for e in on_lock {
+            let t = &e["thread"];
+            match e["kind"].as_str().unwrap() {
+                "rwlock_wrlock" => {
+                    assert!(writer.is_none() && readers.is_empty(), "not alone: {e}");
+                    writer = Some(t);
+                }
+                "rwlock_rdlock" => {
+                    assert!(writer.is_none(), "read while written: {e}");
+                    readers.push(t);
+                }
+                _ => {
+                    if writer == Some(t) {
+                        writer = None;
+                    } else {
+                        let i = readers.iter().position(|r| *r == t);
+                        readers.remove(i.unwrap_or_else(|| panic!("not a holder: {e}")));
+                    }
+                }
+            }
+        }
+        let races = common::findings(&trace)
+            .iter()
+            .filter(|(kind, _)| kind == "race")
+            .count();
+        if racy {
+            assert!(races > 0, "the unlocked reads race");
         } else {
             assert_eq!(races, 0, "a correctly locked counter");
         }

@@ -89,15 +89,25 @@ const RUST_RUNTIME_PREFIXES: &[&str] = &[
 ];
 
 /// Parts of a Rust function's name that put it in std's runtime wherever they
-/// appear: std's platform layer (its futex mutex, condvar, rwlock, once, thread
-/// and stack-overflow code) and the generic code instantiated for its types (a
-/// `BTreeMap` of the stack-overflow handler's). The condvar's public functions
-/// are recorded as condvar events (`rust_locks`); their futex word's atomics are
-/// that, again.
+/// appear: std's platform layer (its futex mutex, condvar, rwlock and once, its
+/// thread and stack-overflow code), a spawned thread's start and end (its result
+/// packet, the join), std's I/O (stdout's buffer, under its reentrant lock, which
+/// is left to std), and the generic code instantiated for their types (a
+/// `BTreeMap` of the stack-overflow handler's, the drop of a packet). The
+/// condvar's public functions are recorded as condvar events (`rust_locks`);
+/// their futex word's atomics are that, again. Not `std::sys::backtrace::
+/// __rust_begin_short_backtrace`: a spawned thread's closure is inlined there.
 const RUST_RUNTIME_PARTS: &[&str] = &[
-    "std::sys::",
+    "std::sys::sync::",
+    "std::sys::pal::",
+    "std::sys::thread",
+    "std::sys::exit",
+    "std::thread::lifecycle::",
+    "std::thread::JoinInner",
     "std::sync::poison::condvar::",
     "std::sync::nonpoison::condvar::",
+    "std::io::",
+    "std::sync::reentrant_lock::",
 ];
 
 /// The discovered sites of one executable.

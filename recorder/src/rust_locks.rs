@@ -36,11 +36,16 @@ use object::{Object, ObjectSymbol, RelocationTarget, SymbolKind};
 use ordo_probe_common::inproc::{
     SoftSite, SOFT_RUST_COND_BROADCAST, SOFT_RUST_COND_SIGNAL, SOFT_RUST_COND_WAIT,
     SOFT_RUST_COND_WAIT_TIMED, SOFT_RUST_LOCK_FAST, SOFT_RUST_LOCK_GATE, SOFT_RUST_LOCK_SLOW,
-    SOFT_RUST_UNLOCK,
+    SOFT_RUST_READ_CONTENDED, SOFT_RUST_READ_FAST, SOFT_RUST_READ_GATE, SOFT_RUST_RW_UNLOCK,
+    SOFT_RUST_UNLOCK, SOFT_RUST_WRITE_CONTENDED, SOFT_RUST_WRITE_FAST, SOFT_RUST_WRITE_GATE,
 };
 use ordo_probe_common::{reg, via};
 
 use crate::discover::{code_at, read_only_ranges, site_of};
+
+/// Parts of the names of std functions whose locks are std's own business (its
+/// I/O and reentrant locks): no lock site is planned in them.
+const STD_OWN_LOCKING: &[&str] = &["std::io::", "std::sync::reentrant_lock::", "std::rt::"];
 
 /// Instructions from a branch target to the call of a slow path, at most.
 const BLOCK_REACH: usize = 4;
@@ -56,6 +61,10 @@ pub struct RustLockPlan {
     pub unlocks: usize,
     /// Condvar functions found (waits and notifies).
     pub condvars: usize,
+    /// Inlined `RwLock` acquisitions (read or write) found.
+    pub rw_locks: usize,
+    /// Inlined `RwLock` releases found.
+    pub rw_unlocks: usize,
     /// A Rust binary without its symbol table: none of the above can be found.
     pub stripped_rust: bool,
 }
@@ -81,17 +90,23 @@ fn is_mutex_fn(demangled: &str, name: &str) -> bool {
         && !demangled.contains("RwLock")
 }
 
-/// Plans the Rust mutex sites of the executable at `path`; an empty plan for a
-/// binary without std's futex mutex (C, C++, a stripped Rust binary).
+/// Plans the Rust `Mutex`, `RwLock` and `Condvar` sites of the executable at
+/// `path`; an empty plan for a binary without std's futex locks (C, C++, a
+/// stripped Rust binary).
 pub fn plan_rust_locks(path: &Path) -> Result<RustLockPlan> {
     let data = std::fs::read(path).with_context(|| format!("read {}", path.display()))?;
     let file = object::File::parse(data.as_slice())
         .map_err(|e| anyhow!("{}: not an ELF file: {e}", path.display()))?;
-    let Some(slow) = slow_paths(&file) else {
-        return Ok(RustLockPlan {
-            stripped_rust: is_stripped_rust(&file),
-            ..RustLockPlan::default()
-        });
+    let rw = RwPaths::of(&file);
+    let slow = match slow_paths(&file) {
+        Some(slow) => slow,
+        None if rw.is_some() => SlowPaths::none(),
+        None => {
+            return Ok(RustLockPlan {
+                stripped_rust: is_stripped_rust(&file),
+                ..RustLockPlan::default()
+            })
+        }
     };
     let read_only = read_only_ranges(&file);
     let std_statics = std_statics(&file);
@@ -107,9 +122,18 @@ pub fn plan_rust_locks(path: &Path) -> Result<RustLockPlan> {
     };
     let mut info = InstructionInfoFactory::new();
     let mut plan = RustLockPlan::default();
+    // std's own locked I/O (stdout's reentrant lock, taken in `print!`) locks in
+    // shapes of its own: half-seen, it would look held forever. Left to std, as
+    // its static locks are.
     let mut functions: Vec<(u64, u64)> = file
         .symbols()
         .filter(|s| s.kind() == SymbolKind::Text && s.size() > 0 && s.address() != 0)
+        .filter(|s| {
+            !s.name().is_ok_and(|n| {
+                let demangled = ordo_trace::symbolize::demangle(n);
+                STD_OWN_LOCKING.iter().any(|p| demangled.contains(p))
+            })
+        })
         .map(|s| (s.address(), s.size()))
         .collect();
     functions.sort_unstable();
@@ -185,24 +209,14 @@ pub fn plan_rust_locks(path: &Path) -> Result<RustLockPlan> {
                         if is_std_static(&operand) {
                             continue;
                         }
-                        // The `cmpxchg` itself: where a replay gates the attempt.
-                        plan.sites.push(SoftSite {
-                            access: SOFT_RUST_LOCK_GATE,
-                            via: via::PLAIN,
-                            ..operand
-                        });
-                        let mut site = SoftSite {
-                            ip: instr.ip(),
-                            len: instr.len() as u8,
-                            access: SOFT_RUST_LOCK_FAST,
-                            via: via::PLAIN,
-                            disp_at: 0,
-                            ..operand
-                        };
-                        site.bytes = [0; 16];
-                        site.bytes[..instr.len()]
-                            .copy_from_slice(&code[offset..offset + instr.len()]);
-                        plan.sites.push(site);
+                        let branch = &code[offset..offset + instr.len()];
+                        plan.sites.extend(acquisition_sites(
+                            operand,
+                            &instr,
+                            branch,
+                            SOFT_RUST_LOCK_GATE,
+                            SOFT_RUST_LOCK_FAST,
+                        ));
                         plan.locks += 1;
                     }
                 }
@@ -234,6 +248,17 @@ pub fn plan_rust_locks(path: &Path) -> Result<RustLockPlan> {
             }
         }
     }
+    if let Some(rw) = rw {
+        plan_rwlocks(
+            &file,
+            &functions,
+            &rw,
+            &read_only,
+            &is_std_static,
+            &mut info,
+            &mut plan,
+        );
+    }
     for (address, access) in condvar_functions(&file) {
         if let Some(site) = entry_site(&file, address, access) {
             plan.sites.push(site);
@@ -243,6 +268,228 @@ pub fn plan_rust_locks(path: &Path) -> Result<RustLockPlan> {
     plan.sites.sort_by_key(|s| s.ip);
     plan.sites.dedup_by_key(|s| s.ip);
     Ok(plan)
+}
+
+/// One out-of-line function of std's: where it is, and the GOT slots that hold
+/// its address.
+struct OutOfLine {
+    address: u64,
+    slots: HashSet<u64>,
+}
+
+impl OutOfLine {
+    /// Whether the code at `target` calls it within a few instructions.
+    fn called_at(&self, file: &object::File<'_>, target: u64, loaded: &HashSet<Register>) -> bool {
+        calls_within(file, target, &self.slots, loaded, self.address)
+    }
+}
+
+/// The slow paths of std's futex `RwLock` in one binary.
+struct RwPaths {
+    read: OutOfLine,
+    write: OutOfLine,
+    wake: OutOfLine,
+}
+
+impl RwPaths {
+    /// `read_contended`, `write_contended` and `wake_writer_or_readers`, if the
+    /// binary has all three.
+    fn of(file: &object::File<'_>) -> Option<RwPaths> {
+        let mut found: [Option<OutOfLine>; 3] = Default::default();
+        for s in file.symbols() {
+            if s.kind() != SymbolKind::Text || s.address() == 0 {
+                continue;
+            }
+            let Ok(name) = s.name() else { continue };
+            if !name.contains("RwLock") {
+                continue;
+            }
+            let demangled = ordo_trace::symbolize::demangle(name);
+            if !demangled.contains("sync::rwlock::futex::RwLock") {
+                continue;
+            }
+            let which = [
+                "::read_contended",
+                "::write_contended",
+                "::wake_writer_or_readers",
+            ]
+            .iter()
+            .position(|f| demangled.ends_with(f));
+            if let Some(i) = which {
+                found[i] = Some(OutOfLine {
+                    address: s.address(),
+                    slots: HashSet::new(),
+                });
+            }
+        }
+        let [Some(mut read), Some(mut write), Some(mut wake)] = found else {
+            return None;
+        };
+        if let Some(relocations) = file.dynamic_relocations() {
+            for (slot, r) in relocations {
+                if r.target() != RelocationTarget::Absolute {
+                    continue;
+                }
+                let addend = r.addend() as u64;
+                for f in [&mut read, &mut write, &mut wake] {
+                    if addend == f.address {
+                        f.slots.insert(slot);
+                    }
+                }
+            }
+        }
+        Some(RwPaths { read, write, wake })
+    }
+}
+
+/// Instructions after a `lock xadd` within which an `RwLock` release branches to
+/// its wake-up.
+const UNLOCK_REACH: usize = 8;
+
+/// The sites of std's futex `RwLock` (see the module doc of its mutex): each
+/// `lock cmpxchg [m32]` followed by `jne T` (or `je` falling through) where `T`
+/// calls `read_contended` or `write_contended` (a read or a write acquisition);
+/// each `lock xadd [m32]` followed within a few instructions by a conditional
+/// branch to a call of `wake_writer_or_readers` (a release; whether of a read or a
+/// write the agent tells from the lock word while it is held); the entry and
+/// every `ret` of the two slow paths (an acquisition that went the slow way,
+/// including a read that found the lock not readable and never tried the fast
+/// path).
+fn plan_rwlocks(
+    file: &object::File<'_>,
+    functions: &[(u64, u64)],
+    rw: &RwPaths,
+    read_only: &[(u64, u64)],
+    is_std_static: &dyn Fn(&SoftSite) -> bool,
+    info: &mut InstructionInfoFactory,
+    plan: &mut RustLockPlan,
+) {
+    for (f, access) in [
+        (&rw.read, SOFT_RUST_READ_CONTENDED),
+        (&rw.write, SOFT_RUST_WRITE_CONTENDED),
+    ] {
+        if let Some(site) = entry_site(file, f.address, access) {
+            plan.sites.push(site);
+        }
+    }
+    for &(start, size) in functions {
+        let Some(code) = code_at(file, start, size) else {
+            continue;
+        };
+        let read_regs = registers_loaded_from(code, start, &rw.read.slots);
+        let write_regs = registers_loaded_from(code, start, &rw.write.slots);
+        let wake_regs = registers_loaded_from(code, start, &rw.wake.slots);
+        let slow_path = start == rw.read.address || start == rw.write.address;
+        let mut decoder = Decoder::with_ip(64, code, start, DecoderOptions::NONE);
+        let mut previous: Option<(Instruction, usize)> = None;
+        let mut instr = Instruction::default();
+        while decoder.can_decode() {
+            let offset = (decoder.ip() - start) as usize;
+            decoder.decode_out(&mut instr);
+            if instr.is_invalid() {
+                break;
+            }
+            if slow_path && instr.code() == Code::Retnq {
+                let mut site = SoftSite {
+                    ip: instr.ip(),
+                    len: 1,
+                    access: SOFT_RUST_LOCK_SLOW,
+                    via: via::PLAIN,
+                    ..SoftSite::default()
+                };
+                site.bytes[0] = 0xc3;
+                plan.sites.push(site);
+            }
+            let bytes = &code[offset..offset + instr.len()];
+            if let Some((cas, cas_at)) = previous.replace((instr, offset)) {
+                if !matches!(instr.mnemonic(), Mnemonic::Jne | Mnemonic::Je)
+                    || cas.mnemonic() != Mnemonic::Cmpxchg
+                    || !cas.has_lock_prefix()
+                    || cas.op0_kind() != OpKind::Memory
+                    || cas.memory_size().size() != 4
+                {
+                    // Not an acquisition: maybe a release.
+                } else {
+                    let target = if instr.mnemonic() == Mnemonic::Jne {
+                        instr.near_branch_target()
+                    } else {
+                        instr.next_ip()
+                    };
+                    let kind = if rw.read.called_at(file, target, &read_regs) {
+                        Some((SOFT_RUST_READ_GATE, SOFT_RUST_READ_FAST))
+                    } else if rw.write.called_at(file, target, &write_regs) {
+                        Some((SOFT_RUST_WRITE_GATE, SOFT_RUST_WRITE_FAST))
+                    } else {
+                        None
+                    };
+                    let cas_bytes = &code[cas_at..cas_at + cas.len()];
+                    let operand = kind.and_then(|_| {
+                        let offsets = constant_offsets(cas_bytes, cas.ip());
+                        site_of(&cas, cas_bytes, &offsets, read_only, info)
+                    });
+                    if let (Some((gate, fast)), Some(operand)) = (kind, operand) {
+                        if !is_std_static(&operand) {
+                            plan.sites
+                                .extend(acquisition_sites(operand, &instr, bytes, gate, fast));
+                            plan.rw_locks += 1;
+                        }
+                    }
+                }
+            }
+            if instr.mnemonic() == Mnemonic::Xadd
+                && instr.has_lock_prefix()
+                && instr.op0_kind() == OpKind::Memory
+                && instr.memory_size().size() == 4
+                && branches_to_wake(file, instr.next_ip(), &rw.wake, &wake_regs)
+            {
+                let offsets = constant_offsets(bytes, instr.ip());
+                if let Some(mut site) = site_of(&instr, bytes, &offsets, read_only, info)
+                    .filter(|site| !is_std_static(site))
+                {
+                    site.access = SOFT_RUST_RW_UNLOCK;
+                    site.via = via::PLAIN;
+                    plan.sites.push(site);
+                    plan.rw_unlocks += 1;
+                }
+            }
+        }
+    }
+}
+
+/// Whether the code from `from` reaches, within [`UNLOCK_REACH`] instructions
+/// and before any other change of flow, a conditional branch whose target calls
+/// `wake`, or the call itself after one (an `RwLock` release waking whoever
+/// waits).
+fn branches_to_wake(
+    file: &object::File<'_>,
+    from: u64,
+    wake: &OutOfLine,
+    loaded: &HashSet<Register>,
+) -> bool {
+    let Some(code) = code_at(file, from, 64) else {
+        return false;
+    };
+    let mut decoder = Decoder::with_ip(64, code, from, DecoderOptions::NONE);
+    for _ in 0..UNLOCK_REACH {
+        if !decoder.can_decode() {
+            return false;
+        }
+        let instr = decoder.decode();
+        match instr.flow_control() {
+            FlowControl::Next => continue,
+            // The wake-up is the branch's target (a read release: `jo`), or what
+            // it skips (a write release: `jb` over the call).
+            FlowControl::ConditionalBranch => {
+                if wake.called_at(file, instr.near_branch_target(), loaded) {
+                    return true;
+                }
+            }
+            FlowControl::Call => return instr.near_branch_target() == wake.address,
+            FlowControl::IndirectCall => return through_slot(&instr, &wake.slots, loaded),
+            _ => return false,
+        }
+    }
+    false
 }
 
 /// Whether `file` was built by rustc (its `.comment` says so) and has no symbol
@@ -340,6 +587,36 @@ fn entry_site(file: &object::File<'_>, address: u64, access: u8) -> Option<SoftS
     Some(site)
 }
 
+/// The two sites of an inlined acquisition: its `lock cmpxchg` (`operand`), where
+/// a replay gates the attempt (`gate`), and the branch after it (`branch`, its
+/// bytes `bytes`), where the outcome is recorded (`fast`).
+fn acquisition_sites(
+    operand: SoftSite,
+    branch: &Instruction,
+    bytes: &[u8],
+    gate: u8,
+    fast: u8,
+) -> [SoftSite; 2] {
+    let mut site = SoftSite {
+        ip: branch.ip(),
+        len: branch.len() as u8,
+        access: fast,
+        via: via::PLAIN,
+        disp_at: 0,
+        bytes: [0; 16],
+        ..operand
+    };
+    site.bytes[..bytes.len()].copy_from_slice(bytes);
+    [
+        SoftSite {
+            access: gate,
+            via: via::PLAIN,
+            ..operand
+        },
+        site,
+    ]
+}
+
 /// `sites` (discovered accesses, in address order) with the Rust mutex sites
 /// `locks` in place of any access site at the same instruction (an unlock's `xchg`
 /// is both), in address order.
@@ -417,6 +694,18 @@ fn slow_paths(file: &object::File<'_>) -> Option<SlowPaths> {
         contended_slots,
         wake_slots,
     })
+}
+
+impl SlowPaths {
+    /// A binary with an `RwLock` but no `Mutex`: nothing matches.
+    fn none() -> SlowPaths {
+        SlowPaths {
+            contended: (0, 0),
+            wake: 0,
+            contended_slots: HashSet::new(),
+            wake_slots: HashSet::new(),
+        }
+    }
 }
 
 /// Registers a function loads a slow path's address into (from its GOT slot).

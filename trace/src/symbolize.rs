@@ -157,7 +157,7 @@ impl ElfInfo {
         let data = read_regular_file(path, MAX_MODULE_BYTES)?;
         let file = object::File::parse(data.as_slice())
             .map_err(|e| format!("{}: not an ELF file: {e}", path.display()))?;
-        let mut symbols = Vec::new();
+        let mut raw = Vec::new();
         for sym in file.symbols().chain(file.dynamic_symbols()) {
             if !matches!(
                 sym.kind(),
@@ -168,10 +168,31 @@ impl ElfInfo {
             }
             if let Ok(name) = sym.name() {
                 if !name.is_empty() {
-                    symbols.push((sym.address(), sym.size(), demangle(name)));
+                    raw.push((sym.address(), sym.size(), name));
                 }
             }
         }
+        // Names several functions share once demangled (instances of one Rust
+        // generic, legacy mangling) keep their hash, so that a point named in one
+        // of them (`at(NAME+OFF)`) names that one.
+        let mut at_addresses: HashMap<String, std::collections::HashSet<u64>> = HashMap::new();
+        for (addr, _, name) in &raw {
+            at_addresses
+                .entry(demangle(name))
+                .or_default()
+                .insert(*addr);
+        }
+        let mut symbols: Vec<(u64, u64, String)> = raw
+            .into_iter()
+            .map(|(addr, size, name)| {
+                let plain = demangle(name);
+                if at_addresses.get(&plain).is_some_and(|a| a.len() > 1) {
+                    (addr, size, demangle_keeping_hash(name))
+                } else {
+                    (addr, size, plain)
+                }
+            })
+            .collect();
         symbols.sort();
         symbols.dedup_by(|a, b| a.0 == b.0 && a.2 == b.2);
         let segments = file
@@ -258,6 +279,24 @@ pub fn demangle(name: &str) -> String {
             .join("::");
     }
     s
+}
+
+/// [`demangle`], keeping a Rust legacy name's hash (`…::h0123456789abcdef`): the
+/// name of one instance of a generic function among several that demangle alike.
+pub fn demangle_keeping_hash(name: &str) -> String {
+    if !name.starts_with("_ZN") || !name.ends_with('E') {
+        return demangle(name);
+    }
+    // The hash is the legacy name's last path element: `17h` and 16 hex digits.
+    let inner = &name[..name.len() - 1];
+    match inner.len().checked_sub(19).and_then(|i| inner.get(i..)) {
+        Some(tail)
+            if tail.starts_with("17h") && tail[3..].bytes().all(|b| b.is_ascii_hexdigit()) =>
+        {
+            format!("{}::{}", demangle(name), &tail[2..])
+        }
+        _ => demangle(name),
+    }
 }
 
 /// A C++ local entity (`_ZZ…`: a static inside a function) demangled as `nm -C`
@@ -586,6 +625,21 @@ mod tests {
         assert!(name.contains("MARKER"), "{name}");
         assert_eq!(demangle("_ZN3foo3barE"), "foo::bar");
         assert_eq!(demangle("pthread_mutex_lock"), "pthread_mutex_lock");
+    }
+
+    #[test]
+    fn a_rust_legacy_name_can_keep_its_hash() {
+        let name = "_ZN3std3sys9backtrace28__rust_begin_short_backtrace17h51e4e95df9b41d9dE";
+        assert_eq!(
+            demangle(name),
+            "std::sys::backtrace::__rust_begin_short_backtrace"
+        );
+        assert_eq!(
+            demangle_keeping_hash(name),
+            "std::sys::backtrace::__rust_begin_short_backtrace::h51e4e95df9b41d9d"
+        );
+        assert_eq!(demangle_keeping_hash("_ZN3foo3barE"), "foo::bar");
+        assert_eq!(demangle_keeping_hash("main"), "main");
     }
 
     #[test]

@@ -39,7 +39,9 @@ use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering::*};
 use crate::probe_common::inproc::{
     SoftHeader, SoftSite, SOFT_MAGIC, SOFT_NO_GATE, SOFT_RUST_COND_BROADCAST,
     SOFT_RUST_COND_SIGNAL, SOFT_RUST_COND_WAIT, SOFT_RUST_COND_WAIT_TIMED, SOFT_RUST_LOCK_FAST,
-    SOFT_RUST_LOCK_GATE, SOFT_RUST_LOCK_SLOW, SOFT_RUST_UNLOCK, SOFT_VERSION,
+    SOFT_RUST_LOCK_GATE, SOFT_RUST_LOCK_SLOW, SOFT_RUST_READ_CONTENDED, SOFT_RUST_READ_FAST,
+    SOFT_RUST_READ_GATE, SOFT_RUST_RW_UNLOCK, SOFT_RUST_UNLOCK, SOFT_RUST_WRITE_CONTENDED,
+    SOFT_RUST_WRITE_FAST, SOFT_RUST_WRITE_GATE, SOFT_VERSION,
 };
 use crate::probe_common::{kind, reg, via};
 use crate::trap::{greg, GREG_OF_REG, GREG_RIP};
@@ -80,9 +82,10 @@ thread_local! {
     /// This thread's arrivals per site (mapped at its first trap; the pages it
     /// touched stay when it exits: a few per thread).
     static ARRIVALS: Cell<*mut u32> = const { Cell::new(null_mut()) };
-    /// The Rust mutex this thread's inlined fast path failed to take, which
-    /// `lock_contended` is taking ([`SOFT_RUST_LOCK_SLOW`]).
-    static CONTENDED: Cell<u64> = const { Cell::new(0) };
+    /// The Rust lock this thread's inlined fast path failed to take, which the
+    /// slow path is taking ([`SOFT_RUST_LOCK_SLOW`]), with the kind of the
+    /// acquisition (`mutex_lock`, `rwlock_rdlock`, `rwlock_wrlock`).
+    static CONTENDED: Cell<(u64, u16)> = const { Cell::new((0, 0)) };
     /// Replaying: the gate this thread passed at a Rust mutex's `cmpxchg`, told
     /// when the acquisition happened (at the branch, or the slow path's return).
     static GATED: Cell<Option<crate::gate::Caller>> = const { Cell::new(None) };
@@ -135,7 +138,26 @@ fn is_rust_lock(s: &SoftSite) -> bool {
             | SOFT_RUST_COND_WAIT_TIMED
             | SOFT_RUST_COND_SIGNAL
             | SOFT_RUST_COND_BROADCAST
+            | SOFT_RUST_READ_FAST
+            | SOFT_RUST_WRITE_FAST
+            | SOFT_RUST_READ_GATE
+            | SOFT_RUST_WRITE_GATE
+            | SOFT_RUST_RW_UNLOCK
+            | SOFT_RUST_READ_CONTENDED
+            | SOFT_RUST_WRITE_CONTENDED
     )
+}
+
+/// The acquisition a Rust lock site makes: `mutex_lock`, `rwlock_rdlock` or
+/// `rwlock_wrlock`.
+fn acquisition_of(access: u8) -> u16 {
+    match access {
+        SOFT_RUST_READ_FAST | SOFT_RUST_READ_GATE | SOFT_RUST_READ_CONTENDED => kind::RWLOCK_RDLOCK,
+        SOFT_RUST_WRITE_FAST | SOFT_RUST_WRITE_GATE | SOFT_RUST_WRITE_CONTENDED => {
+            kind::RWLOCK_WRLOCK
+        }
+        _ => kind::MUTEX_LOCK,
+    }
 }
 
 /// The thread's condvar wait on the mutex at `addr`, if it is in one.
@@ -144,13 +166,14 @@ fn waiting_on(addr: u64) -> Option<CondWait> {
     (w.mutex != 0 && w.mutex == addr).then_some(w)
 }
 
-/// The Rust mutex at `addr` was acquired (site `site`): recorded, and told to a
-/// replay's gate passed at its `cmpxchg`. Inside a condvar wait it is the wait's
-/// return, recorded as `pthread_cond_wait`'s (the condvar's event and the mutex's
-/// reacquisition, via `cond_wait`).
-fn acquired(addr: u64, site: u64, recording: bool) {
+/// The Rust lock at `addr` was acquired (`which`: `mutex_lock`, `rwlock_rdlock`,
+/// `rwlock_wrlock`; site `site`): recorded, and told to a replay's gate passed at
+/// its `cmpxchg`. A mutex's inside a condvar wait is the wait's return, recorded
+/// as `pthread_cond_wait`'s (the condvar's event and the mutex's reacquisition,
+/// via `cond_wait`).
+fn acquired(addr: u64, which: u16, site: u64, recording: bool) {
     let gated = GATED.with(|g| g.take());
-    if let Some(w) = waiting_on(addr) {
+    if let Some(w) = waiting_on(addr).filter(|_| which == kind::MUTEX_LOCK) {
         COND_WAITING.with(|c| c.set(CondWait::NONE));
         if recording {
             crate::interpose::record_cond_pair(
@@ -171,14 +194,17 @@ fn acquired(addr: u64, site: u64, recording: bool) {
         return;
     }
     if recording {
-        let seq = crate::record::next_seq_held(addr);
-        crate::record::emit(kind::MUTEX_LOCK, via::PLAIN, addr, site, seq, 0, 0);
+        // A read lock is shared: its number needs the atomic counter.
+        let seq = if which == kind::MUTEX_LOCK {
+            crate::record::next_seq_held(addr)
+        } else {
+            crate::record::next_seq(addr)
+        };
+        crate::record::emit(which, via::PLAIN, addr, site, seq, 0, 0);
     }
     if let Some(c) = gated.or_else(crate::gate::enter) {
         c.set_state(crate::shm::STATE_RUNNING, 0);
-        if gated.is_some() {
-            c.happened(kind::MUTEX_LOCK, addr, None);
-        }
+        c.happened(which, addr, None);
     }
 }
 
@@ -192,13 +218,14 @@ fn acquired(addr: u64, site: u64, recording: bool) {
 unsafe fn rust_lock(t: &Table, s: &SoftSite, i: usize, ip: u64, ctx: *mut c_void) {
     let recording = crate::record::on();
     match s.access {
-        SOFT_RUST_LOCK_GATE => {
+        SOFT_RUST_LOCK_GATE | SOFT_RUST_READ_GATE | SOFT_RUST_WRITE_GATE => {
             // Replaying: held here, before the attempt, like `pthread_mutex_lock`
             // before the real call; then the `cmpxchg` runs out of line.
             if let Some(c) = crate::gate::enter() {
                 // SAFETY: the trap's context (the caller's contract).
                 let addr = unsafe { effective_address(s, t.bias, ctx) };
-                if let Some(w) = waiting_on(addr) {
+                let which = acquisition_of(s.access);
+                if let Some(w) = waiting_on(addr).filter(|_| which == kind::MUTEX_LOCK) {
                     // A condvar wait woke and is about to take its mutex back:
                     // `cond_wait`'s gate holds it between the two, as a
                     // `pthread_cond_wait`'s gate holds the wait's return.
@@ -206,14 +233,15 @@ unsafe fn rust_lock(t: &Table, s: &SoftSite, i: usize, ip: u64, ctx: *mut c_void
                     c.finish_in_progress();
                     c.gate(kind::COND_WAIT, w.cond, crate::gate::GateObject::Addr);
                 } else {
-                    c.gate(kind::MUTEX_LOCK, addr, crate::gate::GateObject::Addr);
+                    c.gate(which, addr, crate::gate::GateObject::Addr);
                 }
                 GATED.with(|g| g.set(Some(c)));
             }
             // SAFETY: as above.
             unsafe { *greg(ctx, GREG_RIP) = t.xol.add(i * SLOT) as i64 };
         }
-        SOFT_RUST_LOCK_FAST => {
+        SOFT_RUST_LOCK_FAST | SOFT_RUST_READ_FAST | SOFT_RUST_WRITE_FAST => {
+            let which = acquisition_of(s.access);
             // The flags and registers are the `lock cmpxchg`'s, just before: ZF set
             // is success. A RIP-relative operand's link-time target is in `disp`.
             let addr = if s.base == reg::NONE && s.index == reg::NONE {
@@ -228,19 +256,14 @@ unsafe fn rust_lock(t: &Table, s: &SoftSite, i: usize, ip: u64, ctx: *mut c_void
             // `je` (`74 rel8`, `0f 84 rel32`) is taken on success, `jne` on failure.
             let je = s.bytes[0] == 0x74 || (s.bytes[0] == 0x0f && s.bytes[1] == 0x84);
             let to = if acquired {
-                self::acquired(addr, ip, recording);
+                self::acquired(addr, which, ip, recording);
                 if je {
                     next.wrapping_add(branch_displacement(s) as u64)
                 } else {
                     next
                 }
             } else {
-                CONTENDED.with(|c| c.set(addr));
-                // To the slow path, which may sleep for good (a deadlock): the
-                // driver sees the thread blocked, as in `pthread_mutex_lock`.
-                if let Some(c) = crate::gate::enter() {
-                    c.set_state(crate::shm::STATE_BLOCKED, kind::MUTEX_LOCK as u32);
-                }
+                contended(addr, which);
                 if je {
                     next
                 } else {
@@ -257,10 +280,10 @@ unsafe fn rust_lock(t: &Table, s: &SoftSite, i: usize, ip: u64, ctx: *mut c_void
                 let rsp = *greg(ctx, GREG_RSP) as u64;
                 (rsp, *(rsp as *const u64))
             };
-            let addr = CONTENDED.with(|c| c.replace(0));
+            let (addr, which) = CONTENDED.with(|c| c.replace((0, 0)));
             if addr != 0 {
                 // The site is the caller's: where its slow path returns.
-                acquired(addr, ret, recording);
+                acquired(addr, which, ret, recording);
             }
             // SAFETY: as above: the emulated `ret`.
             unsafe {
@@ -297,6 +320,42 @@ unsafe fn rust_lock(t: &Table, s: &SoftSite, i: usize, ip: u64, ctx: *mut c_void
             });
             if let Some(c) = caller {
                 c.set_state(state, kind::COND_WAIT as u32);
+            }
+            // SAFETY: as above.
+            unsafe { *greg(ctx, GREG_RIP) = t.xol.add(i * SLOT) as i64 };
+        }
+        SOFT_RUST_READ_CONTENDED | SOFT_RUST_WRITE_CONTENDED => {
+            // SAFETY: the trap's context (the caller's contract): the lock in `rdi`
+            // (first instruction).
+            let addr = unsafe { *greg(ctx, GREG_OF_REG[reg::RDI as usize]) as u64 };
+            let which = acquisition_of(s.access);
+            // A read that found the lock not readable comes here without trying
+            // the fast path (and its gate): a replay gates it here.
+            if GATED.with(|g| g.get()).is_none() {
+                if let Some(c) = crate::gate::enter() {
+                    c.gate(which, addr, crate::gate::GateObject::Addr);
+                    GATED.with(|g| g.set(Some(c)));
+                }
+            }
+            contended(addr, which);
+            // SAFETY: as above.
+            unsafe { *greg(ctx, GREG_RIP) = t.xol.add(i * SLOT) as i64 };
+        }
+        SOFT_RUST_RW_UNLOCK => {
+            // Gated and recorded while still held, then released by the `xadd`'s
+            // copy.
+            // SAFETY: as above.
+            let addr = unsafe { effective_address(s, t.bias, ctx) };
+            let caller = crate::gate::enter();
+            if let Some(c) = caller {
+                c.gate(kind::RWLOCK_UNLOCK, addr, crate::gate::GateObject::Addr);
+            }
+            if recording {
+                let seq = crate::record::next_seq(addr);
+                crate::record::emit(kind::RWLOCK_UNLOCK, via::PLAIN, addr, ip, seq, 0, 0);
+            }
+            if let Some(c) = caller {
+                c.happened(kind::RWLOCK_UNLOCK, addr, None);
             }
             // SAFETY: as above.
             unsafe { *greg(ctx, GREG_RIP) = t.xol.add(i * SLOT) as i64 };
@@ -366,6 +425,16 @@ unsafe fn rust_lock(t: &Table, s: &SoftSite, i: usize, ip: u64, ctx: *mut c_void
             // SAFETY: as above.
             unsafe { *greg(ctx, GREG_RIP) = t.xol.add(i * SLOT) as i64 };
         }
+    }
+}
+
+/// The thread's acquisition (`which`) of the Rust lock at `addr` goes the slow
+/// way, which may sleep for good (a deadlock): its slow path's return records it,
+/// and the driver sees the thread blocked, as in `pthread_mutex_lock`.
+fn contended(addr: u64, which: u16) {
+    CONTENDED.with(|c| c.set((addr, which)));
+    if let Some(c) = crate::gate::enter() {
+        c.set_state(crate::shm::STATE_BLOCKED, which as u32);
     }
 }
 
@@ -473,7 +542,11 @@ pub(crate) unsafe fn start(fd: c_int, replaying: bool) {
     // doc), then the `int3`.
     let mut page_done = 0u64;
     for s in list {
-        if s.access == SOFT_RUST_LOCK_GATE && !replaying {
+        if matches!(
+            s.access,
+            SOFT_RUST_LOCK_GATE | SOFT_RUST_READ_GATE | SOFT_RUST_WRITE_GATE
+        ) && !replaying
+        {
             // Only a replay gates: a recording spares the trap.
             continue;
         }

@@ -829,7 +829,7 @@ pub mod inproc {
     /// "ORDO_SFT".
     pub const SOFT_MAGIC: u64 = 0x4f52_444f_5f53_4654;
     /// Bumped whenever [`SoftHeader`] or [`SoftSite`] changes.
-    pub const SOFT_VERSION: u32 = 4;
+    pub const SOFT_VERSION: u32 = 5;
 
     /// The start of a software-breakpoint table.
     #[repr(C)]
@@ -891,14 +891,15 @@ pub mod inproc {
     pub const SOFT_NO_GATE: u32 = u32::MAX;
 
     /// [`SoftSite::access`] of a site that records a Rust `std::sync::Mutex`
-    /// acquisition on its inlined fast path: the `jne` right after the
+    /// acquisition on its inlined fast path: the `jne` (or `je`) right after the
     /// `lock cmpxchg` on the lock word (the operand fields describe that
-    /// `cmpxchg`'s memory operand). Not taken: acquired, recorded; taken: the slow
-    /// path will acquire it, and the address waits for [`SOFT_RUST_LOCK_SLOW`].
-    /// The agent emulates the branch. Never removed.
+    /// `cmpxchg`'s memory operand). On success: acquired, recorded; on failure: the
+    /// slow path will acquire it, and the address waits for
+    /// [`SOFT_RUST_LOCK_SLOW`]. The agent emulates the branch. Never removed.
     pub const SOFT_RUST_LOCK_FAST: u8 = 0xf0;
-    /// [`SoftSite::access`]: a `ret` of std's out-of-line `lock_contended`: the
-    /// lock the thread's fast path failed on is held now. The agent emulates the
+    /// [`SoftSite::access`]: a `ret` of std's out-of-line `lock_contended` (or of
+    /// the `RwLock`'s `read_contended`/`write_contended`): the lock the thread's
+    /// fast path failed on is held now. The agent emulates the
     /// `ret`. Never removed.
     pub const SOFT_RUST_LOCK_SLOW: u8 = 0xf1;
     /// [`SoftSite::access`]: the `xchg` that releases a Rust `std::sync::Mutex`
@@ -925,6 +926,27 @@ pub mod inproc {
     /// [`SoftSite::access`]: the first instruction of `Condvar::notify_all`: a
     /// `cond_broadcast`. Never removed.
     pub const SOFT_RUST_COND_BROADCAST: u8 = 0xf7;
+    /// [`SoftSite::access`]: as [`SOFT_RUST_LOCK_FAST`], for the inlined read
+    /// lock of std's futex `RwLock` (its slow path `read_contended`).
+    pub const SOFT_RUST_READ_FAST: u8 = 0xf8;
+    /// [`SoftSite::access`]: as [`SOFT_RUST_LOCK_FAST`], for the inlined write
+    /// lock of std's futex `RwLock` (its slow path `write_contended`).
+    pub const SOFT_RUST_WRITE_FAST: u8 = 0xf9;
+    /// [`SoftSite::access`]: as [`SOFT_RUST_LOCK_GATE`], for an `RwLock` read.
+    pub const SOFT_RUST_READ_GATE: u8 = 0xfa;
+    /// [`SoftSite::access`]: as [`SOFT_RUST_LOCK_GATE`], for an `RwLock` write.
+    pub const SOFT_RUST_WRITE_GATE: u8 = 0xfb;
+    /// [`SoftSite::access`]: the `lock xadd` that releases std's futex `RwLock`
+    /// (read or write: the lock word says which, while it is still held):
+    /// recorded before it runs out of line. Never removed.
+    pub const SOFT_RUST_RW_UNLOCK: u8 = 0xfc;
+    /// [`SoftSite::access`]: the first instruction of `RwLock::read_contended`
+    /// (`rdi` the lock): a read acquisition goes the slow way, and waits for its
+    /// [`SOFT_RUST_LOCK_SLOW`] return. Never removed.
+    pub const SOFT_RUST_READ_CONTENDED: u8 = 0xfd;
+    /// [`SoftSite::access`]: as [`SOFT_RUST_READ_CONTENDED`], for
+    /// `RwLock::write_contended`.
+    pub const SOFT_RUST_WRITE_CONTENDED: u8 = 0xfe;
 
     const _: () = assert!(core::mem::size_of::<SoftSite>() == 48);
     const _: () = assert!(core::mem::size_of::<SoftHeader>() == 24);

@@ -8,7 +8,7 @@ use std::path::Path;
 
 use object::{Object, ObjectSection, ObjectSymbol, SectionKind, SymbolKind};
 use ordo_probe_common::{kind, reg, via, WatchSite};
-use ordo_trace::symbolize::demangle;
+use ordo_trace::symbolize::{demangle, demangle_keeping_hash};
 
 /// A program point located in the main binary.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -72,19 +72,41 @@ pub fn resolve_mark(spec: &str, binary: &Path) -> Result<ResolvedMark, String> {
                 ),
                 _ => (spec, 0),
             };
-            let function = file
+            let mut functions: Vec<(u64, u64)> = file
                 .symbols()
                 .chain(file.dynamic_symbols())
                 .filter(|s| s.kind() == SymbolKind::Text && s.address() != 0)
-                .find(|s| s.name().is_ok_and(|n| n == name || demangle(n) == name))
-                .ok_or_else(|| format!("`{spec}`: no function `{name}` in {}", binary.display()))?;
-            if function.size() != 0 && offset >= function.size() {
+                .filter(|s| {
+                    s.name().is_ok_and(|n| {
+                        n == name || demangle(n) == name || demangle_keeping_hash(n) == name
+                    })
+                })
+                .map(|s| (s.address(), s.size()))
+                .collect();
+            functions.sort_unstable();
+            functions.dedup();
+            let Some(&(_, size)) = functions.first() else {
                 return Err(format!(
-                    "`{spec}`: {name} is only {} bytes long",
-                    function.size()
+                    "`{spec}`: no function `{name}` in {}",
+                    binary.display()
                 ));
+            };
+            // Instances of one generic that demangle alike: the one long enough.
+            let fitting: Vec<u64> = functions
+                .iter()
+                .filter(|(_, size)| *size == 0 || offset < *size)
+                .map(|(address, _)| *address)
+                .collect();
+            match fitting[..] {
+                [address] => address + offset,
+                [] => return Err(format!("`{spec}`: {name} is only {size} bytes long")),
+                _ => {
+                    return Err(format!(
+                        "`{spec}`: {} functions are named {name}: name one by its symbol with its hash (`nm` prints them)",
+                        fitting.len()
+                    ))
+                }
             }
-            function.address() + offset
         }
     };
     let file_offset = file
