@@ -445,3 +445,36 @@ fn a_correctly_rwlocked_rust_counter_gives_no_race() {
         }
     }
 }
+
+/// Issue 26: std's `Barrier` (a Mutex and a Condvar inside std) orders a write
+/// before it with a read after it: no race; the write moved after the barrier
+/// races.
+#[test]
+fn a_rust_barrier_orders_a_write_before_a_read() {
+    if !common::have_root("a_rust_barrier_orders_a_write_before_a_read") {
+        return;
+    }
+    let _registers = common::debug_registers();
+    let program = common::build_rust_program("rust_barrier_handoff");
+    let dir = common::scratch("watch_rust_barrier");
+    for (args, racy) in [(&[][..], false), (&["racy"][..], true)] {
+        let trace = dir.join(format!("racy-{racy}.ordo"));
+        record_watching_hw("rust_barrier_handoff::DATA", &trace, &program, args);
+        let events = common::dump_json(&trace);
+        // Both threads arrive, then both leave, one of them the leader; std's
+        // mutex and condvar inside the barrier are not events of their own.
+        let kinds = |kind: &str| events.iter().filter(|e| e["kind"] == kind).count();
+        assert_eq!((kinds("barrier_arrive"), kinds("barrier_wait")), (2, 2));
+        let leaders = events
+            .iter()
+            .filter(|e| e["kind"] == "barrier_wait" && e["result"] == -1)
+            .count();
+        assert_eq!(leaders, 1);
+        assert_eq!(kinds("mutex_lock") + kinds("cond_wait_begin"), 0);
+        let races = common::findings(&trace)
+            .iter()
+            .filter(|(kind, _)| kind == "race")
+            .count();
+        assert_eq!(races > 0, racy, "racy: {racy}");
+    }
+}

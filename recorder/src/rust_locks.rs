@@ -34,10 +34,11 @@ use iced_x86::{
 };
 use object::{Object, ObjectSymbol, RelocationTarget, SymbolKind};
 use ordo_probe_common::inproc::{
-    SoftSite, SOFT_RUST_COND_BROADCAST, SOFT_RUST_COND_SIGNAL, SOFT_RUST_COND_WAIT,
-    SOFT_RUST_COND_WAIT_TIMED, SOFT_RUST_LOCK_FAST, SOFT_RUST_LOCK_GATE, SOFT_RUST_LOCK_SLOW,
-    SOFT_RUST_READ_CONTENDED, SOFT_RUST_READ_FAST, SOFT_RUST_READ_GATE, SOFT_RUST_RW_UNLOCK,
-    SOFT_RUST_UNLOCK, SOFT_RUST_WRITE_CONTENDED, SOFT_RUST_WRITE_FAST, SOFT_RUST_WRITE_GATE,
+    SoftSite, SOFT_RUST_BARRIER_LEAVE, SOFT_RUST_BARRIER_WAIT, SOFT_RUST_COND_BROADCAST,
+    SOFT_RUST_COND_SIGNAL, SOFT_RUST_COND_WAIT, SOFT_RUST_COND_WAIT_TIMED, SOFT_RUST_LOCK_FAST,
+    SOFT_RUST_LOCK_GATE, SOFT_RUST_LOCK_SLOW, SOFT_RUST_READ_CONTENDED, SOFT_RUST_READ_FAST,
+    SOFT_RUST_READ_GATE, SOFT_RUST_RW_UNLOCK, SOFT_RUST_UNLOCK, SOFT_RUST_WRITE_CONTENDED,
+    SOFT_RUST_WRITE_FAST, SOFT_RUST_WRITE_GATE,
 };
 use ordo_probe_common::{reg, via};
 
@@ -45,7 +46,13 @@ use crate::discover::{code_at, read_only_ranges, site_of};
 
 /// Parts of the names of std functions whose locks are std's own business (its
 /// I/O and reentrant locks): no lock site is planned in them.
-const STD_OWN_LOCKING: &[&str] = &["std::io::", "std::sync::reentrant_lock::", "std::rt::"];
+const STD_OWN_LOCKING: &[&str] = &[
+    "std::io::",
+    "std::sync::reentrant_lock::",
+    "std::rt::",
+    // Recorded as the barrier it is (`barrier_functions`).
+    "std::sync::barrier::",
+];
 
 /// Instructions from a branch target to the call of a slow path, at most.
 const BLOCK_REACH: usize = 4;
@@ -61,6 +68,8 @@ pub struct RustLockPlan {
     pub unlocks: usize,
     /// Condvar functions found (waits and notifies).
     pub condvars: usize,
+    /// `Barrier::wait` functions found.
+    pub barriers: usize,
     /// Inlined `RwLock` acquisitions (read or write) found.
     pub rw_locks: usize,
     /// Inlined `RwLock` releases found.
@@ -158,20 +167,6 @@ pub fn plan_rust_locks(path: &Path) -> Result<RustLockPlan> {
             if instr.is_invalid() {
                 break;
             }
-            if start == slow.contended.0 && instr.code() == Code::Retnq {
-                plan.sites.push(SoftSite {
-                    ip: instr.ip(),
-                    len: 1,
-                    access: SOFT_RUST_LOCK_SLOW,
-                    via: via::PLAIN,
-                    bytes: {
-                        let mut b = [0u8; 16];
-                        b[0] = 0xc3;
-                        b
-                    },
-                    ..SoftSite::default()
-                });
-            }
             window.push((instr, offset));
             if window.len() > 3 {
                 window.remove(0);
@@ -248,6 +243,14 @@ pub fn plan_rust_locks(path: &Path) -> Result<RustLockPlan> {
             }
         }
     }
+    if slow.contended.0 != 0 {
+        plan.sites.extend(returns_of(
+            &file,
+            slow.contended.0,
+            slow.contended.1,
+            SOFT_RUST_LOCK_SLOW,
+        ));
+    }
     if let Some(rw) = rw {
         plan_rwlocks(
             &file,
@@ -258,6 +261,15 @@ pub fn plan_rust_locks(path: &Path) -> Result<RustLockPlan> {
             &mut info,
             &mut plan,
         );
+    }
+    for (address, size) in barrier_waits(&file) {
+        let Some(entry) = entry_site(&file, address, SOFT_RUST_BARRIER_WAIT) else {
+            continue;
+        };
+        plan.sites.push(entry);
+        plan.sites
+            .extend(returns_of(&file, address, size, SOFT_RUST_BARRIER_LEAVE));
+        plan.barriers += 1;
     }
     for (address, access) in condvar_functions(&file) {
         if let Some(site) = entry_site(&file, address, access) {
@@ -270,10 +282,11 @@ pub fn plan_rust_locks(path: &Path) -> Result<RustLockPlan> {
     Ok(plan)
 }
 
-/// One out-of-line function of std's: where it is, and the GOT slots that hold
-/// its address.
+/// One out-of-line function of std's: where it is, how long, and the GOT slots
+/// that hold its address.
 struct OutOfLine {
     address: u64,
+    size: u64,
     slots: HashSet<u64>,
 }
 
@@ -318,6 +331,7 @@ impl RwPaths {
             if let Some(i) = which {
                 found[i] = Some(OutOfLine {
                     address: s.address(),
+                    size: s.size(),
                     slots: HashSet::new(),
                 });
             }
@@ -371,6 +385,8 @@ fn plan_rwlocks(
         if let Some(site) = entry_site(file, f.address, access) {
             plan.sites.push(site);
         }
+        plan.sites
+            .extend(returns_of(file, f.address, f.size, SOFT_RUST_LOCK_SLOW));
     }
     for &(start, size) in functions {
         let Some(code) = code_at(file, start, size) else {
@@ -379,7 +395,6 @@ fn plan_rwlocks(
         let read_regs = registers_loaded_from(code, start, &rw.read.slots);
         let write_regs = registers_loaded_from(code, start, &rw.write.slots);
         let wake_regs = registers_loaded_from(code, start, &rw.wake.slots);
-        let slow_path = start == rw.read.address || start == rw.write.address;
         let mut decoder = Decoder::with_ip(64, code, start, DecoderOptions::NONE);
         let mut previous: Option<(Instruction, usize)> = None;
         let mut instr = Instruction::default();
@@ -388,17 +403,6 @@ fn plan_rwlocks(
             decoder.decode_out(&mut instr);
             if instr.is_invalid() {
                 break;
-            }
-            if slow_path && instr.code() == Code::Retnq {
-                let mut site = SoftSite {
-                    ip: instr.ip(),
-                    len: 1,
-                    access: SOFT_RUST_LOCK_SLOW,
-                    via: via::PLAIN,
-                    ..SoftSite::default()
-                };
-                site.bytes[0] = 0xc3;
-                plan.sites.push(site);
             }
             let bytes = &code[offset..offset + instr.len()];
             if let Some((cas, cas_at)) = previous.replace((instr, offset)) {
@@ -554,6 +558,54 @@ fn condvar_functions(file: &object::File<'_>) -> Vec<(u64, u8)> {
     out
 }
 
+/// std's `Barrier::wait` (`std::sync::barrier::Barrier::wait`, out of line: not
+/// generic, not `#[inline]`): address and size of each.
+fn barrier_waits(file: &object::File<'_>) -> Vec<(u64, u64)> {
+    let mut out: Vec<(u64, u64)> = file
+        .symbols()
+        .filter(|s| s.kind() == SymbolKind::Text && s.address() != 0 && s.size() != 0)
+        .filter(|s| {
+            s.name().is_ok_and(|n| {
+                n.contains("Barrier")
+                    && ordo_trace::symbolize::demangle(n)
+                        .trim_start_matches('<')
+                        .starts_with("std::sync::barrier::Barrier")
+                    && ordo_trace::symbolize::demangle(n).ends_with("::wait")
+            })
+        })
+        .map(|s| (s.address(), s.size()))
+        .collect();
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
+/// A site recording `access` on every `ret` of the function at `address` (`size`
+/// bytes); the agent emulates the `ret`.
+fn returns_of(file: &object::File<'_>, address: u64, size: u64, access: u8) -> Vec<SoftSite> {
+    let Some(code) = code_at(file, address, size) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    let mut decoder = Decoder::with_ip(64, code, address, DecoderOptions::NONE);
+    let mut instr = Instruction::default();
+    while decoder.can_decode() {
+        decoder.decode_out(&mut instr);
+        if instr.code() == Code::Retnq {
+            let mut site = SoftSite {
+                ip: instr.ip(),
+                len: 1,
+                access,
+                via: via::PLAIN,
+                ..SoftSite::default()
+            };
+            site.bytes[0] = 0xc3;
+            out.push(site);
+        }
+    }
+    out
+}
+
 /// A site on the first instruction of the function at `address`, recording
 /// `access` and running the instruction out of line; `None` when that instruction
 /// cannot run elsewhere (a branch, or a memory operand relative to `rip` in a
@@ -671,7 +723,8 @@ fn slow_paths(file: &object::File<'_>) -> Option<SlowPaths> {
             wake = Some(s.address());
         }
     }
-    let (contended, wake) = (contended?, wake?);
+    // `wake` may be inlined everywhere (the futex call itself), and then has no symbol.
+    let (contended, wake) = (contended?, wake.unwrap_or(0));
     let mut contended_slots = HashSet::new();
     let mut wake_slots = HashSet::new();
     if let Some(relocations) = file.dynamic_relocations() {

@@ -17,8 +17,15 @@ fn register(key: u32) {
 }
 
 fn main() {
-    let registrars: Vec<_> = (0..2)
-        .map(|_| std::thread::spawn(|| register(42)))
+    // The second registrar starts 5 ms later: the two rarely overlap by
+    // themselves.
+    let registrars: Vec<_> = (0..2u64)
+        .map(|i| {
+            std::thread::spawn(move || {
+                std::thread::sleep(std::time::Duration::from_millis(5 * i));
+                register(42);
+            })
+        })
         .collect();
     for r in registrars {
         r.join().unwrap();

@@ -37,11 +37,12 @@ use std::ptr::null_mut;
 use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering::*};
 
 use crate::probe_common::inproc::{
-    SoftHeader, SoftSite, SOFT_MAGIC, SOFT_NO_GATE, SOFT_RUST_COND_BROADCAST,
-    SOFT_RUST_COND_SIGNAL, SOFT_RUST_COND_WAIT, SOFT_RUST_COND_WAIT_TIMED, SOFT_RUST_LOCK_FAST,
-    SOFT_RUST_LOCK_GATE, SOFT_RUST_LOCK_SLOW, SOFT_RUST_READ_CONTENDED, SOFT_RUST_READ_FAST,
-    SOFT_RUST_READ_GATE, SOFT_RUST_RW_UNLOCK, SOFT_RUST_UNLOCK, SOFT_RUST_WRITE_CONTENDED,
-    SOFT_RUST_WRITE_FAST, SOFT_RUST_WRITE_GATE, SOFT_VERSION,
+    SoftHeader, SoftSite, SOFT_MAGIC, SOFT_NO_GATE, SOFT_RUST_BARRIER_LEAVE,
+    SOFT_RUST_BARRIER_WAIT, SOFT_RUST_COND_BROADCAST, SOFT_RUST_COND_SIGNAL, SOFT_RUST_COND_WAIT,
+    SOFT_RUST_COND_WAIT_TIMED, SOFT_RUST_LOCK_FAST, SOFT_RUST_LOCK_GATE, SOFT_RUST_LOCK_SLOW,
+    SOFT_RUST_READ_CONTENDED, SOFT_RUST_READ_FAST, SOFT_RUST_READ_GATE, SOFT_RUST_RW_UNLOCK,
+    SOFT_RUST_UNLOCK, SOFT_RUST_WRITE_CONTENDED, SOFT_RUST_WRITE_FAST, SOFT_RUST_WRITE_GATE,
+    SOFT_VERSION,
 };
 use crate::probe_common::{kind, reg, via};
 use crate::trap::{greg, GREG_OF_REG, GREG_RIP};
@@ -92,6 +93,8 @@ thread_local! {
     /// The Rust condvar wait this thread is in, from its entry until it has the
     /// mutex back ([`SOFT_RUST_COND_WAIT`]).
     static COND_WAITING: Cell<CondWait> = const { Cell::new(CondWait::NONE) };
+    /// The Rust barrier this thread waits at, and where it called `wait`.
+    static AT_BARRIER: Cell<(u64, u64)> = const { Cell::new((0, 0)) };
 }
 
 /// A Rust condvar wait in progress: the mutex's release and reacquisition inside
@@ -145,6 +148,8 @@ fn is_rust_lock(s: &SoftSite) -> bool {
             | SOFT_RUST_RW_UNLOCK
             | SOFT_RUST_READ_CONTENDED
             | SOFT_RUST_WRITE_CONTENDED
+            | SOFT_RUST_BARRIER_WAIT
+            | SOFT_RUST_BARRIER_LEAVE
     )
 }
 
@@ -340,6 +345,59 @@ unsafe fn rust_lock(t: &Table, s: &SoftSite, i: usize, ip: u64, ctx: *mut c_void
             contended(addr, which);
             // SAFETY: as above.
             unsafe { *greg(ctx, GREG_RIP) = t.xol.add(i * SLOT) as i64 };
+        }
+        SOFT_RUST_BARRIER_WAIT => {
+            // As `pthread_barrier_wait`'s wrapper on entry.
+            // SAFETY: the trap's context (the caller's contract): the barrier in
+            // `rdi`, the caller at `rsp` (first instruction).
+            let (addr, site) = unsafe {
+                (
+                    *greg(ctx, GREG_OF_REG[reg::RDI as usize]) as u64,
+                    *(*greg(ctx, GREG_RSP) as u64 as *const u64),
+                )
+            };
+            if let Some(c) = crate::gate::enter() {
+                c.gate(kind::BARRIER_ARRIVE, addr, crate::gate::GateObject::Addr);
+                let stamp = c.stamp_before(kind::BARRIER_ARRIVE);
+                c.begins(kind::BARRIER_ARRIVE, addr, stamp);
+                c.set_state(crate::shm::STATE_BLOCKED, kind::BARRIER_WAIT as u32);
+            }
+            if recording {
+                let seq = crate::record::next_seq(addr);
+                crate::record::emit(kind::BARRIER_ARRIVE, via::PLAIN, addr, site, seq, 0, 0);
+            }
+            AT_BARRIER.with(|b| b.set((addr, site)));
+            // SAFETY: as above.
+            unsafe { *greg(ctx, GREG_RIP) = t.xol.add(i * SLOT) as i64 };
+        }
+        SOFT_RUST_BARRIER_LEAVE => {
+            // SAFETY: as above; `rsp` points at the return address, `al` holds
+            // whether this thread is the leader.
+            let (rsp, ret, leader) = unsafe {
+                let rsp = *greg(ctx, GREG_RSP) as u64;
+                let rax = *greg(ctx, GREG_OF_REG[reg::RAX as usize]);
+                (rsp, *(rsp as *const u64), rax & 0xff != 0)
+            };
+            let (addr, site) = AT_BARRIER.with(|b| b.replace((0, 0)));
+            if addr != 0 {
+                if recording {
+                    let seq = crate::record::next_seq(addr);
+                    // The leader's result as pthread's: PTHREAD_BARRIER_SERIAL_THREAD.
+                    let result = if leader { -1 } else { 0 };
+                    crate::record::emit(kind::BARRIER_WAIT, via::PLAIN, addr, site, seq, 0, result);
+                }
+                if let Some(c) = crate::gate::enter() {
+                    c.set_state(crate::shm::STATE_RUNNING, 0);
+                    c.finish_in_progress();
+                    c.gate(kind::BARRIER_WAIT, addr, crate::gate::GateObject::Addr);
+                    c.happened(kind::BARRIER_WAIT, addr, None);
+                }
+            }
+            // SAFETY: as above: the emulated `ret`.
+            unsafe {
+                *greg(ctx, GREG_RSP) = rsp.wrapping_add(8) as i64;
+                *greg(ctx, GREG_RIP) = ret as i64;
+            }
         }
         SOFT_RUST_RW_UNLOCK => {
             // Gated and recorded while still held, then released by the `xadd`'s

@@ -829,7 +829,7 @@ pub mod inproc {
     /// "ORDO_SFT".
     pub const SOFT_MAGIC: u64 = 0x4f52_444f_5f53_4654;
     /// Bumped whenever [`SoftHeader`] or [`SoftSite`] changes.
-    pub const SOFT_VERSION: u32 = 5;
+    pub const SOFT_VERSION: u32 = 6;
 
     /// The start of a software-breakpoint table.
     #[repr(C)]
@@ -947,6 +947,14 @@ pub mod inproc {
     /// [`SoftSite::access`]: as [`SOFT_RUST_READ_CONTENDED`], for
     /// `RwLock::write_contended`.
     pub const SOFT_RUST_WRITE_CONTENDED: u8 = 0xfe;
+    /// [`SoftSite::access`]: the first instruction of std's `Barrier::wait`
+    /// (`rdi` the barrier): `barrier_arrive`, as `pthread_barrier_wait`'s
+    /// wrapper records it on entry. Never removed.
+    pub const SOFT_RUST_BARRIER_WAIT: u8 = 0xe0;
+    /// [`SoftSite::access`]: a `ret` of std's `Barrier::wait`: `barrier_wait`
+    /// (the thread leaves; `al` says whether it is the leader). The agent
+    /// emulates the `ret`. Never removed.
+    pub const SOFT_RUST_BARRIER_LEAVE: u8 = 0xe1;
 
     const _: () = assert!(core::mem::size_of::<SoftSite>() == 48);
     const _: () = assert!(core::mem::size_of::<SoftHeader>() == 24);
