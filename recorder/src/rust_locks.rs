@@ -158,6 +158,7 @@ pub fn plan_rust_locks(path: &Path) -> Result<RustLockPlan> {
             contended: registers_loaded_from(code, start, &slow.contended_slots),
             wake: registers_loaded_from(code, start, &slow.wake_slots),
         };
+        let targets = branch_targets(code, start);
         let mut decoder = Decoder::with_ip(64, code, start, DecoderOptions::NONE);
         let mut window: Vec<(Instruction, usize)> = Vec::with_capacity(3);
         let mut instr = Instruction::default();
@@ -205,13 +206,15 @@ pub fn plan_rust_locks(path: &Path) -> Result<RustLockPlan> {
                             continue;
                         }
                         let branch = &code[offset..offset + instr.len()];
-                        plan.sites.extend(acquisition_sites(
+                        let mut sites = acquisition_sites(
                             operand,
                             &instr,
                             branch,
                             SOFT_RUST_LOCK_GATE,
                             SOFT_RUST_LOCK_FAST,
-                        ));
+                        );
+                        sites[1].patch = acquisition_patch(cas, &instr, &targets);
+                        plan.sites.extend(sites);
                         plan.locks += 1;
                     }
                 }
@@ -236,6 +239,7 @@ pub fn plan_rust_locks(path: &Path) -> Result<RustLockPlan> {
                     {
                         site.access = SOFT_RUST_UNLOCK;
                         site.via = via::PLAIN;
+                        site.patch = release_patch(code, start, swap, &targets);
                         plan.sites.push(site);
                         plan.unlocks += 1;
                     }
@@ -395,6 +399,7 @@ fn plan_rwlocks(
         let read_regs = registers_loaded_from(code, start, &rw.read.slots);
         let write_regs = registers_loaded_from(code, start, &rw.write.slots);
         let wake_regs = registers_loaded_from(code, start, &rw.wake.slots);
+        let targets = branch_targets(code, start);
         let mut decoder = Decoder::with_ip(64, code, start, DecoderOptions::NONE);
         let mut previous: Option<(Instruction, usize)> = None;
         let mut instr = Instruction::default();
@@ -433,8 +438,9 @@ fn plan_rwlocks(
                     });
                     if let (Some((gate, fast)), Some(operand)) = (kind, operand) {
                         if !is_std_static(&operand) {
-                            plan.sites
-                                .extend(acquisition_sites(operand, &instr, bytes, gate, fast));
+                            let mut sites = acquisition_sites(operand, &instr, bytes, gate, fast);
+                            sites[1].patch = acquisition_patch(&cas, &instr, &targets);
+                            plan.sites.extend(sites);
                             plan.rw_locks += 1;
                         }
                     }
@@ -452,6 +458,7 @@ fn plan_rwlocks(
                 {
                     site.access = SOFT_RUST_RW_UNLOCK;
                     site.via = via::PLAIN;
+                    site.patch = release_patch(code, start, &instr, &targets);
                     plan.sites.push(site);
                     plan.rw_unlocks += 1;
                 }
@@ -637,6 +644,73 @@ fn entry_site(file: &object::File<'_>, address: u64, access: u8) -> Option<SoftS
         site.disp_at = offsets.displacement_offset() as u8;
     }
     Some(site)
+}
+
+/// Bytes a `jmp` to a trampoline takes (`jmp rel32`).
+const JMP_LEN: usize = 5;
+
+/// Where the branches of the function whose code is `code` (at `start`) land.
+fn branch_targets(code: &[u8], start: u64) -> HashSet<u64> {
+    let mut decoder = Decoder::with_ip(64, code, start, DecoderOptions::NONE);
+    let mut instr = Instruction::default();
+    let mut out = HashSet::new();
+    while decoder.can_decode() {
+        decoder.decode_out(&mut instr);
+        if matches!(
+            instr.flow_control(),
+            FlowControl::ConditionalBranch | FlowControl::UnconditionalBranch | FlowControl::Call
+        ) {
+            out.insert(instr.near_branch_target());
+        }
+    }
+    out
+}
+
+/// Whether no branch lands strictly inside `[from, to)`: its first byte may be
+/// replaced by a `jmp` and the rest left unused.
+fn nothing_lands_inside(targets: &HashSet<u64>, from: u64, to: u64) -> bool {
+    !targets.iter().any(|&t| t > from && t < to)
+}
+
+/// [`SoftSite::patch`] of an acquisition: its `lock cmpxchg` and the branch right
+/// after it, replaced together.
+fn acquisition_patch(cas: &Instruction, branch: &Instruction, targets: &HashSet<u64>) -> u32 {
+    let end = branch.next_ip();
+    let len = (end - cas.ip()) as usize;
+    if branch.ip() != cas.next_ip()
+        || len < JMP_LEN
+        || !nothing_lands_inside(targets, cas.ip(), end)
+    {
+        return 0;
+    }
+    len as u32
+}
+
+/// [`SoftSite::patch`] of a release: its `xchg`/`lock xadd` and the instructions
+/// after it until 5 bytes are covered, each of which can run anywhere (no branch,
+/// no `rip`-relative operand), with no branch landing inside.
+fn release_patch(code: &[u8], start: u64, release: &Instruction, targets: &HashSet<u64>) -> u32 {
+    let mut end = release.next_ip();
+    let from = (end - start) as usize;
+    let mut decoder =
+        Decoder::with_ip(64, &code[from.min(code.len())..], end, DecoderOptions::NONE);
+    while ((end - release.ip()) as usize) < JMP_LEN {
+        if !decoder.can_decode() {
+            return 0;
+        }
+        let next = decoder.decode();
+        if next.is_invalid()
+            || next.flow_control() != FlowControl::Next
+            || next.is_ip_rel_memory_operand()
+        {
+            return 0;
+        }
+        end = next.next_ip();
+    }
+    if !nothing_lands_inside(targets, release.ip(), end) {
+        return 0;
+    }
+    (end - release.ip()) as u32
 }
 
 /// The two sites of an inlined acquisition: its `lock cmpxchg` (`operand`), where

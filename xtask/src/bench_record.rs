@@ -90,6 +90,7 @@ fn parse_options(args: &[String]) -> Result<Options> {
 
 const WORKLOADS: &[&str] = &[
     "lock",
+    "rust-lock",
     "pair",
     "pingpong",
     "rwlock",
@@ -145,6 +146,14 @@ impl Recorder {
     /// micro-benchmarks; attach mode only to tracers that can attach).
     fn applies(&self, workload: &str) -> bool {
         let micro = matches!(workload, "lock" | "pair" | "pingpong" | "rwlock");
+        if workload == "rust-lock" {
+            // std's inlined futex mutex: no pthread call for a pthread tracer to see,
+            // and TSan would need a nightly rebuild of std.
+            return matches!(
+                self,
+                Recorder::Native | Recorder::Ordo(_) | Recorder::OrdoSparse
+            );
+        }
         match self {
             Recorder::Tsan | Recorder::Helgrind => micro,
             Recorder::Lttng | Recorder::OrdoBaseline(_) | Recorder::OrdoSparse => {
@@ -193,7 +202,7 @@ impl Sizes {
     fn micro_args(&self, workload: &str, scale: f64) -> Vec<String> {
         let n = |x: u64| ((x as f64 * scale).round() as u64).max(1).to_string();
         match workload {
-            "lock" => vec!["lock".into(), "4".into(), n(self.lock_iters)],
+            "lock" | "rust-lock" => vec!["lock".into(), "4".into(), n(self.lock_iters)],
             "pair" => vec!["pair".into(), n(self.pair_iters)],
             "pingpong" => vec!["pingpong".into(), n(self.pingpong_rounds)],
             _ => vec![
@@ -258,6 +267,8 @@ struct Bench {
     dir: PathBuf,
     sizes: Sizes,
     program: PathBuf,
+    /// The lock micro-benchmark in Rust (`bench/programs/rust_lock_bench.rs`).
+    rust_program: Option<PathBuf>,
     tsan_program: Option<PathBuf>,
     sites: Option<Sites>,
     /// `ordo_empty` at ordo's instruction sites, and the `empty_probes` binary that
@@ -414,6 +425,7 @@ impl Bench {
             dir: dir.clone(),
             sizes: Sizes::new(quick),
             program,
+            rust_program: None,
             tsan_program: None,
             sites: None,
             empty_program: None,
@@ -424,6 +436,16 @@ impl Bench {
             failures: Vec::new(),
             lttng_runs: 0,
         };
+        if wanted.iter().any(|w| w == "rust-lock") {
+            let out = dir.join("rust_lock_bench");
+            crate::run(
+                Command::new("rustc")
+                    .args(["-O", "-g", "--edition", "2021", "-o"])
+                    .arg(&out)
+                    .arg(crate::root().join("bench/programs/rust_lock_bench.rs")),
+            )?;
+            bench.rust_program = Some(out);
+        }
         let wants = |r: &Recorder| recorders.contains(r);
         if wants(&Recorder::Tsan) {
             // clang as the task names it; gcc's libtsan when clang's runtime is missing.
@@ -880,7 +902,13 @@ impl Bench {
         let args = self.sizes.micro_args(workload, scale);
         let tag = format!("{workload}-{}", recorder.label().replace(' ', "_"));
         let trace = self.dir.join(format!("{tag}.ordo"));
-        let program = self.program.clone();
+        let program = if workload == "rust-lock" {
+            self.rust_program
+                .clone()
+                .context("no Rust lock benchmark")?
+        } else {
+            self.program.clone()
+        };
         let (mut cmd, session) = self.wrap(recorder, &program, &args, &trace, &tag)?;
         let spawned = mono();
         let out = cmd

@@ -46,6 +46,7 @@ pub mod record;
 pub mod shm;
 pub mod soft;
 pub mod strategy;
+pub mod tramp;
 pub mod trap;
 
 pub use shm::probe_common;

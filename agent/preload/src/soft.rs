@@ -404,17 +404,7 @@ unsafe fn rust_lock(t: &Table, s: &SoftSite, i: usize, ip: u64, ctx: *mut c_void
             // copy.
             // SAFETY: as above.
             let addr = unsafe { effective_address(s, t.bias, ctx) };
-            let caller = crate::gate::enter();
-            if let Some(c) = caller {
-                c.gate(kind::RWLOCK_UNLOCK, addr, crate::gate::GateObject::Addr);
-            }
-            if recording {
-                let seq = crate::record::next_seq(addr);
-                crate::record::emit(kind::RWLOCK_UNLOCK, via::PLAIN, addr, ip, seq, 0, 0);
-            }
-            if let Some(c) = caller {
-                c.happened(kind::RWLOCK_UNLOCK, addr, None);
-            }
+            rw_released(addr, ip, recording);
             // SAFETY: as above.
             unsafe { *greg(ctx, GREG_RIP) = t.xol.add(i * SLOT) as i64 };
         }
@@ -454,35 +444,87 @@ unsafe fn rust_lock(t: &Table, s: &SoftSite, i: usize, ip: u64, ctx: *mut c_void
             // released by the `xchg`'s copy.
             // SAFETY: as above.
             let addr = unsafe { effective_address(s, t.bias, ctx) };
-            if let Some(w) = waiting_on(addr).filter(|w| !w.released) {
-                // A condvar wait's release of its mutex: recorded at the wait's
-                // entry.
-                COND_WAITING.with(|c| {
-                    c.set(CondWait {
-                        released: true,
-                        ..w
-                    })
-                });
-                // SAFETY: as above.
-                unsafe { *greg(ctx, GREG_RIP) = t.xol.add(i * SLOT) as i64 };
-                return;
-            }
-            let caller = crate::gate::enter();
-            if let Some(c) = caller {
-                c.gate(kind::MUTEX_UNLOCK, addr, crate::gate::GateObject::Addr);
-            }
-            if recording {
-                let seq = crate::record::next_seq_held(addr);
-                crate::record::emit(kind::MUTEX_UNLOCK, via::PLAIN, addr, ip, seq, 0, 0);
-            }
-            if let Some(c) = caller {
-                // Told a moment before the `xchg` runs: a thread it lets go tries
-                // the lock, finds it still held and waits in the slow path.
-                c.happened(kind::MUTEX_UNLOCK, addr, None);
-            }
+            released(addr, ip, recording);
             // SAFETY: as above.
             unsafe { *greg(ctx, GREG_RIP) = t.xol.add(i * SLOT) as i64 };
         }
+    }
+}
+
+/// The Rust mutex at `addr` is about to be released at `site`: gated and recorded
+/// while still held. Inside a condvar wait, the wait's own release, recorded at
+/// its entry already.
+fn released(addr: u64, site: u64, recording: bool) {
+    if let Some(w) = waiting_on(addr).filter(|w| !w.released) {
+        COND_WAITING.with(|c| {
+            c.set(CondWait {
+                released: true,
+                ..w
+            })
+        });
+        return;
+    }
+    let caller = crate::gate::enter();
+    if let Some(c) = caller {
+        c.gate(kind::MUTEX_UNLOCK, addr, crate::gate::GateObject::Addr);
+    }
+    if recording {
+        let seq = crate::record::next_seq_held(addr);
+        crate::record::emit(kind::MUTEX_UNLOCK, via::PLAIN, addr, site, seq, 0, 0);
+    }
+    if let Some(c) = caller {
+        // Told a moment before the `xchg` runs: a thread it lets go tries the
+        // lock, finds it still held and waits in the slow path.
+        c.happened(kind::MUTEX_UNLOCK, addr, None);
+    }
+}
+
+/// The Rust `RwLock` at `addr` is about to be released (read or write) at
+/// `site`: gated and recorded while still held.
+fn rw_released(addr: u64, site: u64, recording: bool) {
+    let caller = crate::gate::enter();
+    if let Some(c) = caller {
+        c.gate(kind::RWLOCK_UNLOCK, addr, crate::gate::GateObject::Addr);
+    }
+    if recording {
+        let seq = crate::record::next_seq(addr);
+        crate::record::emit(kind::RWLOCK_UNLOCK, via::PLAIN, addr, site, seq, 0, 0);
+    }
+    if let Some(c) = caller {
+        c.happened(kind::RWLOCK_UNLOCK, addr, None);
+    }
+}
+
+/// A Rust lock operation reached through its jump patch (`crate::tramp`, when
+/// recording): site `index` of the table, `acquired` the outcome of an
+/// acquisition's `cmpxchg`, `reg` the thread's registers as they were.
+pub(crate) fn patched_operation(index: usize, acquired: bool, reg: &dyn Fn(u8) -> u64) {
+    let table = TABLE.load(Acquire);
+    if table.is_null() {
+        return;
+    }
+    // SAFETY: a published table is never freed.
+    let t = unsafe { &*table };
+    if index >= t.n {
+        return;
+    }
+    // SAFETY: `index` < n sites.
+    let s = unsafe { &*t.sites.add(index) };
+    let recording = crate::record::on();
+    let addr = effective_address_with(s, t.bias, reg);
+    let ip = t.bias + s.ip;
+    match s.access {
+        SOFT_RUST_LOCK_FAST | SOFT_RUST_READ_FAST | SOFT_RUST_WRITE_FAST => {
+            let which = acquisition_of(s.access);
+            if acquired {
+                self::acquired(addr, which, ip, recording);
+            } else {
+                contended(addr, which);
+            }
+        }
+        SOFT_RUST_RW_UNLOCK => rw_released(addr, ip, recording),
+        SOFT_RUST_UNLOCK => released(addr, ip, recording),
+        _ => {}
     }
 }
 
@@ -598,6 +640,15 @@ pub(crate) unsafe fn start(fd: c_int, replaying: bool) {
     TABLE.store(boxed, Release);
     // Plant the breakpoints: each code page writable (and kept so: see the module
     // doc), then the `int3`.
+    // A recording reaches the Rust lock operations it can through jumps to
+    // trampolines (a call, not a signal); a replay keeps every breakpoint, where
+    // its gates hold threads.
+    let patched = if replaying {
+        crate::tramp::Patched::NONE
+    } else {
+        // SAFETY: at start-up, on the only thread, before any breakpoint.
+        unsafe { crate::tramp::install(list, bias) }
+    };
     let mut page_done = 0u64;
     for s in list {
         if matches!(
@@ -609,19 +660,14 @@ pub(crate) unsafe fn start(fd: c_int, replaying: bool) {
             continue;
         }
         let ip = bias + s.ip;
+        if patched.contains(ip) {
+            continue;
+        }
         let page = ip & !(PAGE as u64 - 1);
         let last = (ip + s.len as u64 - 1) & !(PAGE as u64 - 1);
         if page != page_done || last != page_done {
-            // SAFETY: pages of the program's own code, made writable as well.
-            let r = unsafe {
-                crate::raw_syscall3(
-                    SYS_MPROTECT,
-                    page as isize,
-                    (last - page) as isize + PAGE as isize,
-                    (PROT_READ | PROT_WRITE | PROT_EXEC) as isize,
-                )
-            };
-            if r != 0 {
+            // SAFETY: pages of the program's own code (the caller's contract).
+            if !unsafe { make_writable(ip, s.len as usize) } {
                 crate::die("--discover: cannot make the program's code writable (mprotect)");
             }
             page_done = last;
@@ -630,6 +676,43 @@ pub(crate) unsafe fn start(fd: c_int, replaying: bool) {
         // program's threads do not run yet.
         unsafe { (ip as *mut u8).write_volatile(0xcc) };
     }
+}
+
+/// Makes the pages of the program's code holding `[at, at + len)` writable as well
+/// (they stay so for the run: a breakpoint is removed from a signal handler).
+///
+/// # Safety
+/// The range must be the program's code.
+pub(crate) unsafe fn make_writable(at: u64, len: usize) -> bool {
+    let page = at & !(PAGE as u64 - 1);
+    let last = (at + len.max(1) as u64 - 1) & !(PAGE as u64 - 1);
+    // SAFETY: the caller's contract; the protection only grows.
+    let r = unsafe {
+        crate::raw_syscall3(
+            SYS_MPROTECT,
+            page as isize,
+            (last - page) as isize + PAGE as isize,
+            (PROT_READ | PROT_WRITE | PROT_EXEC) as isize,
+        )
+    };
+    r == 0
+}
+
+/// Makes a mapping of the agent's own (`len` bytes at `at`) read-only and
+/// executable.
+///
+/// # Safety
+/// `at` must start a mapping of at least `len` bytes the agent made.
+pub(crate) unsafe fn make_executable(at: *mut u8, len: usize) {
+    // SAFETY: the caller's contract.
+    unsafe {
+        crate::raw_syscall3(
+            SYS_MPROTECT,
+            at as isize,
+            len as isize,
+            (PROT_READ | PROT_EXEC) as isize,
+        )
+    };
 }
 
 /// `dl_iterate_phdr`'s callback: the first module's (the main program's) load bias.
@@ -643,7 +726,7 @@ unsafe extern "C" fn main_bias(info: *mut DlPhdrInfo, _size: usize, data: *mut c
 }
 
 /// Maps `len` bytes read-write within ±2 GiB of every address in `[lo, hi)`.
-fn map_near(lo: u64, hi: u64, len: usize) -> Option<*mut u8> {
+pub(crate) fn map_near(lo: u64, hi: u64, len: usize) -> Option<*mut u8> {
     const STEP: u64 = 16 << 20;
     const REACH: u64 = (1 << 31) - (64 << 20);
     let below = (lo & !(STEP - 1)).saturating_sub(len as u64);
@@ -797,9 +880,6 @@ fn arrival(i: usize, n: usize) -> u32 {
 /// # Safety
 /// `ctx` must be the `ucontext_t` of the trap.
 unsafe fn effective_address(s: &SoftSite, bias: u64, ctx: *mut c_void) -> u64 {
-    if s.disp_at != 0 {
-        return bias.wrapping_add(s.disp as u64);
-    }
     let reg = |r: u8| -> u64 {
         match GREG_OF_REG.get(r as usize) {
             // SAFETY: the trap's context (the caller's contract); `g` is a gregs index.
@@ -807,6 +887,16 @@ unsafe fn effective_address(s: &SoftSite, bias: u64, ctx: *mut c_void) -> u64 {
             None => 0,
         }
     };
+    effective_address_with(s, bias, &reg)
+}
+
+/// The address site `s`'s memory operand reaches, the registers read by `reg`
+/// (`ordo_probe_common::reg` numbers).
+fn effective_address_with(s: &SoftSite, bias: u64, reg: &dyn Fn(u8) -> u64) -> u64 {
+    if s.disp_at != 0 || (s.base == reg::NONE && s.index == reg::NONE) {
+        // RIP-relative: its link-time target is in `disp`.
+        return bias.wrapping_add(s.disp as u64);
+    }
     let mut ea = s.disp as u64;
     if s.base != reg::NONE {
         ea = ea.wrapping_add(reg(s.base));

@@ -829,7 +829,7 @@ pub mod inproc {
     /// "ORDO_SFT".
     pub const SOFT_MAGIC: u64 = 0x4f52_444f_5f53_4654;
     /// Bumped whenever [`SoftHeader`] or [`SoftSite`] changes.
-    pub const SOFT_VERSION: u32 = 6;
+    pub const SOFT_VERSION: u32 = 7;
 
     /// The start of a software-breakpoint table.
     #[repr(C)]
@@ -883,8 +883,12 @@ pub mod inproc {
         /// replay plan ([`SOFT_NO_GATE`]: none). A gated site's breakpoint is never
         /// removed.
         pub gate: u32,
-        /// Explicit padding to the struct's 8-byte alignment.
-        pub _pad: u32,
+        /// Bytes from the start of a Rust lock operation (a fast path's `lock
+        /// cmpxchg` and its branch, or a release's `xchg`/`lock xadd` and the
+        /// instructions after it up to 5 bytes) that may be replaced by a `jmp`
+        /// to a trampoline: no branch lands inside them and those after the first
+        /// run anywhere. 0: keep the breakpoint.
+        pub patch: u32,
     }
 
     /// [`SoftSite::gate`]: the site gates nothing.

@@ -409,6 +409,28 @@ pub fn targets(
         Unit::Ratio,
         added_ratio("lock", d, "tsan"),
     );
+    push(
+        26,
+        &format!(
+            "rust-lock ({d}): added time ≤ 2× the C lock benchmark's (same threads and pairs)"
+        ),
+        2.0,
+        Unit::Ratio,
+        added("rust-lock", d).and_then(|rust| {
+            let c = added("lock", d)?;
+            if c <= 0.0 {
+                return Err("ordo added no measurable time to lock".into());
+            }
+            Ok(rust / c)
+        }),
+    );
+    push(
+        26,
+        &format!("rust-lock ({d}): events lost = 0"),
+        0.0,
+        Unit::Count,
+        lost("rust-lock", d),
+    );
     let pair = find(rows, "pair", d)
         .and_then(|r| Some(r.value / r.ops?))
         .map(|s| s * 1e9)
