@@ -678,6 +678,37 @@ fn rust_std_condvar_waits_and_notifies_are_condvar_events(probes: &str) {
     );
 }
 
+/// Recording Rust locks through jump patches changes nothing the program
+/// computes: the registers it keeps across inlined lock operations (floating
+/// point in `xmm`, integers in general registers) come back as they were, and a
+/// recorded run prints what a native run prints, with every operation recorded.
+#[test]
+fn rust_lock_trampolines_preserve_the_programs_registers() {
+    if !have_root("rust_lock_trampolines_preserve_the_programs_registers") {
+        return;
+    }
+    let dir = scratch("rust-lock-registers");
+    let program = build_rust_program("rust_lock_registers");
+    let native = Command::new(&program).output().unwrap();
+    assert!(native.status.success());
+    let trace = dir.join("t.ordo");
+    let out = record_probes("inproc", &trace, &program, &[]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&native.stdout)
+    );
+    let locks = dump_json(&trace)
+        .iter()
+        .filter(|e| e["kind"] == "mutex_lock" && e["object"] == "rust_lock_registers::SHARED")
+        .count();
+    assert_eq!(locks, 60_001);
+}
+
 /// Where the per-syscall tracepoints cannot be attached, the raw `sys_enter`/
 /// `sys_exit` ones see the same futex calls and thread starts (and say so).
 #[test]

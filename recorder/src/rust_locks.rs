@@ -54,8 +54,9 @@ const STD_OWN_LOCKING: &[&str] = &[
     "std::sync::barrier::",
 ];
 
-/// Instructions from a branch target to the call of a slow path, at most.
-const BLOCK_REACH: usize = 4;
+/// Instructions from a branch target to the call of a slow path, at most (the
+/// block may first spill registers the caller keeps live across the lock).
+const BLOCK_REACH: usize = 12;
 
 /// The Rust mutex sites of one executable.
 #[derive(Clone, Debug, Default)]
