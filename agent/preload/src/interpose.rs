@@ -968,6 +968,13 @@ pub unsafe extern "C-unwind" fn syscall(
     }
     let addr = a1 as u64;
     let cmd = a2 & 0x7f;
+    if crate::soft::internal_futex(addr, !is_futex_wait(cmd)) {
+        // A Rust lock's, condvar's or barrier's own futex word, inside an
+        // operation recorded as such: as glibc's internal futex calls, not an
+        // event (the order it makes is the operation's).
+        // SAFETY: the caller's arguments, forwarded (module doc).
+        return unsafe { real(n, a1, a2, a3, a4, a5, a6) };
+    }
     let extra = futex_extra(cmd as u64, a3 as u32);
     let kernel_result = |r: c_long| -> i32 {
         if r == -1 {

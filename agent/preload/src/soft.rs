@@ -95,6 +95,27 @@ thread_local! {
     static COND_WAITING: Cell<CondWait> = const { Cell::new(CondWait::NONE) };
     /// The Rust barrier this thread waits at, and where it called `wait`.
     static AT_BARRIER: Cell<(u64, u64)> = const { Cell::new((0, 0)) };
+    /// The Rust lock or condvar this thread just released or notified: the wake
+    /// that follows is that operation's.
+    static WAKING: Cell<u64> = const { Cell::new(0) };
+}
+
+/// Whether a futex call on `uaddr` (a wake when `wake`) is part of a Rust
+/// operation this thread is in the middle of: a lock's slow path (its word, or an
+/// `RwLock`'s writer-notify word after it), a condvar wait (the condvar's word,
+/// the mutex's when it is retaken), a barrier, or the wake-up right after a
+/// release or a notify. Those are recorded as the operation's events; the futex
+/// calls would add orders of their own that no schedule could reverse (a waker
+/// before the woken, which the lock's order already says).
+pub(crate) fn internal_futex(uaddr: u64, wake: bool) -> bool {
+    let near = |base: u64, span: u64| base != 0 && uaddr >= base && uaddr < base + span;
+    let (contended, _) = CONTENDED.with(|c| c.get());
+    let waiting = COND_WAITING.with(|w| w.get());
+    let (barrier, _) = AT_BARRIER.with(|b| b.get());
+    near(contended, 8)
+        || (waiting.mutex != 0 && (uaddr == waiting.cond || uaddr == waiting.mutex))
+        || near(barrier, 64)
+        || (wake && near(WAKING.with(|w| w.get()), 8))
 }
 
 /// A Rust condvar wait in progress: the mutex's release and reacquisition inside
@@ -421,6 +442,7 @@ unsafe fn rust_lock(t: &Table, s: &SoftSite, i: usize, ip: u64, ctx: *mut c_void
             } else {
                 kind::COND_BROADCAST
             };
+            WAKING.with(|w| w.set(cond));
             let caller = crate::gate::enter();
             let mut stamp = None;
             if let Some(c) = caller {
@@ -455,6 +477,7 @@ unsafe fn rust_lock(t: &Table, s: &SoftSite, i: usize, ip: u64, ctx: *mut c_void
 /// while still held. Inside a condvar wait, the wait's own release, recorded at
 /// its entry already.
 fn released(addr: u64, site: u64, recording: bool) {
+    WAKING.with(|w| w.set(addr));
     if let Some(w) = waiting_on(addr).filter(|w| !w.released) {
         COND_WAITING.with(|c| {
             c.set(CondWait {
@@ -482,6 +505,7 @@ fn released(addr: u64, site: u64, recording: bool) {
 /// The Rust `RwLock` at `addr` is about to be released (read or write) at
 /// `site`: gated and recorded while still held.
 fn rw_released(addr: u64, site: u64, recording: bool) {
+    WAKING.with(|w| w.set(addr));
     let caller = crate::gate::enter();
     if let Some(c) = caller {
         c.gate(kind::RWLOCK_UNLOCK, addr, crate::gate::GateObject::Addr);
