@@ -39,6 +39,12 @@ pub struct ExportArgs {
     /// Replace the output file if it exists.
     #[arg(long)]
     pub force: bool,
+    /// Export one finding's interleaving only: its threads from its first event
+    /// to its last, its own events marked `★`. `KIND:N` is the N-th finding of
+    /// that kind as `ordo analyze` prints it (`race:1`), a bare `N` the N-th of
+    /// `ordo analyze --json`'s list.
+    #[arg(long, value_name = "KIND:N|N")]
+    pub finding: Option<String>,
 }
 
 /// Runs `ordo analyze`: exit 0 when the analysis ran (with or without findings).
@@ -78,8 +84,21 @@ pub fn export(args: ExportArgs) -> anyhow::Result<u8> {
     if !args.perfetto {
         anyhow::bail!("ordo export: choose an output format (--perfetto)");
     }
-    let stats = ordo_analysis::perfetto::export_perfetto(&args.trace, &args.output, args.force)
-        .with_context(|| format!("exporting {}", args.trace.display()))?;
+    let stats = match &args.finding {
+        None => ordo_analysis::perfetto::export_perfetto(&args.trace, &args.output, args.force),
+        Some(spec) => {
+            let analysis = ordo_analysis::analyze_trace(&args.trace)
+                .map_err(|e| salvage_hint(e, ReadMode::Strict))?;
+            let finding = pick_finding(&analysis.findings, spec)?;
+            ordo_analysis::perfetto::export_perfetto_finding(
+                &args.trace,
+                &args.output,
+                args.force,
+                finding,
+            )
+        }
+    }
+    .with_context(|| format!("exporting {}", args.trace.display()))?;
     crate::print_error_line(&format!(
         "wrote {}: {} packets, {} slices, {} happens-before arrows (open it at https://ui.perfetto.dev)",
         args.output.display(),
@@ -88,6 +107,47 @@ pub fn export(args: ExportArgs) -> anyhow::Result<u8> {
         stats.flows
     ));
     Ok(0)
+}
+
+/// The finding `--finding SPEC` names: `KIND:N` (the N-th of that kind, as `ordo
+/// analyze` numbers them) or `N` (the N-th of the JSON list), 1-based.
+fn pick_finding<'a>(
+    findings: &'a [ordo_analysis::Finding],
+    spec: &str,
+) -> anyhow::Result<&'a ordo_analysis::Finding> {
+    let number = |text: &str| -> anyhow::Result<usize> {
+        text.parse::<usize>()
+            .ok()
+            .filter(|&n| n > 0)
+            .ok_or_else(|| anyhow::anyhow!("--finding {spec}: `{text}` is not a number from 1"))
+    };
+    match spec.split_once(':') {
+        Some((kind, n)) => {
+            let kind = ordo_analysis::FindingKind::from_name(kind).ok_or_else(|| {
+                anyhow::anyhow!(
+                    "--finding {spec}: no finding kind `{kind}` (`ordo analyze` prints the kinds)"
+                )
+            })?;
+            let n = number(n)?;
+            let of_kind: Vec<_> = findings.iter().filter(|f| f.kind == kind).collect();
+            of_kind.get(n - 1).copied().ok_or_else(|| {
+                anyhow::anyhow!(
+                    "--finding {spec}: the trace has {} {} finding(s)",
+                    of_kind.len(),
+                    kind.name()
+                )
+            })
+        }
+        None => {
+            let n = number(spec)?;
+            findings.get(n - 1).ok_or_else(|| {
+                anyhow::anyhow!(
+                    "--finding {spec}: the trace has {} finding(s)",
+                    findings.len()
+                )
+            })
+        }
+    }
 }
 
 /// A strict read that failed past the header: say that `--salvage` reads what is

@@ -201,3 +201,159 @@ fn perfetto_flows_of_recorded_runs_all_terminate() {
         assert!(flows >= 4, "{name}: {flows} flows");
     }
 }
+
+/// Issue 28: marked points and watched accesses are instants on their threads'
+/// tracks; `ordo export --perfetto --finding` writes one finding's interleaving:
+/// the tracks of its threads only, their events from its first to its last, its
+/// own events marked `★`, every arrow ending; a finding that does not exist is a
+/// one-line error naming the option.
+#[test]
+fn perfetto_export_of_one_finding() {
+    if !common::have_root("perfetto_export_of_one_finding") {
+        return;
+    }
+    let dir = common::scratch("perfetto_finding");
+    let trace = dir.join("lost.ordo");
+    let program = common::build_program("hunt_pct_lost_update");
+    let source = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/programs/hunt_pct_lost_update.c");
+    let line = std::fs::read_to_string(&source)
+        .unwrap()
+        .lines()
+        .position(|l| l.contains("long seen = counter;"))
+        .unwrap()
+        + 1;
+    // A watched variable and a marked line: instants on their threads' tracks.
+    let out = std::process::Command::new(common::ordo())
+        .args(["record", "--force", "--watch", "counter", "--mark"])
+        .arg(format!("hunt_pct_lost_update.c:{line}"))
+        .arg("-o")
+        .arg(&trace)
+        .arg("--")
+        .arg(&program)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let whole = dir.join("whole.pftrace");
+    let out = common::run_ordo(&[
+        "export",
+        "--perfetto",
+        "--force",
+        trace.to_str().unwrap(),
+        "-o",
+        whole.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let decoded =
+        ordo_analysis::perfetto::Trace::from_bytes(&std::fs::read(&whole).unwrap()).unwrap();
+    let instants: Vec<&str> = decoded
+        .packet
+        .iter()
+        .filter_map(|p| p.track_event.as_ref())
+        .filter(|e| e.r#type == Some(ordo_analysis::perfetto::TYPE_INSTANT))
+        .filter_map(|e| e.name.as_deref())
+        .collect();
+    assert_eq!(
+        instants.iter().filter(|n| n.starts_with("at ")).count(),
+        2,
+        "{instants:?}"
+    );
+    assert!(
+        instants
+            .iter()
+            .filter(|n| n.starts_with("read counter"))
+            .count()
+            >= 2,
+        "{instants:?}"
+    );
+    assert!(
+        instants
+            .iter()
+            .filter(|n| n.starts_with("write counter"))
+            .count()
+            >= 2,
+        "{instants:?}"
+    );
+    let analysis = ordo_analysis::analyze_trace(&trace).unwrap();
+    assert!(!analysis.findings.is_empty(), "no finding to export");
+    let kind = analysis.findings[0].kind.name();
+    for spec in ["1".to_string(), format!("{kind}:1")] {
+        let out_file = dir.join("one.pftrace");
+        let out = common::run_ordo(&[
+            "export",
+            "--perfetto",
+            "--force",
+            "--finding",
+            &spec,
+            trace.to_str().unwrap(),
+            "-o",
+            out_file.to_str().unwrap(),
+        ]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let finding = &analysis.findings[0];
+        let decoded =
+            ordo_analysis::perfetto::Trace::from_bytes(&std::fs::read(&out_file).unwrap()).unwrap();
+        let threads: std::collections::HashSet<i32> = decoded
+            .packet
+            .iter()
+            .filter_map(|p| p.track_descriptor.as_ref()?.thread.as_ref()?.tid)
+            .collect();
+        let wanted: std::collections::HashSet<i32> =
+            finding.events.iter().map(|e| e.tid as i32).collect();
+        assert_eq!(threads, wanted, "{spec}");
+        let (lo, hi) = (
+            finding.events.iter().map(|e| e.ts).min().unwrap(),
+            finding.events.iter().map(|e| e.ts).max().unwrap(),
+        );
+        let stamped: Vec<(u64, &str)> = decoded
+            .packet
+            .iter()
+            .filter_map(|p| {
+                let e = p.track_event.as_ref()?;
+                Some((p.timestamp?, e.name.as_deref().unwrap_or("")))
+            })
+            .collect();
+        assert!(
+            stamped.iter().all(|(ts, _)| *ts >= lo && *ts <= hi),
+            "{spec}"
+        );
+        let marked = stamped.iter().filter(|(_, n)| n.starts_with('★')).count();
+        assert!(marked >= 2, "{spec}: {marked} marked events");
+        assert_eq!(dangling_flows(&out_file), 0, "{spec}");
+    }
+    for (spec, says) in [
+        ("0", "is not a number from 1"),
+        ("999", "finding(s)"),
+        ("nosuchkind:1", "no finding kind"),
+    ] {
+        let out = common::run_ordo(&[
+            "export",
+            "--perfetto",
+            "--force",
+            "--finding",
+            spec,
+            trace.to_str().unwrap(),
+            "-o",
+            dir.join("bad.pftrace").to_str().unwrap(),
+        ]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{spec}");
+        assert!(
+            stderr.contains(&format!("--finding {spec}")) && stderr.contains(says),
+            "{spec}: {stderr}"
+        );
+        assert_eq!(stderr.trim().lines().count(), 1, "{spec}: {stderr}");
+    }
+}

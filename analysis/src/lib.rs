@@ -33,7 +33,7 @@ pub use model::{FindingKind, Rank};
 /// The schedule language the candidates are written in (re-exported for users of
 /// the findings, e.g. to parse a finding's schedule).
 pub use ordo_schedule as schedule;
-pub use report::{Analysis, Finding, Loss, ObjectDesc, SharedDesc, Stats};
+pub use report::{Analysis, Finding, FindingEvent, Loss, ObjectDesc, SharedDesc, Stats};
 
 /// Where the kernel's drop counter rose, chunk by chunk.
 #[derive(Default)]

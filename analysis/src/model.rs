@@ -367,7 +367,9 @@ impl RawFinding {
         out
     }
 
-    fn all_events(&self) -> impl Iterator<Item = &EventId> {
+    /// Every event the finding names: those its message refers to, then those its
+    /// schedule orders.
+    pub fn all_events(&self) -> impl Iterator<Item = &EventId> {
         self.events.iter().chain(
             self.orderings
                 .iter()

@@ -41,6 +41,12 @@ impl<'a> Namer<'a> {
         self.threads.by_tid(tid).map(|t| t.logical.clone())
     }
 
+    /// The kernel thread id of a dense thread index in the recorded run (0:
+    /// unknown).
+    pub fn tid(&self, thread: u32) -> u32 {
+        self.tids.get(thread as usize).copied().unwrap_or(0)
+    }
+
     /// The logical id as text (`tid N` for a thread the table does not know).
     pub fn thread_text(&self, thread: u32) -> String {
         match self.logical(thread) {

@@ -263,6 +263,63 @@ pub fn export_perfetto(
     output: &Path,
     force: bool,
 ) -> Result<ExportStats, ExportError> {
+    export(trace, output, force, None)
+}
+
+/// Writes the interleaving of one finding of `trace` (from
+/// [`crate::analyze_trace`]) to `output` as a Perfetto trace: the tracks of the
+/// threads it involves, their events from its first to its last, and its own
+/// events marked (`★`, in the event's name) — what to look at, with what the
+/// threads did around it.
+pub fn export_perfetto_finding(
+    trace: &Path,
+    output: &Path,
+    force: bool,
+    finding: &crate::Finding,
+) -> Result<ExportStats, ExportError> {
+    let focus = Focus::of(finding);
+    export(trace, output, force, Some(&focus))
+}
+
+/// What a finding's export keeps and marks.
+struct Focus {
+    tids: rustc_hash::FxHashSet<u32>,
+    from_ts: u64,
+    to_ts: u64,
+    marked: rustc_hash::FxHashSet<crate::FindingEvent>,
+}
+
+impl Focus {
+    fn of(finding: &crate::Finding) -> Focus {
+        let events = &finding.events;
+        Focus {
+            tids: events.iter().map(|e| e.tid).collect(),
+            from_ts: events.iter().map(|e| e.ts).min().unwrap_or(0),
+            to_ts: events.iter().map(|e| e.ts).max().unwrap_or(u64::MAX),
+            marked: events.iter().copied().collect(),
+        }
+    }
+
+    fn keeps(&self, e: &Event) -> bool {
+        self.tids.contains(&e.tid) && e.ts_ns >= self.from_ts && e.ts_ns <= self.to_ts
+    }
+
+    fn marks(&self, e: &Event) -> bool {
+        self.marked.contains(&crate::FindingEvent {
+            tid: e.tid,
+            kind: e.kind,
+            addr: e.addr,
+            ts: e.ts_ns,
+        })
+    }
+}
+
+fn export(
+    trace: &Path,
+    output: &Path,
+    force: bool,
+    focus: Option<&Focus>,
+) -> Result<ExportStats, ExportError> {
     let write_error = |e| ExportError::Write(output.to_path_buf(), e);
     let reader = TraceReader::open(trace, ReadMode::Strict)?;
     let mut target = Output::create(output, force, &[trace]).map_err(write_error)?;
@@ -306,6 +363,9 @@ pub fn export_perfetto(
     let mut track_of_tid: FxHashMap<u32, u64> = FxHashMap::default();
     let threads: Vec<_> = reader.threads.iter().cloned().collect();
     for (i, t) in threads.iter().enumerate() {
+        if focus.is_some_and(|f| !f.tids.contains(&t.tid)) {
+            continue;
+        }
         let uuid = THREAD_TRACK_BASE + i as u64;
         track_of_tid.insert(t.tid, uuid);
         w.packet(&thread_track(
@@ -321,11 +381,14 @@ pub fn export_perfetto(
     // Per object: (thread, flow id) of the last release-like event, not yet consumed.
     let mut pending: FxHashMap<(u8, u64), (u32, u64)> = FxHashMap::default();
     let mut handles: FxHashMap<u64, u32> = FxHashMap::default();
-    let terminated = terminated_flows(trace)?;
+    let terminated = terminated_flows(trace, focus)?;
     let mut events = Ordered::new(reader);
     let mut index = 0u64;
     while let Some(e) = events.next()? {
         index += 1;
+        if focus.is_some_and(|f| !f.keeps(&e)) {
+            continue;
+        }
         let track = match track_of_tid.get(&e.tid) {
             Some(&t) => t,
             None => {
@@ -357,11 +420,14 @@ pub fn export_perfetto(
         let mut flows = flows_of(&e, index, &mut pending, &mut handles, &mut w.stats);
         // A release no other thread's acquire follows starts no arrow.
         flows.0.retain(|id| terminated.contains(id));
-        let name = if object.is_empty() {
+        let mut name = if object.is_empty() {
             e.kind.name().to_string()
         } else {
             format!("{} {}", e.kind.name(), object)
         };
+        if focus.is_some_and(|f| f.marks(&e)) {
+            name = format!("★ {name}");
+        }
         w.event(
             e.ts_ns,
             track,
@@ -464,7 +530,10 @@ impl Ordered {
 /// The flow ids a later event terminates (a first pass over the trace): a flow
 /// starts only where another thread's acquire will end it, so no arrow in the
 /// export goes nowhere (a last unlock, a signal no wait took).
-fn terminated_flows(trace: &Path) -> Result<rustc_hash::FxHashSet<u64>, ExportError> {
+fn terminated_flows(
+    trace: &Path,
+    focus: Option<&Focus>,
+) -> Result<rustc_hash::FxHashSet<u64>, ExportError> {
     let mut events = Ordered::new(TraceReader::open(trace, ReadMode::Strict)?);
     let mut pending: FxHashMap<(u8, u64), (u32, u64)> = FxHashMap::default();
     let mut handles: FxHashMap<u64, u32> = FxHashMap::default();
@@ -473,6 +542,9 @@ fn terminated_flows(trace: &Path) -> Result<rustc_hash::FxHashSet<u64>, ExportEr
     let mut index = 0u64;
     while let Some(e) = events.next()? {
         index += 1;
+        if focus.is_some_and(|f| !f.keeps(&e)) {
+            continue;
+        }
         let (_, ends) = flows_of(&e, index, &mut pending, &mut handles, &mut stats);
         terminated.extend(ends);
     }

@@ -50,6 +50,23 @@ pub struct Finding {
     /// first statement after it (`file.c:LINE`, from DWARF line info), for
     /// `ordo record --mark` when a program point should be named instead.
     pub mark: Option<String>,
+    /// The recorded events the finding involves (those its message refers to and
+    /// those its schedule orders), as the trace has them: for an export that
+    /// picks the finding out (`ordo export --perfetto --finding`).
+    pub events: Vec<FindingEvent>,
+}
+
+/// A recorded event a finding involves, as the trace has it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct FindingEvent {
+    /// The thread's kernel id in the recorded run.
+    pub tid: u32,
+    /// What happened.
+    pub kind: Kind,
+    /// The object's address (0: none).
+    pub addr: u64,
+    /// When, as recorded.
+    pub ts: u64,
 }
 
 /// Events lost to a full ring buffer between two chunks of the trace.
@@ -239,6 +256,18 @@ fn resolve_one(
         .find(|o| o.after.after_point)
         .and_then(|o| namer.statement_after(&o.after))
         .map(|(file, line)| format!("{file}:{line}"));
+    let mut events: Vec<FindingEvent> = Vec::new();
+    for e in f.all_events() {
+        let event = FindingEvent {
+            tid: namer.tid(e.thread),
+            kind: e.kind,
+            addr: namer.addr(e.obj),
+            ts: e.ts,
+        };
+        if !events.contains(&event) {
+            events.push(event);
+        }
+    }
     Finding {
         kind: f.kind,
         threads,
@@ -250,6 +279,7 @@ fn resolve_one(
         details,
         possibly_affected_by_drops,
         mark,
+        events,
     }
 }
 

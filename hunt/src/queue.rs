@@ -271,6 +271,7 @@ mod tests {
             details: Vec::new(),
             possibly_affected_by_drops: false,
             mark: None,
+            events: Vec::new(),
         }
     }
 
