@@ -153,7 +153,7 @@ fn pick_finding<'a>(
 /// A strict read that failed past the header: say that `--salvage` reads what is
 /// intact.
 pub fn salvage_hint(e: TraceError, mode: ReadMode) -> anyhow::Error {
-    if mode == ReadMode::Strict && e.offset > 8 {
+    if mode == ReadMode::Strict && e.kind == ordo_trace::TraceErrorKind::Damaged {
         anyhow::anyhow!("{e} (--salvage reads the intact chunks)")
     } else {
         e.into()

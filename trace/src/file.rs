@@ -51,6 +51,26 @@ pub struct TraceError {
     pub offset: u64,
     /// What is wrong.
     pub message: String,
+    /// What kind of problem, for callers that act on it (the message is for
+    /// people).
+    pub kind: TraceErrorKind,
+}
+
+/// The kinds of [`TraceError`] a caller may act on differently.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TraceErrorKind {
+    /// The file cannot be opened or read.
+    Unreadable,
+    /// The file is not an ordo trace (too short, wrong magic).
+    NotATrace,
+    /// Written by a newer ordo, in a format this one does not read.
+    Unsupported,
+    /// The header record is missing or damaged: nothing after it can be read.
+    DamagedHeader,
+    /// A record after the header is damaged or missing (a recording cut short, a
+    /// flipped byte): the chunks before it are intact, which
+    /// [`ReadMode::Salvage`] reads.
+    Damaged,
 }
 
 impl fmt::Display for TraceError {
@@ -294,23 +314,32 @@ impl TraceReader {
 
     /// Opens a trace, reading its header and thread table.
     pub fn open(path: &Path, mode: ReadMode) -> Result<TraceReader, TraceError> {
-        let err = |offset: u64, message: String| TraceError {
+        let err = |kind: TraceErrorKind, offset: u64, message: String| TraceError {
             path: path.to_path_buf(),
             offset,
             message,
+            kind,
         };
-        let file = File::open(path).map_err(|e| err(0, format!("cannot open: {e}")))?;
-        let len = file.metadata().map_err(|e| err(0, e.to_string()))?.len();
+        use TraceErrorKind::{DamagedHeader, NotATrace, Unreadable, Unsupported};
+        let file = File::open(path).map_err(|e| err(Unreadable, 0, format!("cannot open: {e}")))?;
+        let len = file
+            .metadata()
+            .map_err(|e| err(Unreadable, 0, e.to_string()))?
+            .len();
         // No bigger than the file: a small trace needs no megabyte of buffer.
         let mut file = BufReader::with_capacity((1 << 20).min(len as usize).max(64), file);
         let mut magic = [0u8; 8];
         if len < 8 {
-            return Err(err(len, "file too short to be an ordo trace".into()));
+            return Err(err(
+                NotATrace,
+                len,
+                "file too short to be an ordo trace".into(),
+            ));
         }
         file.read_exact(&mut magic)
-            .map_err(|e| err(0, e.to_string()))?;
+            .map_err(|e| err(Unreadable, 0, e.to_string()))?;
         if &magic != MAGIC {
-            return Err(err(0, "not an ordo trace (bad magic)".into()));
+            return Err(err(NotATrace, 0, "not an ordo trace (bad magic)".into()));
         }
         let mut reader = TraceReader {
             path: path.to_path_buf(),
@@ -329,20 +358,25 @@ impl TraceReader {
             payload: Vec::new(),
             decoder: ChunkDecoder::default(),
         };
-        let (tag, payload) = match reader.next_record(len)? {
+        let (tag, payload) = match reader.next_record(len).map_err(|e| TraceError {
+            kind: DamagedHeader,
+            ..e
+        })? {
             Some(r) => r,
-            None => return Err(err(8, "truncated: no header record".into())),
+            None => return Err(err(DamagedHeader, 8, "truncated: no header record".into())),
         };
         if tag != TAG_HEADER {
             return Err(err(
+                DamagedHeader,
                 8,
                 format!("expected the header record, found tag {tag}"),
             ));
         }
         reader.header = Header::decode(payload.as_slice())
-            .map_err(|e| err(8, format!("corrupt header: {e}")))?;
+            .map_err(|e| err(DamagedHeader, 8, format!("corrupt header: {e}")))?;
         if reader.header.format_version > FORMAT_VERSION {
             return Err(err(
+                Unsupported,
                 8,
                 format!(
                     "written by a newer ordo (format version {}; this ordo reads up to {})",
@@ -377,7 +411,7 @@ impl TraceReader {
         reader
             .file
             .seek(SeekFrom::Start(reader.pos))
-            .map_err(|e| err(reader.pos, e.to_string()))?;
+            .map_err(|e| err(Unreadable, reader.pos, e.to_string()))?;
         Ok(reader)
     }
 
@@ -386,6 +420,7 @@ impl TraceReader {
             path: self.path.clone(),
             offset,
             message: message.into(),
+            kind: TraceErrorKind::Damaged,
         }
     }
 
@@ -772,6 +807,7 @@ mod tests {
         let err = read_trace(&path, ReadMode::Strict).unwrap_err();
         assert!(err.to_string().contains("truncated"), "{err}");
         assert!(err.offset > 8);
+        assert_eq!(err.kind, TraceErrorKind::Damaged);
         // Salvage keeps the complete chunks.
         let (reader, back) = read_trace(&path, ReadMode::Salvage).unwrap();
         assert_eq!(back.len(), 1000);
@@ -780,6 +816,7 @@ mod tests {
         std::fs::write(&path, &bytes[..12]).unwrap();
         let err = read_trace(&path, ReadMode::Strict).unwrap_err();
         assert_eq!(err.offset, 8, "{err}");
+        assert_eq!(err.kind, TraceErrorKind::DamagedHeader);
     }
 
     #[test]
@@ -795,6 +832,7 @@ mod tests {
         let err = read_trace(&path, ReadMode::Strict).unwrap_err();
         assert!(err.to_string().contains("checksum"), "{err}");
         assert!(err.offset > 8 && err.offset <= mid as u64);
+        assert_eq!(err.kind, TraceErrorKind::Damaged);
         let (_, back) = read_trace(&path, ReadMode::Salvage).unwrap();
         assert!(back.len() < 1000 && !back.is_empty());
     }
@@ -965,15 +1003,13 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("t.ordo");
         std::fs::write(&path, b"hello world, not a trace").unwrap();
-        assert!(read_trace(&path, ReadMode::Strict)
-            .unwrap_err()
-            .to_string()
-            .contains("bad magic"));
+        let err = read_trace(&path, ReadMode::Strict).unwrap_err();
+        assert!(err.to_string().contains("bad magic"));
+        assert_eq!(err.kind, TraceErrorKind::NotATrace);
         let missing = dir.path().join("missing.ordo");
-        assert!(read_trace(&missing, ReadMode::Strict)
-            .unwrap_err()
-            .to_string()
-            .contains("cannot open"));
+        let err = read_trace(&missing, ReadMode::Strict).unwrap_err();
+        assert!(err.to_string().contains("cannot open"));
+        assert_eq!(err.kind, TraceErrorKind::Unreadable);
         // A newer format version.
         let header = Header {
             format_version: FORMAT_VERSION + 1,
@@ -986,9 +1022,8 @@ mod tests {
         bytes.extend(crc32fast::hash(&header).to_le_bytes());
         bytes.extend(&header);
         std::fs::write(&path, &bytes).unwrap();
-        assert!(read_trace(&path, ReadMode::Strict)
-            .unwrap_err()
-            .to_string()
-            .contains("newer ordo"));
+        let err = read_trace(&path, ReadMode::Strict).unwrap_err();
+        assert!(err.to_string().contains("newer ordo"));
+        assert_eq!(err.kind, TraceErrorKind::Unsupported);
     }
 }

@@ -27,6 +27,8 @@ pub mod text;
 pub mod thread;
 
 pub use event::{Event, Kind, Via};
-pub use file::{read_trace, ReadMode, TraceError, TraceReader, TraceWriter, FORMAT_VERSION};
+pub use file::{
+    read_trace, ReadMode, TraceError, TraceErrorKind, TraceReader, TraceWriter, FORMAT_VERSION,
+};
 pub use order::{global_order, OrderMerger};
 pub use thread::{LogicalId, LogicalIdAssigner, ThreadInfo, ThreadTable};

@@ -547,10 +547,16 @@ const DEBUG_REGISTERS_WAIT: Duration = Duration::from_secs(2);
 
 /// Whether an error was caused by ENOSPC (no free debug register).
 fn is_no_space(e: &(dyn std::error::Error + 'static)) -> bool {
+    caused_by_os_error(e, libc::ENOSPC)
+}
+
+/// Whether an I/O error with the OS error `code` is in `e`'s chain of causes:
+/// branch on the error's kind, never on its text.
+fn caused_by_os_error(e: &(dyn std::error::Error + 'static), code: i32) -> bool {
     let mut cause = Some(e);
     while let Some(c) = cause {
         if c.downcast_ref::<std::io::Error>()
-            .is_some_and(|io| io.raw_os_error() == Some(libc::ENOSPC))
+            .is_some_and(|io| io.raw_os_error() == Some(code))
         {
             return true;
         }
@@ -560,10 +566,38 @@ fn is_no_space(e: &(dyn std::error::Error + 'static)) -> bool {
 }
 
 fn load_error(e: anyhow::Error) -> anyhow::Error {
-    let text = format!("{e:#}");
-    if text.contains("Operation not permitted") || text.contains("EPERM") {
-        anyhow!("loading the eBPF programs was refused: recording needs root, or CAP_BPF and CAP_PERFMON ({text})")
+    let cause: &(dyn std::error::Error + 'static) = e.as_ref();
+    if caused_by_os_error(cause, libc::EPERM) || caused_by_os_error(cause, libc::EACCES) {
+        anyhow!(
+            "loading the eBPF programs was refused: recording needs root, or CAP_BPF and CAP_PERFMON ({e:#})"
+        )
     } else {
         e.context("load the eBPF programs")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A refused load is told by the error's kind (EPERM/EACCES anywhere in its
+    /// chain of causes), whatever the wrapping error's text says.
+    #[test]
+    fn a_refused_load_is_told_by_its_kind_not_its_text() {
+        let refused = anyhow::Error::new(std::io::Error::from_raw_os_error(libc::EPERM))
+            .context("a verifier that says nothing about permissions");
+        assert!(load_error(refused)
+            .to_string()
+            .starts_with("loading the eBPF programs was refused: recording needs root"));
+        let other = anyhow::Error::new(std::io::Error::from_raw_os_error(libc::EINVAL))
+            .context("Operation not permitted, says only the text");
+        assert!(load_error(other)
+            .to_string()
+            .starts_with("load the eBPF programs"));
+        let busy = std::io::Error::from_raw_os_error(libc::ENOSPC);
+        assert!(is_no_space(&busy));
+        assert!(!is_no_space(&std::io::Error::from_raw_os_error(
+            libc::EBUSY
+        )));
     }
 }
