@@ -18,7 +18,9 @@ mod eval_suite;
 // Shared memory found with no hints, and the bugs between plain accesses.
 mod discover;
 
-// `ordo hunt`: record, analyze and replay until a bug shows.
+// `ordo hunt`: record, analyze and replay until a bug shows; the CI recipe
+// docs/CI.md shows.
+mod ci_recipe;
 mod hunt;
 
 // `ordo record` and `ordo dump`: both recording paths, symbols, failures around
