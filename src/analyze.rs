@@ -14,15 +14,30 @@ use ordo_trace::{ReadMode, TraceError};
 pub struct AnalyzeArgs {
     /// The trace to analyze.
     pub trace: PathBuf,
-    /// Print one JSON document instead of the text report.
+    /// Print one JSON document instead of the text report (`--format json`).
     #[arg(long)]
     pub json: bool,
+    /// What to print: the text report, one JSON document, or a SARIF 2.1.0 log
+    /// (for CI code scanning and editors).
+    #[arg(long, value_enum, default_value = "text")]
+    pub format: Format,
     /// In the text report, how many findings of each kind to print in full.
     #[arg(long, default_value_t = 20, value_name = "N")]
     pub limit: usize,
     /// Analyze a damaged trace up to its last intact chunk instead of failing.
     #[arg(long)]
     pub salvage: bool,
+}
+
+/// `ordo analyze --format`.
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    /// The text report.
+    Text,
+    /// One JSON document.
+    Json,
+    /// A SARIF 2.1.0 log.
+    Sarif,
 }
 
 /// Arguments of `ordo export`.
@@ -67,8 +82,12 @@ pub fn run(args: AnalyzeArgs) -> anyhow::Result<u8> {
         crate::print_error_line(&format!("ordo: warning: {}", escape(cut)));
     }
     let mut out = std::io::stdout().lock();
-    if args.json {
+    let format = if args.json { Format::Json } else { args.format };
+    if format == Format::Json {
         serde_json::to_writer(&mut out, &analysis.to_json())?;
+        writeln!(out)?;
+    } else if format == Format::Sarif {
+        serde_json::to_writer_pretty(&mut out, &analysis.to_sarif())?;
         writeln!(out)?;
     } else {
         // Sites name symbols and module paths the trace points at: escaped.

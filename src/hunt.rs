@@ -72,6 +72,10 @@ pub struct HuntArgs {
     /// Print the outcome as one JSON object on stdout.
     #[arg(long)]
     pub json: bool,
+    /// Also write the outcome as a SARIF 2.1.0 log to FILE (replaced if it
+    /// exists): for CI code scanning (docs/CI.md).
+    #[arg(long, value_name = "FILE")]
+    pub sarif: Option<PathBuf>,
     /// Take part I of a hunt split into N (candidates I, I+N, …; seeds of its own): see docs/HUNT.md.
     #[arg(long, value_name = "I/N", value_parser = Shard::parse)]
     pub shard: Option<Shard>,
@@ -145,6 +149,11 @@ pub fn run(args: HuntArgs) -> Result<u8> {
     bar.finish_and_clear();
     drop(redirect);
     let outcome = outcome?;
+    if let Some(path) = &args.sarif {
+        let text = serde_json::to_string_pretty(&outcome.to_sarif())?;
+        std::fs::write(path, text + "\n")
+            .with_context(|| format!("--sarif {}: cannot write", path.display()))?;
+    }
     let mut out = std::io::stdout().lock();
     if args.json {
         writeln!(out, "{}", outcome.to_json())?;

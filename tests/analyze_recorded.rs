@@ -357,3 +357,220 @@ fn perfetto_export_of_one_finding() {
         assert_eq!(stderr.trim().lines().count(), 1, "{spec}: {stderr}");
     }
 }
+
+/// The SARIF 2.1.0 schema, from the serde-sarif crate that carries it (found
+/// through `cargo metadata`), compiled for validation.
+fn sarif_schema() -> (boon::Schemas, boon::SchemaIndex) {
+    let out = std::process::Command::new(env!("CARGO"))
+        .args(["metadata", "--format-version", "1", "--offline"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let meta: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let manifest = meta["packages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "serde-sarif")
+        .and_then(|p| p["manifest_path"].as_str())
+        .expect("serde-sarif in the dependency graph");
+    let path = std::path::Path::new(manifest)
+        .parent()
+        .unwrap()
+        .join("src/schema.json");
+    let schema: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    assert_eq!(
+        schema["title"],
+        "Static Analysis Results Format (SARIF) Version 2.1.0 JSON Schema"
+    );
+    let mut schemas = boon::Schemas::new();
+    let mut compiler = boon::Compiler::new();
+    let url = "https://example.org/sarif-schema-2.1.0.json";
+    compiler.add_resource(url, schema).unwrap();
+    let index = compiler.compile(url, &mut schemas).unwrap();
+    (schemas, index)
+}
+
+/// Issue 28: `ordo analyze --format sarif` writes a SARIF 2.1.0 log the official
+/// schema accepts — one rule per finding kind, one result per finding with its
+/// level, a location at file:line, a code flow with a thread flow per thread in
+/// the interleaving's order, the schedule in its properties — on the bundled demo
+/// and on a recording with a predicted race; the fingerprints of a finding are the
+/// same in another recording of the same program.
+#[test]
+fn sarif_output_validates_against_the_schema() {
+    if !common::have_root("sarif_output_validates_against_the_schema") {
+        return;
+    }
+    let (schemas, index) = sarif_schema();
+    let dir = common::scratch("sarif");
+    let demo = dir.join("bank");
+    let status = std::process::Command::new("cc")
+        .args(["-O1", "-g", "-pthread", "-o"])
+        .arg(&demo)
+        .arg(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("demo/bank.c"))
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let sarif_of = |trace: &std::path::Path| -> serde_json::Value {
+        let out = common::run_ordo(&["analyze", "--format", "sarif", trace.to_str().unwrap()]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let mut fingerprints: Vec<std::collections::BTreeMap<String, String>> = Vec::new();
+    for round in 0..2 {
+        let trace = dir.join(format!("bank-{round}.ordo"));
+        common::record(&trace, &demo, &[]);
+        let log = sarif_of(&trace);
+        if let Err(e) = schemas.validate(&log, index) {
+            panic!("{e:#}\n{log:#}");
+        }
+        let run = &log["runs"][0];
+        let rules = run["tool"]["driver"]["rules"].as_array().unwrap();
+        assert_eq!(rules.len(), 17);
+        let results = run["results"].as_array().unwrap();
+        assert!(!results.is_empty(), "the demo has findings");
+        let mut prints = std::collections::BTreeMap::new();
+        for r in results {
+            assert_eq!(
+                rules[r["ruleIndex"].as_u64().unwrap() as usize]["id"],
+                r["ruleId"]
+            );
+            assert!(
+                matches!(r["level"].as_str(), Some("note" | "warning")),
+                "{r}"
+            );
+            let loc = &r["locations"][0]["physicalLocation"];
+            assert_eq!(loc["artifactLocation"]["uri"], "bank.c", "{r}");
+            assert!(loc["region"]["startLine"].as_u64().unwrap() > 0);
+            let flows = r["codeFlows"][0]["threadFlows"].as_array().unwrap();
+            assert!(flows.len() >= 2, "{r}");
+            let mut order: Vec<u64> = flows
+                .iter()
+                .flat_map(|f| f["locations"].as_array().unwrap())
+                .map(|l| l["executionOrder"].as_u64().unwrap())
+                .collect();
+            order.sort_unstable();
+            assert_eq!(order, (1..=order.len() as u64).collect::<Vec<_>>());
+            assert!(!r["properties"]["schedule"].as_str().unwrap().is_empty());
+            prints.insert(
+                r["partialFingerprints"]["ordoFinding/v1"]
+                    .as_str()
+                    .unwrap()
+                    .to_string(),
+                r["message"]["text"].as_str().unwrap().to_string(),
+            );
+        }
+        fingerprints.push(prints);
+    }
+    // The same finding in another run keeps its fingerprint.
+    let shared = fingerprints[0]
+        .keys()
+        .filter(|k| fingerprints[1].contains_key(*k))
+        .count();
+    assert!(shared > 0, "{fingerprints:#?}");
+    // A predicted bug is a warning.
+    let trace = dir.join("race.ordo");
+    let out = std::process::Command::new(common::ordo())
+        .args([
+            "record",
+            "--force",
+            "--watch-hw",
+            "rust_locked_counter::COUNTER",
+            "-o",
+        ])
+        .arg(&trace)
+        .arg("--")
+        .arg(common::build_rust_program("rust_locked_counter"))
+        .arg("racy")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let log = sarif_of(&trace);
+    if let Err(e) = schemas.validate(&log, index) {
+        panic!("{e:#}\n{log:#}");
+    }
+    let races: Vec<&serde_json::Value> = log["runs"][0]["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["ruleId"] == "race")
+        .collect();
+    assert!(!races.is_empty());
+    assert!(races.iter().all(|r| r["level"] == "warning"));
+}
+
+/// Issue 28: `ordo hunt --sarif FILE` writes the hunt's outcome as a SARIF log
+/// the schema accepts: a reproduced bug is one `error` result leading with its
+/// confirmation, with the analyzer's interleaving as a code flow and the schedule
+/// and replay command in its properties; a hunt that found nothing writes a log
+/// with no result.
+#[test]
+fn hunt_writes_sarif() {
+    if !common::have_root("hunt_writes_sarif") {
+        return;
+    }
+    let (schemas, index) = sarif_schema();
+    let dir = common::scratch("hunt_sarif");
+    for (program, found) in [("replay_deadlock", true), ("correct_nested_locks", false)] {
+        let sarif = dir.join(format!("{program}.sarif"));
+        let out = common::run_ordo(&[
+            "hunt",
+            "--budget",
+            "20",
+            "--json",
+            "--sarif",
+            sarif.to_str().unwrap(),
+            "-o",
+            dir.join(program).to_str().unwrap(),
+            "--",
+            common::build_program(program).to_str().unwrap(),
+        ]);
+        assert_eq!(out.status.code(), Some(i32::from(found)), "{program}");
+        let log: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&sarif).unwrap()).unwrap();
+        if let Err(e) = schemas.validate(&log, index) {
+            panic!("{e:#}\n{log:#}");
+        }
+        let results = log["runs"][0]["results"].as_array().unwrap();
+        if !found {
+            assert!(results.is_empty(), "{log:#}");
+            continue;
+        }
+        assert_eq!(results.len(), 1);
+        let r = &results[0];
+        assert_eq!(r["level"], "error");
+        assert!(
+            r["message"]["text"]
+                .as_str()
+                .unwrap()
+                .starts_with("reproduced "),
+            "{r}"
+        );
+        assert!(!r["properties"]["schedule"].as_str().unwrap().is_empty());
+        assert!(r["properties"]["replayCommand"]
+            .as_str()
+            .unwrap()
+            .starts_with("ordo replay --schedule "));
+        if r["ruleId"] != "failure" {
+            assert!(
+                r["codeFlows"][0]["threadFlows"].as_array().unwrap().len() >= 2,
+                "{r}"
+            );
+        }
+    }
+}

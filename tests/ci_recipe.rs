@@ -67,6 +67,9 @@ fn the_ci_recipe_fails_on_a_bug_and_keeps_what_reproduces_it() {
         "{stdout}"
     );
     assert!(artifacts.join("replay_deadlock/reproduce.sched").is_file());
+    for name in ["replay_deadlock", "correct_nested_locks"] {
+        assert!(artifacts.join(format!("{name}.sarif")).is_file(), "{name}");
+    }
     let outcome = |name: &str| -> serde_json::Value {
         let text = std::fs::read_to_string(artifacts.join(format!("{name}.json"))).unwrap();
         serde_json::from_str(text.lines().last().unwrap()).unwrap()

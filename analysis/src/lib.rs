@@ -20,6 +20,7 @@ pub mod model;
 pub mod naming;
 pub mod perfetto;
 pub mod report;
+pub mod sarif;
 pub mod synthetic;
 
 use std::path::Path;
@@ -33,7 +34,9 @@ pub use model::{FindingKind, Rank};
 /// The schedule language the candidates are written in (re-exported for users of
 /// the findings, e.g. to parse a finding's schedule).
 pub use ordo_schedule as schedule;
-pub use report::{Analysis, Finding, FindingEvent, Loss, ObjectDesc, SharedDesc, Stats};
+pub use report::{
+    Analysis, Finding, FindingEvent, FindingStep, Loss, ObjectDesc, SharedDesc, Stats,
+};
 
 /// Where the kernel's drop counter rose, chunk by chunk.
 #[derive(Default)]

@@ -54,6 +54,22 @@ pub struct Finding {
     /// those its schedule orders), as the trace has them: for an export that
     /// picks the finding out (`ordo export --perfetto --finding`).
     pub events: Vec<FindingEvent>,
+    /// The events the message refers to, as the details list them, with their
+    /// thread: a SARIF thread flow per thread (`crate::sarif`).
+    pub steps: Vec<FindingStep>,
+}
+
+/// One event of a finding's interleaving, ready to print.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FindingStep {
+    /// The thread's logical id.
+    pub thread: String,
+    /// Its symbolized site (`function (file.c:LINE)`).
+    pub site: String,
+    /// What happens there (the detail line).
+    pub detail: String,
+    /// When it happened in the recorded run.
+    pub ts: u64,
 }
 
 /// A recorded event a finding involves, as the trace has it.
@@ -268,6 +284,16 @@ fn resolve_one(
             events.push(event);
         }
     }
+    let steps = f
+        .events
+        .iter()
+        .map(|e| FindingStep {
+            thread: namer.thread_text(e.thread),
+            site: namer.site(e),
+            detail: describe_event(e, namer),
+            ts: e.ts,
+        })
+        .collect();
     Finding {
         kind: f.kind,
         threads,
@@ -280,6 +306,7 @@ fn resolve_one(
         possibly_affected_by_drops,
         mark,
         events,
+        steps,
     }
 }
 

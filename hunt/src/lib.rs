@@ -200,6 +200,9 @@ pub struct Found {
     pub trace: PathBuf,
     /// Further runs that failed in the same batch (the same bug, reported once).
     pub also_failed: u32,
+    /// The analyzer's finding the run tried, for a candidate (none for a
+    /// baseline or recorded run): its interleaving, for SARIF.
+    pub analysis: Option<ordo_analysis::Finding>,
 }
 
 /// The end of a hunt.
@@ -228,6 +231,49 @@ pub struct HuntOutcome {
 }
 
 impl HuntOutcome {
+    /// The outcome as a SARIF 2.1.0 log (`ordo hunt --sarif FILE`): a reproduced
+    /// bug is one `error` result — the analyzer's finding with its interleaving
+    /// when a candidate reproduced it, a `failure` otherwise — whose message
+    /// leads with how often its schedule reproduced, and whose properties hold the
+    /// schedule and the replay command; no result when nothing reproduced.
+    pub fn to_sarif(&self) -> Value {
+        let failure_rule = serde_json::json!({
+            "id": "failure",
+            "name": "failure",
+            "shortDescription": { "text": "A run of the program failed under a schedule ordo pinned." },
+            "help": { "text": "A run failed (a crash, an abort, a deadlock, an unexpected exit status); the schedule in the result's properties reproduces it with `ordo replay`." },
+            "defaultConfiguration": { "level": "error" },
+        });
+        let Some(f) = &self.found else {
+            return ordo_analysis::sarif::log(Vec::new(), vec![failure_rule]);
+        };
+        let confirm = self
+            .confirm
+            .map(|(runs, reproduced)| format!("reproduced {reproduced}/{runs}"))
+            .unwrap_or_else(|| "not confirmed".into());
+        let headline = format!("{confirm} ({}): ", f.reason);
+        let mut result = match &f.analysis {
+            Some(a) => ordo_analysis::sarif::result(a, true, self.replay_command.as_deref()),
+            None => serde_json::json!({
+                "ruleId": "failure",
+                "level": "error",
+                "message": { "text": "" },
+                "partialFingerprints": {
+                    "ordoFinding/v1": format!("{:016x}", fnv(&f.reason))
+                },
+                "properties": {},
+            }),
+        };
+        let message = f.finding["message"].as_str().unwrap_or("").to_string();
+        result["message"]["text"] = Value::from(format!("{headline}{message}"));
+        result["properties"]["schedule"] = f.finding["schedule"].clone();
+        result["properties"]["confirm"] = serde_json::json!(self.confirm.map(|c| c.1));
+        if let Some(cmd) = &self.replay_command {
+            result["properties"]["replayCommand"] = Value::from(cmd.clone());
+        }
+        ordo_analysis::sarif::log(vec![result], vec![failure_rule])
+    }
+
     /// `ordo hunt`'s exit status: 1 reproduced, 0 not.
     pub fn exit_status(&self) -> u8 {
         u8::from(self.found.is_some())
@@ -800,6 +846,10 @@ impl Hunter<'_> {
         );
         std::fs::write(&path, format!("{header}{text}"))
             .with_context(|| format!("write {}", path.display()))?;
+        let analysis = match &r.job {
+            Job::Candidate(c) => Some(c.finding.clone()),
+            _ => None,
+        };
         Ok(Some(Found {
             run: r.number,
             source,
@@ -808,6 +858,7 @@ impl Hunter<'_> {
             schedule: path,
             trace: r.trace.clone(),
             also_failed,
+            analysis,
         }))
     }
 
@@ -1125,4 +1176,11 @@ mod tests {
         assert_ne!(run_seed(7, 3), run_seed(7, 4));
         assert_ne!(run_seed(7, 3), run_seed(8, 3));
     }
+}
+
+/// FNV-1a of `text`: a fingerprint that does not change between runs.
+fn fnv(text: &str) -> u64 {
+    text.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3)
+    })
 }

@@ -272,6 +272,7 @@ mod tests {
             possibly_affected_by_drops: false,
             mark: None,
             events: Vec::new(),
+            steps: Vec::new(),
         }
     }
 
