@@ -1127,6 +1127,13 @@ pub fn shell_quote(word: &str) -> String {
     }
 }
 
+/// FNV-1a of `text`: a fingerprint that does not change between runs.
+fn fnv(text: &str) -> u64 {
+    text.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1176,11 +1183,4 @@ mod tests {
         assert_ne!(run_seed(7, 3), run_seed(7, 4));
         assert_ne!(run_seed(7, 3), run_seed(8, 3));
     }
-}
-
-/// FNV-1a of `text`: a fingerprint that does not change between runs.
-fn fnv(text: &str) -> u64 {
-    text.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
-        (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3)
-    })
 }
