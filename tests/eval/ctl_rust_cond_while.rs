@@ -14,13 +14,9 @@ fn main() {
         }
     });
     let starter = std::thread::spawn(|| {
-        let mut setup = 0u64;
-        for i in 0..5000u64 {
-            setup = std::hint::black_box(setup + i);
-        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
         *STARTED.lock().unwrap() = true;
         START.notify_one();
-        setup
     });
     starter.join().unwrap();
     waiter.join().unwrap();

@@ -16,13 +16,11 @@ fn main() {
         *jobs += 1;
     });
     let starter = std::thread::spawn(|| {
-        let mut setup = 0u64;
-        for i in 0..5000u64 {
-            setup = std::hint::black_box(setup + i);
-        }
+        // Setup: long enough that the waiter is waiting by then, even on a
+        // loaded machine.
+        std::thread::sleep(std::time::Duration::from_millis(5));
         let _started = START_LOCK.lock().unwrap();
         START.notify_one();
-        setup
     });
     starter.join().unwrap();
     waiter.join().unwrap();
