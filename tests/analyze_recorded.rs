@@ -451,7 +451,10 @@ fn sarif_output_validates_against_the_schema() {
                 "{r}"
             );
             let loc = &r["locations"][0]["physicalLocation"];
-            assert_eq!(loc["artifactLocation"]["uri"], "bank.c", "{r}");
+            // Relative to the directory ordo ran in (the checkout), where the
+            // demo's source lies.
+            assert_eq!(loc["artifactLocation"]["uri"], "demo/bank.c", "{r}");
+            assert_eq!(loc["artifactLocation"]["uriBaseId"], "SRCROOT", "{r}");
             assert!(loc["region"]["startLine"].as_u64().unwrap() > 0);
             let flows = r["codeFlows"][0]["threadFlows"].as_array().unwrap();
             assert!(flows.len() >= 2, "{r}");

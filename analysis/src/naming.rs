@@ -129,6 +129,16 @@ impl<'a> Namer<'a> {
         self.symbolizer.statement_after(e.site)
     }
 
+    /// The source file (as the debug info names it, usually a full path) and line
+    /// of an event's site, when debug info has them.
+    pub fn site_source(&self, e: &EventId) -> Option<(String, u32)> {
+        if e.site == 0 {
+            return None;
+        }
+        let loc = self.symbolizer.locate(e.site, !e.kind.is_access())?;
+        Some((loc.file?, loc.line?))
+    }
+
     /// The call site as text. A variable access's site is the accessing
     /// instruction itself, not a return address.
     pub fn site(&self, e: &EventId) -> String {

@@ -70,6 +70,8 @@ pub struct FindingStep {
     pub detail: String,
     /// When it happened in the recorded run.
     pub ts: u64,
+    /// Its source file as the debug info names it (usually a full path) and line.
+    pub source: Option<(String, u32)>,
 }
 
 /// A recorded event a finding involves, as the trace has it.
@@ -292,6 +294,7 @@ fn resolve_one(
             site: namer.site(e),
             detail: describe_event(e, namer),
             ts: e.ts,
+            source: namer.site_source(e),
         })
         .collect();
     Finding {

@@ -6,7 +6,9 @@
 //! the shape is and what to do with it), one `result` per finding. A result's
 //! level says how sure ordo is: an order worth trying is a `note`, a predicted bug
 //! a `warning`, a failure a hunt reproduced an `error`. Its location is the first
-//! event's site (`file:line`, the function as a logical location); its `codeFlow`
+//! event's site (`file:line`, the function as a logical location; the file
+//! relative to the directory ordo runs in, `%SRCROOT%`, when it lies there, as a
+//! CI job's checkout does); its `codeFlow`
 //! has one `threadFlow` per thread with that thread's events of the interleaving
 //! in the order they happened (`executionOrder` across threads), each with its
 //! detail as the message. The schedule and the replay command are in the result's
@@ -84,25 +86,49 @@ fn rules() -> Vec<Value> {
         .collect()
 }
 
-/// `function (file.c:LINE)` as a SARIF location with `message`; a site without a
-/// line is a logical location only.
-fn location(site: &str, message: Option<&str>) -> Value {
+/// The base the relative source paths of a log are relative to: the directory
+/// ordo ran in (a CI job's checkout), as `originalUriBaseIds` names it.
+const SRCROOT: &str = "SRCROOT";
+
+/// A source file as SARIF names it: relative to the directory ordo runs in
+/// (`SRCROOT`) when it lies there — where code scanning finds it in the
+/// repository — else its absolute path as a `file:` URI, else the name as given.
+fn artifact(file: &str) -> Value {
+    let path = std::path::Path::new(file);
+    if let Ok(cwd) = std::env::current_dir() {
+        if let Ok(relative) = path.strip_prefix(&cwd) {
+            if let Some(text) = relative.to_str() {
+                return json!({ "uri": text, "uriBaseId": SRCROOT });
+            }
+        }
+    }
+    if path.is_absolute() {
+        return json!({ "uri": format!("file://{file}") });
+    }
+    json!({ "uri": file })
+}
+
+/// A site as a SARIF location with `message`: the source file and line when the
+/// debug info gave them (`source`), else those of the site's text (`function
+/// (file.c:LINE)`); a site without a line is a logical location only.
+fn location(site: &str, source: Option<&(String, u32)>, message: Option<&str>) -> Value {
     let mut loc = Map::new();
     let (function, place) = match site.rsplit_once(" (") {
         Some((f, rest)) => (f, rest.strip_suffix(')').unwrap_or(rest)),
         None => (site, ""),
     };
-    if let Some((file, line)) = place.rsplit_once(':') {
-        if let Ok(line) = line.parse::<u64>() {
-            if line > 0 && !file.is_empty() {
-                loc.insert(
-                    "physicalLocation".into(),
-                    json!({
-                        "artifactLocation": { "uri": file },
-                        "region": { "startLine": line },
-                    }),
-                );
-            }
+    let from_text = place
+        .rsplit_once(':')
+        .and_then(|(file, line)| Some((file.to_string(), line.parse::<u32>().ok()?)));
+    if let Some((file, line)) = source.cloned().or(from_text) {
+        if line > 0 && !file.is_empty() {
+            loc.insert(
+                "physicalLocation".into(),
+                json!({
+                    "artifactLocation": artifact(&file),
+                    "region": { "startLine": line },
+                }),
+            );
         }
     }
     if !function.is_empty() {
@@ -141,7 +167,11 @@ fn code_flow(steps: &[FindingStep]) -> Value {
                 "id": format!("thread {t}"),
                 "message": { "text": format!("thread {t}") },
                 "locations": mine.iter().map(|&i| json!({
-                    "location": location(&steps[i].site, Some(&steps[i].detail)),
+                    "location": location(
+                        &steps[i].site,
+                        steps[i].source.as_ref(),
+                        Some(&steps[i].detail),
+                    ),
                     "executionOrder": rank[i],
                 })).collect::<Vec<_>>(),
             })
@@ -175,7 +205,12 @@ pub fn result(f: &Finding, reproduced: bool, replay: Option<&str>) -> Value {
         .iter()
         .position(|&k| k == f.kind)
         .unwrap_or(0);
-    let first = f.steps.first().map(|s| s.site.as_str()).unwrap_or("");
+    let first = f.steps.first();
+    let first_location = location(
+        first.map(|s| s.site.as_str()).unwrap_or(""),
+        first.and_then(|s| s.source.as_ref()),
+        None,
+    );
     let mut properties = json!({
         "schedule": f.schedule,
         "rank": { "v": f.rank.v, "t": f.rank.t, "distance": f.rank.distance },
@@ -189,7 +224,7 @@ pub fn result(f: &Finding, reproduced: bool, replay: Option<&str>) -> Value {
         "ruleIndex": rule_index,
         "level": level(f.kind, reproduced),
         "message": { "text": f.message },
-        "locations": [location(first, None)],
+        "locations": [first_location],
         "partialFingerprints": { "ordoFinding/v1": fingerprint(f) },
         "properties": properties,
     });
@@ -215,9 +250,21 @@ pub fn log(results: Vec<Value>, extra_rules: Vec<Value>) -> Value {
                     "rules": all,
                 }
             },
+            "originalUriBaseIds": {
+                SRCROOT: { "uri": srcroot_uri() },
+            },
             "results": results,
         }]
     })
+}
+
+/// The directory ordo runs in, as a `file:` URI ending in `/`.
+fn srcroot_uri() -> String {
+    let dir = std::env::current_dir()
+        .map(|d| d.display().to_string())
+        .unwrap_or_else(|_| ".".into());
+    let dir = dir.trim_end_matches('/');
+    format!("file://{dir}/")
 }
 
 impl Analysis {
