@@ -133,6 +133,37 @@ fn correct_producer_consumer_has_no_bug_findings() {
     assert!(doc["stats"]["critical_sections"].as_u64().unwrap() >= 400);
 }
 
+/// The bundled demo (demo/bank.c), built in `dir`.
+fn demo_program(dir: &std::path::Path) -> std::path::PathBuf {
+    let demo = dir.join("bank");
+    let status = std::process::Command::new("cc")
+        .args(["-O1", "-g", "-pthread", "-o"])
+        .arg(&demo)
+        .arg(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("demo/bank.c"))
+        .status()
+        .unwrap();
+    assert!(status.success());
+    demo
+}
+
+/// `ordo export --perfetto --force EXTRA TRACE -o OUT` (it must succeed), decoded.
+fn export_perfetto(
+    trace: &std::path::Path,
+    out_file: &std::path::Path,
+    extra: &[&str],
+) -> ordo_analysis::perfetto::Trace {
+    let mut args = vec!["export", "--perfetto", "--force"];
+    args.extend_from_slice(extra);
+    args.extend([trace.to_str().unwrap(), "-o", out_file.to_str().unwrap()]);
+    let out = common::run_ordo(&args);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    ordo_analysis::perfetto::Trace::from_bytes(&std::fs::read(out_file).unwrap()).unwrap()
+}
+
 /// The flow ids a Perfetto export starts that no event terminates (arrows to
 /// nowhere).
 fn dangling_flows(pftrace: &std::path::Path) -> usize {
@@ -162,14 +193,7 @@ fn perfetto_flows_of_recorded_runs_all_terminate() {
         return;
     }
     let dir = common::scratch("perfetto_flows");
-    let demo = dir.join("bank");
-    let status = std::process::Command::new("cc")
-        .args(["-O1", "-g", "-pthread", "-o"])
-        .arg(&demo)
-        .arg(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("demo/bank.c"))
-        .status()
-        .unwrap();
-    assert!(status.success());
+    let demo = demo_program(&dir);
     for (name, program) in [
         ("bank", demo),
         ("pool", common::build_program("correct_thread_pool")),
@@ -177,21 +201,8 @@ fn perfetto_flows_of_recorded_runs_all_terminate() {
         let trace = dir.join(format!("{name}.ordo"));
         common::record(&trace, &program, &[]);
         let out_file = dir.join(format!("{name}.pftrace"));
-        let out = common::run_ordo(&[
-            "export",
-            "--perfetto",
-            trace.to_str().unwrap(),
-            "-o",
-            out_file.to_str().unwrap(),
-        ]);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let decoded = export_perfetto(&trace, &out_file, &[]);
         assert_eq!(dangling_flows(&out_file), 0, "{name}");
-        let decoded =
-            ordo_analysis::perfetto::Trace::from_bytes(&std::fs::read(&out_file).unwrap()).unwrap();
         let flows: usize = decoded
             .packet
             .iter()
@@ -238,22 +249,7 @@ fn perfetto_export_of_one_finding() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let whole = dir.join("whole.pftrace");
-    let out = common::run_ordo(&[
-        "export",
-        "--perfetto",
-        "--force",
-        trace.to_str().unwrap(),
-        "-o",
-        whole.to_str().unwrap(),
-    ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let decoded =
-        ordo_analysis::perfetto::Trace::from_bytes(&std::fs::read(&whole).unwrap()).unwrap();
+    let decoded = export_perfetto(&trace, &dir.join("whole.pftrace"), &[]);
     let instants: Vec<&str> = decoded
         .packet
         .iter()
@@ -287,24 +283,8 @@ fn perfetto_export_of_one_finding() {
     let kind = analysis.findings[0].kind.name();
     for spec in ["1".to_string(), format!("{kind}:1")] {
         let out_file = dir.join("one.pftrace");
-        let out = common::run_ordo(&[
-            "export",
-            "--perfetto",
-            "--force",
-            "--finding",
-            &spec,
-            trace.to_str().unwrap(),
-            "-o",
-            out_file.to_str().unwrap(),
-        ]);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let decoded = export_perfetto(&trace, &out_file, &["--finding", &spec]);
         let finding = &analysis.findings[0];
-        let decoded =
-            ordo_analysis::perfetto::Trace::from_bytes(&std::fs::read(&out_file).unwrap()).unwrap();
         let threads: std::collections::HashSet<i32> = decoded
             .packet
             .iter()
@@ -410,14 +390,7 @@ fn sarif_output_validates_against_the_schema() {
     }
     let (schemas, index) = sarif_schema();
     let dir = common::scratch("sarif");
-    let demo = dir.join("bank");
-    let status = std::process::Command::new("cc")
-        .args(["-O1", "-g", "-pthread", "-o"])
-        .arg(&demo)
-        .arg(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("demo/bank.c"))
-        .status()
-        .unwrap();
-    assert!(status.success());
+    let demo = demo_program(&dir);
     let sarif_of = |trace: &std::path::Path| -> serde_json::Value {
         let out = common::run_ordo(&["analyze", "--format", "sarif", trace.to_str().unwrap()]);
         assert!(

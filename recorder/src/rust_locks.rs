@@ -962,20 +962,23 @@ fn wakes_within(
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_release_build_gets_its_inlined_locks_unlocks_and_slow_return() {
-        let dir = tempfile::tempdir().unwrap();
-        let bin = dir.path().join("counter");
+    /// `tests/programs/NAME.rs` built as a release binary with debug info in `dir`.
+    fn release_build(dir: &Path, name: &str) -> std::path::PathBuf {
+        let bin = dir.join(name);
         let status = std::process::Command::new("rustc")
             .args(["-O", "-g", "--edition", "2021", "-o"])
             .arg(&bin)
-            .arg(
-                Path::new(env!("CARGO_MANIFEST_DIR"))
-                    .join("../tests/programs/rust_locked_counter.rs"),
-            )
+            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../tests/programs/{name}.rs")))
             .status()
             .expect("run rustc");
         assert!(status.success());
+        bin
+    }
+
+    #[test]
+    fn a_release_build_gets_its_inlined_locks_unlocks_and_slow_return() {
+        let dir = tempfile::tempdir().unwrap();
+        let bin = release_build(dir.path(), "rust_locked_counter");
         let plan = plan_rust_locks(&bin).unwrap();
         // The worker's and main's `LOCK.lock()`, their guards' drops.
         assert!(plan.locks >= 2, "{plan:?}");
@@ -1006,17 +1009,7 @@ mod tests {
     #[test]
     fn condvar_functions_and_je_shaped_locks_of_a_release_build() {
         let dir = tempfile::tempdir().unwrap();
-        let bin = dir.path().join("condvar");
-        let status = std::process::Command::new("rustc")
-            .args(["-O", "-g", "--edition", "2021", "-o"])
-            .arg(&bin)
-            .arg(
-                Path::new(env!("CARGO_MANIFEST_DIR"))
-                    .join("../tests/programs/record_rust_condvar.rs"),
-            )
-            .status()
-            .expect("run rustc");
-        assert!(status.success());
+        let bin = release_build(dir.path(), "record_rust_condvar");
         let plan = plan_rust_locks(&bin).unwrap();
         let of = |access: u8| plan.sites.iter().filter(|s| s.access == access).count();
         assert_eq!(of(SOFT_RUST_COND_WAIT), 1, "{plan:?}");
