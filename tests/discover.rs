@@ -7,37 +7,11 @@
 
 use crate::common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::Instant;
 
-use common::{build_program, have_root, ordo, run_ordo, scratch};
-
-/// Compiles `tests/eval/NAME.c` as `cargo xtask eval` does (once per process).
-fn eval_program(name: &str) -> PathBuf {
-    static BUILT: std::sync::Mutex<Vec<(String, PathBuf)>> = std::sync::Mutex::new(Vec::new());
-    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some((_, path)) = built.iter().find(|(n, _)| n == name) {
-        return path.clone();
-    }
-    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/eval")
-        .join(format!("{name}.c"));
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("discover");
-    std::fs::create_dir_all(&dir).unwrap();
-    let out = dir.join(name);
-    let tmp = dir.join(format!(".{name}.{}", std::process::id()));
-    let status = Command::new("cc")
-        .args(["-O1", "-g", "-pthread", "-o"])
-        .arg(&tmp)
-        .arg(&src)
-        .status()
-        .expect("run the C compiler");
-    assert!(status.success(), "compiling {}", src.display());
-    std::fs::rename(&tmp, &out).unwrap();
-    built.push((name.to_string(), out.clone()));
-    out
-}
+use common::{build_eval_program, build_program, have_root, ordo, run_ordo, scratch};
 
 /// `ordo record --discover --force -o TRACE -- PROGRAM`; panics without a trace.
 pub fn record_discovering(trace: &Path, program: &Path) -> std::process::Output {
@@ -101,7 +75,7 @@ fn discovery_lists_the_shared_pointer_and_proposes_a_stale_use_that_replays() {
     }
     // Replays gate at program points with debug registers: take a turn.
     let _registers = common::debug_registers();
-    let program = eval_program("plain_unlock_free");
+    let program = build_eval_program("plain_unlock_free");
     let dir = scratch("discover_unlock_free");
     let trace = dir.join("run.ordo");
     // A recording in the program's usual order: the reader's section first (on a
@@ -175,7 +149,7 @@ fn a_held_thread_whose_predecessor_polls_with_usleep_ends_infeasible_in_seconds(
     }
     // Replays gate at program points with debug registers: take a turn.
     let _registers = common::debug_registers();
-    let program = eval_program("plain_poll_usleep");
+    let program = build_eval_program("plain_poll_usleep");
     let dir = scratch("discover_poll_infeasible");
     // The producer (thread 2) held before it announces the item until the
     // consumer (thread 1, polling `ready` with usleep) has checked it: impossible.
@@ -220,7 +194,7 @@ fn hunt_with_no_hints_finds_and_pins_plain_access_bugs() {
     // Replays gate at program points with debug registers: take a turn.
     let _registers = common::debug_registers();
     for name in ["plain_check_use", "plain_unlock_free", "plain_publish2"] {
-        let program = eval_program(name);
+        let program = build_eval_program(name);
         let dir = scratch(&format!("discover_hunt_{name}"));
         let json = hunt(&program, &dir);
         assert_eq!(json["reproduced"], true, "{name}: {json}");
@@ -326,7 +300,7 @@ fn hunt_reports_nothing_on_the_controls_of_plain_access_bugs() {
     // Replays gate at program points with debug registers: take a turn.
     let _registers = common::debug_registers();
     for name in ["ctl_plain_check_use", "ctl_plain_unlock_free"] {
-        let program = eval_program(name);
+        let program = build_eval_program(name);
         let dir = scratch(&format!("discover_hunt_{name}"));
         let json = hunt(&program, &dir);
         assert_eq!(json["reproduced"], false, "{name}: {json}");

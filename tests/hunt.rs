@@ -9,7 +9,7 @@ use crate::common;
 use std::path::Path;
 use std::process::Command;
 
-use common::{build_program, have_root, ordo, run_ordo, scratch};
+use common::{build_eval_program, build_program, have_root, ordo, run_ordo, scratch};
 
 /// Runs `ordo hunt --json ARGS -o DIR -- PROGRAM`; returns the exit status, the
 /// outcome and stderr.
@@ -411,6 +411,42 @@ fn a_correct_program_gives_no_report_and_exit_0() {
     assert!(!dir.join("reproduce.sched").exists());
 }
 
+/// A run that failed once and whose pinned schedule never reproduces is no
+/// reproduction: the hunt says "failed once, not pinned" with the rate, exits 0,
+/// and prints no replay command.
+#[test]
+fn a_failure_whose_pin_never_reproduces_is_not_reported_as_reproduced() {
+    if !have_root("a_failure_whose_pin_never_reproduces_is_not_reported_as_reproduced") {
+        return;
+    }
+    let program = build_program("hunt_fails_once");
+    let dir = scratch("hunt_fails_once");
+    let marker = dir.join("failed-once");
+    let out = Command::new(ordo())
+        .args(["hunt", "--json", "--budget", "6", "-o"])
+        .arg(&dir)
+        .arg("--")
+        .arg(&program)
+        .env("HUNT_FAILS_ONCE_MARKER", &marker)
+        .output()
+        .expect("run ordo hunt");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let json: serde_json::Value = serde_json::from_str(stdout.trim())
+        .unwrap_or_else(|e| panic!("{e}: {stdout}\n{}", String::from_utf8_lossy(&out.stderr)));
+    assert!(
+        marker.exists(),
+        "the program never ran its failing first run: {json}"
+    );
+    assert_eq!(out.status.code(), Some(0), "{json}");
+    assert_eq!(json["reproduced"], false, "{json}");
+    assert!(json["replay_command"].is_null(), "{json}");
+    let stopped = json["stopped"].as_str().unwrap_or_default();
+    assert!(
+        stopped.contains("failed once") && stopped.contains("reproduced 0 of 20 replays"),
+        "{json}"
+    );
+}
+
 #[test]
 fn bad_options_and_programs_are_one_line_errors_with_exit_2() {
     let dir = scratch("hunt_errors");
@@ -499,6 +535,28 @@ fn an_interrupted_hunt_stops_with_exit_130() {
     assert!(json["runs"].as_u64().unwrap() < 500, "{json}");
 }
 
+/// Replays `program` forcing the schedule file `forced`, recorded; the run must
+/// fail. Returns the schedule the hunt pins from that recording.
+fn pin_of_forced_failure(program: &Path, forced: &Path, dir: &Path) -> String {
+    let trace = dir.join("failing.ordo");
+    let (_, outcome) = common::replay_json(&["--record", trace.to_str().unwrap()], forced, program);
+    assert_eq!(outcome["verdict"], "reproduced", "{outcome}");
+    ordo_hunt::pin::schedule_of_run(&trace).unwrap().to_string()
+}
+
+/// The pinned schedule reproduces the failure in at least 19 of 20 replays.
+fn assert_pin_holds(pinned: &str, program: &Path, dir: &Path) {
+    let file = dir.join("pinned.sched");
+    std::fs::write(&file, pinned).unwrap();
+    let reproduced = (0..20)
+        .filter(|_| common::replay_json(&[], &file, program).1["verdict"] == "reproduced")
+        .count();
+    assert!(
+        reproduced >= 19,
+        "the pin reproduced {reproduced}/20:\n{pinned}"
+    );
+}
+
 /// The schedule pinned from a failing run must hold what made it fail even when
 /// that is an order across objects: a forced run of `shape_late_join` (the flusher
 /// locks the cache lock after main destroyed it and logged under another lock)
@@ -518,22 +576,44 @@ fn a_failing_runs_pin_orders_the_last_thread_after_the_others_across_objects() {
         "0:mutex_unlock(log_lock)#1 -> 1:mutex_lock(cache_lock)#1\n",
     )
     .unwrap();
-    let trace = dir.join("failing.ordo");
-    let (_, outcome) =
-        common::replay_json(&["--record", trace.to_str().unwrap()], &forced, &program);
-    assert_eq!(outcome["verdict"], "reproduced", "{outcome}");
-    let pinned = ordo_hunt::pin::schedule_of_run(&trace).unwrap().to_string();
+    let pinned = pin_of_forced_failure(&program, &forced, &dir);
     assert!(
         pinned.contains("0:mutex_unlock(log_lock)#1 -> 1:mutex_lock_failed(cache_lock)#1"),
         "{pinned}"
     );
-    let file = dir.join("pinned.sched");
-    std::fs::write(&file, &pinned).unwrap();
-    let reproduced = (0..20)
-        .filter(|_| common::replay_json(&[], &file, &program).1["verdict"] == "reproduced")
-        .count();
+    assert_pin_holds(&pinned, &program, &dir);
+}
+
+/// A pin must hold a condvar waiter's reacquisition where the failing run had it:
+/// in a forced failing run of `ring_chain` the producer, woken early, takes the
+/// ring's lock back only after the consumer's later sections; its pin orders the
+/// producer's `cond_wait(not_full)#k` (the agent holds a woken waiter there with
+/// the mutex given back) after them, and reproduces. Before, the reacquisition was
+/// left free and about one replay in four deadlocked against a gate held inside
+/// the producer's section.
+#[test]
+fn a_failing_runs_pin_holds_a_woken_waiter_until_its_turn_for_the_mutex() {
+    if !have_root("a_failing_runs_pin_holds_a_woken_waiter_until_its_turn_for_the_mutex") {
+        return;
+    }
+    let program = build_eval_program("ring_chain");
+    let dir = scratch("hunt_pin_cond_wait");
+    let forced = dir.join("forced.sched");
+    // The producer fills the ring and waits before the consumer starts; woken, it
+    // takes the lock back only once the consumer emptied the ring and waits; then
+    // it refills slot 0 between the consumer's release of it and the copy.
+    std::fs::write(
+        &forced,
+        "2:cond_wait_begin(not_full)#1 -> 1:mutex_lock(ring_lock)#1\n\
+         1:cond_wait_begin(not_empty)#1 -> 2:cond_wait(not_full)#1\n\
+         1:mutex_unlock(ring_lock)#5 -> 2:cond_wait(not_full)#2\n\
+         2:mutex_unlock(ring_lock)#5 -> 1:mutex_lock(ring_lock)#6\n",
+    )
+    .unwrap();
+    let pinned = pin_of_forced_failure(&program, &forced, &dir);
     assert!(
-        reproduced >= 19,
-        "the pin reproduced {reproduced}/20:\n{pinned}"
+        pinned.contains("1:cond_wait_begin(not_empty)#1 -> 2:cond_wait(not_full)#1"),
+        "the producer's reacquisition is not pinned after the consumer's wait:\n{pinned}"
     );
+    assert_pin_holds(&pinned, &program, &dir);
 }

@@ -492,6 +492,25 @@ pub fn hunt(options: &HuntOptions, progress: &mut dyn FnMut(&Status)) -> Result<
         ));
         confirm = Some((options.confirm_runs, reproduced));
     }
+    if let (Some(f), Some((runs, 0))) = (&found, confirm) {
+        // A schedule that never reproduced pins nothing: the run failed once, by
+        // timing no schedule found here names. Said so, not reported as found.
+        let note = format!(
+            "run {} ({}) failed once ({}), not pinned: its schedule reproduced 0 of {runs} replays (kept in {})",
+            f.run,
+            f.source,
+            f.reason,
+            f.schedule.display()
+        );
+        hunter.stopped = if hunter.stopped.is_empty() {
+            note
+        } else {
+            format!("{}; {note}", hunter.stopped)
+        };
+        found = None;
+        confirm = None;
+        replay_command = None;
+    }
     Ok(HuntOutcome {
         found,
         runs: hunter.runs,

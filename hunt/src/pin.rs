@@ -16,6 +16,7 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use anyhow::{Context, Result};
+use ordo_schedule::namer::is_cond_wait_mutex_event;
 use ordo_schedule::{EventNamer, EventRef, Family, Ordering, Schedule, ThreadRef};
 use ordo_trace::symbolize::Symbolizer;
 use ordo_trace::{global_order, read_trace, Event, Kind, ReadMode, Via};
@@ -33,6 +34,7 @@ pub fn schedule_of_run(trace: &Path) -> Result<Schedule> {
     let mut namer = EventNamer::new(&reader.threads, &symbolizer);
     let mut last_on: HashMap<(usize, u64), EventRef> = HashMap::new();
     let mut locks = LockSections::default();
+    let mut cond_sides = CondWaitSides::default();
     let mut orderings = Vec::new();
     // Stamped like the thread's last event before it blocked, but blocked until the
     // end: placed once every lock taken meanwhile is known.
@@ -46,13 +48,20 @@ pub fn schedule_of_run(trace: &Path) -> Result<Schedule> {
         if !pinnable(&e) {
             continue;
         }
-        let Some(name) = namer.name(&e) else { continue };
+        let Some(name) = cond_sides.name(&mut namer, &e) else {
+            continue;
+        };
         let family = Family::of(e.kind);
         if family == Family::NoObject {
             continue;
         }
-        // The events of each thread, in global order, for the frontier.
-        timeline.push((name.thread.clone(), name.clone(), gated_before(&e)));
+        // The events of each thread, in global order, for the frontier. A wait's
+        // return stands there at its reacquisition of the mutex, which the mutex's
+        // order places after the sections it waited for; the condvar's record of
+        // it is stamped by the clock, which may put it before them.
+        if e.kind != Kind::CondWait {
+            timeline.push((name.thread.clone(), name.clone(), gated_before(&e)));
+        }
         if is_failed_try(e.kind) && e.via == Via::Try {
             // No hand-over: it failed because another thread held the object.
             locks.failed.push((name, e.addr, e.ts_ns));
@@ -73,7 +82,8 @@ pub fn schedule_of_run(trace: &Path) -> Result<Schedule> {
         locks.blocked(e, &mut namer, &mut orderings);
     }
     locks.place_failed_tries(&mut orderings);
-    orderings.extend(frontier(&timeline));
+    let frontier = frontier(&timeline);
+    orderings.extend(acyclic_additions(&orderings, frontier, &timeline));
     Ok(Schedule {
         orderings: keep_last_fitting(orderings),
     })
@@ -110,6 +120,7 @@ pub fn with_access_handovers(base: &Schedule, trace: &Path) -> Result<Schedule> 
     }
     let mut locations: HashMap<u64, Location> = HashMap::new();
     let mut held: HashMap<u32, Held> = HashMap::new();
+    let mut cond_sides = CondWaitSides::default();
     let mut handovers: Vec<Ordering> = Vec::new();
     // When each thread was created (its creator's `thread_create`, else its first
     // event): an access made before that is ordered before all of the thread by its
@@ -123,7 +134,7 @@ pub fn with_access_handovers(base: &Schedule, trace: &Path) -> Result<Schedule> 
         created.entry(e.tid).or_insert(index);
         if !(e.kind.is_access() && e.via.is_point()) {
             // Named all the same, so occurrence counts stay right.
-            let name = namer.name(&e);
+            let name = cond_sides.name(&mut namer, &e);
             let stack = held.entry(e.tid).or_default();
             match (e.kind, name) {
                 (Kind::MutexLock | Kind::RwlockRdlock | Kind::RwlockWrlock, Some(n)) => {
@@ -259,6 +270,56 @@ fn frontier(timeline: &[(ThreadRef, EventRef, bool)]) -> Vec<Ordering> {
     out
 }
 
+/// Those of `extra` that close no cycle with `base` and each thread's program
+/// order (`timeline`), kept in turn. The frontier's orderings come from the
+/// clock's order across objects, which can disagree with an object's own order
+/// by the time between an event and its record: such an ordering would make the
+/// schedule infeasible.
+fn acyclic_additions(
+    base: &[Ordering],
+    extra: Vec<Ordering>,
+    timeline: &[(ThreadRef, EventRef, bool)],
+) -> Vec<Ordering> {
+    let mut next: HashMap<&EventRef, Vec<&EventRef>> = HashMap::new();
+    let mut last_of: HashMap<&ThreadRef, &EventRef> = HashMap::new();
+    for (thread, event, _) in timeline {
+        if let Some(previous) = last_of.insert(thread, event) {
+            if previous != event {
+                next.entry(previous).or_default().push(event);
+            }
+        }
+    }
+    for o in base {
+        for b in &o.before {
+            next.entry(b).or_default().push(&o.after);
+        }
+    }
+    let reaches = |next: &HashMap<&EventRef, Vec<&EventRef>>, from: &EventRef, to: &EventRef| {
+        let mut stack = vec![from];
+        let mut seen = std::collections::HashSet::new();
+        while let Some(e) = stack.pop() {
+            if e == to {
+                return true;
+            }
+            if seen.insert(e) {
+                stack.extend(next.get(e).into_iter().flatten().copied());
+            }
+        }
+        false
+    };
+    let mut kept = Vec::new();
+    for o in &extra {
+        if o.before.iter().any(|b| reaches(&next, &o.after, b)) {
+            continue;
+        }
+        for b in &o.before {
+            next.entry(b).or_default().push(&o.after);
+        }
+        kept.push(o);
+    }
+    kept.into_iter().cloned().collect()
+}
+
 fn is_failed_try(kind: Kind) -> bool {
     matches!(
         kind,
@@ -389,12 +450,49 @@ fn pinnable(e: &Event) -> bool {
         )
 }
 
-/// Whether the agent holds the thread *before* the event takes effect; the wake-up
-/// side of a condvar wait or a barrier is gated only after it returned, which would
-/// pin it too late to mean anything.
+/// Whether the agent holds the thread *before* the event takes effect. A condvar
+/// wait's return is: a waiter woken before its turn gives the mutex back, waits at
+/// the gate and takes the mutex again (`agent::interpose::cond_wait`), so
+/// `X -> T:cond_wait(cv)#k` holds T's reacquisition after X. A barrier's release is
+/// gated only after it returned, which would pin it too late to mean anything.
 fn gated_before(e: &Event) -> bool {
-    !(matches!(e.kind, Kind::CondWait | Kind::BarrierWait)
-        || (e.kind == Kind::MutexLock && e.via == Via::CondWait))
+    e.kind != Kind::BarrierWait
+}
+
+/// Names for the mutex side of condvar waits, which the namer leaves unnamed
+/// (`ordo_schedule::namer`): the release inside a wait is the thread's
+/// `cond_wait_begin(cv)#k`, the reacquisition its `cond_wait(cv)#k` — the events
+/// the agent gates before the mutex changes hands. Without them a waiter woken
+/// early was free to take the mutex before the sections the failing run had
+/// between its wake-up and its reacquisition (a producer refilling a ring slot
+/// before the consumer's second section, or not: `ring_chain`).
+#[derive(Default)]
+struct CondWaitSides {
+    /// Per thread: the name of its last `cond_wait_begin` and `cond_wait`.
+    last: HashMap<u32, (Option<EventRef>, Option<EventRef>)>,
+}
+
+impl CondWaitSides {
+    /// The event's schedule name ([`EventNamer::name`]), or for the mutex side of a
+    /// condvar wait, the wait's event's. Call it once per event in each thread's
+    /// program order, as the namer.
+    fn name(&mut self, namer: &mut EventNamer, e: &Event) -> Option<EventRef> {
+        if is_cond_wait_mutex_event(e) {
+            let (begin, wait) = self.last.get(&e.tid)?;
+            return match e.kind {
+                Kind::MutexUnlock => begin.clone(),
+                Kind::MutexLock => wait.clone(),
+                _ => None,
+            };
+        }
+        let name = namer.name(e)?;
+        match e.kind {
+            Kind::CondWaitBegin => self.last.entry(e.tid).or_default().0 = Some(name.clone()),
+            Kind::CondWait => self.last.entry(e.tid).or_default().1 = Some(name.clone()),
+            _ => {}
+        }
+        Some(name)
+    }
 }
 
 /// The longest suffix of `orderings` that fits a replay plan.
@@ -422,6 +520,30 @@ fn keep_last_fitting(orderings: Vec<Ordering>) -> Vec<Ordering> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The clock's order across objects put a woken waiter's return before the
+    /// unlock it waited for (`cond_if`'s natural failure): the frontier's ordering
+    /// of the two would close a cycle with the mutex's hand-over, and is dropped;
+    /// one that closes none is kept.
+    #[test]
+    fn frontier_orderings_that_close_a_cycle_are_dropped() {
+        let parse = |text: &str| Schedule::parse(text).unwrap().orderings;
+        let base = parse("3:mutex_unlock(m)#1 -> 2:cond_wait(cv)#1\n");
+        let extra = parse(
+            "2:cond_wait(cv)#1 -> 3:thread_exit()#1\n\
+             1:mutex_unlock(m)#1 -> 2:cond_wait(cv)#1\n",
+        );
+        let cyclic = parse("2:cond_wait(cv)#1 -> 3:mutex_unlock(m)#1\n");
+        let event = |o: &Ordering| o.after.clone();
+        // Thread 3's program order: its unlock, then its exit.
+        let timeline = vec![
+            (cyclic[0].after.thread.clone(), event(&cyclic[0]), true),
+            (extra[0].after.thread.clone(), event(&extra[0]), true),
+        ];
+        let all: Vec<Ordering> = cyclic.iter().chain(&extra).cloned().collect();
+        let kept = acyclic_additions(&base, all, &timeline);
+        assert_eq!(kept, extra, "{kept:?}");
+    }
 
     #[test]
     fn long_runs_keep_the_hand_overs_nearest_the_end() {

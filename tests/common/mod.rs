@@ -17,6 +17,15 @@ pub fn scratch(name: &str) -> PathBuf {
     dir
 }
 
+/// Compiles the bug program `tests/eval/NAME.c` with debug info (once per test
+/// process, as [`build_program`]); returns the binary.
+pub fn build_eval_program(name: &str) -> PathBuf {
+    built_once(&format!("eval/{name}"), |key| {
+        let name = key.trim_start_matches("eval/");
+        compile_from("tests/eval", name, &format!("eval-{name}"), None, &[])
+    })
+}
+
 /// Compiles `tests/programs/NAME.c` (or `.cpp`) with debug info; returns the binary.
 pub fn build_program(name: &str) -> PathBuf {
     built_once(name, compile_program)
@@ -56,7 +65,18 @@ fn compile_program(name: &str) -> PathBuf {
 }
 
 fn compile(name: &str, out_name: &str, compiler: Option<&str>, flags: &[&str]) -> PathBuf {
-    let src_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/programs");
+    compile_from("tests/programs", name, out_name, compiler, flags)
+}
+
+/// Compiles `DIR/NAME.c` (or `.cpp`) into the binary `out_name`.
+fn compile_from(
+    dir: &str,
+    name: &str,
+    out_name: &str,
+    compiler: Option<&str>,
+    flags: &[&str],
+) -> PathBuf {
+    let src_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join(dir);
     let out_dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("programs");
     std::fs::create_dir_all(&out_dir).unwrap();
     let c = src_dir.join(format!("{name}.c"));
