@@ -324,8 +324,20 @@ fn record_watching_hw(
     program: &std::path::Path,
     args: &[&str],
 ) -> String {
+    record_watching_all_hw(&[variable], trace, program, args)
+}
+
+/// As [`record_watching_hw`], with a hardware watchpoint on each of `variables`.
+fn record_watching_all_hw(
+    variables: &[&str],
+    trace: &std::path::Path,
+    program: &std::path::Path,
+    args: &[&str],
+) -> String {
     let out = Command::new(common::ordo())
-        .args(["record", "--force", "--watch-hw", variable, "-o"])
+        .args(["record", "--force"])
+        .args(variables.iter().flat_map(|v| ["--watch-hw", v]))
+        .arg("-o")
         .arg(trace)
         .arg("--")
         .arg(program)
@@ -373,6 +385,87 @@ fn a_correctly_locked_rust_counter_gives_no_race() {
             assert_eq!(races, 0, "a correctly locked counter");
         }
     }
+}
+
+/// Issue 26: values written inside a `Once::call_once`, a `OnceLock::get_or_init`
+/// and a `LazyLock`'s initializer and read by every thread after it give no race:
+/// each completion is an atomic write of the `Once`'s state word (recorded before
+/// the completion guard's store in std's `Once::call`), and each thread's first
+/// inlined completion check that finds it complete (or its return from
+/// `Once::call`) an atomic read of it — recorded through jump patches, and
+/// through breakpoints in a recorded replay. A thread that reads the values
+/// before going through the `Once`s races.
+#[test]
+fn values_initialized_through_rust_once_oncelock_and_lazylock_give_no_race() {
+    if !common::have_root("values_initialized_through_rust_once_oncelock_and_lazylock_give_no_race")
+    {
+        return;
+    }
+    let _registers = common::debug_registers();
+    let program = common::build_rust_program("rust_once_init");
+    let dir = common::scratch("watch_rust_once_init");
+    let watched = [
+        "rust_once_init::ONCE_DATA",
+        "rust_once_init::CELL_DATA",
+        "rust_once_init::LAZY_DATA",
+    ];
+    let races = |trace: &Path| {
+        common::findings(trace)
+            .iter()
+            .filter(|(kind, _)| kind == "race")
+            .count()
+    };
+    for racy in [false, true] {
+        let trace = dir.join(format!("racy-{racy}.ordo"));
+        let args: &[&str] = if racy { &["racy"] } else { &[] };
+        assert_eq!(
+            record_watching_all_hw(&watched, &trace, &program, args),
+            "6"
+        );
+        let events = common::dump_json(&trace);
+        for once in [
+            "rust_once_init::INIT",
+            "rust_once_init::CELL+",
+            "rust_once_init::LAZY+",
+        ] {
+            let on = |kind: &str| {
+                events
+                    .iter()
+                    .filter(|e| e["atomic"] == true && e["kind"] == kind)
+                    .filter(|e| e["object"].as_str().is_some_and(|o| o.starts_with(once)))
+                    .collect::<Vec<_>>()
+            };
+            assert_eq!(on("write").len(), 1, "{once}: one completion");
+            for worker in ["1", "2", "3", "4"] {
+                assert!(
+                    on("read").iter().any(|e| e["thread"] == worker),
+                    "{once}: thread {worker} saw it complete"
+                );
+            }
+        }
+        if racy {
+            assert!(races(&trace) > 0, "values read before their Once race");
+        } else {
+            assert_eq!(races(&trace), 0, "values read after their Once completed");
+        }
+    }
+    // Replays reach the same sites through breakpoints.
+    let schedule = dir.join("none.sched");
+    std::fs::write(&schedule, "# no ordering\n").unwrap();
+    let trace = dir.join("replayed.ordo");
+    let (_, outcome) =
+        common::replay_json(&["--record", trace.to_str().unwrap()], &schedule, &program);
+    assert_eq!(outcome["verdict"], "passed", "{outcome}");
+    let completions = common::dump_json(&trace)
+        .iter()
+        .filter(|e| e["atomic"] == true && e["kind"] == "write")
+        .filter(|e| {
+            e["object"]
+                .as_str()
+                .is_some_and(|o| o.starts_with("rust_once_init::"))
+        })
+        .count();
+    assert_eq!(completions, 3);
 }
 
 /// Issue 26: the same with a `std::sync::RwLock` — writers increment under its

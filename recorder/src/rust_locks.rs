@@ -36,9 +36,10 @@ use object::{Object, ObjectSymbol, RelocationTarget, SymbolKind};
 use ordo_probe_common::inproc::{
     SoftSite, SOFT_RUST_BARRIER_LEAVE, SOFT_RUST_BARRIER_WAIT, SOFT_RUST_COND_BROADCAST,
     SOFT_RUST_COND_SIGNAL, SOFT_RUST_COND_WAIT, SOFT_RUST_COND_WAIT_TIMED, SOFT_RUST_LOCK_FAST,
-    SOFT_RUST_LOCK_GATE, SOFT_RUST_LOCK_SLOW, SOFT_RUST_READ_CONTENDED, SOFT_RUST_READ_FAST,
-    SOFT_RUST_READ_GATE, SOFT_RUST_RW_UNLOCK, SOFT_RUST_UNLOCK, SOFT_RUST_WRITE_CONTENDED,
-    SOFT_RUST_WRITE_FAST, SOFT_RUST_WRITE_GATE,
+    SOFT_RUST_LOCK_GATE, SOFT_RUST_LOCK_SLOW, SOFT_RUST_ONCE_CHECK, SOFT_RUST_ONCE_DONE,
+    SOFT_RUST_ONCE_ENTER, SOFT_RUST_ONCE_LEAVE, SOFT_RUST_ONCE_LOAD, SOFT_RUST_READ_CONTENDED,
+    SOFT_RUST_READ_FAST, SOFT_RUST_READ_GATE, SOFT_RUST_RW_UNLOCK, SOFT_RUST_UNLOCK,
+    SOFT_RUST_WRITE_CONTENDED, SOFT_RUST_WRITE_FAST, SOFT_RUST_WRITE_GATE,
 };
 use ordo_probe_common::{reg, via};
 
@@ -75,6 +76,11 @@ pub struct RustLockPlan {
     pub rw_locks: usize,
     /// Inlined `RwLock` releases found.
     pub rw_unlocks: usize,
+    /// Inlined `Once` completion checks found (`Once::call_once`, `OnceLock`,
+    /// `LazyLock`).
+    pub once_checks: usize,
+    /// Whether std's `Once::call` was found (its completion and returns).
+    pub once_call: bool,
     /// A Rust binary without its symbol table: none of the above can be found.
     pub stripped_rust: bool,
 }
@@ -108,9 +114,10 @@ pub fn plan_rust_locks(path: &Path) -> Result<RustLockPlan> {
     let file = object::File::parse(data.as_slice())
         .map_err(|e| anyhow!("{}: not an ELF file: {e}", path.display()))?;
     let rw = RwPaths::of(&file);
+    let once = OncePaths::of(&file);
     let slow = match slow_paths(&file) {
         Some(slow) => slow,
-        None if rw.is_some() => SlowPaths::none(),
+        None if rw.is_some() || once.is_some() => SlowPaths::none(),
         None => {
             return Ok(RustLockPlan {
                 stripped_rust: is_stripped_rust(&file),
@@ -267,6 +274,17 @@ pub fn plan_rust_locks(path: &Path) -> Result<RustLockPlan> {
             &mut plan,
         );
     }
+    if let Some(once) = once {
+        plan_onces(
+            &file,
+            &functions,
+            &once,
+            &read_only,
+            &is_std_static,
+            &mut info,
+            &mut plan,
+        );
+    }
     for (address, size) in barrier_waits(&file) {
         let Some(entry) = entry_site(&file, address, SOFT_RUST_BARRIER_WAIT) else {
             continue;
@@ -314,15 +332,7 @@ impl RwPaths {
     /// binary has all three.
     fn of(file: &object::File<'_>) -> Option<RwPaths> {
         let mut found: [Option<OutOfLine>; 3] = Default::default();
-        for s in file.symbols() {
-            if s.kind() != SymbolKind::Text || s.address() == 0 {
-                continue;
-            }
-            let Ok(name) = s.name() else { continue };
-            if !name.contains("RwLock") {
-                continue;
-            }
-            let demangled = ordo_trace::symbolize::demangle(name);
+        for (s, demangled) in text_symbols_naming(file, "RwLock") {
             if !demangled.contains("sync::rwlock::futex::RwLock") {
                 continue;
             }
@@ -468,6 +478,229 @@ fn plan_rwlocks(
     }
 }
 
+/// The text symbols of `file` whose mangled name contains `part` (a cheap filter
+/// before demangling), with their demangled names.
+fn text_symbols_naming<'a>(
+    file: &'a object::File<'_>,
+    part: &'a str,
+) -> impl Iterator<Item = (object::Symbol<'a, 'a>, String)> + 'a {
+    file.symbols()
+        .filter(|s| s.kind() == SymbolKind::Text && s.address() != 0)
+        .filter_map(move |s| {
+            let name = s.name().ok()?;
+            name.contains(part)
+                .then(|| (s, ordo_trace::symbolize::demangle(name)))
+        })
+}
+
+/// std's `Once` in one binary: `std::sys::sync::once::futex::Once::call` (the
+/// slow path of `Once::call_once`, `OnceLock` and `LazyLock`, called through a
+/// GOT slot or directly) and the local `OnceLock<T>::initialize` instances that
+/// call it (the slow path a `get_or_init` branches to).
+struct OncePaths {
+    call: OutOfLine,
+    /// `OnceLock::initialize` instances: their addresses.
+    initializers: HashSet<u64>,
+}
+
+impl OncePaths {
+    fn of(file: &object::File<'_>) -> Option<OncePaths> {
+        let mut call = None;
+        let mut initializers = HashSet::new();
+        for (s, demangled) in text_symbols_naming(file, "Once") {
+            let bare = demangled.trim_start_matches('<');
+            if bare.starts_with("std::sys::sync::once::futex::Once")
+                && demangled.ends_with("::call")
+            {
+                call = Some(OutOfLine {
+                    address: s.address(),
+                    size: s.size(),
+                    slots: HashSet::new(),
+                });
+            } else if bare.starts_with("std::sync::once_lock::OnceLock")
+                && (demangled.ends_with("::initialize") || demangled.contains(">::initialize::<"))
+            {
+                initializers.insert(s.address());
+            }
+        }
+        let mut call = call?;
+        if let Some(relocations) = file.dynamic_relocations() {
+            for (slot, r) in relocations {
+                if r.target() == RelocationTarget::Absolute && r.addend() as u64 == call.address {
+                    call.slots.insert(slot);
+                }
+            }
+        }
+        Some(OncePaths { call, initializers })
+    }
+
+    /// Whether the code at `target` calls `Once::call` or an `initialize` within a
+    /// few instructions.
+    fn slow_at(&self, file: &object::File<'_>, target: u64, loaded: &HashSet<Register>) -> bool {
+        first_call_within(file, target).is_some_and(|call| match call.flow_control() {
+            FlowControl::Call => {
+                let to = call.near_branch_target();
+                to == self.call.address || self.initializers.contains(&to)
+            }
+            _ => through_slot(&call, &self.call.slots, loaded),
+        })
+    }
+}
+
+/// The sites of std's `Once`: each inlined completion check — `mov r32, [m32]`
+/// (the state word), `test r32, r32` or `cmp r32, imm`, then `jne T` where `T`
+/// calls the slow path, or `je S` falling through to it — as the load
+/// ([`SOFT_RUST_ONCE_LOAD`], run by the jump patch) and the branch
+/// ([`SOFT_RUST_ONCE_CHECK`]: ZF set is complete, whatever value this std gives
+/// "complete"); in `Once::call`, each `xchg r32, [m32]` (the completion guard's
+/// store: [`SOFT_RUST_ONCE_DONE`]), the entry ([`SOFT_RUST_ONCE_ENTER`]) and every
+/// `ret` ([`SOFT_RUST_ONCE_LEAVE`]).
+fn plan_onces(
+    file: &object::File<'_>,
+    functions: &[(u64, u64)],
+    once: &OncePaths,
+    read_only: &[(u64, u64)],
+    is_std_static: &dyn Fn(&SoftSite) -> bool,
+    info: &mut InstructionInfoFactory,
+    plan: &mut RustLockPlan,
+) {
+    let call = &once.call;
+    if let Some(site) = entry_site(file, call.address, SOFT_RUST_ONCE_ENTER) {
+        plan.sites.push(site);
+        plan.sites.extend(returns_of(
+            file,
+            call.address,
+            call.size,
+            SOFT_RUST_ONCE_LEAVE,
+        ));
+        plan.once_call = true;
+    }
+    for &(start, size) in functions {
+        let Some(code) = code_at(file, start, size) else {
+            continue;
+        };
+        let inside_call = start == call.address;
+        let loaded = registers_loaded_from(code, start, &call.slots);
+        let targets = branch_targets(code, start);
+        let mut decoder = Decoder::with_ip(64, code, start, DecoderOptions::NONE);
+        let mut window: Vec<(Instruction, usize)> = Vec::with_capacity(3);
+        let mut instr = Instruction::default();
+        while decoder.can_decode() {
+            let offset = (decoder.ip() - start) as usize;
+            decoder.decode_out(&mut instr);
+            if instr.is_invalid() {
+                break;
+            }
+            let bytes = &code[offset..offset + instr.len()];
+            if inside_call
+                && instr.mnemonic() == Mnemonic::Xchg
+                && instr.memory_size().size() == 4
+                && (0..2).any(|i| instr.op_kind(i) == OpKind::Memory)
+            {
+                let offsets = constant_offsets(bytes, instr.ip());
+                if let Some(mut site) = site_of(&instr, bytes, &offsets, read_only, info) {
+                    site.access = SOFT_RUST_ONCE_DONE;
+                    site.via = via::PLAIN;
+                    plan.sites.push(site);
+                }
+            }
+            window.push((instr, offset));
+            if window.len() > 3 {
+                window.remove(0);
+            }
+            if window.len() < 3 || !matches!(instr.mnemonic(), Mnemonic::Jne | Mnemonic::Je) {
+                continue;
+            }
+            let (load, load_at) = &window[0];
+            let (test, _) = &window[1];
+            if !is_state_load(load) || !tests_loaded(test, load.op0_register()) {
+                continue;
+            }
+            let slow = if instr.mnemonic() == Mnemonic::Jne {
+                instr.near_branch_target()
+            } else {
+                instr.next_ip()
+            };
+            if !once.slow_at(file, slow, &loaded) {
+                continue;
+            }
+            let load_bytes = &code[*load_at..*load_at + load.len()];
+            let offsets = constant_offsets(load_bytes, load.ip());
+            let Some(operand) = site_of(load, load_bytes, &offsets, read_only, info) else {
+                continue;
+            };
+            if is_std_static(&operand) {
+                continue;
+            }
+            let mut sites = acquisition_sites(
+                operand,
+                &instr,
+                bytes,
+                SOFT_RUST_ONCE_LOAD,
+                SOFT_RUST_ONCE_CHECK,
+            );
+            sites[1].patch = once_check_patch(load, test, &instr, &targets);
+            plan.sites.extend(sites);
+            plan.once_checks += 1;
+        }
+    }
+}
+
+/// `mov r32, [m32]` whose destination is none of the address's registers (the
+/// agent computes the address from the registers after it).
+fn is_state_load(load: &Instruction) -> bool {
+    load.mnemonic() == Mnemonic::Mov
+        && load.op0_kind() == OpKind::Register
+        && load.op0_register().size() == 4
+        && load.op1_kind() == OpKind::Memory
+        && load.memory_size().size() == 4
+        && ![load.memory_base(), load.memory_index()].iter().any(|r| {
+            *r != Register::None && r.full_register() == load.op0_register().full_register()
+        })
+}
+
+/// `test r, r` or `cmp r, imm` on the register `loaded`.
+fn tests_loaded(test: &Instruction, loaded: Register) -> bool {
+    match test.mnemonic() {
+        Mnemonic::Test => {
+            test.op0_kind() == OpKind::Register
+                && test.op1_kind() == OpKind::Register
+                && test.op0_register() == loaded
+                && test.op1_register() == loaded
+        }
+        Mnemonic::Cmp => {
+            test.op0_kind() == OpKind::Register
+                && test.op0_register() == loaded
+                && matches!(
+                    test.op1_kind(),
+                    OpKind::Immediate8to32 | OpKind::Immediate32
+                )
+        }
+        _ => false,
+    }
+}
+
+/// [`SoftSite::patch`] of a completion check: the load, the test and the branch,
+/// adjacent, replaced together (the test has no memory operand: it runs
+/// anywhere), with no branch landing inside.
+fn once_check_patch(
+    load: &Instruction,
+    test: &Instruction,
+    branch: &Instruction,
+    targets: &HashSet<u64>,
+) -> u32 {
+    let end = branch.next_ip();
+    let len = (end - load.ip()) as usize;
+    if test.ip() != load.next_ip()
+        || branch.ip() != test.next_ip()
+        || len < JMP_LEN
+        || !nothing_lands_inside(targets, load.ip(), end)
+    {
+        return 0;
+    }
+    len as u32
+}
+
 /// Whether the code from `from` reaches, within [`UNLOCK_REACH`] instructions
 /// and before any other change of flow, a conditional branch whose target calls
 /// `wake`, or the call itself after one (an `RwLock` release waking whoever
@@ -526,15 +759,7 @@ fn condvar_functions(file: &object::File<'_>) -> Vec<(u64, u8)> {
     let mut waits = Vec::new();
     let mut public = Vec::new();
     let mut inner = Vec::new();
-    for s in file.symbols() {
-        if s.kind() != SymbolKind::Text || s.address() == 0 {
-            continue;
-        }
-        let Ok(name) = s.name() else { continue };
-        if !name.contains("Condvar") {
-            continue;
-        }
-        let demangled = ordo_trace::symbolize::demangle(name);
+    for (s, demangled) in text_symbols_naming(file, "Condvar") {
         let Some((owner, function)) = demangled.trim_end_matches('>').rsplit_once("::") else {
             continue;
         };
@@ -880,36 +1105,43 @@ fn calls_within(
     loaded: &HashSet<Register>,
     function: u64,
 ) -> bool {
+    first_call_within(file, target).is_some_and(|call| match call.flow_control() {
+        FlowControl::Call => call.near_branch_target() == function,
+        _ => through_slot(&call, slots, loaded),
+    })
+}
+
+/// The first call (direct or indirect) the code at `target` makes within
+/// [`BLOCK_REACH`] instructions, one `jmp` followed, before any other change of
+/// flow.
+fn first_call_within(file: &object::File<'_>, target: u64) -> Option<Instruction> {
     let mut at = target;
     let mut left = BLOCK_REACH;
     // One `jmp` may lead there (a fall-through into a jump to a shared slow-path
     // block).
     let mut jumps = 1;
     'block: while left > 0 {
-        let Some(code) = code_at(file, at, 64) else {
-            return false;
-        };
+        let code = code_at(file, at, 64)?;
         let mut decoder = Decoder::with_ip(64, code, at, DecoderOptions::NONE);
         while left > 0 {
             if !decoder.can_decode() {
-                return false;
+                return None;
             }
             let instr = decoder.decode();
             left -= 1;
             match instr.flow_control() {
                 FlowControl::Next => continue,
-                FlowControl::Call => return instr.near_branch_target() == function,
-                FlowControl::IndirectCall => return through_slot(&instr, slots, loaded),
+                FlowControl::Call | FlowControl::IndirectCall => return Some(instr),
                 FlowControl::UnconditionalBranch if jumps > 0 && instr.is_jmp_short_or_near() => {
                     jumps -= 1;
                     at = instr.near_branch_target();
                     continue 'block;
                 }
-                _ => return false,
+                _ => return None,
             }
         }
     }
-    false
+    None
 }
 
 /// Whether the code at `target` wakes a waiter of the lock within a few
@@ -1034,6 +1266,29 @@ mod tests {
         assert!(status.success());
         let plan = plan_rust_locks(&stripped).unwrap();
         assert!(plan.sites.is_empty() && plan.stripped_rust, "{plan:?}");
+    }
+
+    #[test]
+    fn once_checks_completion_and_returns_of_a_release_build() {
+        let dir = tempfile::tempdir().unwrap();
+        let bin = release_build(dir.path(), "rust_once_init");
+        let plan = plan_rust_locks(&bin).unwrap();
+        let of = |access: u8| plan.sites.iter().filter(|s| s.access == access).count();
+        // `call_once`, `get_or_init` and the `LazyLock`'s dereference, each inlined
+        // once per loop body at least.
+        assert!(plan.once_checks >= 3, "{plan:?}");
+        assert_eq!(of(SOFT_RUST_ONCE_LOAD), of(SOFT_RUST_ONCE_CHECK));
+        assert!(plan.once_call, "{plan:?}");
+        assert_eq!(of(SOFT_RUST_ONCE_ENTER), 1);
+        assert!(of(SOFT_RUST_ONCE_LEAVE) >= 1);
+        assert!(of(SOFT_RUST_ONCE_DONE) >= 1, "the completion guard's store");
+        // Checks the jump patch can replace: the load, the test and the branch.
+        let patched = plan
+            .sites
+            .iter()
+            .filter(|s| s.access == SOFT_RUST_ONCE_CHECK && s.patch >= 5)
+            .count();
+        assert!(patched >= 3, "{plan:?}");
     }
 
     #[test]

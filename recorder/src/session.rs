@@ -234,19 +234,21 @@ pub fn record_launched(
     };
     if options.verbose && !rust_locks.sites.is_empty() {
         say(&format!(
-            "ordo: Rust std::sync: {} inlined Mutex acquisitions and {} releases, {} RwLock acquisitions and {} releases, {} Condvar and {} Barrier functions in {}, recorded in process",
+            "ordo: Rust std::sync: {} inlined Mutex acquisitions and {} releases, {} RwLock acquisitions and {} releases, {} Condvar and {} Barrier functions, {} inlined Once completion checks{} in {}, recorded in process",
             rust_locks.locks,
             rust_locks.unlocks,
             rust_locks.rw_locks,
             rust_locks.rw_unlocks,
             rust_locks.condvars,
             rust_locks.barriers,
+            rust_locks.once_checks,
+            if rust_locks.once_call { " and Once::call" } else { "" },
             program.display()
         ));
     }
     if rust_locks.stripped_rust {
         say(&format!(
-            "ordo: {} is a Rust binary without its symbol table: its std::sync Mutex, RwLock, Condvar and Barrier operations are not seen (only contended ones, as futex waits and wakes); keep the symbols (cargo's default) to record them",
+            "ordo: {} is a Rust binary without its symbol table: its std::sync Mutex, RwLock, Condvar, Barrier and Once operations are not seen (only contended ones, as futex waits and wakes); keep the symbols (cargo's default) to record them",
             program.display()
         ));
     }

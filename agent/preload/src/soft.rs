@@ -34,15 +34,16 @@
 use std::cell::Cell;
 use std::ffi::{c_int, c_void};
 use std::ptr::null_mut;
-use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering::*};
+use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering::*};
 
 use crate::probe_common::inproc::{
     SoftHeader, SoftSite, SOFT_MAGIC, SOFT_NO_GATE, SOFT_RUST_BARRIER_LEAVE,
     SOFT_RUST_BARRIER_WAIT, SOFT_RUST_COND_BROADCAST, SOFT_RUST_COND_SIGNAL, SOFT_RUST_COND_WAIT,
     SOFT_RUST_COND_WAIT_TIMED, SOFT_RUST_LOCK_FAST, SOFT_RUST_LOCK_GATE, SOFT_RUST_LOCK_SLOW,
-    SOFT_RUST_READ_CONTENDED, SOFT_RUST_READ_FAST, SOFT_RUST_READ_GATE, SOFT_RUST_RW_UNLOCK,
-    SOFT_RUST_UNLOCK, SOFT_RUST_WRITE_CONTENDED, SOFT_RUST_WRITE_FAST, SOFT_RUST_WRITE_GATE,
-    SOFT_VERSION,
+    SOFT_RUST_ONCE_CHECK, SOFT_RUST_ONCE_DONE, SOFT_RUST_ONCE_ENTER, SOFT_RUST_ONCE_LEAVE,
+    SOFT_RUST_ONCE_LOAD, SOFT_RUST_READ_CONTENDED, SOFT_RUST_READ_FAST, SOFT_RUST_READ_GATE,
+    SOFT_RUST_RW_UNLOCK, SOFT_RUST_UNLOCK, SOFT_RUST_WRITE_CONTENDED, SOFT_RUST_WRITE_FAST,
+    SOFT_RUST_WRITE_GATE, SOFT_VERSION,
 };
 use crate::probe_common::{kind, reg, via};
 use crate::trap::{greg, GREG_OF_REG, GREG_RIP};
@@ -98,6 +99,96 @@ thread_local! {
     /// The Rust lock or condvar this thread just released or notified: the wake
     /// that follows is that operation's.
     static WAKING: Cell<u64> = const { Cell::new(0) };
+    /// The `Once` state words of the `Once::call`s this thread is in, innermost
+    /// last ([`SOFT_RUST_ONCE_ENTER`]).
+    static IN_ONCE_CALL: Cell<OnceCalls> = const { Cell::new(OnceCalls::NONE) };
+    /// The `Once`s this thread has seen complete since [`ONCE_COMPLETIONS`] last
+    /// changed ([`SOFT_RUST_ONCE_CHECK`]).
+    static ONCES_SEEN: Cell<OncesSeen> = const { Cell::new(OncesSeen::NONE) };
+}
+
+/// `Once`s completed in the run so far: a thread's list of `Once`s seen complete
+/// is void once another completes (its state word may be a new `Once`'s, at a
+/// freed one's address).
+static ONCE_COMPLETIONS: AtomicU64 = AtomicU64::new(0);
+
+/// The `Once::call`s a thread is in (a `Once` initializer may use another).
+#[derive(Clone, Copy)]
+struct OnceCalls {
+    words: [u64; 4],
+    /// Calls entered; those past `words.len()` are not remembered.
+    depth: usize,
+}
+
+impl OnceCalls {
+    const NONE: OnceCalls = OnceCalls {
+        words: [0; 4],
+        depth: 0,
+    };
+}
+
+/// The `Once`s a thread has seen complete in one completion generation.
+#[derive(Clone, Copy)]
+struct OncesSeen {
+    generation: u64,
+    words: [u64; 8],
+    n: usize,
+}
+
+impl OncesSeen {
+    const NONE: OncesSeen = OncesSeen {
+        generation: 0,
+        words: [0; 8],
+        n: 0,
+    };
+}
+
+/// A completion check found the `Once` whose state word is at `addr` complete at
+/// `site`: the thread's first observation of it (since the last completion
+/// anywhere) is recorded as an atomic read of the word, which acquires what the
+/// completing thread's write released. Later ones add no order and are not
+/// recorded (a `LazyLock` read in a loop checks at every access).
+fn once_seen_complete(addr: u64, site: u64) {
+    if !crate::record::on() {
+        return;
+    }
+    let generation = ONCE_COMPLETIONS.load(Acquire);
+    let first = ONCES_SEEN.with(|c| {
+        let mut seen = c.get();
+        if seen.generation != generation {
+            seen = OncesSeen {
+                generation,
+                ..OncesSeen::NONE
+            };
+        }
+        if seen.words[..seen.n].contains(&addr) {
+            return false;
+        }
+        if seen.n < seen.words.len() {
+            seen.words[seen.n] = addr;
+            seen.n += 1;
+        }
+        c.set(seen);
+        true
+    });
+    if first {
+        once_access(kind::READ, addr, site);
+    }
+}
+
+/// An atomic access (`kind` READ or WRITE) of the 4-byte `Once` state word at
+/// `addr`, recorded as a discovered access is (its size where a watched access
+/// has its value).
+fn once_access(which: u16, addr: u64, site: u64) {
+    crate::record::emit(
+        which,
+        via::ATOMIC,
+        addr,
+        site,
+        crate::record::next_seq(addr),
+        4,
+        0,
+    );
 }
 
 /// Whether a futex call on `uaddr` (a wake when `wake`) is part of a Rust
@@ -112,7 +203,9 @@ pub(crate) fn internal_futex(uaddr: u64, wake: bool) -> bool {
     let (contended, _) = CONTENDED.with(|c| c.get());
     let waiting = COND_WAITING.with(|w| w.get());
     let (barrier, _) = AT_BARRIER.with(|b| b.get());
+    let once = IN_ONCE_CALL.with(|c| c.get());
     near(contended, 8)
+        || once.words[..once.depth.min(once.words.len())].contains(&uaddr)
         || (waiting.mutex != 0 && (uaddr == waiting.cond || uaddr == waiting.mutex))
         || near(barrier, 64)
         || (wake && near(WAKING.with(|w| w.get()), 8))
@@ -171,6 +264,10 @@ fn is_rust_lock(s: &SoftSite) -> bool {
             | SOFT_RUST_WRITE_CONTENDED
             | SOFT_RUST_BARRIER_WAIT
             | SOFT_RUST_BARRIER_LEAVE
+            | SOFT_RUST_ONCE_CHECK
+            | SOFT_RUST_ONCE_DONE
+            | SOFT_RUST_ONCE_ENTER
+            | SOFT_RUST_ONCE_LEAVE
     )
 }
 
@@ -298,6 +395,82 @@ unsafe fn rust_lock(t: &Table, s: &SoftSite, i: usize, ip: u64, ctx: *mut c_void
             };
             // SAFETY: as above.
             unsafe { *greg(ctx, GREG_RIP) = to as i64 };
+        }
+        SOFT_RUST_ONCE_CHECK => {
+            // The flags are the check's `test`/`cmp`: ZF set is complete, and the
+            // registers still hold the load's address.
+            let addr = if s.base == reg::NONE && s.index == reg::NONE {
+                t.bias.wrapping_add(s.disp as u64)
+            } else {
+                // SAFETY: the trap's context (the caller's contract).
+                unsafe { effective_address(s, t.bias, ctx) }
+            };
+            // SAFETY: as above.
+            let complete = unsafe { *greg(ctx, GREG_EFL) } & EFLAGS_ZF != 0;
+            if complete {
+                once_seen_complete(addr, ip);
+            }
+            let next = ip + s.len as u64;
+            let je = s.bytes[0] == 0x74 || (s.bytes[0] == 0x0f && s.bytes[1] == 0x84);
+            let to = if je == complete {
+                next.wrapping_add(branch_displacement(s) as u64)
+            } else {
+                next
+            };
+            // SAFETY: as above.
+            unsafe { *greg(ctx, GREG_RIP) = to as i64 };
+        }
+        SOFT_RUST_ONCE_DONE => {
+            // The completion guard's store, about to run out of line: recorded
+            // first, so every thread that sees its value comes after it.
+            // SAFETY: the trap's context (the caller's contract).
+            let addr = unsafe { effective_address(s, t.bias, ctx) };
+            ONCE_COMPLETIONS.fetch_add(1, Release);
+            if recording {
+                once_access(kind::WRITE, addr, ip);
+            }
+            // SAFETY: as above.
+            unsafe { *greg(ctx, GREG_RIP) = t.xol.add(i * SLOT) as i64 };
+        }
+        SOFT_RUST_ONCE_ENTER => {
+            // SAFETY: the trap's context (the caller's contract): the state word
+            // is the first argument.
+            let word = unsafe { *greg(ctx, GREG_OF_REG[reg::RDI as usize]) } as u64;
+            IN_ONCE_CALL.with(|c| {
+                let mut calls = c.get();
+                if calls.depth < calls.words.len() {
+                    calls.words[calls.depth] = word;
+                }
+                calls.depth += 1;
+                c.set(calls);
+            });
+            // SAFETY: as above.
+            unsafe { *greg(ctx, GREG_RIP) = t.xol.add(i * SLOT) as i64 };
+        }
+        SOFT_RUST_ONCE_LEAVE => {
+            // SAFETY: as above; `rsp` points at the return address.
+            let (rsp, ret) = unsafe {
+                let rsp = *greg(ctx, GREG_RSP) as u64;
+                (rsp, *(rsp as *const u64))
+            };
+            let word = IN_ONCE_CALL.with(|c| {
+                let mut calls = c.get();
+                let Some(depth) = calls.depth.checked_sub(1) else {
+                    return 0;
+                };
+                calls.depth = depth;
+                c.set(calls);
+                calls.words.get(depth).copied().unwrap_or(0)
+            });
+            if word != 0 && recording {
+                // Returned: complete, run here or waited for.
+                once_access(kind::READ, word, ret);
+            }
+            // SAFETY: as above: the emulated `ret`.
+            unsafe {
+                *greg(ctx, GREG_RSP) = rsp.wrapping_add(8) as i64;
+                *greg(ctx, GREG_RIP) = ret as i64;
+            }
         }
         SOFT_RUST_LOCK_SLOW => {
             // SAFETY: as above; `rsp` points at the return address (`ret` traps
@@ -548,6 +721,7 @@ pub(crate) fn patched_operation(index: usize, acquired: bool, reg: &dyn Fn(u8) -
         }
         SOFT_RUST_RW_UNLOCK => rw_released(addr, ip, recording),
         SOFT_RUST_UNLOCK => released(addr, ip, recording),
+        SOFT_RUST_ONCE_CHECK if acquired => once_seen_complete(addr, ip),
         _ => {}
     }
 }
@@ -681,6 +855,10 @@ pub(crate) unsafe fn start(fd: c_int, replaying: bool) {
         ) && !replaying
         {
             // Only a replay gates: a recording spares the trap.
+            continue;
+        }
+        if s.access == SOFT_RUST_ONCE_LOAD {
+            // Run by its check's jump patch; the check's breakpoint sees the rest.
             continue;
         }
         let ip = bias + s.ip;

@@ -16,7 +16,9 @@
 //!   branch would have gone;
 //! - a release's tells the agent first (the event is recorded while the lock is
 //!   held, as the breakpoint does), then runs the copied instructions and jumps
-//!   back after them.
+//!   back after them;
+//! - a `Once` completion check's is an acquisition's with the check's load and
+//!   `test` in place of the `cmpxchg` (complete is ZF set, as success is).
 //!
 //! Telling the agent is `lea rsp, [rsp-128]` (the red zone), `push` of the site
 //! index and outcome, `call` of one shared stub, `lea rsp, [rsp+136]`. The stub
@@ -27,8 +29,9 @@
 //! everything. Replays keep the breakpoints: their gates hold threads in the agent.
 
 use crate::probe_common::inproc::{
-    SoftSite, SOFT_RUST_LOCK_FAST, SOFT_RUST_LOCK_GATE, SOFT_RUST_READ_FAST, SOFT_RUST_READ_GATE,
-    SOFT_RUST_RW_UNLOCK, SOFT_RUST_UNLOCK, SOFT_RUST_WRITE_FAST, SOFT_RUST_WRITE_GATE,
+    SoftSite, SOFT_RUST_LOCK_FAST, SOFT_RUST_LOCK_GATE, SOFT_RUST_ONCE_CHECK, SOFT_RUST_ONCE_LOAD,
+    SOFT_RUST_READ_FAST, SOFT_RUST_READ_GATE, SOFT_RUST_RW_UNLOCK, SOFT_RUST_UNLOCK,
+    SOFT_RUST_WRITE_FAST, SOFT_RUST_WRITE_GATE,
 };
 use crate::probe_common::reg;
 
@@ -217,6 +220,7 @@ fn patchable(s: &SoftSite) -> bool {
                 | SOFT_RUST_WRITE_FAST
                 | SOFT_RUST_UNLOCK
                 | SOFT_RUST_RW_UNLOCK
+                | SOFT_RUST_ONCE_CHECK
         )
 }
 
@@ -295,21 +299,33 @@ pub(crate) unsafe fn install(list: &[SoftSite], bias: u64) -> Patched {
             (region, at as u64)
         } else {
             // The `cmpxchg` is the gate site right before the branch.
+            // The instruction the branch decides on: an acquisition's `cmpxchg`
+            // right before it, or a `Once` check's load (a `test` between).
             let Some(cas) = list[..i].iter().rev().find(|g| {
-                g.ip + g.len as u64 == s.ip
-                    && matches!(
-                        g.access,
-                        SOFT_RUST_LOCK_GATE | SOFT_RUST_READ_GATE | SOFT_RUST_WRITE_GATE
-                    )
+                if s.access == SOFT_RUST_ONCE_CHECK {
+                    g.access == SOFT_RUST_ONCE_LOAD && g.ip < s.ip
+                } else {
+                    g.ip + g.len as u64 == s.ip
+                        && matches!(
+                            g.access,
+                            SOFT_RUST_LOCK_GATE | SOFT_RUST_READ_GATE | SOFT_RUST_WRITE_GATE
+                        )
+                }
             }) else {
                 continue;
             };
-            if cas.len as u64 + s.len as u64 != s.patch as u64 {
+            if s.ip + s.len as u64 - cas.ip != s.patch as u64 {
                 continue;
             }
             let (target, je) = branch_of(s, bias);
             let next = bias + s.ip + s.len as u64;
             copy_instruction(&mut code, cas, bias);
+            let between = (s.ip - cas.ip - cas.len as u64) as usize;
+            // SAFETY: the program's code between the two sites (a `test` or `cmp`
+            // of registers, which runs anywhere: `recorder/src/rust_locks.rs`).
+            code.bytes(unsafe {
+                std::slice::from_raw_parts((bias + cas.ip + cas.len as u64) as *const u8, between)
+            });
             code.bytes(&[0x0f, if je { 0x84 } else { 0x85 }]);
             let taken_field = code.here();
             code.u32(0);

@@ -829,7 +829,7 @@ pub mod inproc {
     /// "ORDO_SFT".
     pub const SOFT_MAGIC: u64 = 0x4f52_444f_5f53_4654;
     /// Bumped whenever [`SoftHeader`] or [`SoftSite`] changes.
-    pub const SOFT_VERSION: u32 = 7;
+    pub const SOFT_VERSION: u32 = 8;
 
     /// The start of a software-breakpoint table.
     #[repr(C)]
@@ -959,6 +959,30 @@ pub mod inproc {
     /// (the thread leaves; `al` says whether it is the leader). The agent
     /// emulates the `ret`. Never removed.
     pub const SOFT_RUST_BARRIER_LEAVE: u8 = 0xe1;
+
+    /// [`SoftSite::access`]: the `mov r32, [m32]` that loads a Rust `Once`'s
+    /// state in an inlined completion check (`Once::call_once`, `OnceLock`,
+    /// `LazyLock`); never planted: the jump patch of the check's
+    /// [`SOFT_RUST_ONCE_CHECK`] runs it out of line.
+    pub const SOFT_RUST_ONCE_LOAD: u8 = 0xe2;
+    /// [`SoftSite::access`]: the conditional branch of an inlined `Once`
+    /// completion check (after the load and a `test`/`cmp`; the operand fields
+    /// describe the load's memory operand): when it finds the `Once` complete
+    /// (ZF set), the thread's first observation since the last completion anywhere
+    /// is recorded as an atomic read of the state word (an acquire). The agent
+    /// emulates the branch. Never removed.
+    pub const SOFT_RUST_ONCE_CHECK: u8 = 0xe3;
+    /// [`SoftSite::access`]: an `xchg r32, [m32]` in std's `Once::call` (the
+    /// completion guard storing the final state): recorded as an atomic write of
+    /// the state word (a release) before it runs out of line. Never removed.
+    pub const SOFT_RUST_ONCE_DONE: u8 = 0xe4;
+    /// [`SoftSite::access`]: the first instruction of std's `Once::call` (`rdi`
+    /// the state word): remembered until the call returns. Never removed.
+    pub const SOFT_RUST_ONCE_ENTER: u8 = 0xe5;
+    /// [`SoftSite::access`]: a `ret` of std's `Once::call`: the `Once` is complete
+    /// (run here or waited for), recorded as an atomic read of its state word.
+    /// The agent emulates the `ret`. Never removed.
+    pub const SOFT_RUST_ONCE_LEAVE: u8 = 0xe6;
 
     const _: () = assert!(core::mem::size_of::<SoftSite>() == 48);
     const _: () = assert!(core::mem::size_of::<SoftHeader>() == 24);
