@@ -181,6 +181,7 @@ pub fn record_launched(
     options: &SessionOptions,
     say: &mut dyn FnMut(&str),
 ) -> Result<SessionEnd> {
+    crate::recording::prepare_loader();
     let program = launch::find_program(&command[0])?;
     if !launch::is_dynamic(&program) {
         say(&format!("ordo: warning: {} is statically linked: its pthread calls cannot be probed; only futex and thread events are recorded", program.display()));
@@ -370,6 +371,7 @@ pub fn record_attached(
     options: &SessionOptions,
     say: &mut dyn FnMut(&str),
 ) -> Result<SessionEnd> {
+    crate::recording::prepare_loader();
     let cmdline = std::fs::read(format!("/proc/{pid}/cmdline"))
         .with_context(|| format!("--pid {pid}: no such process"))?;
     let command: Vec<String> = cmdline

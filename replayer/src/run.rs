@@ -344,6 +344,7 @@ pub fn replay(options: &ReplayOptions) -> Result<ReplayOutcome> {
     let mut record_options = None;
     let mut inherit = Vec::new();
     if let Some(out) = &options.record {
+        ordo_recorder::recording::prepare_loader();
         let mut record = RecordOptions::new(
             out.clone(),
             options.buffer_size,

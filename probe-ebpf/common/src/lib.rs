@@ -409,6 +409,10 @@ pub const SEQ_COUNTERS: u32 = 262_144;
 /// Name of the per-CPU map counting the sequence counters the kernel side created
 /// (more than [`SEQ_COUNTERS`]: some were evicted; the summary says so).
 pub const SEQ_CREATED_MAP: &str = "SEQ_CREATED";
+/// Name of the map of per-object sequence counters ([`SEQ_COUNTERS`] entries).
+pub const SEQ_MAP: &str = "SEQ";
+/// Name of the map of arguments saved at a function's entry for its return probe.
+pub const STASH_MAP: &str = "STASH";
 
 /// Register numbers used in [`WatchSite`], in `pt_regs` order names (x86_64).
 pub mod reg {

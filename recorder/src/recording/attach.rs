@@ -23,7 +23,8 @@ use aya::programs::{PerfEvent, RawTracePoint, TracePoint, UProbe};
 use aya::{Ebpf, EbpfLoader};
 use ordo_probe_common::{
     config, ProbeSite, WatchSite, CONFIG_MAP, DROPS_MAP, EVENTS_MAP, EXECS_MAP, FORKS_MAP,
-    MAX_WATCH_SITES, PROBE_SITES_MAP, SEQ_COUNTERS, SEQ_CREATED_MAP, WATCH_SITES_MAP,
+    MAX_WATCH_SITES, PROBE_SITES_MAP, SEQ_COUNTERS, SEQ_CREATED_MAP, SEQ_MAP, STASH_MAP,
+    WATCH_SITES_MAP,
 };
 
 use super::multi_uprobe::{self, MultiUprobePrograms};
@@ -33,6 +34,43 @@ use crate::probes::{self, Program};
 /// The compiled eBPF programs (built by build.rs).
 pub(crate) static PROBE_OBJECT: &[u8] =
     aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/ordo-probes.o"));
+
+/// The loader [`prepare_loader`] started making, if it did.
+static PREPARED: std::sync::Mutex<Option<std::thread::JoinHandle<EbpfLoader<'static>>>> =
+    std::sync::Mutex::new(None);
+
+/// Starts making the eBPF loader on a thread of its own: aya's `EbpfLoader::new`
+/// reads and parses the kernel's BTF (`/sys/kernel/btf/vmlinux`, several MB) and
+/// the first load probes the kernel's features, a fixed cost of every recording
+/// that overlaps this way with the recorder's other start-up work (planning the
+/// program's sites, the in-process mapping, the launch).
+pub fn prepare_loader() {
+    let handle = std::thread::spawn(|| {
+        let _ = aya::features();
+        EbpfLoader::new()
+    });
+    if let Ok(mut prepared) = PREPARED.lock() {
+        *prepared = Some(handle);
+    }
+}
+
+/// The loader [`prepare_loader`] made, or a new one.
+fn loader() -> EbpfLoader<'static> {
+    PREPARED
+        .lock()
+        .ok()
+        .and_then(|mut p| p.take())
+        .and_then(|h| h.join().ok())
+        .unwrap_or_default()
+}
+
+/// Entries of the map of arguments saved between a function's entry and its
+/// return (`STASH`) and of the per-object sequence counters (`SEQ`) when the
+/// program is recorded in process: there the eBPF side sees only system calls
+/// (futex, clone, exit) and watched accesses, and the maps, allocated whole when
+/// created, cost the start-up of every recording their size.
+const INPROC_STASH_ENTRIES: u32 = 16_384;
+const INPROC_SEQ_ENTRIES: u32 = 32_768;
 
 /// Uprobe sites of one program in one file: file offsets and their cookies.
 struct Sites {
@@ -80,6 +118,8 @@ pub(super) struct Probes {
     /// Execs that are ordo's own: launching, the stopped child execs the program
     /// once recording is on.
     launch_execs: u64,
+    /// Counters the kernel side's sequence table (`SEQ`) holds.
+    seq_counters: u32,
 }
 
 impl Probes {
@@ -87,8 +127,14 @@ impl Probes {
     /// switched off.
     pub(super) fn attach(pid: u32, options: &RecordOptions) -> Result<Probes> {
         let pid_nz = NonZeroU32::new(pid).ok_or_else(|| anyhow!("pid 0 is not a process"))?;
-        let mut ebpf = EbpfLoader::new()
-            .map_max_entries(EVENTS_MAP, options.buffer_size as u32)
+        let mut loader = loader();
+        loader.map_max_entries(EVENTS_MAP, options.buffer_size as u32);
+        if options.inproc.is_some() {
+            loader
+                .map_max_entries(STASH_MAP, INPROC_STASH_ENTRIES)
+                .map_max_entries(SEQ_MAP, INPROC_SEQ_ENTRIES);
+        }
+        let mut ebpf = loader
             .load(PROBE_OBJECT)
             .map_err(|e| load_error(e.into()))?;
         set_config(&mut ebpf, config::TARGET_TGID, pid as u64)?;
@@ -103,6 +149,11 @@ impl Probes {
             fallback_note: None,
             syscall_note: None,
             launch_execs: if options.attached { 0 } else { 1 },
+            seq_counters: if options.inproc.is_some() {
+                INPROC_SEQ_ENTRIES
+            } else {
+                SEQ_COUNTERS
+            },
         };
         let all: Vec<Sites> = sites.0;
         if let Err(e) = probes.attach_multi(pid, &all) {
@@ -309,9 +360,10 @@ impl Probes {
     /// is no longer exact (the in-process agent's table counts its own overflow).
     fn seq_note(&self) -> Option<String> {
         let created = self.per_cpu_total(SEQ_CREATED_MAP);
-        (created > u64::from(SEQ_COUNTERS)).then(|| {
+        let held = self.seq_counters;
+        (created > u64::from(held)).then(|| {
             format!(
-                "warning: the probes numbered the events of {created} objects, more than their sequence table holds ({SEQ_COUNTERS}): an object whose counter was evicted and that was used again numbers its events from 0 anew, so their order on it is only as exact as their timestamps"
+                "warning: the probes numbered the events of {created} objects, more than their sequence table holds ({held}): an object whose counter was evicted and that was used again numbers its events from 0 anew, so their order on it is only as exact as their timestamps"
             )
         })
     }

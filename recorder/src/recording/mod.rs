@@ -27,6 +27,7 @@ use ordo_trace::TraceWriter;
 use tokio::sync::{mpsc, oneshot};
 
 pub(crate) mod attach;
+pub use attach::prepare_loader;
 mod detach;
 mod drain;
 mod inproc_drain;
