@@ -352,6 +352,14 @@ fn record_watching_all_hw(
     common::printed(&out.stdout, "counter")
 }
 
+/// The race findings `ordo analyze` gives on `trace`.
+fn races(trace: &Path) -> usize {
+    common::findings(trace)
+        .iter()
+        .filter(|(kind, _)| kind == "race")
+        .count()
+}
+
 /// Issue 26: a `static mut` counter 4 threads update only under a
 /// `std::sync::Mutex` gives no race finding — the inlined lock and unlock are
 /// recorded in process — and the same program with one thread updating it
@@ -375,10 +383,7 @@ fn a_correctly_locked_rust_counter_gives_no_race() {
             .count();
         // Every acquisition: 500 per locking thread, and main's.
         assert_eq!(locks, if racy { 1501 } else { 2001 });
-        let races = common::findings(&trace)
-            .iter()
-            .filter(|(kind, _)| kind == "race")
-            .count();
+        let races = races(&trace);
         if racy {
             assert!(races > 0, "the unlocked updates race");
         } else {
@@ -409,12 +414,6 @@ fn values_initialized_through_rust_once_oncelock_and_lazylock_give_no_race() {
         "rust_once_init::CELL_DATA",
         "rust_once_init::LAZY_DATA",
     ];
-    let races = |trace: &Path| {
-        common::findings(trace)
-            .iter()
-            .filter(|(kind, _)| kind == "race")
-            .count()
-    };
     for racy in [false, true] {
         let trace = dir.join(format!("racy-{racy}.ordo"));
         let args: &[&str] = if racy { &["racy"] } else { &[] };
@@ -466,6 +465,52 @@ fn values_initialized_through_rust_once_oncelock_and_lazylock_give_no_race() {
         })
         .count();
     assert_eq!(completions, 3);
+}
+
+/// Issue 26: a value handed over by `Thread::unpark` and the `thread::park` it
+/// ends gives no race even when the park takes the token at once (no futex wait
+/// the kernel would see): the unpark's inlined `xchg` is an atomic
+/// read-modify-write of the parker's state word (a release, jump-patched), the
+/// park's return another (an acquire). Reading the value before parking races.
+/// A recorded replay (breakpoints) sees the same two.
+#[test]
+fn a_value_handed_over_by_unpark_and_park_gives_no_race() {
+    if !common::have_root("a_value_handed_over_by_unpark_and_park_gives_no_race") {
+        return;
+    }
+    let _registers = common::debug_registers();
+    let program = common::build_rust_program("rust_park_handoff");
+    let dir = common::scratch("watch_rust_park_handoff");
+    let parker_events = |trace: &Path| -> Vec<(String, String)> {
+        common::dump_json(trace)
+            .iter()
+            .filter(|e| e["atomic"] == true && e["kind"] == "rmw")
+            .map(|e| (e["thread"].to_string(), e["addr"].to_string()))
+            .collect()
+    };
+    for racy in [false, true] {
+        let trace = dir.join(format!("racy-{racy}.ordo"));
+        let args: &[&str] = if racy { &["racy"] } else { &[] };
+        let value = record_watching_hw("rust_park_handoff::VALUE", &trace, &program, args);
+        assert_eq!(value, "7");
+        let events = parker_events(&trace);
+        assert_eq!(events.len(), 2, "the unpark and the park: {events:?}");
+        assert_ne!(events[0].0, events[1].0, "two threads: {events:?}");
+        assert_eq!(events[0].1, events[1].1, "one parker word: {events:?}");
+        let races = races(&trace);
+        if racy {
+            assert!(races > 0, "the read before parking races");
+        } else {
+            assert_eq!(races, 0, "the read after the park the unpark ended");
+        }
+    }
+    let schedule = dir.join("none.sched");
+    std::fs::write(&schedule, "# no ordering\n").unwrap();
+    let trace = dir.join("replayed.ordo");
+    let (_, outcome) =
+        common::replay_json(&["--record", trace.to_str().unwrap()], &schedule, &program);
+    assert_eq!(outcome["verdict"], "passed", "{outcome}");
+    assert_eq!(parker_events(&trace).len(), 2);
 }
 
 /// Issue 26: the same with a `std::sync::RwLock` — writers increment under its
@@ -527,10 +572,7 @@ fn a_correctly_rwlocked_rust_counter_gives_no_race() {
                 }
             }
         }
-        let races = common::findings(&trace)
-            .iter()
-            .filter(|(kind, _)| kind == "race")
-            .count();
+        let races = races(&trace);
         if racy {
             assert!(races > 0, "the unlocked reads race");
         } else {
@@ -564,10 +606,7 @@ fn a_rust_barrier_orders_a_write_before_a_read() {
             .count();
         assert_eq!(leaders, 1);
         assert_eq!(kinds("mutex_lock") + kinds("cond_wait_begin"), 0);
-        let races = common::findings(&trace)
-            .iter()
-            .filter(|(kind, _)| kind == "race")
-            .count();
+        let races = races(&trace);
         assert_eq!(races > 0, racy, "racy: {racy}");
     }
 }

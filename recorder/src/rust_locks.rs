@@ -37,9 +37,10 @@ use ordo_probe_common::inproc::{
     SoftSite, SOFT_RUST_BARRIER_LEAVE, SOFT_RUST_BARRIER_WAIT, SOFT_RUST_COND_BROADCAST,
     SOFT_RUST_COND_SIGNAL, SOFT_RUST_COND_WAIT, SOFT_RUST_COND_WAIT_TIMED, SOFT_RUST_LOCK_FAST,
     SOFT_RUST_LOCK_GATE, SOFT_RUST_LOCK_SLOW, SOFT_RUST_ONCE_CHECK, SOFT_RUST_ONCE_DONE,
-    SOFT_RUST_ONCE_ENTER, SOFT_RUST_ONCE_LEAVE, SOFT_RUST_ONCE_LOAD, SOFT_RUST_READ_CONTENDED,
-    SOFT_RUST_READ_FAST, SOFT_RUST_READ_GATE, SOFT_RUST_RW_UNLOCK, SOFT_RUST_UNLOCK,
-    SOFT_RUST_WRITE_CONTENDED, SOFT_RUST_WRITE_FAST, SOFT_RUST_WRITE_GATE,
+    SOFT_RUST_ONCE_ENTER, SOFT_RUST_ONCE_LEAVE, SOFT_RUST_ONCE_LOAD, SOFT_RUST_PARK_LEAVE,
+    SOFT_RUST_PARK_TOKEN, SOFT_RUST_READ_CONTENDED, SOFT_RUST_READ_FAST, SOFT_RUST_READ_GATE,
+    SOFT_RUST_RW_UNLOCK, SOFT_RUST_UNLOCK, SOFT_RUST_UNPARK, SOFT_RUST_WRITE_CONTENDED,
+    SOFT_RUST_WRITE_FAST, SOFT_RUST_WRITE_GATE,
 };
 use ordo_probe_common::{reg, via};
 
@@ -81,6 +82,10 @@ pub struct RustLockPlan {
     pub once_checks: usize,
     /// Whether std's `Once::call` was found (its completion and returns).
     pub once_call: bool,
+    /// Inlined `Thread::unpark`s found.
+    pub unparks: usize,
+    /// std's `thread::park` functions found.
+    pub parks: usize,
     /// A Rust binary without its symbol table: none of the above can be found.
     pub stripped_rust: bool,
 }
@@ -115,9 +120,10 @@ pub fn plan_rust_locks(path: &Path) -> Result<RustLockPlan> {
         .map_err(|e| anyhow!("{}: not an ELF file: {e}", path.display()))?;
     let rw = RwPaths::of(&file);
     let once = OncePaths::of(&file);
+    let parking = Parking::of(&file);
     let slow = match slow_paths(&file) {
         Some(slow) => slow,
-        None if rw.is_some() || once.is_some() => SlowPaths::none(),
+        None if rw.is_some() || once.is_some() || parking.is_some() => SlowPaths::none(),
         None => {
             return Ok(RustLockPlan {
                 stripped_rust: is_stripped_rust(&file),
@@ -283,6 +289,11 @@ pub fn plan_rust_locks(path: &Path) -> Result<RustLockPlan> {
             &is_std_static,
             &mut info,
             &mut plan,
+        );
+    }
+    if let Some(parking) = parking {
+        plan_parking(
+            &file, &functions, &parking, &read_only, &mut info, &mut plan,
         );
     }
     for (address, size) in barrier_waits(&file) {
@@ -582,40 +593,34 @@ fn plan_onces(
         let inside_call = start == call.address;
         let loaded = registers_loaded_from(code, start, &call.slots);
         let targets = branch_targets(code, start);
-        let mut decoder = Decoder::with_ip(64, code, start, DecoderOptions::NONE);
-        let mut window: Vec<(Instruction, usize)> = Vec::with_capacity(3);
-        let mut instr = Instruction::default();
-        while decoder.can_decode() {
-            let offset = (decoder.ip() - start) as usize;
-            decoder.decode_out(&mut instr);
-            if instr.is_invalid() {
-                break;
-            }
-            let bytes = &code[offset..offset + instr.len()];
-            if inside_call
-                && instr.mnemonic() == Mnemonic::Xchg
-                && instr.memory_size().size() == 4
-                && (0..2).any(|i| instr.op_kind(i) == OpKind::Memory)
-            {
-                let offsets = constant_offsets(bytes, instr.ip());
-                if let Some(mut site) = site_of(&instr, bytes, &offsets, read_only, info) {
-                    site.access = SOFT_RUST_ONCE_DONE;
-                    site.via = via::PLAIN;
-                    plan.sites.push(site);
+        let decoded = decoded(code, start);
+        if inside_call {
+            for (instr, offset) in &decoded {
+                if instr.mnemonic() == Mnemonic::Xchg
+                    && instr.memory_size().size() == 4
+                    && (0..2).any(|i| instr.op_kind(i) == OpKind::Memory)
+                {
+                    let bytes = &code[*offset..*offset + instr.len()];
+                    let offsets = constant_offsets(bytes, instr.ip());
+                    if let Some(mut site) = site_of(instr, bytes, &offsets, read_only, info) {
+                        site.access = SOFT_RUST_ONCE_DONE;
+                        site.via = via::PLAIN;
+                        plan.sites.push(site);
+                    }
                 }
             }
-            window.push((instr, offset));
-            if window.len() > 3 {
-                window.remove(0);
-            }
-            if window.len() < 3 || !matches!(instr.mnemonic(), Mnemonic::Jne | Mnemonic::Je) {
+        }
+        for window in decoded.windows(3) {
+            let [(load, load_at), (test, _), (instr, offset)] = window else {
+                continue;
+            };
+            if !matches!(instr.mnemonic(), Mnemonic::Jne | Mnemonic::Je)
+                || !is_state_load(load)
+                || !tests_loaded(test, load.op0_register())
+            {
                 continue;
             }
-            let (load, load_at) = &window[0];
-            let (test, _) = &window[1];
-            if !is_state_load(load) || !tests_loaded(test, load.op0_register()) {
-                continue;
-            }
+            let bytes = &code[*offset..*offset + instr.len()];
             let slow = if instr.mnemonic() == Mnemonic::Jne {
                 instr.near_branch_target()
             } else {
@@ -634,14 +639,156 @@ fn plan_onces(
             }
             let mut sites = acquisition_sites(
                 operand,
-                &instr,
+                instr,
                 bytes,
                 SOFT_RUST_ONCE_LOAD,
                 SOFT_RUST_ONCE_CHECK,
             );
-            sites[1].patch = once_check_patch(load, test, &instr, &targets);
+            sites[1].patch = once_check_patch(load, test, instr, &targets);
             plan.sites.extend(sites);
             plan.once_checks += 1;
+        }
+    }
+}
+
+/// The instructions of the function whose code is `code` (at `start`), each with
+/// its offset in `code`, up to the first that does not decode.
+fn decoded(code: &[u8], start: u64) -> Vec<(Instruction, usize)> {
+    let mut decoder = Decoder::with_ip(64, code, start, DecoderOptions::NONE);
+    let mut out = Vec::new();
+    while decoder.can_decode() {
+        let offset = (decoder.ip() - start) as usize;
+        let instr = decoder.decode();
+        if instr.is_invalid() {
+            break;
+        }
+        out.push((instr, offset));
+    }
+    out
+}
+
+/// std's thread parking in one binary: `futex_wake` (what an inlined
+/// `Thread::unpark` calls when the thread was parked: address and GOT slots) and
+/// the `thread::park` functions (address and size).
+struct Parking {
+    wake: OutOfLine,
+    parks: Vec<(u64, u64)>,
+}
+
+impl Parking {
+    fn of(file: &object::File<'_>) -> Option<Parking> {
+        let mut wake = None;
+        let mut parks = Vec::new();
+        for (s, demangled) in text_symbols_naming(file, "park") {
+            let bare = demangled.trim_start_matches('<');
+            if bare.starts_with("std::thread::")
+                && (demangled.ends_with("::park") || demangled.ends_with("::park_timeout"))
+                && s.size() > 0
+            {
+                parks.push((s.address(), s.size()));
+            }
+        }
+        for (s, demangled) in text_symbols_naming(file, "futex_wake") {
+            if demangled.starts_with("std::sys::") && demangled.ends_with("futex::futex_wake") {
+                wake = Some(OutOfLine {
+                    address: s.address(),
+                    size: s.size(),
+                    slots: HashSet::new(),
+                });
+            }
+        }
+        let mut wake = wake?;
+        if parks.is_empty() {
+            return None;
+        }
+        if let Some(relocations) = file.dynamic_relocations() {
+            for (slot, r) in relocations {
+                if r.target() == RelocationTarget::Absolute && r.addend() as u64 == wake.address {
+                    wake.slots.insert(slot);
+                }
+            }
+        }
+        parks.sort_unstable();
+        parks.dedup();
+        Some(Parking { wake, parks })
+    }
+}
+
+/// The sites of std's thread parking: each inlined `Thread::unpark` — `xchg r32,
+/// [m32]` (the state set to "notified"), `cmp r32, -1` ("was it parked?"), then a
+/// branch whose parked side calls `futex_wake` ([`SOFT_RUST_UNPARK`]); in each
+/// `thread::park` function, its `lock dec [m32]` taking the token
+/// ([`SOFT_RUST_PARK_TOKEN`]) and its `ret`s ([`SOFT_RUST_PARK_LEAVE`]).
+fn plan_parking(
+    file: &object::File<'_>,
+    functions: &[(u64, u64)],
+    parking: &Parking,
+    read_only: &[(u64, u64)],
+    info: &mut InstructionInfoFactory,
+    plan: &mut RustLockPlan,
+) {
+    for &(address, size) in &parking.parks {
+        let Some(code) = code_at(file, address, size) else {
+            continue;
+        };
+        let mut tokens = 0;
+        for (instr, offset) in decoded(code, address) {
+            if instr.mnemonic() == Mnemonic::Dec
+                && instr.has_lock_prefix()
+                && instr.op0_kind() == OpKind::Memory
+                && instr.memory_size().size() == 4
+            {
+                let bytes = &code[offset..offset + instr.len()];
+                let offsets = constant_offsets(bytes, instr.ip());
+                if let Some(mut site) = site_of(&instr, bytes, &offsets, read_only, info) {
+                    site.access = SOFT_RUST_PARK_TOKEN;
+                    site.via = via::PLAIN;
+                    plan.sites.push(site);
+                    tokens += 1;
+                }
+            }
+        }
+        if tokens > 0 {
+            plan.sites
+                .extend(returns_of(file, address, size, SOFT_RUST_PARK_LEAVE));
+            plan.parks += 1;
+        }
+    }
+    for &(start, size) in functions {
+        let Some(code) = code_at(file, start, size) else {
+            continue;
+        };
+        let loaded = registers_loaded_from(code, start, &parking.wake.slots);
+        let targets = branch_targets(code, start);
+        for window in decoded(code, start).windows(3) {
+            let [(swap, swap_at), (cmp, _), (branch, _)] = window else {
+                continue;
+            };
+            let parked = match branch.mnemonic() {
+                Mnemonic::Je => branch.near_branch_target(),
+                Mnemonic::Jne => branch.next_ip(),
+                _ => continue,
+            };
+            if swap.mnemonic() != Mnemonic::Xchg
+                || swap.memory_size().size() != 4
+                || !(0..2).any(|i| swap.op_kind(i) == OpKind::Memory)
+                || cmp.mnemonic() != Mnemonic::Cmp
+                || cmp.op0_kind() != OpKind::Register
+                || !matches!(cmp.op1_kind(), OpKind::Immediate8to32 | OpKind::Immediate32)
+                || cmp.immediate(1) as u32 != u32::MAX
+                || !parking.wake.called_at(file, parked, &loaded)
+            {
+                continue;
+            }
+            let bytes = &code[*swap_at..*swap_at + swap.len()];
+            let offsets = constant_offsets(bytes, swap.ip());
+            if let Some(mut site) = site_of(swap, bytes, &offsets, read_only, info) {
+                site.access = SOFT_RUST_UNPARK;
+                site.via = via::PLAIN;
+                site.patch = release_patch(code, start, swap, &targets);
+                plan.sites.push(site);
+                plan.unparks += 1;
+            }
         }
     }
 }
@@ -1289,6 +1436,25 @@ mod tests {
             .filter(|s| s.access == SOFT_RUST_ONCE_CHECK && s.patch >= 5)
             .count();
         assert!(patched >= 3, "{plan:?}");
+    }
+
+    #[test]
+    fn unpark_and_park_of_a_release_build() {
+        let dir = tempfile::tempdir().unwrap();
+        let bin = release_build(dir.path(), "rust_park_handoff");
+        let plan = plan_rust_locks(&bin).unwrap();
+        let of = |access: u8| plan.sites.iter().filter(|s| s.access == access).count();
+        // `worker.thread().unpark()` in `main`, inlined.
+        assert!(plan.unparks >= 1, "{plan:?}");
+        assert!(plan.parks >= 1, "{plan:?}");
+        assert!(of(SOFT_RUST_PARK_TOKEN) >= 1, "{plan:?}");
+        assert!(of(SOFT_RUST_PARK_LEAVE) >= 1, "{plan:?}");
+        assert!(
+            plan.sites
+                .iter()
+                .any(|s| s.access == SOFT_RUST_UNPARK && s.patch >= 5),
+            "an unpark the jump patch can replace: {plan:?}"
+        );
     }
 
     #[test]

@@ -235,7 +235,7 @@ pub fn record_launched(
     };
     if options.verbose && !rust_locks.sites.is_empty() {
         say(&format!(
-            "ordo: Rust std::sync: {} inlined Mutex acquisitions and {} releases, {} RwLock acquisitions and {} releases, {} Condvar and {} Barrier functions, {} inlined Once completion checks{} in {}, recorded in process",
+            "ordo: Rust std::sync: {} inlined Mutex acquisitions and {} releases, {} RwLock acquisitions and {} releases, {} Condvar and {} Barrier functions, {} inlined Once completion checks{}, {} inlined unparks and {} park functions in {}, recorded in process",
             rust_locks.locks,
             rust_locks.unlocks,
             rust_locks.rw_locks,
@@ -244,12 +244,14 @@ pub fn record_launched(
             rust_locks.barriers,
             rust_locks.once_checks,
             if rust_locks.once_call { " and Once::call" } else { "" },
+            rust_locks.unparks,
+            rust_locks.parks,
             program.display()
         ));
     }
     if rust_locks.stripped_rust {
         say(&format!(
-            "ordo: {} is a Rust binary without its symbol table: its std::sync Mutex, RwLock, Condvar, Barrier and Once operations are not seen (only contended ones, as futex waits and wakes); keep the symbols (cargo's default) to record them",
+            "ordo: {} is a Rust binary without its symbol table: its std::sync Mutex, RwLock, Condvar, Barrier and Once operations and thread parking are not seen (only contended ones, as futex waits and wakes); keep the symbols (cargo's default) to record them",
             program.display()
         ));
     }

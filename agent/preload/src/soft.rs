@@ -41,9 +41,10 @@ use crate::probe_common::inproc::{
     SOFT_RUST_BARRIER_WAIT, SOFT_RUST_COND_BROADCAST, SOFT_RUST_COND_SIGNAL, SOFT_RUST_COND_WAIT,
     SOFT_RUST_COND_WAIT_TIMED, SOFT_RUST_LOCK_FAST, SOFT_RUST_LOCK_GATE, SOFT_RUST_LOCK_SLOW,
     SOFT_RUST_ONCE_CHECK, SOFT_RUST_ONCE_DONE, SOFT_RUST_ONCE_ENTER, SOFT_RUST_ONCE_LEAVE,
-    SOFT_RUST_ONCE_LOAD, SOFT_RUST_READ_CONTENDED, SOFT_RUST_READ_FAST, SOFT_RUST_READ_GATE,
-    SOFT_RUST_RW_UNLOCK, SOFT_RUST_UNLOCK, SOFT_RUST_WRITE_CONTENDED, SOFT_RUST_WRITE_FAST,
-    SOFT_RUST_WRITE_GATE, SOFT_VERSION,
+    SOFT_RUST_ONCE_LOAD, SOFT_RUST_PARK_LEAVE, SOFT_RUST_PARK_TOKEN, SOFT_RUST_READ_CONTENDED,
+    SOFT_RUST_READ_FAST, SOFT_RUST_READ_GATE, SOFT_RUST_RW_UNLOCK, SOFT_RUST_UNLOCK,
+    SOFT_RUST_UNPARK, SOFT_RUST_WRITE_CONTENDED, SOFT_RUST_WRITE_FAST, SOFT_RUST_WRITE_GATE,
+    SOFT_VERSION,
 };
 use crate::probe_common::{kind, reg, via};
 use crate::trap::{greg, GREG_OF_REG, GREG_RIP};
@@ -105,6 +106,9 @@ thread_local! {
     /// The `Once`s this thread has seen complete since [`ONCE_COMPLETIONS`] last
     /// changed ([`SOFT_RUST_ONCE_CHECK`]).
     static ONCES_SEEN: Cell<OncesSeen> = const { Cell::new(OncesSeen::NONE) };
+    /// The parker state word this thread's `thread::park` is taking the token of
+    /// ([`SOFT_RUST_PARK_TOKEN`]), until `park` returns.
+    static PARKING: Cell<u64> = const { Cell::new(0) };
 }
 
 /// `Once`s completed in the run so far: a thread's list of `Once`s seen complete
@@ -176,9 +180,19 @@ fn once_seen_complete(addr: u64, site: u64) {
     }
 }
 
-/// An atomic access (`kind` READ or WRITE) of the 4-byte `Once` state word at
-/// `addr`, recorded as a discovered access is (its size where a watched access
-/// has its value).
+/// An `Thread::unpark` at `site` is about to set the parker state word at `addr`
+/// to "notified": recorded first (a release), so the `park` that takes the token
+/// comes after it; the wake-up that follows is the unpark's.
+fn unparking(addr: u64, site: u64) {
+    WAKING.with(|w| w.set(addr));
+    if crate::record::on() {
+        once_access(kind::RMW, addr, site);
+    }
+}
+
+/// An atomic access (`kind` READ, WRITE or RMW) of the 4-byte `Once` or parker
+/// state word at `addr`, recorded as a discovered access is (its size where a
+/// watched access has its value).
 fn once_access(which: u16, addr: u64, site: u64) {
     crate::record::emit(
         which,
@@ -205,6 +219,7 @@ pub(crate) fn internal_futex(uaddr: u64, wake: bool) -> bool {
     let (barrier, _) = AT_BARRIER.with(|b| b.get());
     let once = IN_ONCE_CALL.with(|c| c.get());
     near(contended, 8)
+        || near(PARKING.with(|p| p.get()), 4)
         || once.words[..once.depth.min(once.words.len())].contains(&uaddr)
         || (waiting.mutex != 0 && (uaddr == waiting.cond || uaddr == waiting.mutex))
         || near(barrier, 64)
@@ -268,6 +283,9 @@ fn is_rust_lock(s: &SoftSite) -> bool {
             | SOFT_RUST_ONCE_DONE
             | SOFT_RUST_ONCE_ENTER
             | SOFT_RUST_ONCE_LEAVE
+            | SOFT_RUST_UNPARK
+            | SOFT_RUST_PARK_TOKEN
+            | SOFT_RUST_PARK_LEAVE
     )
 }
 
@@ -465,6 +483,38 @@ unsafe fn rust_lock(t: &Table, s: &SoftSite, i: usize, ip: u64, ctx: *mut c_void
             if word != 0 && recording {
                 // Returned: complete, run here or waited for.
                 once_access(kind::READ, word, ret);
+            }
+            // SAFETY: as above: the emulated `ret`.
+            unsafe {
+                *greg(ctx, GREG_RSP) = rsp.wrapping_add(8) as i64;
+                *greg(ctx, GREG_RIP) = ret as i64;
+            }
+        }
+        SOFT_RUST_UNPARK => {
+            // SAFETY: the trap's context (the caller's contract).
+            let addr = unsafe { effective_address(s, t.bias, ctx) };
+            unparking(addr, ip);
+            // SAFETY: as above: the `xchg` runs out of line.
+            unsafe { *greg(ctx, GREG_RIP) = t.xol.add(i * SLOT) as i64 };
+        }
+        SOFT_RUST_PARK_TOKEN => {
+            // SAFETY: the trap's context (the caller's contract).
+            let addr = unsafe { effective_address(s, t.bias, ctx) };
+            PARKING.with(|p| p.set(addr));
+            // SAFETY: as above.
+            unsafe { *greg(ctx, GREG_RIP) = t.xol.add(i * SLOT) as i64 };
+        }
+        SOFT_RUST_PARK_LEAVE => {
+            // SAFETY: as above; `rsp` points at the return address.
+            let (rsp, ret) = unsafe {
+                let rsp = *greg(ctx, GREG_RSP) as u64;
+                (rsp, *(rsp as *const u64))
+            };
+            let word = PARKING.with(|p| p.replace(0));
+            if word != 0 && recording {
+                // Back from `park`: the token taken (or a spurious return, which
+                // this over-orders), after the unpark that set it.
+                once_access(kind::RMW, word, ret);
             }
             // SAFETY: as above: the emulated `ret`.
             unsafe {
@@ -722,6 +772,7 @@ pub(crate) fn patched_operation(index: usize, acquired: bool, reg: &dyn Fn(u8) -
         SOFT_RUST_RW_UNLOCK => rw_released(addr, ip, recording),
         SOFT_RUST_UNLOCK => released(addr, ip, recording),
         SOFT_RUST_ONCE_CHECK if acquired => once_seen_complete(addr, ip),
+        SOFT_RUST_UNPARK => unparking(addr, ip),
         _ => {}
     }
 }

@@ -18,7 +18,8 @@
 //!   held, as the breakpoint does), then runs the copied instructions and jumps
 //!   back after them;
 //! - a `Once` completion check's is an acquisition's with the check's load and
-//!   `test` in place of the `cmpxchg` (complete is ZF set, as success is).
+//!   `test` in place of the `cmpxchg` (complete is ZF set, as success is);
+//!   an inlined `Thread::unpark`'s `xchg` is a release's.
 //!
 //! Telling the agent is `lea rsp, [rsp-128]` (the red zone), `push` of the site
 //! index and outcome, `call` of one shared stub, `lea rsp, [rsp+136]`. The stub
@@ -31,7 +32,7 @@
 use crate::probe_common::inproc::{
     SoftSite, SOFT_RUST_LOCK_FAST, SOFT_RUST_LOCK_GATE, SOFT_RUST_ONCE_CHECK, SOFT_RUST_ONCE_LOAD,
     SOFT_RUST_READ_FAST, SOFT_RUST_READ_GATE, SOFT_RUST_RW_UNLOCK, SOFT_RUST_UNLOCK,
-    SOFT_RUST_WRITE_FAST, SOFT_RUST_WRITE_GATE,
+    SOFT_RUST_UNPARK, SOFT_RUST_WRITE_FAST, SOFT_RUST_WRITE_GATE,
 };
 use crate::probe_common::reg;
 
@@ -221,6 +222,7 @@ fn patchable(s: &SoftSite) -> bool {
                 | SOFT_RUST_UNLOCK
                 | SOFT_RUST_RW_UNLOCK
                 | SOFT_RUST_ONCE_CHECK
+                | SOFT_RUST_UNPARK
         )
 }
 
@@ -285,7 +287,10 @@ pub(crate) unsafe fn install(list: &[SoftSite], bias: u64) -> Patched {
         }
         let at = area.wrapping_add(HEADER + patched * TRAMPOLINE);
         let mut code = Code { at, len: 0 };
-        let (region, jump_to) = if s.access == SOFT_RUST_UNLOCK || s.access == SOFT_RUST_RW_UNLOCK {
+        let (region, jump_to) = if matches!(
+            s.access,
+            SOFT_RUST_UNLOCK | SOFT_RUST_RW_UNLOCK | SOFT_RUST_UNPARK
+        ) {
             // Tell, then the release and what follows it, then back.
             let region = bias + s.ip;
             code.call_stub(stub, i as u32);

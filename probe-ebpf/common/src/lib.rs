@@ -988,6 +988,21 @@ pub mod inproc {
     /// The agent emulates the `ret`. Never removed.
     pub const SOFT_RUST_ONCE_LEAVE: u8 = 0xe6;
 
+    /// [`SoftSite::access`]: the `xchg r32, [m32]` of an inlined
+    /// `Thread::unpark` (the parker's state set to "notified", then compared with
+    /// "parked" to wake it): recorded as an atomic read-modify-write of the state
+    /// word (a release) before it runs out of line. Never removed.
+    pub const SOFT_RUST_UNPARK: u8 = 0xe7;
+    /// [`SoftSite::access`]: the `lock dec [m32]` in std's `thread::park` that
+    /// takes the parker's token: its address is remembered until `park` returns.
+    /// Runs out of line. Never removed.
+    pub const SOFT_RUST_PARK_TOKEN: u8 = 0xe8;
+    /// [`SoftSite::access`]: a `ret` of std's `thread::park` (or `park_timeout`,
+    /// `Thread::park`): recorded as an atomic read-modify-write of the parker's
+    /// state word (an acquire of what the unparking thread released). The agent
+    /// emulates the `ret`. Never removed.
+    pub const SOFT_RUST_PARK_LEAVE: u8 = 0xe9;
+
     const _: () = assert!(core::mem::size_of::<SoftSite>() == 48);
     const _: () = assert!(core::mem::size_of::<SoftHeader>() == 24);
 }
