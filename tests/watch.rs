@@ -513,6 +513,63 @@ fn a_value_handed_over_by_unpark_and_park_gives_no_race() {
     assert_eq!(parker_events(&trace).len(), 2);
 }
 
+/// Issue 26: `Mutex::try_lock`, inlined, is recorded as `pthread_mutex_trylock`
+/// is — a success a `mutex_lock` via `try`, a failure a `mutex_lock_failed` —
+/// so a counter updated only under a lock `try_lock` got gives no race (the
+/// build before this reported one), exact counts included; updating it without
+/// the lock races. A replay holds a try that succeeded too early for its
+/// schedule (given back, held, tried again): worker 1's first success after
+/// worker 2's hundredth release, against their natural order.
+#[test]
+fn rust_try_lock_successes_and_failures_are_recorded_and_gated() {
+    if !common::have_root("rust_try_lock_successes_and_failures_are_recorded_and_gated") {
+        return;
+    }
+    let _registers = common::debug_registers();
+    let program = common::build_rust_program("rust_try_locked_counter");
+    let dir = common::scratch("watch_rust_try_locked_counter");
+    const LOCK: &str = "rust_try_locked_counter::LOCK";
+    let on_lock = |events: &[Value], kind: &str, via: &str| {
+        events
+            .iter()
+            .filter(|e| e["object"] == LOCK && e["kind"] == kind && e["via"] == via)
+            .count()
+    };
+    for racy in [false, true] {
+        let trace = dir.join(format!("racy-{racy}.ordo"));
+        let args: &[&str] = if racy { &["racy"] } else { &[] };
+        let counter =
+            record_watching_hw("rust_try_locked_counter::COUNTER", &trace, &program, args);
+        assert_eq!(counter, "300 of 300");
+        let events = common::dump_json(&trace);
+        // Each worker's try while `main` held the lock failed; 100 tries each
+        // succeeded after (the racy worker's updates take no lock).
+        let tried = if racy { 200 } else { 300 };
+        assert_eq!(on_lock(&events, "mutex_lock_failed", "trylock"), 3);
+        assert_eq!(on_lock(&events, "mutex_lock", "trylock"), tried);
+        assert_eq!(on_lock(&events, "mutex_unlock", "lock"), tried + 1);
+        if racy {
+            assert!(races(&trace) > 0, "the unlocked updates race");
+        } else {
+            assert_eq!(races(&trace), 0, "updates under try_lock's lock");
+        }
+    }
+    let schedule = dir.join("late.sched");
+    std::fs::write(
+        &schedule,
+        format!("2:mutex_unlock({LOCK})#100 -> 1:mutex_lock({LOCK})#1\n"),
+    )
+    .unwrap();
+    let trace = dir.join("replayed.ordo");
+    let (_, outcome) =
+        common::replay_json(&["--record", trace.to_str().unwrap()], &schedule, &program);
+    assert_eq!(outcome["verdict"], "passed", "{outcome}");
+    assert_eq!(outcome["schedule_held"], true, "{outcome}");
+    let events = common::dump_json(&trace);
+    assert_eq!(on_lock(&events, "mutex_lock", "trylock"), 300);
+    assert_eq!(on_lock(&events, "mutex_lock_failed", "trylock"), 3);
+}
+
 /// Issue 26: the same with a `std::sync::RwLock` — writers increment under its
 /// write lock, readers read under its read lock: every inlined acquisition and
 /// release is recorded (exactly 1 000 write and 1 001 read locks, each release by

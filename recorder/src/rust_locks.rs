@@ -39,8 +39,8 @@ use ordo_probe_common::inproc::{
     SOFT_RUST_LOCK_GATE, SOFT_RUST_LOCK_SLOW, SOFT_RUST_ONCE_CHECK, SOFT_RUST_ONCE_DONE,
     SOFT_RUST_ONCE_ENTER, SOFT_RUST_ONCE_LEAVE, SOFT_RUST_ONCE_LOAD, SOFT_RUST_PARK_LEAVE,
     SOFT_RUST_PARK_TOKEN, SOFT_RUST_READ_CONTENDED, SOFT_RUST_READ_FAST, SOFT_RUST_READ_GATE,
-    SOFT_RUST_RW_UNLOCK, SOFT_RUST_UNLOCK, SOFT_RUST_UNPARK, SOFT_RUST_WRITE_CONTENDED,
-    SOFT_RUST_WRITE_FAST, SOFT_RUST_WRITE_GATE,
+    SOFT_RUST_RW_UNLOCK, SOFT_RUST_TRY_FAST, SOFT_RUST_TRY_GATE, SOFT_RUST_UNLOCK,
+    SOFT_RUST_UNPARK, SOFT_RUST_WRITE_CONTENDED, SOFT_RUST_WRITE_FAST, SOFT_RUST_WRITE_GATE,
 };
 use ordo_probe_common::{reg, via};
 
@@ -82,6 +82,8 @@ pub struct RustLockPlan {
     pub once_checks: usize,
     /// Whether std's `Once::call` was found (its completion and returns).
     pub once_call: bool,
+    /// Inlined `Mutex::try_lock`s found.
+    pub try_locks: usize,
     /// Inlined `Thread::unpark`s found.
     pub unparks: usize,
     /// std's `thread::park` functions found.
@@ -183,7 +185,7 @@ pub fn plan_rust_locks(path: &Path) -> Result<RustLockPlan> {
                 break;
             }
             window.push((instr, offset));
-            if window.len() > 3 {
+            if window.len() > 4 {
                 window.remove(0);
             }
             let n = window.len();
@@ -233,35 +235,69 @@ pub fn plan_rust_locks(path: &Path) -> Result<RustLockPlan> {
                     }
                 }
             }
-            // `xchg [m32], r32`, `cmp r32, 2`, `je T`.
-            if n == 3 && instr.mnemonic() == Mnemonic::Je {
-                let (swap, swap_at) = &window[0];
-                let (cmp, _) = &window[1];
-                let target = instr.near_branch_target();
-                if swap.mnemonic() == Mnemonic::Xchg
-                    && swap.memory_size().size() == 4
-                    && (0..2).any(|i| swap.op_kind(i) == OpKind::Memory)
-                    && cmp.mnemonic() == Mnemonic::Cmp
-                    && cmp.op1_kind() == OpKind::Immediate8to32
-                    && cmp.immediate(1) == 2
-                    && wakes_within(&file, target, &slow.wake_slots, &held.wake, slow.wake)
-                {
-                    let bytes = &code[*swap_at..*swap_at + swap.len()];
-                    let offsets = constant_offsets(bytes, swap.ip());
-                    if let Some(mut site) = site_of(swap, bytes, &offsets, &read_only, &mut info)
-                        .filter(|site| !is_std_static(site))
+            // `xchg [m32], r32`, `cmp r32, 2`, `je T` (T wakes a waiter), or `jne
+            // S` falling through to the wake; a register move may sit between the
+            // `xchg` and the `cmp` (a result kept for after the unlock).
+            if n >= 3 && matches!(instr.mnemonic(), Mnemonic::Je | Mnemonic::Jne) {
+                let (cmp, _) = &window[n - 2];
+                let wake_at = if instr.mnemonic() == Mnemonic::Je {
+                    instr.near_branch_target()
+                } else {
+                    instr.next_ip()
+                };
+                let swap = window[..n - 2].iter().rev().find(|(w, _)| {
+                    w.mnemonic() == Mnemonic::Xchg
+                        && w.memory_size().size() == 4
+                        && (0..2).any(|i| w.op_kind(i) == OpKind::Memory)
+                });
+                let between_is_plain = swap.is_some_and(|(sw, _)| {
+                    window
+                        .iter()
+                        .filter(|(w, _)| w.ip() > sw.ip() && w.ip() < cmp.ip())
+                        .all(|(w, _)| {
+                            w.mnemonic() == Mnemonic::Mov
+                                && w.op0_kind() == OpKind::Register
+                                && w.op1_kind() != OpKind::Memory
+                        })
+                });
+                if let (Some((swap, swap_at)), true) = (swap, between_is_plain) {
+                    if cmp.mnemonic() == Mnemonic::Cmp
+                        && cmp.op0_kind() == OpKind::Register
+                        && (0..2).any(|i| {
+                            swap.op_kind(i) == OpKind::Register
+                                && swap.op_register(i) == cmp.op0_register()
+                        })
+                        && cmp.op1_kind() == OpKind::Immediate8to32
+                        && cmp.immediate(1) == 2
+                        && wakes_within(&file, wake_at, &slow.wake_slots, &held.wake, slow.wake)
                     {
-                        site.access = SOFT_RUST_UNLOCK;
-                        site.via = via::PLAIN;
-                        site.patch = release_patch(code, start, swap, &targets);
-                        plan.sites.push(site);
-                        plan.unlocks += 1;
+                        let bytes = &code[*swap_at..*swap_at + swap.len()];
+                        let offsets = constant_offsets(bytes, swap.ip());
+                        if let Some(mut site) =
+                            site_of(swap, bytes, &offsets, &read_only, &mut info)
+                                .filter(|site| !is_std_static(site))
+                        {
+                            site.access = SOFT_RUST_UNLOCK;
+                            site.via = via::PLAIN;
+                            site.patch = release_patch(code, start, swap, &targets);
+                            plan.sites.push(site);
+                            plan.unlocks += 1;
+                        }
                     }
                 }
             }
         }
     }
     if slow.contended.0 != 0 {
+        plan_try_locks(
+            &file,
+            &functions,
+            &slow,
+            &read_only,
+            &is_std_static,
+            &mut info,
+            &mut plan,
+        );
         plan.sites.extend(returns_of(
             &file,
             slow.contended.0,
@@ -665,6 +701,113 @@ fn decoded(code: &[u8], start: u64) -> Vec<(Instruction, usize)> {
         out.push((instr, offset));
     }
     out
+}
+
+/// Instructions from a `try_lock`'s success to its poison check, at most.
+const POISON_REACH: usize = 12;
+
+/// The sites of std's `Mutex::try_lock`, inlined: `lock cmpxchg r32, [m32]` and
+/// `jne F` (or `je S`) where the failure side does not call `lock_contended`
+/// (that is a `lock`) and the success side, within a few instructions, reads the
+/// byte 4 past the lock word (the mutex's poison flag, which the guard checks):
+/// the `cmpxchg` ([`SOFT_RUST_TRY_GATE`]) and the branch ([`SOFT_RUST_TRY_FAST`]).
+fn plan_try_locks(
+    file: &object::File<'_>,
+    functions: &[(u64, u64)],
+    slow: &SlowPaths,
+    read_only: &[(u64, u64)],
+    is_std_static: &dyn Fn(&SoftSite) -> bool,
+    info: &mut InstructionInfoFactory,
+    plan: &mut RustLockPlan,
+) {
+    for &(start, size) in functions {
+        let Some(code) = code_at(file, start, size) else {
+            continue;
+        };
+        let loaded = registers_loaded_from(code, start, &slow.contended_slots);
+        let targets = branch_targets(code, start);
+        for window in decoded(code, start).windows(2) {
+            let [(cas, cas_at), (branch, offset)] = window else {
+                continue;
+            };
+            let (success, failure) = match branch.mnemonic() {
+                Mnemonic::Jne => (branch.next_ip(), branch.near_branch_target()),
+                Mnemonic::Je => (branch.near_branch_target(), branch.next_ip()),
+                _ => continue,
+            };
+            if cas.mnemonic() != Mnemonic::Cmpxchg
+                || !cas.has_lock_prefix()
+                || cas.op0_kind() != OpKind::Memory
+                || cas.memory_size().size() != 4
+                || calls_within(
+                    file,
+                    failure,
+                    &slow.contended_slots,
+                    &loaded,
+                    slow.contended.0,
+                )
+                || !reads_poison_flag(file, success, cas)
+            {
+                continue;
+            }
+            let cas_bytes = &code[*cas_at..*cas_at + cas.len()];
+            let offsets = constant_offsets(cas_bytes, cas.ip());
+            let Some(operand) = site_of(cas, cas_bytes, &offsets, read_only, info) else {
+                continue;
+            };
+            if is_std_static(&operand) {
+                continue;
+            }
+            let bytes = &code[*offset..*offset + branch.len()];
+            let mut sites = acquisition_sites(
+                operand,
+                branch,
+                bytes,
+                SOFT_RUST_TRY_GATE,
+                SOFT_RUST_TRY_FAST,
+            );
+            sites[1].patch = acquisition_patch(cas, branch, &targets);
+            plan.sites.extend(sites);
+            plan.try_locks += 1;
+        }
+    }
+}
+
+/// Whether the code from `from` reads, within [`POISON_REACH`] instructions (over
+/// conditional branches, before any other change of flow), the byte 4 past the
+/// word `cas` compares and exchanges: a std `Mutex`'s poison flag.
+fn reads_poison_flag(file: &object::File<'_>, from: u64, cas: &Instruction) -> bool {
+    let Some(code) = code_at(file, from, 96) else {
+        return false;
+    };
+    let mut decoder = Decoder::with_ip(64, code, from, DecoderOptions::NONE);
+    for _ in 0..POISON_REACH {
+        if !decoder.can_decode() {
+            return false;
+        }
+        let instr = decoder.decode();
+        if (0..instr.op_count()).any(|i| instr.op_kind(i) == OpKind::Memory)
+            && instr.memory_size().size() == 1
+        {
+            let same = if cas.is_ip_rel_memory_operand() {
+                instr.is_ip_rel_memory_operand()
+                    && instr.ip_rel_memory_address() == cas.ip_rel_memory_address() + 4
+            } else {
+                instr.memory_base() == cas.memory_base()
+                    && instr.memory_index() == cas.memory_index()
+                    && instr.memory_index_scale() == cas.memory_index_scale()
+                    && instr.memory_displacement64() == cas.memory_displacement64().wrapping_add(4)
+            };
+            if same {
+                return true;
+            }
+        }
+        match instr.flow_control() {
+            FlowControl::Next | FlowControl::ConditionalBranch => {}
+            _ => return false,
+        }
+    }
+    false
 }
 
 /// std's thread parking in one binary: `futex_wake` (what an inlined
@@ -1455,6 +1598,21 @@ mod tests {
                 .any(|s| s.access == SOFT_RUST_UNPARK && s.patch >= 5),
             "an unpark the jump patch can replace: {plan:?}"
         );
+    }
+
+    #[test]
+    fn try_lock_and_its_unlock_of_a_release_build() {
+        let dir = tempfile::tempdir().unwrap();
+        let bin = release_build(dir.path(), "rust_try_locked_counter");
+        let plan = plan_rust_locks(&bin).unwrap();
+        let of = |access: u8| plan.sites.iter().filter(|s| s.access == access).count();
+        // `attempt`'s `LOCK.try_lock()`; main's `LOCK.lock()` is no try.
+        assert_eq!(plan.try_locks, 1, "{plan:?}");
+        assert_eq!(of(SOFT_RUST_TRY_GATE), 1);
+        assert_eq!(of(SOFT_RUST_TRY_FAST), 1);
+        // The guard's drops in `attempt` (one keeps a result in a register
+        // between the `xchg` and the `cmp`) and main's.
+        assert!(plan.unlocks >= 3, "{plan:?}");
     }
 
     #[test]

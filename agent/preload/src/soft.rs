@@ -42,9 +42,9 @@ use crate::probe_common::inproc::{
     SOFT_RUST_COND_WAIT_TIMED, SOFT_RUST_LOCK_FAST, SOFT_RUST_LOCK_GATE, SOFT_RUST_LOCK_SLOW,
     SOFT_RUST_ONCE_CHECK, SOFT_RUST_ONCE_DONE, SOFT_RUST_ONCE_ENTER, SOFT_RUST_ONCE_LEAVE,
     SOFT_RUST_ONCE_LOAD, SOFT_RUST_PARK_LEAVE, SOFT_RUST_PARK_TOKEN, SOFT_RUST_READ_CONTENDED,
-    SOFT_RUST_READ_FAST, SOFT_RUST_READ_GATE, SOFT_RUST_RW_UNLOCK, SOFT_RUST_UNLOCK,
-    SOFT_RUST_UNPARK, SOFT_RUST_WRITE_CONTENDED, SOFT_RUST_WRITE_FAST, SOFT_RUST_WRITE_GATE,
-    SOFT_VERSION,
+    SOFT_RUST_READ_FAST, SOFT_RUST_READ_GATE, SOFT_RUST_RW_UNLOCK, SOFT_RUST_TRY_FAST,
+    SOFT_RUST_TRY_GATE, SOFT_RUST_UNLOCK, SOFT_RUST_UNPARK, SOFT_RUST_WRITE_CONTENDED,
+    SOFT_RUST_WRITE_FAST, SOFT_RUST_WRITE_GATE, SOFT_VERSION,
 };
 use crate::probe_common::{kind, reg, via};
 use crate::trap::{greg, GREG_OF_REG, GREG_RIP};
@@ -180,6 +180,34 @@ fn once_seen_complete(addr: u64, site: u64) {
     }
 }
 
+/// A Rust `Mutex::try_lock` on `addr` at `site` succeeded (`ok`) or failed:
+/// recorded as `pthread_mutex_trylock`'s (a `mutex_lock` via `try`, numbered
+/// while held, or a `mutex_lock_failed`), and told to a replay's gate.
+fn tried(addr: u64, ok: bool, site: u64, recording: bool) {
+    let gated = GATED.with(|g| g.take());
+    if recording {
+        if ok {
+            let seq = crate::record::next_seq_held(addr);
+            crate::record::emit(kind::MUTEX_LOCK, via::TRY, addr, site, seq, 0, 0);
+        } else {
+            crate::record::emit(kind::MUTEX_LOCK_FAILED, via::TRY, addr, site, 0, 0, EBUSY);
+        }
+    }
+    if let Some(c) = gated.or_else(crate::gate::enter) {
+        let which = if ok {
+            kind::MUTEX_LOCK
+        } else {
+            kind::MUTEX_LOCK_FAILED
+        };
+        c.happened(which, addr, None);
+    }
+}
+
+/// `pthread_mutex_trylock`'s result when the mutex is held.
+const EBUSY: i32 = 16;
+/// std's futex calls on its own words are process-private.
+const FUTEX_PRIVATE_FLAG: i32 = 128;
+
 /// An `Thread::unpark` at `site` is about to set the parker state word at `addr`
 /// to "notified": recorded first (a release), so the `park` that takes the token
 /// comes after it; the wake-up that follows is the unpark's.
@@ -286,6 +314,8 @@ fn is_rust_lock(s: &SoftSite) -> bool {
             | SOFT_RUST_UNPARK
             | SOFT_RUST_PARK_TOKEN
             | SOFT_RUST_PARK_LEAVE
+            | SOFT_RUST_TRY_GATE
+            | SOFT_RUST_TRY_FAST
     )
 }
 
@@ -489,6 +519,63 @@ unsafe fn rust_lock(t: &Table, s: &SoftSite, i: usize, ip: u64, ctx: *mut c_void
                 *greg(ctx, GREG_RSP) = rsp.wrapping_add(8) as i64;
                 *greg(ctx, GREG_RIP) = ret as i64;
             }
+        }
+        SOFT_RUST_TRY_GATE => {
+            // Replaying: a failure the schedule names is held here, before the
+            // try, as `pthread_mutex_trylock`'s; then the `cmpxchg` runs out of line.
+            if let Some(c) = crate::gate::enter() {
+                // SAFETY: the trap's context (the caller's contract).
+                let addr = unsafe { effective_address(s, t.bias, ctx) };
+                c.gate(kind::MUTEX_LOCK_FAILED, addr, crate::gate::GateObject::Addr);
+                GATED.with(|g| g.set(Some(c)));
+            }
+            // SAFETY: as above.
+            unsafe { *greg(ctx, GREG_RIP) = t.xol.add(i * SLOT) as i64 };
+        }
+        SOFT_RUST_TRY_FAST => {
+            let addr = if s.base == reg::NONE && s.index == reg::NONE {
+                t.bias.wrapping_add(s.disp as u64)
+            } else {
+                // SAFETY: the trap's context (the caller's contract).
+                unsafe { effective_address(s, t.bias, ctx) }
+            };
+            // SAFETY: as above.
+            let ok = unsafe { *greg(ctx, GREG_EFL) } & EFLAGS_ZF != 0;
+            let early = ok
+                && GATED
+                    .with(|g| g.get())
+                    .is_some_and(|c| c.would_wait(kind::MUTEX_LOCK, addr));
+            // SAFETY: `n` sites, never unmapped; `i` is this site's index.
+            let sites = unsafe { std::slice::from_raw_parts(t.sites, t.n) };
+            let cas = i.checked_sub(1).map(|k| &sites[k]);
+            if let (true, Some(cas)) = (early, cas.filter(|c| c.access == SOFT_RUST_TRY_GATE)) {
+                // A success that came too early for the schedule: given back,
+                // held at the acquisition's gate, and tried again (a try may fail
+                // at any moment), as `pthread_mutex_trylock`'s.
+                // SAFETY: this thread holds the Rust mutex whose word is `addr`.
+                let word = unsafe { &*(addr as *const AtomicU32) };
+                if word.swap(0, Release) == 2 {
+                    // SAFETY: a live futex word; wakes one waiter, as std's unlock.
+                    unsafe { crate::futex(word, crate::FUTEX_WAKE | FUTEX_PRIVATE_FLAG, 1) };
+                }
+                if let Some(c) = GATED.with(|g| g.get()) {
+                    c.gate(kind::MUTEX_LOCK, addr, crate::gate::GateObject::Addr);
+                }
+                // SAFETY: as above: back to the `cmpxchg` (its breakpoint), whose
+                // registers still hold the expected 0 and the new value.
+                unsafe { *greg(ctx, GREG_RIP) = t.bias.wrapping_add(cas.ip) as i64 };
+                return;
+            }
+            tried(addr, ok, ip, recording);
+            let next = ip + s.len as u64;
+            let je = s.bytes[0] == 0x74 || (s.bytes[0] == 0x0f && s.bytes[1] == 0x84);
+            let to = if je == ok {
+                next.wrapping_add(branch_displacement(s) as u64)
+            } else {
+                next
+            };
+            // SAFETY: as above.
+            unsafe { *greg(ctx, GREG_RIP) = to as i64 };
         }
         SOFT_RUST_UNPARK => {
             // SAFETY: the trap's context (the caller's contract).
@@ -773,6 +860,7 @@ pub(crate) fn patched_operation(index: usize, acquired: bool, reg: &dyn Fn(u8) -
         SOFT_RUST_UNLOCK => released(addr, ip, recording),
         SOFT_RUST_ONCE_CHECK if acquired => once_seen_complete(addr, ip),
         SOFT_RUST_UNPARK => unparking(addr, ip),
+        SOFT_RUST_TRY_FAST => tried(addr, acquired, ip, recording),
         _ => {}
     }
 }
@@ -902,7 +990,7 @@ pub(crate) unsafe fn start(fd: c_int, replaying: bool) {
     for s in list {
         if matches!(
             s.access,
-            SOFT_RUST_LOCK_GATE | SOFT_RUST_READ_GATE | SOFT_RUST_WRITE_GATE
+            SOFT_RUST_LOCK_GATE | SOFT_RUST_READ_GATE | SOFT_RUST_WRITE_GATE | SOFT_RUST_TRY_GATE
         ) && !replaying
         {
             // Only a replay gates: a recording spares the trap.

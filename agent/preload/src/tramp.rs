@@ -31,8 +31,9 @@
 
 use crate::probe_common::inproc::{
     SoftSite, SOFT_RUST_LOCK_FAST, SOFT_RUST_LOCK_GATE, SOFT_RUST_ONCE_CHECK, SOFT_RUST_ONCE_LOAD,
-    SOFT_RUST_READ_FAST, SOFT_RUST_READ_GATE, SOFT_RUST_RW_UNLOCK, SOFT_RUST_UNLOCK,
-    SOFT_RUST_UNPARK, SOFT_RUST_WRITE_FAST, SOFT_RUST_WRITE_GATE,
+    SOFT_RUST_READ_FAST, SOFT_RUST_READ_GATE, SOFT_RUST_RW_UNLOCK, SOFT_RUST_TRY_FAST,
+    SOFT_RUST_TRY_GATE, SOFT_RUST_UNLOCK, SOFT_RUST_UNPARK, SOFT_RUST_WRITE_FAST,
+    SOFT_RUST_WRITE_GATE,
 };
 use crate::probe_common::reg;
 
@@ -219,6 +220,7 @@ fn patchable(s: &SoftSite) -> bool {
             SOFT_RUST_LOCK_FAST
                 | SOFT_RUST_READ_FAST
                 | SOFT_RUST_WRITE_FAST
+                | SOFT_RUST_TRY_FAST
                 | SOFT_RUST_UNLOCK
                 | SOFT_RUST_RW_UNLOCK
                 | SOFT_RUST_ONCE_CHECK
@@ -313,7 +315,10 @@ pub(crate) unsafe fn install(list: &[SoftSite], bias: u64) -> Patched {
                     g.ip + g.len as u64 == s.ip
                         && matches!(
                             g.access,
-                            SOFT_RUST_LOCK_GATE | SOFT_RUST_READ_GATE | SOFT_RUST_WRITE_GATE
+                            SOFT_RUST_LOCK_GATE
+                                | SOFT_RUST_READ_GATE
+                                | SOFT_RUST_WRITE_GATE
+                                | SOFT_RUST_TRY_GATE
                         )
                 }
             }) else {

@@ -1003,6 +1003,17 @@ pub mod inproc {
     /// emulates the `ret`. Never removed.
     pub const SOFT_RUST_PARK_LEAVE: u8 = 0xe9;
 
+    /// [`SoftSite::access`]: the `lock cmpxchg` of an inlined `Mutex::try_lock`
+    /// (no slow path; its success side reads the poison flag next to the lock
+    /// word), where a replay gates a named failure before the try (planted only
+    /// when replaying; the instruction runs out of line). Never removed.
+    pub const SOFT_RUST_TRY_GATE: u8 = 0xea;
+    /// [`SoftSite::access`]: the branch after a [`SOFT_RUST_TRY_GATE`]'s
+    /// `cmpxchg`: a success is a `mutex_lock` (via `try`), a failure a
+    /// `mutex_lock_failed`, as `pthread_mutex_trylock`'s. The agent emulates the
+    /// branch. Never removed.
+    pub const SOFT_RUST_TRY_FAST: u8 = 0xeb;
+
     const _: () = assert!(core::mem::size_of::<SoftSite>() == 48);
     const _: () = assert!(core::mem::size_of::<SoftHeader>() == 24);
 }
