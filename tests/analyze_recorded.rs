@@ -257,27 +257,10 @@ fn perfetto_export_of_one_finding() {
         .filter(|e| e.r#type == Some(ordo_analysis::perfetto::TYPE_INSTANT))
         .filter_map(|e| e.name.as_deref())
         .collect();
-    assert_eq!(
-        instants.iter().filter(|n| n.starts_with("at ")).count(),
-        2,
-        "{instants:?}"
-    );
-    assert!(
-        instants
-            .iter()
-            .filter(|n| n.starts_with("read counter"))
-            .count()
-            >= 2,
-        "{instants:?}"
-    );
-    assert!(
-        instants
-            .iter()
-            .filter(|n| n.starts_with("write counter"))
-            .count()
-            >= 2,
-        "{instants:?}"
-    );
+    let named = |prefix: &str| instants.iter().filter(|n| n.starts_with(prefix)).count();
+    assert_eq!(named("at "), 2, "{instants:?}");
+    assert!(named("read counter") >= 2, "{instants:?}");
+    assert!(named("write counter") >= 2, "{instants:?}");
     let analysis = ordo_analysis::analyze_trace(&trace).unwrap();
     assert!(!analysis.findings.is_empty(), "no finding to export");
     let kind = analysis.findings[0].kind.name();

@@ -1084,19 +1084,15 @@ fn condvar_functions(file: &object::File<'_>) -> Vec<(u64, u8)> {
 /// std's `Barrier::wait` (`std::sync::barrier::Barrier::wait`, out of line: not
 /// generic, not `#[inline]`): address and size of each.
 fn barrier_waits(file: &object::File<'_>) -> Vec<(u64, u64)> {
-    let mut out: Vec<(u64, u64)> = file
-        .symbols()
-        .filter(|s| s.kind() == SymbolKind::Text && s.address() != 0 && s.size() != 0)
-        .filter(|s| {
-            s.name().is_ok_and(|n| {
-                n.contains("Barrier")
-                    && ordo_trace::symbolize::demangle(n)
-                        .trim_start_matches('<')
-                        .starts_with("std::sync::barrier::Barrier")
-                    && ordo_trace::symbolize::demangle(n).ends_with("::wait")
-            })
+    let mut out: Vec<(u64, u64)> = text_symbols_naming(file, "Barrier")
+        .filter(|(s, demangled)| {
+            s.size() != 0
+                && demangled
+                    .trim_start_matches('<')
+                    .starts_with("std::sync::barrier::Barrier")
+                && demangled.ends_with("::wait")
         })
-        .map(|s| (s.address(), s.size()))
+        .map(|(s, _)| (s.address(), s.size()))
         .collect();
     out.sort_unstable();
     out.dedup();

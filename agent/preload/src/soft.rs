@@ -415,58 +415,30 @@ unsafe fn rust_lock(t: &Table, s: &SoftSite, i: usize, ip: u64, ctx: *mut c_void
             let which = acquisition_of(s.access);
             // The flags and registers are the `lock cmpxchg`'s, just before: ZF set
             // is success. A RIP-relative operand's link-time target is in `disp`.
-            let addr = if s.base == reg::NONE && s.index == reg::NONE {
-                t.bias.wrapping_add(s.disp as u64)
-            } else {
-                // SAFETY: the trap's context (the caller's contract).
-                unsafe { effective_address(s, t.bias, ctx) }
-            };
+            // SAFETY: the trap's context (the caller's contract).
+            let addr = unsafe { effective_address(s, t.bias, ctx) };
             // SAFETY: as above.
             let acquired = unsafe { *greg(ctx, GREG_EFL) } & EFLAGS_ZF != 0;
-            let next = ip + s.len as u64;
-            // `je` (`74 rel8`, `0f 84 rel32`) is taken on success, `jne` on failure.
-            let je = s.bytes[0] == 0x74 || (s.bytes[0] == 0x0f && s.bytes[1] == 0x84);
-            let to = if acquired {
+            if acquired {
                 self::acquired(addr, which, ip, recording);
-                if je {
-                    next.wrapping_add(branch_displacement(s) as u64)
-                } else {
-                    next
-                }
             } else {
                 contended(addr, which);
-                if je {
-                    next
-                } else {
-                    next.wrapping_add(branch_displacement(s) as u64)
-                }
-            };
+            }
             // SAFETY: as above.
-            unsafe { *greg(ctx, GREG_RIP) = to as i64 };
+            unsafe { *greg(ctx, GREG_RIP) = branch_destination(s, ip, acquired) as i64 };
         }
         SOFT_RUST_ONCE_CHECK => {
             // The flags are the check's `test`/`cmp`: ZF set is complete, and the
             // registers still hold the load's address.
-            let addr = if s.base == reg::NONE && s.index == reg::NONE {
-                t.bias.wrapping_add(s.disp as u64)
-            } else {
-                // SAFETY: the trap's context (the caller's contract).
-                unsafe { effective_address(s, t.bias, ctx) }
-            };
+            // SAFETY: the trap's context (the caller's contract).
+            let addr = unsafe { effective_address(s, t.bias, ctx) };
             // SAFETY: as above.
             let complete = unsafe { *greg(ctx, GREG_EFL) } & EFLAGS_ZF != 0;
             if complete {
                 once_seen_complete(addr, ip);
             }
-            let next = ip + s.len as u64;
-            let je = s.bytes[0] == 0x74 || (s.bytes[0] == 0x0f && s.bytes[1] == 0x84);
-            let to = if je == complete {
-                next.wrapping_add(branch_displacement(s) as u64)
-            } else {
-                next
-            };
             // SAFETY: as above.
-            unsafe { *greg(ctx, GREG_RIP) = to as i64 };
+            unsafe { *greg(ctx, GREG_RIP) = branch_destination(s, ip, complete) as i64 };
         }
         SOFT_RUST_ONCE_DONE => {
             // The completion guard's store, about to run out of line: recorded
@@ -496,11 +468,8 @@ unsafe fn rust_lock(t: &Table, s: &SoftSite, i: usize, ip: u64, ctx: *mut c_void
             unsafe { *greg(ctx, GREG_RIP) = t.xol.add(i * SLOT) as i64 };
         }
         SOFT_RUST_ONCE_LEAVE => {
-            // SAFETY: as above; `rsp` points at the return address.
-            let (rsp, ret) = unsafe {
-                let rsp = *greg(ctx, GREG_RSP) as u64;
-                (rsp, *(rsp as *const u64))
-            };
+            // SAFETY: the trap's context (the caller's contract), at a `ret`.
+            let ret = unsafe { emulate_ret(ctx) };
             let word = IN_ONCE_CALL.with(|c| {
                 let mut calls = c.get();
                 let Some(depth) = calls.depth.checked_sub(1) else {
@@ -513,11 +482,6 @@ unsafe fn rust_lock(t: &Table, s: &SoftSite, i: usize, ip: u64, ctx: *mut c_void
             if word != 0 && recording {
                 // Returned: complete, run here or waited for.
                 once_access(kind::READ, word, ret);
-            }
-            // SAFETY: as above: the emulated `ret`.
-            unsafe {
-                *greg(ctx, GREG_RSP) = rsp.wrapping_add(8) as i64;
-                *greg(ctx, GREG_RIP) = ret as i64;
             }
         }
         SOFT_RUST_TRY_GATE => {
@@ -533,12 +497,8 @@ unsafe fn rust_lock(t: &Table, s: &SoftSite, i: usize, ip: u64, ctx: *mut c_void
             unsafe { *greg(ctx, GREG_RIP) = t.xol.add(i * SLOT) as i64 };
         }
         SOFT_RUST_TRY_FAST => {
-            let addr = if s.base == reg::NONE && s.index == reg::NONE {
-                t.bias.wrapping_add(s.disp as u64)
-            } else {
-                // SAFETY: the trap's context (the caller's contract).
-                unsafe { effective_address(s, t.bias, ctx) }
-            };
+            // SAFETY: the trap's context (the caller's contract).
+            let addr = unsafe { effective_address(s, t.bias, ctx) };
             // SAFETY: as above.
             let ok = unsafe { *greg(ctx, GREG_EFL) } & EFLAGS_ZF != 0;
             let early = ok
@@ -567,15 +527,8 @@ unsafe fn rust_lock(t: &Table, s: &SoftSite, i: usize, ip: u64, ctx: *mut c_void
                 return;
             }
             tried(addr, ok, ip, recording);
-            let next = ip + s.len as u64;
-            let je = s.bytes[0] == 0x74 || (s.bytes[0] == 0x0f && s.bytes[1] == 0x84);
-            let to = if je == ok {
-                next.wrapping_add(branch_displacement(s) as u64)
-            } else {
-                next
-            };
             // SAFETY: as above.
-            unsafe { *greg(ctx, GREG_RIP) = to as i64 };
+            unsafe { *greg(ctx, GREG_RIP) = branch_destination(s, ip, ok) as i64 };
         }
         SOFT_RUST_UNPARK => {
             // SAFETY: the trap's context (the caller's contract).
@@ -592,39 +545,22 @@ unsafe fn rust_lock(t: &Table, s: &SoftSite, i: usize, ip: u64, ctx: *mut c_void
             unsafe { *greg(ctx, GREG_RIP) = t.xol.add(i * SLOT) as i64 };
         }
         SOFT_RUST_PARK_LEAVE => {
-            // SAFETY: as above; `rsp` points at the return address.
-            let (rsp, ret) = unsafe {
-                let rsp = *greg(ctx, GREG_RSP) as u64;
-                (rsp, *(rsp as *const u64))
-            };
+            // SAFETY: the trap's context (the caller's contract), at a `ret`.
+            let ret = unsafe { emulate_ret(ctx) };
             let word = PARKING.with(|p| p.replace(0));
             if word != 0 && recording {
                 // Back from `park`: the token taken (or a spurious return, which
                 // this over-orders), after the unpark that set it.
                 once_access(kind::RMW, word, ret);
             }
-            // SAFETY: as above: the emulated `ret`.
-            unsafe {
-                *greg(ctx, GREG_RSP) = rsp.wrapping_add(8) as i64;
-                *greg(ctx, GREG_RIP) = ret as i64;
-            }
         }
         SOFT_RUST_LOCK_SLOW => {
-            // SAFETY: as above; `rsp` points at the return address (`ret` traps
-            // before it pops).
-            let (rsp, ret) = unsafe {
-                let rsp = *greg(ctx, GREG_RSP) as u64;
-                (rsp, *(rsp as *const u64))
-            };
+            // SAFETY: the trap's context (the caller's contract), at a `ret`.
+            let ret = unsafe { emulate_ret(ctx) };
             let (addr, which) = CONTENDED.with(|c| c.replace((0, 0)));
             if addr != 0 {
                 // The site is the caller's: where its slow path returns.
                 acquired(addr, which, ret, recording);
-            }
-            // SAFETY: as above: the emulated `ret`.
-            unsafe {
-                *greg(ctx, GREG_RSP) = rsp.wrapping_add(8) as i64;
-                *greg(ctx, GREG_RIP) = ret as i64;
             }
         }
         SOFT_RUST_COND_WAIT | SOFT_RUST_COND_WAIT_TIMED => {
@@ -702,13 +638,11 @@ unsafe fn rust_lock(t: &Table, s: &SoftSite, i: usize, ip: u64, ctx: *mut c_void
             unsafe { *greg(ctx, GREG_RIP) = t.xol.add(i * SLOT) as i64 };
         }
         SOFT_RUST_BARRIER_LEAVE => {
-            // SAFETY: as above; `rsp` points at the return address, `al` holds
-            // whether this thread is the leader.
-            let (rsp, ret, leader) = unsafe {
-                let rsp = *greg(ctx, GREG_RSP) as u64;
-                let rax = *greg(ctx, GREG_OF_REG[reg::RAX as usize]);
-                (rsp, *(rsp as *const u64), rax & 0xff != 0)
-            };
+            // SAFETY: the trap's context (the caller's contract), at a `ret`; `al`
+            // holds whether this thread is the leader.
+            let leader = unsafe { *greg(ctx, GREG_OF_REG[reg::RAX as usize]) } & 0xff != 0;
+            // SAFETY: as above.
+            let _ = unsafe { emulate_ret(ctx) };
             let (addr, site) = AT_BARRIER.with(|b| b.replace((0, 0)));
             if addr != 0 {
                 if recording {
@@ -723,11 +657,6 @@ unsafe fn rust_lock(t: &Table, s: &SoftSite, i: usize, ip: u64, ctx: *mut c_void
                     c.gate(kind::BARRIER_WAIT, addr, crate::gate::GateObject::Addr);
                     c.happened(kind::BARRIER_WAIT, addr, None);
                 }
-            }
-            // SAFETY: as above: the emulated `ret`.
-            unsafe {
-                *greg(ctx, GREG_RSP) = rsp.wrapping_add(8) as i64;
-                *greg(ctx, GREG_RIP) = ret as i64;
             }
         }
         SOFT_RUST_RW_UNLOCK => {
@@ -872,6 +801,35 @@ fn contended(addr: u64, which: u16) {
     CONTENDED.with(|c| c.set((addr, which)));
     if let Some(c) = crate::gate::enter() {
         c.set_state(crate::shm::STATE_BLOCKED, which as u32);
+    }
+}
+
+/// Where the `je` or `jne` of site `s`, trapped at `ip`, goes when the zero flag is
+/// `zf` (a `je` is taken when it is set, a `jne` when it is clear).
+fn branch_destination(s: &SoftSite, ip: u64, zf: bool) -> u64 {
+    let next = ip + s.len as u64;
+    let je = s.bytes[0] == 0x74 || (s.bytes[0] == 0x0f && s.bytes[1] == 0x84);
+    if je == zf {
+        next.wrapping_add(branch_displacement(s) as u64)
+    } else {
+        next
+    }
+}
+
+/// Emulates the `ret` a trap stopped at (`ret` traps before it pops: `rsp` points
+/// at the return address): the thread goes on in its caller, at the address
+/// returned.
+///
+/// # Safety
+/// `ctx` must be the `ucontext_t` of a trap at a `ret` of the program.
+unsafe fn emulate_ret(ctx: *mut c_void) -> u64 {
+    // SAFETY: the caller's contract: `rsp` points at the return address.
+    unsafe {
+        let rsp = *greg(ctx, GREG_RSP) as u64;
+        let ret = *(rsp as *const u64);
+        *greg(ctx, GREG_RSP) = rsp.wrapping_add(8) as i64;
+        *greg(ctx, GREG_RIP) = ret as i64;
+        ret
     }
 }
 

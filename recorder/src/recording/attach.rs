@@ -35,9 +35,10 @@ use crate::probes::{self, Program};
 pub(crate) static PROBE_OBJECT: &[u8] =
     aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/ordo-probes.o"));
 
-/// The loader [`prepare_loader`] started making, if it did.
-static PREPARED: std::sync::Mutex<Option<std::thread::JoinHandle<EbpfLoader<'static>>>> =
-    std::sync::Mutex::new(None);
+/// The loaders [`prepare_loader`] started making and no recording took yet (a hunt
+/// records several replays at once: each takes one).
+static PREPARED: std::sync::Mutex<Vec<std::thread::JoinHandle<EbpfLoader<'static>>>> =
+    std::sync::Mutex::new(Vec::new());
 
 /// Starts making the eBPF loader on a thread of its own: aya's `EbpfLoader::new`
 /// reads and parses the kernel's BTF (`/sys/kernel/btf/vmlinux`, several MB) and
@@ -50,7 +51,7 @@ pub fn prepare_loader() {
         EbpfLoader::new()
     });
     if let Ok(mut prepared) = PREPARED.lock() {
-        *prepared = Some(handle);
+        prepared.push(handle);
     }
 }
 
@@ -59,7 +60,7 @@ fn loader() -> EbpfLoader<'static> {
     PREPARED
         .lock()
         .ok()
-        .and_then(|mut p| p.take())
+        .and_then(|mut p| p.pop())
         .and_then(|h| h.join().ok())
         .unwrap_or_default()
 }
