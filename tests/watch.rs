@@ -516,8 +516,8 @@ fn a_value_handed_over_by_unpark_and_park_gives_no_race() {
 /// Issue 26: `Mutex::try_lock`, inlined, is recorded as `pthread_mutex_trylock`
 /// is — a success a `mutex_lock` via `try`, a failure a `mutex_lock_failed` —
 /// so a counter updated only under a lock `try_lock` got gives no race (the
-/// build before this reported one), exact counts included; updating it without
-/// the lock races. A replay holds a try that succeeded too early for its
+/// build before this reported one), every try counted exactly; updating it
+/// without the lock races. A replay holds a try that succeeded too early for its
 /// schedule (given back, held, tried again): worker 1's first success after
 /// worker 2's hundredth release, against their natural order.
 #[test]
@@ -540,12 +540,18 @@ fn rust_try_lock_successes_and_failures_are_recorded_and_gated() {
         let args: &[&str] = if racy { &["racy"] } else { &[] };
         let counter =
             record_watching_hw("rust_try_locked_counter::COUNTER", &trace, &program, args);
-        assert_eq!(counter, "300 of 300");
+        // "300 after N failed tries": each worker's try while `main` held the lock
+        // failed, and those that found another worker in its section.
+        let failed: usize = counter
+            .strip_prefix("300 after ")
+            .and_then(|rest| rest.strip_suffix(" failed tries"))
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("the program printed `counter {counter}`"));
+        assert!(failed >= 3, "{counter}");
         let events = common::dump_json(&trace);
-        // Each worker's try while `main` held the lock failed; 100 tries each
-        // succeeded after (the racy worker's updates take no lock).
+        // 100 successful tries a worker (the racy worker's updates take no lock).
         let tried = if racy { 200 } else { 300 };
-        assert_eq!(on_lock(&events, "mutex_lock_failed", "trylock"), 3);
+        assert_eq!(on_lock(&events, "mutex_lock_failed", "trylock"), failed);
         assert_eq!(on_lock(&events, "mutex_lock", "trylock"), tried);
         assert_eq!(on_lock(&events, "mutex_unlock", "lock"), tried + 1);
         if racy {
@@ -567,7 +573,7 @@ fn rust_try_lock_successes_and_failures_are_recorded_and_gated() {
     assert_eq!(outcome["schedule_held"], true, "{outcome}");
     let events = common::dump_json(&trace);
     assert_eq!(on_lock(&events, "mutex_lock", "trylock"), 300);
-    assert_eq!(on_lock(&events, "mutex_lock_failed", "trylock"), 3);
+    assert!(on_lock(&events, "mutex_lock_failed", "trylock") >= 3);
 }
 
 /// Issue 26: the same with a `std::sync::RwLock` — writers increment under its

@@ -1,11 +1,11 @@
 // A counter in a `static mut` that 3 threads update only when `Mutex::try_lock`
 // got them the lock (correct), or, with the argument `racy`, that one thread
-// updates without it (a data race). `main` holds the lock while each worker
-// tries once (a failed try), then lets go; the workers then take turns, 100
-// successful tries each. std inlines `try_lock` (a `lock cmpxchg` and no slow
+// updates without it (a data race). `main` holds the lock until each worker has
+// tried once (a failed try each), then lets go; each worker then tries until it
+// gets the lock, 100 times (the racy one updates 100 times without it). std inlines `try_lock` (a `lock cmpxchg` and no slow
 // path): only a recorder that sees it orders the updates.
 use std::sync::Mutex;
-use std::time::Duration;
+use std::sync::Barrier;
 
 static LOCK: Mutex<()> = Mutex::new(());
 static mut COUNTER: u64 = 0;
@@ -32,33 +32,32 @@ fn attempt() -> bool {
 
 fn main() {
     let racy = std::env::args().nth(1).as_deref() == Some("racy");
+    let tried = std::sync::Arc::new(Barrier::new(4));
     let held = LOCK.lock().unwrap();
     let workers: Vec<_> = (0..3u64)
         .map(|t| {
+            let tried = tried.clone();
             std::thread::spawn(move || {
-                let failed = u64::from(!attempt());
-                // After `main` let go, one worker after the other.
-                std::thread::sleep(Duration::from_millis(40 + 15 * t));
-                let mut got = 0;
+                // `main` holds the lock until every worker has tried once.
+                let mut failed = u64::from(!attempt());
+                tried.wait();
                 for _ in 0..100 {
                     if racy && t == 2 {
                         bump();
-                        got += 1;
-                    } else if attempt() {
-                        got += 1;
+                        continue;
+                    }
+                    while !attempt() {
+                        failed += 1;
+                        std::thread::yield_now();
                     }
                 }
-                (failed, got)
+                failed
             })
         })
         .collect();
-    std::thread::sleep(Duration::from_millis(20));
+    tried.wait();
     drop(held);
-    let (failed, got) = workers
-        .into_iter()
-        .map(|w| w.join().unwrap())
-        .fold((0, 0), |(f, g), (a, b)| (f + a, g + b));
+    let failed: u64 = workers.into_iter().map(|w| w.join().unwrap()).sum();
     let counter = unsafe { std::ptr::read_volatile(&raw const COUNTER) };
-    println!("failed tries {failed}");
-    println!("counter {counter} of {got}");
+    println!("counter {counter} after {failed} failed tries");
 }
