@@ -43,7 +43,7 @@ use anyhow::{bail, Result};
 use ordo_probe_common::inproc::{
     decode, mapping_size, ring_header_offset, ring_records_offset, seq_table_offset, Event, Header,
     Record, RingHeader, CLOCK_MONOTONIC_NS, CLOCK_SPARSE, CLOCK_TSC, ENV_FD, MAGIC, MAX_RINGS,
-    RING_FREE, RING_RECORDS, VERSION,
+    RING_FREE, RING_RECORDS, RING_START_RECORDS, VERSION,
 };
 use ordo_probe_common::{kind, RawEvent};
 
@@ -53,8 +53,10 @@ use crate::prefault::{PassBuf, PrefaultPool};
 pub struct InprocMapping {
     fd: OwnedFd,
     base: *mut u8,
-    /// Rings whose pages are allocated already.
+    /// Rings whose start is allocated already.
     prefaulted: std::sync::atomic::AtomicUsize,
+    /// Per ring: whether all its pages are allocated (its thread got busy).
+    whole: Vec<std::sync::atomic::AtomicBool>,
     /// With TSC time stamps: the calibration point taken before the program
     /// started (the first segment's start).
     tsc_start: Option<ClockPoint>,
@@ -121,9 +123,10 @@ impl InprocMapping {
                 fd,
                 base: p.cast(),
                 prefaulted: 0.into(),
+                whole: (0..MAX_RINGS).map(|_| false.into()).collect(),
                 tsc_start: tsc.then(ClockPoint::now),
             };
-            mapping.prefault(RINGS_AHEAD);
+            mapping.prefault_starts(RINGS_AHEAD);
             Ok(mapping)
         }
     }
@@ -133,32 +136,48 @@ impl InprocMapping {
         self.header().clock & CLOCK_SPARSE != 0
     }
 
-    /// Allocates the pages of the rings after the ones in use (from the converter,
-    /// at idle priority), so a thread claiming one does not wait for the kernel.
+    /// Allocates pages ahead of the threads (from the converter, at idle
+    /// priority), so a thread does not wait for the kernel to allocate and clear
+    /// them: the start of the rings after the ones in use, which the next threads
+    /// claim, and the rest of every ring in use whose thread got busy (wrote past
+    /// half its start).
     pub(crate) fn prefault_ahead(&self) {
-        self.prefault(self.header().rings_used.load(Ordering::Relaxed) as usize + RINGS_AHEAD);
+        let used = (self.header().rings_used.load(Ordering::Relaxed) as usize).min(MAX_RINGS);
+        self.prefault_starts(used + RINGS_AHEAD);
+        for (i, whole) in self.whole.iter().enumerate().take(used) {
+            if !whole.load(Ordering::Relaxed)
+                && self.ring(i).head.0.load(Ordering::Relaxed) >= RING_START_RECORDS as u64 / 2
+            {
+                let start = ring_records_offset(i);
+                self.populate(start, ring_records_offset(i + 1) - start);
+                whole.store(true, Ordering::Relaxed);
+            }
+        }
     }
 
-    /// Allocates the pages of the rings below `upto`, so a thread claiming one
-    /// (the agent then populates its page tables at once) does not wait for the
-    /// kernel to allocate and clear its pages.
-    fn prefault(&self, upto: usize) {
+    /// Allocates the start of the rings below `upto` (see [`RING_START_RECORDS`]).
+    fn prefault_starts(&self, upto: usize) {
         let upto = upto.min(MAX_RINGS);
         let from = self.prefaulted.load(Ordering::Relaxed);
-        if from >= upto {
-            return;
+        for i in from..upto {
+            self.populate(
+                ring_records_offset(i),
+                RING_START_RECORDS * std::mem::size_of::<Record>(),
+            );
         }
-        let start = ring_records_offset(from);
-        let len = ring_records_offset(upto) - start;
+        self.prefaulted.store(upto.max(from), Ordering::Relaxed);
+    }
+
+    /// Allocates the pages of `len` bytes at `offset` in the mapping.
+    fn populate(&self, offset: usize, len: usize) {
         // SAFETY: a range inside our mapping; MADV_POPULATE_WRITE only allocates.
         unsafe {
             libc::madvise(
-                self.base.add(start).cast(),
+                self.base.add(offset).cast(),
                 len,
                 23, /* MADV_POPULATE_WRITE */
             )
         };
-        self.prefaulted.store(upto, Ordering::Relaxed);
     }
 
     /// The descriptor the program inherits.
@@ -399,6 +418,15 @@ impl InprocMapping {
         h.modules_read.store(1, Ordering::Release);
         // SAFETY: a futex word in the shared mapping.
         unsafe { futex_wake(h.modules_read.as_ptr()) };
+    }
+
+    /// Wakes the drain as an agent does: the recording stops, and a drain asleep
+    /// for its idle interval would leave the stop waiting that long.
+    pub(crate) fn ring_doorbell(&self) {
+        let h = self.header();
+        h.doorbell.fetch_add(1, Ordering::SeqCst);
+        // SAFETY: a futex word in the shared mapping.
+        unsafe { futex_wake(h.doorbell.as_ptr()) };
     }
 
     pub(crate) fn doorbell(&self) -> u32 {

@@ -42,9 +42,6 @@ static SPARSE: AtomicBool = AtomicBool::new(false);
 
 const NO_RING: u32 = u32::MAX;
 
-/// Slots of a newly claimed ring faulted in at once (64 KiB).
-const RING_POPULATE_RECORDS: usize = 1 << 11;
-
 thread_local! {
     /// This thread's ring, [`NO_RING`] until its first event.
     static RING: Cell<u32> = const { Cell::new(NO_RING) };
@@ -302,7 +299,7 @@ fn claim_ring() -> u32 {
             unsafe {
                 crate::madvise(
                     ring_records(i).cast(),
-                    RING_RECORDS.min(RING_POPULATE_RECORDS) * std::mem::size_of::<Record>(),
+                    RING_RECORDS.min(RING_START_RECORDS) * std::mem::size_of::<Record>(),
                     23, /* MADV_POPULATE_WRITE */
                 )
             };

@@ -538,6 +538,12 @@ pub mod inproc {
     /// that the pages a thread writes stay few (allocating them is the expensive
     /// part: ~6 µs a page).
     pub const RING_RECORDS: usize = 1 << 16;
+    /// Slots at the start of a ring allocated before a thread writes them (64 KiB):
+    /// the agent faults them in when its thread claims the ring, the recorder
+    /// allocates them ahead. The rest of a ring is allocated only for a thread
+    /// that gets busy: a program's many short threads (60 clients that record a
+    /// few accesses each) each cost 64 KiB, not the whole 2 MiB.
+    pub const RING_START_RECORDS: usize = 1 << 11;
     /// Entries of the sequence counter table (a power of two).
     pub const SEQ_SLOTS: usize = 1 << 20;
     /// A thread whose ring is full waits for the drain as long as the drain makes

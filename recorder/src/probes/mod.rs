@@ -253,7 +253,7 @@ pub struct SiteReport {
 }
 
 /// Everything a recording attaches to libc.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct ProbePlan {
     /// Every uprobe.
     pub attachments: Vec<Attachment>,

@@ -441,11 +441,12 @@ fn uprobe_sites(
     options: &RecordOptions,
 ) -> Result<(Vec<Sites>, Option<Vec<WatchSite>>, Vec<ProbeSite>)> {
     let libc = probes::system_libc()?;
-    let mut plan = probes::plan(&libc)?;
-    if options.inproc.is_some() {
-        // In process, the agent records the pthread API: no uprobes on it.
-        plan.attachments.clear();
-    }
+    // In process, the agent records the pthread API: no uprobes on it, and no
+    // reading of libc's code to place them (a few ms of every recording's start).
+    let plan = match options.inproc {
+        Some(_) => probes::ProbePlan::default(),
+        None => probes::plan(&libc)?,
+    };
     let mut all = Vec::new();
     for program in [Program::Entry, Program::Return, Program::Site] {
         let mut sites = Sites {

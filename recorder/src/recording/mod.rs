@@ -248,6 +248,10 @@ pub struct Recording {
     backlog: Arc<AtomicUsize>,
     stop: Option<oneshot::Sender<Option<ExitStatus>>>,
     drain: Option<std::thread::JoinHandle<Result<RecordSummary>>>,
+    /// Disconnected when the drain thread ends.
+    drain_done: std::sync::mpsc::Receiver<()>,
+    /// In process: the mapping whose doorbell wakes the drain.
+    inproc: Option<Arc<crate::inproc::InprocMapping>>,
     notes: Vec<String>,
     pid: u32,
     snapshots: mpsc::UnboundedSender<Vec<ModuleRecord>>,
@@ -298,11 +302,13 @@ impl Recording {
         let (stop_tx, stop_rx) = oneshot::channel();
         let (snapshots, snapshots_rx) = mpsc::unbounded_channel();
         let inproc = options.inproc.clone();
+        let (drain_running, drain_done) = std::sync::mpsc::channel::<()>();
         let backlog = Arc::new(AtomicUsize::new(0));
         let converting = backlog.clone();
         let drain = std::thread::Builder::new()
             .name("ordo-drain".into())
             .spawn(move || -> Result<RecordSummary> {
+                let _running = drain_running;
                 if let Some(mapping) = inproc {
                     return inproc_drain::drain(
                         probes,
@@ -323,6 +329,8 @@ impl Recording {
             backlog,
             stop: Some(stop_tx),
             drain: Some(drain),
+            drain_done,
+            inproc: options.inproc.clone(),
             notes,
             pid,
             snapshots,
@@ -353,14 +361,15 @@ impl Recording {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(exit);
         }
+        if let Some(mapping) = &self.inproc {
+            mapping.ring_doorbell();
+        }
         let drain = self.drain.take().expect("finished once");
         let progress = crate::progress::Progress::bytes("finishing the trace");
         let mut total = 0;
-        // Short sleeps first: most recordings finish within milliseconds.
-        let mut nap = Duration::from_micros(500);
-        while !drain.is_finished() {
-            std::thread::sleep(nap);
-            nap = (nap * 2).min(Duration::from_millis(50));
+        while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
+            self.drain_done.recv_timeout(Duration::from_millis(50))
+        {
             let left = self.backlog.load(Ordering::Relaxed) as u64;
             total = total.max(left);
             progress.set(total - left, total);
