@@ -110,6 +110,48 @@ const RUST_RUNTIME_PARTS: &[&str] = &[
     "std::sync::reentrant_lock::",
 ];
 
+/// Code linked into a Rust executable that never touches the program's own data:
+/// formatting, string and number conversion, the backtrace and symbol machinery
+/// (with its crates), environment, paths and files, the allocator's shims, thread
+/// spawn hooks. Leaving them out (a name starting with one, after any `<`) keeps a
+/// small program's discovery from decoding and trapping hundreds of std functions;
+/// std's synchronization (`std::sync::`, its channels, `Arc`) stays in.
+const RUST_NO_USER_DATA: &[&str] = &[
+    "core::fmt::",
+    "alloc::fmt::",
+    "core::str::",
+    "core::unicode::",
+    "core::char::",
+    "core::num::",
+    "core::slice::memchr::",
+    "core::panicking::",
+    "core::result::unwrap_failed",
+    "core::option::expect_failed",
+    "core::option::unwrap_failed",
+    "std::backtrace",
+    "std::sys::backtrace::_print",
+    "std::sys::backtrace::print",
+    "std::sys::backtrace::output_filename",
+    "std::env::",
+    "std::ffi::",
+    "std::path::",
+    "std::fs::",
+    "std::process::",
+    "std::alloc::",
+    "alloc::alloc::",
+    "alloc::raw_vec::",
+    "std::thread::spawnhook::",
+    "rustc_demangle::",
+    "gimli::",
+    "addr2line::",
+    "miniz_oxide::",
+    "memchr::",
+    "adler2::",
+    "object::",
+    "std_detect::",
+    "__rustc::",
+];
+
 /// The discovered sites of one executable.
 #[derive(Clone, Debug, Default)]
 pub struct DiscoveryPlan {
@@ -125,6 +167,15 @@ pub struct DiscoveryPlan {
 /// Plans discovery for the executable at `path` (with the sites that record a Rust
 /// program's std mutexes, [`crate::rust_locks`]).
 pub fn plan_discovery(path: &Path) -> Result<DiscoveryPlan> {
+    plan_discovery_with(path, &crate::rust_locks::plan_rust_locks(path)?)
+}
+
+/// [`plan_discovery`] with the Rust lock sites planned already (a recording plans
+/// them anyway: decoding a Rust binary twice was a good part of its start).
+pub fn plan_discovery_with(
+    path: &Path,
+    locks: &crate::rust_locks::RustLockPlan,
+) -> Result<DiscoveryPlan> {
     let data = std::fs::read(path).with_context(|| format!("read {}", path.display()))?;
     let file = object::File::parse(data.as_slice())
         .map_err(|e| anyhow!("{}: not an ELF file: {e}", path.display()))?;
@@ -160,10 +211,12 @@ pub fn plan_discovery(path: &Path) -> Result<DiscoveryPlan> {
         }
         if name.starts_with("_R") || name.starts_with("_ZN") {
             let demangled = ordo_trace::symbolize::demangle(name);
+            let unqualified = demangled.trim_start_matches(['<', '&']);
             if RUST_RUNTIME_PREFIXES
                 .iter()
                 .any(|p| demangled.starts_with(p))
                 || RUST_RUNTIME_PARTS.iter().any(|p| demangled.contains(p))
+                || RUST_NO_USER_DATA.iter().any(|p| unqualified.starts_with(p))
             {
                 continue;
             }
@@ -209,7 +262,6 @@ pub fn plan_discovery(path: &Path) -> Result<DiscoveryPlan> {
     plan.sites.sort_by_key(|s| s.ip);
     // A Rust program's std mutexes are recorded at breakpoints of their own, in
     // place of the accesses discovery would trap at the same instructions.
-    let locks = crate::rust_locks::plan_rust_locks(path)?;
     crate::rust_locks::merge(&mut plan.sites, &locks.sites);
     Ok(plan)
 }

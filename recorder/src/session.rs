@@ -266,7 +266,8 @@ pub fn record_launched(
             "--discover records in process: it needs a dynamically linked, not setuid program and not --probes ebpf"
         ),
         (true, true) => {
-            let plan = crate::discover::plan_discovery(&program)?;
+            record.name_data_of = Some(program.clone());
+            let plan = crate::discover::plan_discovery_with(&program, &rust_locks)?;
             if options.verbose {
                 say(&format!(
                     "ordo: --discover: {} memory-access instructions in {} functions of {} (each trapped at most {} times; {} left out: stack, thread-local, read-only)",

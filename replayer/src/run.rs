@@ -352,6 +352,9 @@ pub fn replay(options: &ReplayOptions) -> Result<ReplayOutcome> {
             false,
         );
         record.inputs.push(path.clone());
+        if options.discover.is_some() {
+            record.name_data_of = Some(path.clone());
+        }
         let discovered: std::collections::HashSet<u64> = options
             .discover
             .iter()

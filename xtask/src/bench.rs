@@ -8,12 +8,14 @@
 //! - `watch`: the per-access cost of each watch mechanism.
 //! - `hunt`: what one `ordo hunt` iteration costs beyond the program's run time.
 //! - `gate`: the cost of replay's memory-access gates (a trap per counted access).
+//! - `discover`: `ordo record --discover` against the program alone and a plain
+//!   recording, on every eval program and pigz.
 //!
 //! `cargo xtask bench` runs them all; `cargo xtask bench NAME [OPTIONS]…` runs some.
 
 use anyhow::{bail, Result};
 
-const ALL: [&str; 5] = ["record", "watch", "gate", "analysis", "hunt"];
+const ALL: [&str; 6] = ["record", "watch", "gate", "analysis", "hunt", "discover"];
 
 /// Splits `NAME [--options…] NAME …` into (name, its options).
 fn groups(args: &[String]) -> Result<Vec<(String, Vec<String>)>> {
@@ -44,6 +46,7 @@ pub fn run(args: &[String]) -> Result<()> {
             "watch" => crate::bench_watch::run_watch()?,
             "gate" => crate::bench_watch::run_gate()?,
             "hunt" => crate::bench_hunt::run_hunt()?,
+            "discover" => crate::bench_discover::run_discover()?,
             other => bail!(
                 "unknown benchmark `{other}` (choose from {})",
                 ALL.join(", ")

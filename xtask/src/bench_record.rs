@@ -587,41 +587,7 @@ impl Bench {
     /// A compressible but not trivial input for pigz: words drawn by a seeded
     /// xorshift generator from a fixed vocabulary, in lines. Made once.
     fn pigz_input(&self) -> Result<PathBuf> {
-        let mb = self.sizes.pigz_mb;
-        let path = self.dir.join(format!("pigz-input-{mb}M.txt"));
-        if std::fs::metadata(&path).is_ok_and(|m| m.len() == mb << 20) {
-            return Ok(path);
-        }
-        eprintln!(
-            "bench: generating {} ({mb} MiB of seeded pseudo-random words)",
-            path.display()
-        );
-        let syllables = [
-            "ka", "lo", "mir", "ten", "du", "sa", "vel", "or", "pi", "que", "an", "ros", "bel",
-            "ti", "um", "gra",
-        ];
-        let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
-        let mut next = || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
-        let vocabulary: Vec<String> = (0..4096)
-            .map(|_| {
-                let n = 1 + next() % 4;
-                (0..n).map(|_| syllables[(next() % 16) as usize]).collect()
-            })
-            .collect();
-        let mut out = Vec::with_capacity((mb << 20) as usize + 64);
-        while out.len() < (mb << 20) as usize {
-            let r = next();
-            out.extend_from_slice(vocabulary[(r % 4096) as usize].as_bytes());
-            out.push(if (r >> 20) % 12 == 0 { b'\n' } else { b' ' });
-        }
-        out.truncate((mb << 20) as usize);
-        std::fs::write(&path, &out)?;
-        Ok(path)
+        pigz_input(&self.dir, self.sizes.pigz_mb)
     }
 
     /// The command that runs `program args` under a recorder, in launch mode.
@@ -1628,6 +1594,44 @@ pub fn run_record(args: &[String]) -> Result<()> {
         bail!("no run succeeded");
     }
     Ok(())
+}
+
+/// `mb` MiB of seeded pseudo-random words in `dir` (made once): pigz's input.
+pub(crate) fn pigz_input(dir: &Path, mb: u64) -> Result<PathBuf> {
+    let path = dir.join(format!("pigz-input-{mb}M.txt"));
+    if std::fs::metadata(&path).is_ok_and(|m| m.len() == mb << 20) {
+        return Ok(path);
+    }
+    eprintln!(
+        "bench: generating {} ({mb} MiB of seeded pseudo-random words)",
+        path.display()
+    );
+    let syllables = [
+        "ka", "lo", "mir", "ten", "du", "sa", "vel", "or", "pi", "que", "an", "ros", "bel", "ti",
+        "um", "gra",
+    ];
+    let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    let vocabulary: Vec<String> = (0..4096)
+        .map(|_| {
+            let n = 1 + next() % 4;
+            (0..n).map(|_| syllables[(next() % 16) as usize]).collect()
+        })
+        .collect();
+    let mut out = Vec::with_capacity((mb << 20) as usize + 64);
+    while out.len() < (mb << 20) as usize {
+        let r = next();
+        out.extend_from_slice(vocabulary[(r % 4096) as usize].as_bytes());
+        out.push(if (r >> 20) % 12 == 0 { b'\n' } else { b' ' });
+    }
+    out.truncate((mb << 20) as usize);
+    std::fs::write(&path, &out)?;
+    Ok(path)
 }
 
 #[cfg(test)]

@@ -207,6 +207,17 @@ fn parse_seeds(text: &str) -> Result<Vec<u64>> {
     Ok((1..=n).collect())
 }
 
+/// Every program of the suite compiled (target/eval/bin): name, binary, whether
+/// it is a control. For benchmarks that run the suite's programs.
+pub(crate) fn suite_binaries() -> Result<Vec<(String, PathBuf, bool)>> {
+    let suite = manifest()?;
+    let binaries = build_suite(&suite.iter().collect::<Vec<_>>())?;
+    Ok(suite
+        .into_iter()
+        .filter_map(|p| Some((p.name.clone(), binaries.get(&p.name)?.clone(), p.control)))
+        .collect())
+}
+
 /// Compiles each program into target/eval/bin; returns name → binary.
 fn build_suite(programs: &[&Program]) -> Result<BTreeMap<String, PathBuf>> {
     let dir = crate::root().join("target/eval/bin");

@@ -12,6 +12,7 @@ use anyhow::{bail, Context, Result};
 
 mod bench;
 mod bench_analysis;
+mod bench_discover;
 mod bench_hunt;
 mod bench_record;
 mod bench_watch;

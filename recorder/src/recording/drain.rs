@@ -362,6 +362,11 @@ pub(crate) struct DrainState {
     objects: std::collections::HashSet<u64>,
     /// Watched members and elements: (module, link-time address) → name.
     watch_names: HashMap<(PathBuf, u64), String>,
+    /// The main binary's DWARF variables being read ahead ([`Self::prepare_data_names`]).
+    prepared_names: Option<(
+        PathBuf,
+        std::thread::JoinHandle<Option<crate::watch::Resolver>>,
+    )>,
 }
 
 /// Most distinct accessed addresses the drain keeps to name (a program touching
@@ -400,6 +405,7 @@ impl DrainState {
             objects: std::collections::HashSet::new(),
             watched: std::collections::HashSet::new(),
             watch_names: HashMap::new(),
+            prepared_names: None,
         })
     }
 
@@ -490,6 +496,21 @@ impl DrainState {
 
     /// Names the events of watched members and elements take (module, link-time
     /// address, name), from the watch specs.
+    /// Starts reading `binary`'s DWARF variables on a thread, for [`Self::data_names`].
+    pub(crate) fn prepare_data_names(&mut self, binary: &std::path::Path) {
+        let path = binary.to_path_buf();
+        let reading = std::thread::Builder::new()
+            .name("ordo-names".into())
+            .spawn(move || {
+                let mut resolver = crate::watch::Resolver::new(&path, &[]).ok()?;
+                resolver.read_variables();
+                Some(resolver)
+            });
+        if let Ok(reading) = reading {
+            self.prepared_names = Some((binary.to_path_buf(), reading));
+        }
+    }
+
     pub(crate) fn name_watches(&mut self, names: &[(PathBuf, u64, String)]) {
         for (module, vaddr, name) in names {
             let module = std::fs::canonicalize(module).unwrap_or_else(|_| module.clone());
@@ -500,7 +521,7 @@ impl DrainState {
     /// Names of the discovered accesses' addresses that are members or elements
     /// of a variable of the main binary (`conn.buf`), from its DWARF types: the
     /// trace, `dump`, `analyze` and schedules then say what a `--watch` spec would.
-    fn data_names(&self) -> Vec<ordo_trace::schema::DataName> {
+    fn data_names(&mut self) -> Vec<ordo_trace::schema::DataName> {
         if self.accessed.is_empty() && self.watch_names.is_empty() {
             return Vec::new();
         }
@@ -535,10 +556,16 @@ impl DrainState {
         }
         let main = self.modules.first().map(|m| m.path.clone());
         let addresses = main.as_ref().and_then(|m| by_module.remove(m));
-        let resolver = main
-            .as_ref()
-            .filter(|_| addresses.is_some())
-            .and_then(|m| crate::watch::Resolver::new(std::path::Path::new(m), &[]).ok());
+        let prepared = self.prepared_names.take().and_then(|(binary, reading)| {
+            let same = main.as_ref().is_some_and(|m| {
+                std::fs::canonicalize(m)
+                    .is_ok_and(|m| std::fs::canonicalize(&binary).is_ok_and(|b| b == m))
+            });
+            same.then(|| reading.join().ok().flatten()).flatten()
+        });
+        let resolver = main.as_ref().filter(|_| addresses.is_some()).and_then(|m| {
+            prepared.or_else(|| crate::watch::Resolver::new(std::path::Path::new(m), &[]).ok())
+        });
         if let (Some(addresses), Some(mut resolver)) = (addresses, resolver) {
             names.extend(addresses.into_iter().filter_map(|(addr, vaddr)| {
                 Some(ordo_trace::schema::DataName {

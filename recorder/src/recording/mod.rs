@@ -76,6 +76,11 @@ pub struct RecordOptions {
     /// Whether an existing file at `output` may be replaced (`ordo record --force`).
     /// True for traces whose path the caller chose itself (replay, hunt).
     pub replace_existing: bool,
+    /// The main binary whose DWARF names the members and elements that discovered
+    /// accesses touch (`Footer::data_names`): read on a thread of its own from the
+    /// start, so the trace's end does not wait for it (a Rust binary's debug info,
+    /// std's included, took ~35 ms to read).
+    pub name_data_of: Option<PathBuf>,
 }
 
 impl RecordOptions {
@@ -97,6 +102,7 @@ impl RecordOptions {
             inproc: None,
             inputs: Vec::new(),
             replace_existing: true,
+            name_data_of: None,
         }
     }
 }
@@ -289,6 +295,9 @@ impl Recording {
         let ring = probes.take_ring()?;
         let mut state = DrainState::new(pid, writer, options.output.clone())?;
         state.name_watches(&options.watch_names);
+        if let Some(binary) = &options.name_data_of {
+            state.prepare_data_names(binary);
+        }
         if options.attached {
             state.adopt_existing_threads();
         }

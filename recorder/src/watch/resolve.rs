@@ -366,6 +366,14 @@ impl Resolver {
         Ok(Resolver { paths, modules })
     }
 
+    /// Reads the main binary's DWARF variables now (what [`Resolver::part_name`]
+    /// needs), so a resolver made ahead of time answers at once later.
+    pub fn read_variables(&mut self) {
+        if let Some(main) = self.module(0) {
+            main.dwarf_candidates();
+        }
+    }
+
     fn module(&mut self, index: usize) -> Option<&mut Module> {
         if self.modules[index].is_none() {
             self.modules[index] = Module::load(&self.paths[index]).ok();

@@ -1,0 +1,155 @@
+//! `cargo xtask bench discover`: what discovering shared memory costs (issue 25:
+//! ≤ 20× a plain run on the eval programs). For every program of the eval suite,
+//! interleaved repetitions of the program alone, `ordo record` and `ordo record
+//! --discover` (wall time of the whole command, as a user waits for it); then
+//! Debian's pigz compressing 64 MiB with 2 threads, a larger program. Medians.
+//! Results go to `bench/results/discover-YYYYMMDD-HHMMSS.json`.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use serde_json::json;
+
+const REPS: usize = 5;
+/// The issue's target: discovery ≤ this many times a plain run.
+const TARGET: f64 = 20.0;
+const PIGZ_MB: u64 = 64;
+const RUN_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+/// Wall time of `cmd` in seconds (any exit status: bug programs may fail). A run
+/// still going after [`RUN_LIMIT`] (a bug program that deadlocked by itself) is
+/// killed, and its time counts as is.
+fn time(cmd: &mut Command) -> Result<f64> {
+    let started = Instant::now();
+    let mut child = cmd
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .with_context(|| format!("run {cmd:?}"))?;
+    let pid = child.id() as i32;
+    let (done, finished) = std::sync::mpsc::channel::<()>();
+    let watchdog = std::thread::spawn(move || {
+        if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = finished.recv_timeout(RUN_LIMIT) {
+            // SAFETY: kill has no memory effects; the child is not reaped yet.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+    });
+    child.wait()?;
+    let elapsed = started.elapsed().as_secs_f64();
+    drop(done);
+    let _ = watchdog.join();
+    Ok(elapsed)
+}
+
+/// Medians of (program alone, `ordo record`, `ordo record --discover`).
+fn measure(ordo: &Path, dir: &Path, program: &Path, args: &[&str]) -> Result<[f64; 3]> {
+    let trace = dir.join("bench.ordo");
+    let record = |discover: bool| {
+        let mut c = Command::new(ordo);
+        c.args(["record", "--force", "-o"]).arg(&trace);
+        if discover {
+            c.arg("--discover");
+        }
+        c.arg("--").arg(program).args(args);
+        c
+    };
+    let mut times: [Vec<f64>; 3] = Default::default();
+    for _ in 0..REPS {
+        times[0].push(time(Command::new(program).args(args))?);
+        times[1].push(time(&mut record(false))?);
+        times[2].push(time(&mut record(true))?);
+    }
+    Ok(times.map(median))
+}
+
+pub fn run_discover() -> Result<()> {
+    let ordo = crate::ordo_release()?;
+    let dir = crate::root().join("target/bench/discover");
+    std::fs::create_dir_all(&dir)?;
+    let programs = crate::eval::suite_binaries()?;
+    println!(
+        "bench discover: wall time of the program, `ordo record` and `ordo record --discover`, median of {REPS} interleaved runs"
+    );
+    println!(
+        "  {:<30} {:>9} {:>9} {:>9} {:>10} {:>10}",
+        "program", "alone", "record", "discover", "÷ alone", "÷ record"
+    );
+    let mut rows = Vec::new();
+    let mut line = |name: &str, [alone, record, discover]: [f64; 3]| {
+        println!(
+            "  {name:<30} {:>6.1} ms {:>6.1} ms {:>6.1} ms {:>9.1}× {:>9.2}×",
+            alone * 1e3,
+            record * 1e3,
+            discover * 1e3,
+            discover / alone,
+            discover / record
+        );
+        rows.push(json!({
+            "program": name,
+            "alone_ms": alone * 1e3,
+            "record_ms": record * 1e3,
+            "discover_ms": discover * 1e3,
+        }));
+        discover / alone
+    };
+    let mut worst: Option<(f64, String)> = None;
+    let mut ratios = Vec::new();
+    for (name, binary, _control) in &programs {
+        let ratio = line(name, measure(&ordo, &dir, binary, &[])?);
+        ratios.push(ratio);
+        if worst.as_ref().is_none_or(|(w, _)| ratio > *w) {
+            worst = Some((ratio, name.clone()));
+        }
+    }
+    let pigz = Command::new("pigz").arg("--version").output().is_ok();
+    if pigz {
+        let input = crate::bench_record::pigz_input(&dir, PIGZ_MB)?;
+        let input = input.to_string_lossy().into_owned();
+        line(
+            &format!("pigz -p 2, {PIGZ_MB} MiB"),
+            measure(
+                &ordo,
+                &dir,
+                Path::new("/usr/bin/pigz"),
+                &["-p", "2", "-c", "-k", &input],
+            )?,
+        );
+    } else {
+        println!("  pigz: not installed (apt install pigz), not measured");
+    }
+    let (worst_ratio, worst_name) = worst.context("the eval suite has no programs")?;
+    let within = ratios.iter().filter(|r| **r <= TARGET).count();
+    println!(
+        "issue 25: discovery ≤ {TARGET}× a plain run on the eval programs: {within} of {} within; median {:.1}×, worst {worst_ratio:.1}× ({worst_name}) — {}",
+        ratios.len(),
+        median(ratios.clone()),
+        if worst_ratio <= TARGET { "met" } else { "missed" }
+    );
+    let results = crate::root().join("bench/results");
+    std::fs::create_dir_all(&results)?;
+    let stamp = Command::new("date")
+        .args(["-u", "+%Y%m%d-%H%M%S"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())?;
+    let path = results.join(format!("discover-{stamp}.json"));
+    std::fs::write(
+        &path,
+        serde_json::to_string_pretty(&json!({
+            "benchmark": "discover",
+            "reps": REPS,
+            "rows": rows,
+            "target_ratio": TARGET,
+            "within_target": within,
+            "programs": ratios.len(),
+        }))?,
+    )?;
+    println!("results: {}", path.display());
+    Ok(())
+}
