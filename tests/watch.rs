@@ -513,6 +513,84 @@ fn a_value_handed_over_by_unpark_and_park_gives_no_race() {
     assert_eq!(parker_events(&trace).len(), 2);
 }
 
+/// Issue 26: values handed over through std's channels give no race: each
+/// `send` (out of line, one instance per flavor and message type) is an atomic
+/// read-modify-write of its channel before the message is published, each
+/// `recv`'s return an atomic read of it, so a send happens before the receive
+/// that takes it. The program meets every flavor (unbounded, bounded,
+/// rendezvous) and both registers std passes the channel in (a large message's
+/// `send` and most `recv`s return their result through memory). Reading a value
+/// before receiving its message races. A recorded replay (breakpoints) sees the
+/// same.
+#[test]
+fn values_sent_through_rust_channels_give_no_race() {
+    if !common::have_root("values_sent_through_rust_channels_give_no_race") {
+        return;
+    }
+    let _registers = common::debug_registers();
+    let program = common::build_rust_program("rust_channel_handoff");
+    let dir = common::scratch("watch_rust_channel_handoff");
+    let watched = [
+        "rust_channel_handoff::SMALL",
+        "rust_channel_handoff::BOUNDED",
+        "rust_channel_handoff::BIG",
+        "rust_channel_handoff::RENDEZVOUS",
+    ];
+    // (thread, kind, channel) of the channels' events, in trace order.
+    let channel_events = |trace: &Path| -> Vec<(String, String, String)> {
+        common::dump_json(trace)
+            .iter()
+            .filter(|e| e["atomic"] == true)
+            .filter(|e| {
+                e["site"].as_str().is_some_and(|s| {
+                    s.contains("std::sync::mpmc::") || s.contains("rust_channel_handoff::main (")
+                })
+            })
+            .map(|e| {
+                (
+                    e["thread"].to_string(),
+                    e["kind"].to_string(),
+                    e["addr"].to_string(),
+                )
+            })
+            .collect()
+    };
+    for racy in [false, true] {
+        let trace = dir.join(format!("racy-{racy}.ordo"));
+        let args: &[&str] = if racy { &["racy"] } else { &[] };
+        assert_eq!(
+            record_watching_all_hw(&watched, &trace, &program, args),
+            "89"
+        );
+        let events = channel_events(&trace);
+        let sends: Vec<_> = events.iter().filter(|e| e.1 == "\"rmw\"").collect();
+        let receives: Vec<_> = events.iter().filter(|e| e.1 == "\"read\"").collect();
+        assert_eq!((sends.len(), receives.len()), (4, 4), "{events:?}");
+        let mut channels: Vec<&String> = sends.iter().map(|e| &e.2).collect();
+        channels.sort();
+        channels.dedup();
+        assert_eq!(channels.len(), 4, "four channels: {events:?}");
+        for r in &receives {
+            assert!(
+                sends.iter().any(|s| s.2 == r.2 && s.0 != r.0),
+                "each receive reads a channel the other thread sent on: {events:?}"
+            );
+        }
+        if racy {
+            assert!(races(&trace) > 0, "the read before its message races");
+        } else {
+            assert_eq!(races(&trace), 0, "every value read after its message");
+        }
+    }
+    let schedule = dir.join("none.sched");
+    std::fs::write(&schedule, "# no ordering\n").unwrap();
+    let trace = dir.join("replayed.ordo");
+    let (_, outcome) =
+        common::replay_json(&["--record", trace.to_str().unwrap()], &schedule, &program);
+    assert_eq!(outcome["verdict"], "passed", "{outcome}");
+    assert_eq!(channel_events(&trace).len(), 8);
+}
+
 /// Issue 26: `Mutex::try_lock`, inlined, is recorded as `pthread_mutex_trylock`
 /// is — a success a `mutex_lock` via `try`, a failure a `mutex_lock_failed` —
 /// so a counter updated only under a lock `try_lock` got gives no race (the

@@ -34,13 +34,14 @@ use iced_x86::{
 };
 use object::{Object, ObjectSymbol, RelocationTarget, SymbolKind};
 use ordo_probe_common::inproc::{
-    SoftSite, SOFT_RUST_BARRIER_LEAVE, SOFT_RUST_BARRIER_WAIT, SOFT_RUST_COND_BROADCAST,
-    SOFT_RUST_COND_SIGNAL, SOFT_RUST_COND_WAIT, SOFT_RUST_COND_WAIT_TIMED, SOFT_RUST_LOCK_FAST,
-    SOFT_RUST_LOCK_GATE, SOFT_RUST_LOCK_SLOW, SOFT_RUST_ONCE_CHECK, SOFT_RUST_ONCE_DONE,
-    SOFT_RUST_ONCE_ENTER, SOFT_RUST_ONCE_LEAVE, SOFT_RUST_ONCE_LOAD, SOFT_RUST_PARK_LEAVE,
-    SOFT_RUST_PARK_TOKEN, SOFT_RUST_READ_CONTENDED, SOFT_RUST_READ_FAST, SOFT_RUST_READ_GATE,
-    SOFT_RUST_RW_UNLOCK, SOFT_RUST_TRY_FAST, SOFT_RUST_TRY_GATE, SOFT_RUST_UNLOCK,
-    SOFT_RUST_UNPARK, SOFT_RUST_WRITE_CONTENDED, SOFT_RUST_WRITE_FAST, SOFT_RUST_WRITE_GATE,
+    SoftSite, SOFT_RUST_BARRIER_LEAVE, SOFT_RUST_BARRIER_WAIT, SOFT_RUST_CHAN_RECEIVED,
+    SOFT_RUST_CHAN_RECV, SOFT_RUST_CHAN_SEND, SOFT_RUST_COND_BROADCAST, SOFT_RUST_COND_SIGNAL,
+    SOFT_RUST_COND_WAIT, SOFT_RUST_COND_WAIT_TIMED, SOFT_RUST_LOCK_FAST, SOFT_RUST_LOCK_GATE,
+    SOFT_RUST_LOCK_SLOW, SOFT_RUST_ONCE_CHECK, SOFT_RUST_ONCE_DONE, SOFT_RUST_ONCE_ENTER,
+    SOFT_RUST_ONCE_LEAVE, SOFT_RUST_ONCE_LOAD, SOFT_RUST_PARK_LEAVE, SOFT_RUST_PARK_TOKEN,
+    SOFT_RUST_READ_CONTENDED, SOFT_RUST_READ_FAST, SOFT_RUST_READ_GATE, SOFT_RUST_RW_UNLOCK,
+    SOFT_RUST_TRY_FAST, SOFT_RUST_TRY_GATE, SOFT_RUST_UNLOCK, SOFT_RUST_UNPARK,
+    SOFT_RUST_WRITE_CONTENDED, SOFT_RUST_WRITE_FAST, SOFT_RUST_WRITE_GATE,
 };
 use ordo_probe_common::{reg, via};
 
@@ -88,6 +89,10 @@ pub struct RustLockPlan {
     pub unparks: usize,
     /// std's `thread::park` functions found.
     pub parks: usize,
+    /// Instances of the unbounded channel's `send` found (`mpsc::channel`).
+    pub sends: usize,
+    /// Instances of the unbounded channel's `recv` found.
+    pub receives: usize,
     /// A Rust binary without its symbol table: none of the above can be found.
     pub stripped_rust: bool,
 }
@@ -123,9 +128,12 @@ pub fn plan_rust_locks(path: &Path) -> Result<RustLockPlan> {
     let rw = RwPaths::of(&file);
     let once = OncePaths::of(&file);
     let parking = Parking::of(&file);
+    let channels = channel_functions(&file);
     let slow = match slow_paths(&file) {
         Some(slow) => slow,
-        None if rw.is_some() || once.is_some() || parking.is_some() => SlowPaths::none(),
+        None if rw.is_some() || once.is_some() || parking.is_some() || !channels.is_empty() => {
+            SlowPaths::none()
+        }
         None => {
             return Ok(RustLockPlan {
                 stripped_rust: is_stripped_rust(&file),
@@ -341,6 +349,28 @@ pub fn plan_rust_locks(path: &Path) -> Result<RustLockPlan> {
             .extend(returns_of(&file, address, size, SOFT_RUST_BARRIER_LEAVE));
         plan.barriers += 1;
     }
+    for &(address, size, send) in &channels {
+        let (entry, leave) = if send {
+            (SOFT_RUST_CHAN_SEND, None)
+        } else {
+            (SOFT_RUST_CHAN_RECV, Some(SOFT_RUST_CHAN_RECEIVED))
+        };
+        let Some(mut site) = entry_site(&file, address, entry) else {
+            continue;
+        };
+        site.base = if returns_its_first_argument(&file, address, size) {
+            reg::RSI
+        } else {
+            reg::RDI
+        };
+        plan.sites.push(site);
+        if let Some(leave) = leave {
+            plan.sites.extend(returns_of(&file, address, size, leave));
+            plan.receives += 1;
+        } else {
+            plan.sends += 1;
+        }
+    }
     for (address, access) in condvar_functions(&file) {
         if let Some(site) = entry_site(&file, address, access) {
             plan.sites.push(site);
@@ -350,6 +380,93 @@ pub fn plan_rust_locks(path: &Path) -> Result<RustLockPlan> {
     plan.sites.sort_by_key(|s| s.ip);
     plan.sites.dedup_by_key(|s| s.ip);
     Ok(plan)
+}
+
+/// The instances of std's channels' functions that send or take a message (one
+/// per message type and flavor: `list` is `mpsc::channel`'s, `array` and `zero`
+/// `sync_channel`'s): `send` and `try_send` send, `recv` and `try_recv` take.
+/// Address, size, and whether it sends. Those inlined into their callers are not
+/// found (a `try_recv` often is), nor the flavors' `read` and `write`, whose
+/// channel argument the optimizer may drop.
+fn channel_functions(file: &object::File<'_>) -> Vec<(u64, u64, bool)> {
+    let mut out: Vec<(u64, u64, bool)> = text_symbols_naming(file, "Channel")
+        .filter(|(s, _)| s.size() > 0)
+        .filter_map(|(s, demangled)| {
+            let rest = demangled
+                .trim_start_matches('<')
+                .strip_prefix("std::sync::mpmc::")?;
+            let (flavor, rest) = rest.split_once("::Channel<")?;
+            if !matches!(flavor, "list" | "array" | "zero") {
+                return None;
+            }
+            // `…>::send`, maybe with the hash a generic instance's name keeps.
+            let (_, function) = rest.rsplit_once(">::")?;
+            match function.split("::h").next()? {
+                "send" | "try_send" => Some((s.address(), s.size(), true)),
+                "recv" | "try_recv" => Some((s.address(), s.size(), false)),
+                _ => None,
+            }
+        })
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// Whether the function at `address` returns the pointer it was given in `rdi`
+/// (the System V rule for a result returned through memory): then its own first
+/// argument, `self` for a method, is in `rsi`. Seen as a copy of `rdi` (in a
+/// register, or a slot of the frame) made before anything else writes there,
+/// moved into `rax` just before a `ret`.
+fn returns_its_first_argument(file: &object::File<'_>, address: u64, size: u64) -> bool {
+    let Some(code) = code_at(file, address, size) else {
+        return false;
+    };
+    let instructions = decoded(code, address);
+    let mut copies: HashSet<Register> = [Register::RDI].into_iter().collect();
+    let mut slots: HashSet<i64> = HashSet::new();
+    let mut written: HashSet<Register> = HashSet::new();
+    for (instr, _) in instructions.iter().take(24) {
+        let from_rdi = instr.mnemonic() == Mnemonic::Mov
+            && instr.op1_kind() == OpKind::Register
+            && instr.op1_register() == Register::RDI;
+        match instr.op0_kind() {
+            OpKind::Register if from_rdi && !written.contains(&instr.op0_register()) => {
+                copies.insert(instr.op0_register());
+            }
+            OpKind::Memory if from_rdi && instr.memory_base() == Register::RSP => {
+                slots.insert(instr.memory_displacement64() as i64);
+            }
+            _ => {}
+        }
+        // `push` reads its operand; whatever else names a register first writes it.
+        if instr.op0_kind() == OpKind::Register && instr.mnemonic() != Mnemonic::Push {
+            written.insert(instr.op0_register());
+        }
+    }
+    copies.remove(&Register::RAX);
+    let returns_a_copy = |before: &Instruction| {
+        before.mnemonic() == Mnemonic::Mov
+            && before.op0_kind() == OpKind::Register
+            && before.op0_register() == Register::RAX
+            && match before.op1_kind() {
+                OpKind::Register => copies.contains(&before.op1_register()),
+                OpKind::Memory => {
+                    before.memory_base() == Register::RSP
+                        && before.memory_index() == Register::None
+                        && slots.contains(&(before.memory_displacement64() as i64))
+                }
+                _ => false,
+            }
+    };
+    // The result written through the copy, the frame released and six pops
+    // before the `ret`.
+    instructions.iter().enumerate().any(|(k, (instr, _))| {
+        instr.code() == Code::Retnq
+            && instructions[k.saturating_sub(16)..k]
+                .iter()
+                .any(|(before, _)| returns_a_copy(before))
+    })
 }
 
 /// One out-of-line function of std's: where it is, how long, and the GOT slots
@@ -1593,6 +1710,39 @@ mod tests {
                 .iter()
                 .any(|s| s.access == SOFT_RUST_UNPARK && s.patch >= 5),
             "an unpark the jump patch can replace: {plan:?}"
+        );
+    }
+
+    #[test]
+    fn channel_sends_and_receives_of_a_release_build() {
+        let dir = tempfile::tempdir().unwrap();
+        let bin = release_build(dir.path(), "rust_channel_handoff");
+        let plan = plan_rust_locks(&bin).unwrap();
+        // A `send` and a `recv` of each flavor used: `list` for u8 and [u64; 16],
+        // `array` and `zero` for usize (and some `try_send`s, `try_recv`s).
+        assert!(plan.sends >= 4 && plan.receives >= 4, "{plan:?}");
+        let entries = |access: u8| -> Vec<u8> {
+            plan.sites
+                .iter()
+                .filter(|s| s.access == access)
+                .map(|s| s.base)
+                .collect()
+        };
+        let sends = entries(SOFT_RUST_CHAN_SEND);
+        let receives = entries(SOFT_RUST_CHAN_RECV);
+        // The large message's `send` returns its result through memory: its
+        // channel is in `rsi`; the small ones' in `rdi`.
+        assert!(
+            sends.contains(&reg::RDI) && sends.contains(&reg::RSI),
+            "{sends:?}"
+        );
+        assert!(receives.contains(&reg::RSI), "{receives:?}");
+        assert!(
+            plan.sites
+                .iter()
+                .filter(|s| s.access == SOFT_RUST_CHAN_RECEIVED)
+                .count()
+                >= 4
         );
     }
 

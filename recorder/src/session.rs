@@ -235,7 +235,7 @@ pub fn record_launched(
     };
     if options.verbose && !rust_locks.sites.is_empty() {
         say(&format!(
-            "ordo: Rust std::sync: {} inlined Mutex acquisitions, {} try_locks and {} releases, {} RwLock acquisitions and {} releases, {} Condvar and {} Barrier functions, {} inlined Once completion checks{}, {} inlined unparks and {} park functions in {}, recorded in process",
+            "ordo: Rust std::sync: {} inlined Mutex acquisitions, {} try_locks and {} releases, {} RwLock acquisitions and {} releases, {} Condvar and {} Barrier functions, {} inlined Once completion checks{}, {} inlined unparks and {} park functions, {} channel send and {} receive functions in {}, recorded in process",
             rust_locks.locks,
             rust_locks.try_locks,
             rust_locks.unlocks,
@@ -247,6 +247,8 @@ pub fn record_launched(
             if rust_locks.once_call { " and Once::call" } else { "" },
             rust_locks.unparks,
             rust_locks.parks,
+            rust_locks.sends,
+            rust_locks.receives,
             program.display()
         ));
     }

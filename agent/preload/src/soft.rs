@@ -38,7 +38,8 @@ use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering::*};
 
 use crate::probe_common::inproc::{
     SoftHeader, SoftSite, SOFT_MAGIC, SOFT_NO_GATE, SOFT_RUST_BARRIER_LEAVE,
-    SOFT_RUST_BARRIER_WAIT, SOFT_RUST_COND_BROADCAST, SOFT_RUST_COND_SIGNAL, SOFT_RUST_COND_WAIT,
+    SOFT_RUST_BARRIER_WAIT, SOFT_RUST_CHAN_RECEIVED, SOFT_RUST_CHAN_RECV, SOFT_RUST_CHAN_SEND,
+    SOFT_RUST_COND_BROADCAST, SOFT_RUST_COND_SIGNAL, SOFT_RUST_COND_WAIT,
     SOFT_RUST_COND_WAIT_TIMED, SOFT_RUST_LOCK_FAST, SOFT_RUST_LOCK_GATE, SOFT_RUST_LOCK_SLOW,
     SOFT_RUST_ONCE_CHECK, SOFT_RUST_ONCE_DONE, SOFT_RUST_ONCE_ENTER, SOFT_RUST_ONCE_LEAVE,
     SOFT_RUST_ONCE_LOAD, SOFT_RUST_PARK_LEAVE, SOFT_RUST_PARK_TOKEN, SOFT_RUST_READ_CONTENDED,
@@ -109,6 +110,9 @@ thread_local! {
     /// The parker state word this thread's `thread::park` is taking the token of
     /// ([`SOFT_RUST_PARK_TOKEN`]), until `park` returns.
     static PARKING: Cell<u64> = const { Cell::new(0) };
+    /// The channel this thread's `list::Channel::recv` receives from
+    /// ([`SOFT_RUST_CHAN_RECV`]), until it returns.
+    static RECEIVING: Cell<u64> = const { Cell::new(0) };
 }
 
 /// `Once`s completed in the run so far: a thread's list of `Once`s seen complete
@@ -316,6 +320,9 @@ fn is_rust_lock(s: &SoftSite) -> bool {
             | SOFT_RUST_PARK_LEAVE
             | SOFT_RUST_TRY_GATE
             | SOFT_RUST_TRY_FAST
+            | SOFT_RUST_CHAN_SEND
+            | SOFT_RUST_CHAN_RECV
+            | SOFT_RUST_CHAN_RECEIVED
     )
 }
 
@@ -543,6 +550,35 @@ unsafe fn rust_lock(t: &Table, s: &SoftSite, i: usize, ip: u64, ctx: *mut c_void
             PARKING.with(|p| p.set(addr));
             // SAFETY: as above.
             unsafe { *greg(ctx, GREG_RIP) = t.xol.add(i * SLOT) as i64 };
+        }
+        SOFT_RUST_CHAN_SEND => {
+            // Before the message is published: what the sender did before the
+            // send is released to every receive after it.
+            // SAFETY: the trap's context (the caller's contract); the plan names
+            // the register holding the channel.
+            let chan = unsafe { *greg(ctx, GREG_OF_REG[s.base as usize]) } as u64;
+            if recording && chan != 0 {
+                once_access(kind::RMW, chan, ip);
+            }
+            // SAFETY: as above.
+            unsafe { *greg(ctx, GREG_RIP) = t.xol.add(i * SLOT) as i64 };
+        }
+        SOFT_RUST_CHAN_RECV => {
+            // SAFETY: as above.
+            let chan = unsafe { *greg(ctx, GREG_OF_REG[s.base as usize]) } as u64;
+            RECEIVING.with(|r| r.set(chan));
+            // SAFETY: as above.
+            unsafe { *greg(ctx, GREG_RIP) = t.xol.add(i * SLOT) as i64 };
+        }
+        SOFT_RUST_CHAN_RECEIVED => {
+            // SAFETY: the trap's context (the caller's contract), at a `ret`.
+            let ret = unsafe { emulate_ret(ctx) };
+            let chan = RECEIVING.with(|r| r.replace(0));
+            if chan != 0 && recording {
+                // A message taken (or the channel found empty and closed, which
+                // this over-orders): after every send recorded before it.
+                once_access(kind::READ, chan, ret);
+            }
         }
         SOFT_RUST_PARK_LEAVE => {
             // SAFETY: the trap's context (the caller's contract), at a `ret`.

@@ -839,7 +839,7 @@ pub mod inproc {
     /// "ORDO_SFT".
     pub const SOFT_MAGIC: u64 = 0x4f52_444f_5f53_4654;
     /// Bumped whenever [`SoftHeader`] or [`SoftSite`] changes.
-    pub const SOFT_VERSION: u32 = 8;
+    pub const SOFT_VERSION: u32 = 9;
 
     /// The start of a software-breakpoint table.
     #[repr(C)]
@@ -1019,6 +1019,22 @@ pub mod inproc {
     /// `mutex_lock_failed`, as `pthread_mutex_trylock`'s. The agent emulates the
     /// branch. Never removed.
     pub const SOFT_RUST_TRY_FAST: u8 = 0xeb;
+
+    /// [`SoftSite::access`]: the first instruction of std's
+    /// `mpmc::list::Channel<T>::send` (the unbounded channel's, `mpsc::channel`),
+    /// the channel in the register [`SoftSite::base`] names (`rdi`, or `rsi` when
+    /// the instance returns its result through memory): recorded as an atomic
+    /// read-modify-write of the channel (a release) before the message is
+    /// published. Runs out of line. Never removed.
+    pub const SOFT_RUST_CHAN_SEND: u8 = 0xec;
+    /// [`SoftSite::access`]: the first instruction of std's
+    /// `mpmc::list::Channel<T>::recv` (the channel in [`SoftSite::base`]):
+    /// remembered until it returns. Runs out of line. Never removed.
+    pub const SOFT_RUST_CHAN_RECV: u8 = 0xed;
+    /// [`SoftSite::access`]: a `ret` of std's `mpmc::list::Channel<T>::recv`:
+    /// recorded as an atomic read of the channel (an acquire of every send before
+    /// it). The agent emulates the `ret`. Never removed.
+    pub const SOFT_RUST_CHAN_RECEIVED: u8 = 0xee;
 
     const _: () = assert!(core::mem::size_of::<SoftSite>() == 48);
     const _: () = assert!(core::mem::size_of::<SoftHeader>() == 24);
