@@ -352,6 +352,18 @@ fn record_watching_all_hw(
     common::printed(&out.stdout, "counter")
 }
 
+/// A recorded replay of `program` with an empty schedule (the breakpoint path of
+/// the Rust sites), which must pass; returns its trace.
+fn replayed_with_no_ordering(dir: &Path, program: &Path) -> std::path::PathBuf {
+    let schedule = dir.join("none.sched");
+    std::fs::write(&schedule, "# no ordering\n").unwrap();
+    let trace = dir.join("replayed.ordo");
+    let (_, outcome) =
+        common::replay_json(&["--record", trace.to_str().unwrap()], &schedule, program);
+    assert_eq!(outcome["verdict"], "passed", "{outcome}");
+    trace
+}
+
 /// The race findings `ordo analyze` gives on `trace`.
 fn races(trace: &Path) -> usize {
     common::findings(trace)
@@ -375,7 +387,13 @@ fn a_correctly_locked_rust_counter_gives_no_race() {
     for (args, racy) in [(&[][..], false), (&["racy"][..], true)] {
         let trace = dir.join(format!("racy-{racy}.ordo"));
         let counter = record_watching_hw("rust_locked_counter::COUNTER", &trace, &program, args);
-        assert_eq!(counter, "2000");
+        if racy {
+            // The unlocked updates can lose some (the race is real).
+            let n: u64 = counter.parse().unwrap();
+            assert!((1500..=2000).contains(&n), "{counter}");
+        } else {
+            assert_eq!(counter, "2000");
+        }
         let events = common::dump_json(&trace);
         let locks = events
             .iter()
@@ -449,12 +467,7 @@ fn values_initialized_through_rust_once_oncelock_and_lazylock_give_no_race() {
         }
     }
     // Replays reach the same sites through breakpoints.
-    let schedule = dir.join("none.sched");
-    std::fs::write(&schedule, "# no ordering\n").unwrap();
-    let trace = dir.join("replayed.ordo");
-    let (_, outcome) =
-        common::replay_json(&["--record", trace.to_str().unwrap()], &schedule, &program);
-    assert_eq!(outcome["verdict"], "passed", "{outcome}");
+    let trace = replayed_with_no_ordering(&dir, &program);
     let completions = common::dump_json(&trace)
         .iter()
         .filter(|e| e["atomic"] == true && e["kind"] == "write")
@@ -504,12 +517,7 @@ fn a_value_handed_over_by_unpark_and_park_gives_no_race() {
             assert_eq!(races, 0, "the read after the park the unpark ended");
         }
     }
-    let schedule = dir.join("none.sched");
-    std::fs::write(&schedule, "# no ordering\n").unwrap();
-    let trace = dir.join("replayed.ordo");
-    let (_, outcome) =
-        common::replay_json(&["--record", trace.to_str().unwrap()], &schedule, &program);
-    assert_eq!(outcome["verdict"], "passed", "{outcome}");
+    let trace = replayed_with_no_ordering(&dir, &program);
     assert_eq!(parker_events(&trace).len(), 2);
 }
 
@@ -582,12 +590,7 @@ fn values_sent_through_rust_channels_give_no_race() {
             assert_eq!(races(&trace), 0, "every value read after its message");
         }
     }
-    let schedule = dir.join("none.sched");
-    std::fs::write(&schedule, "# no ordering\n").unwrap();
-    let trace = dir.join("replayed.ordo");
-    let (_, outcome) =
-        common::replay_json(&["--record", trace.to_str().unwrap()], &schedule, &program);
-    assert_eq!(outcome["verdict"], "passed", "{outcome}");
+    let trace = replayed_with_no_ordering(&dir, &program);
     assert_eq!(channel_events(&trace).len(), 8);
 }
 

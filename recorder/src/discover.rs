@@ -108,6 +108,12 @@ const RUST_RUNTIME_PARTS: &[&str] = &[
     "std::sync::nonpoison::condvar::",
     "std::io::",
     "std::sync::reentrant_lock::",
+    // Recorded as what they are (`rust_locks`): a channel's send and receive, a
+    // park. Their own atomics, loaded with plain moves, would look like plain
+    // accesses racing with them, and send the hunt into std's internals.
+    "std::sync::mpmc::",
+    "std::thread::thread::Thread>::park",
+    "std::thread::park",
 ];
 
 /// Code linked into a Rust executable that never touches the program's own data:
