@@ -364,6 +364,27 @@ fn replayed_with_no_ordering(dir: &Path, program: &Path) -> std::path::PathBuf {
     trace
 }
 
+/// A recorded replay of `program` enforcing `ordering`, which must pass with the
+/// schedule held; returns its events.
+fn replayed_holding(dir: &Path, program: &Path, ordering: &str) -> Vec<Value> {
+    let schedule = dir.join("late.sched");
+    std::fs::write(&schedule, format!("{ordering}\n")).unwrap();
+    let trace = dir.join("replayed.ordo");
+    let (_, outcome) =
+        common::replay_json(&["--record", trace.to_str().unwrap()], &schedule, program);
+    assert_eq!(outcome["verdict"], "passed", "{outcome}");
+    assert_eq!(outcome["schedule_held"], true, "{outcome}");
+    common::dump_json(&trace)
+}
+
+/// The events of `kind` via `via` on `object` among `events`.
+fn count_on(events: &[Value], object: &str, kind: &str, via: &str) -> usize {
+    events
+        .iter()
+        .filter(|e| e["object"] == object && e["kind"] == kind && e["via"] == via)
+        .count()
+}
+
 /// The race findings `ordo analyze` gives on `trace`.
 fn races(trace: &Path) -> usize {
     common::findings(trace)
@@ -610,12 +631,7 @@ fn rust_try_lock_successes_and_failures_are_recorded_and_gated() {
     let program = common::build_rust_program("rust_try_locked_counter");
     let dir = common::scratch("watch_rust_try_locked_counter");
     const LOCK: &str = "rust_try_locked_counter::LOCK";
-    let on_lock = |events: &[Value], kind: &str, via: &str| {
-        events
-            .iter()
-            .filter(|e| e["object"] == LOCK && e["kind"] == kind && e["via"] == via)
-            .count()
-    };
+    let on_lock = |events: &[Value], kind: &str, via: &str| count_on(events, LOCK, kind, via);
     for racy in [false, true] {
         let trace = dir.join(format!("racy-{racy}.ordo"));
         let args: &[&str] = if racy { &["racy"] } else { &[] };
@@ -641,20 +657,81 @@ fn rust_try_lock_successes_and_failures_are_recorded_and_gated() {
             assert_eq!(races(&trace), 0, "updates under try_lock's lock");
         }
     }
-    let schedule = dir.join("late.sched");
-    std::fs::write(
-        &schedule,
-        format!("2:mutex_unlock({LOCK})#100 -> 1:mutex_lock({LOCK})#1\n"),
-    )
-    .unwrap();
-    let trace = dir.join("replayed.ordo");
-    let (_, outcome) =
-        common::replay_json(&["--record", trace.to_str().unwrap()], &schedule, &program);
-    assert_eq!(outcome["verdict"], "passed", "{outcome}");
-    assert_eq!(outcome["schedule_held"], true, "{outcome}");
-    let events = common::dump_json(&trace);
+    let events = replayed_holding(
+        &dir,
+        &program,
+        &format!("2:mutex_unlock({LOCK})#100 -> 1:mutex_lock({LOCK})#1"),
+    );
     assert_eq!(on_lock(&events, "mutex_lock", "trylock"), 300);
     assert!(on_lock(&events, "mutex_lock_failed", "trylock") >= 3);
+}
+
+/// Issue 26: `RwLock::try_read` and `try_write`, inlined (a loop of a check and a
+/// `lock cmpxchg`, no slow path), are recorded as `pthread_rwlock_tryrdlock` and
+/// `tryrwlock` are — a success an `rwlock_rdlock`/`rwlock_wrlock` via `try`, a
+/// failure (the check's exit) an `rwlock_lock_failed` — every try counted
+/// exactly, so a counter updated under the write lock and read under read locks
+/// gives no race (the build before saw none of these: the program calls no
+/// blocking `read()`); updating it without the lock races. A replay holds a
+/// writer's first successful try until a reader's fiftieth release.
+#[test]
+fn rust_try_read_and_try_write_are_recorded_and_gated() {
+    if !common::have_root("rust_try_read_and_try_write_are_recorded_and_gated") {
+        return;
+    }
+    let _registers = common::debug_registers();
+    let program = common::build_rust_program("rust_try_rwlock");
+    let dir = common::scratch("watch_rust_try_rwlock");
+    const LOCK: &str = "rust_try_rwlock::LOCK";
+    let on_lock = |events: &[Value], kind: &str, via: &str| count_on(events, LOCK, kind, via);
+    for racy in [false, true] {
+        let trace = dir.join(format!("racy-{racy}.ordo"));
+        let args: &[&str] = if racy { &["racy"] } else { &[] };
+        let counter = record_watching_hw("rust_try_rwlock::COUNTER", &trace, &program, args);
+        let (counted, failed) = counter
+            .split_once(" after ")
+            .and_then(|(n, rest)| Some((n, rest.strip_suffix(" failed tries")?)))
+            .and_then(|(n, f)| Some((n.parse::<u64>().ok()?, f.parse::<usize>().ok()?)))
+            .unwrap_or_else(|| panic!("the program printed `counter {counter}`"));
+        assert!(racy || counted == 200, "{counter}");
+        // Each worker's try while `main` held the lock failed.
+        assert!(failed >= 4, "{counter}");
+        let events = common::dump_json(&trace);
+        let writes = if racy { 100 } else { 200 };
+        assert_eq!(on_lock(&events, "rwlock_lock_failed", "trylock"), failed);
+        assert_eq!(on_lock(&events, "rwlock_wrlock", "trylock"), writes);
+        assert_eq!(on_lock(&events, "rwlock_rdlock", "trylock"), 200);
+        let unlocks = events
+            .iter()
+            .filter(|e| e["object"] == LOCK && e["kind"] == "rwlock_unlock")
+            .count();
+        assert_eq!(unlocks, writes + 200 + 1, "main's write lock too");
+        if racy {
+            assert!(races(&trace) > 0, "the unlocked updates race");
+        } else {
+            assert_eq!(races(&trace), 0, "updates under try_write's lock");
+        }
+    }
+    let events = replayed_holding(
+        &dir,
+        &program,
+        &format!("3:rwlock_unlock({LOCK})#50 -> 1:rwlock_wrlock({LOCK})#1"),
+    );
+    assert_eq!(on_lock(&events, "rwlock_wrlock", "trylock"), 200);
+    assert_eq!(on_lock(&events, "rwlock_rdlock", "trylock"), 200);
+    let position = |thread: &str, kind: &str, nth: usize| {
+        events
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| e["object"] == LOCK && e["thread"] == thread && e["kind"] == kind)
+            .nth(nth - 1)
+            .map(|(i, _)| i)
+            .unwrap_or_else(|| panic!("thread {thread}'s {kind} #{nth}"))
+    };
+    assert!(
+        position("1", "rwlock_wrlock", 1) > position("3", "rwlock_unlock", 50),
+        "the writer's first success held until the reader's fiftieth release"
+    );
 }
 
 /// Issue 26: the same with a `std::sync::RwLock` — writers increment under its

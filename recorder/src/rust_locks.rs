@@ -40,7 +40,8 @@ use ordo_probe_common::inproc::{
     SOFT_RUST_LOCK_SLOW, SOFT_RUST_ONCE_CHECK, SOFT_RUST_ONCE_DONE, SOFT_RUST_ONCE_ENTER,
     SOFT_RUST_ONCE_LEAVE, SOFT_RUST_ONCE_LOAD, SOFT_RUST_PARK_LEAVE, SOFT_RUST_PARK_TOKEN,
     SOFT_RUST_READ_CONTENDED, SOFT_RUST_READ_FAST, SOFT_RUST_READ_GATE, SOFT_RUST_RW_UNLOCK,
-    SOFT_RUST_TRY_FAST, SOFT_RUST_TRY_GATE, SOFT_RUST_UNLOCK, SOFT_RUST_UNPARK,
+    SOFT_RUST_TRY_FAST, SOFT_RUST_TRY_GATE, SOFT_RUST_TRY_READ_CHECK, SOFT_RUST_TRY_READ_FAST,
+    SOFT_RUST_TRY_WRITE_CHECK, SOFT_RUST_TRY_WRITE_FAST, SOFT_RUST_UNLOCK, SOFT_RUST_UNPARK,
     SOFT_RUST_WRITE_CONTENDED, SOFT_RUST_WRITE_FAST, SOFT_RUST_WRITE_GATE,
 };
 use ordo_probe_common::{reg, via};
@@ -85,6 +86,8 @@ pub struct RustLockPlan {
     pub once_call: bool,
     /// Inlined `Mutex::try_lock`s found.
     pub try_locks: usize,
+    /// Inlined `RwLock::try_read`s and `try_write`s found.
+    pub rw_tries: usize,
     /// Inlined `Thread::unpark`s found.
     pub unparks: usize,
     /// std's `thread::park` functions found.
@@ -493,7 +496,7 @@ struct RwPaths {
 
 impl RwPaths {
     /// `read_contended`, `write_contended` and `wake_writer_or_readers`, if the
-    /// binary has all three.
+    /// binary has the last (an absent slow path has address 0).
     fn of(file: &object::File<'_>) -> Option<RwPaths> {
         let mut found: [Option<OutOfLine>; 3] = Default::default();
         for (s, demangled) in text_symbols_naming(file, "RwLock") {
@@ -515,9 +518,18 @@ impl RwPaths {
                 });
             }
         }
-        let [Some(mut read), Some(mut write), Some(mut wake)] = found else {
+        // A program may use only some of the lock's operations: an absent slow
+        // path is one no call reaches. The release's wake-up is always there when
+        // any lock is (std's own panic hook takes one).
+        let [read, write, Some(mut wake)] = found else {
             return None;
         };
+        let absent = || OutOfLine {
+            address: 0,
+            size: 0,
+            slots: HashSet::new(),
+        };
+        let (mut read, mut write) = (read.unwrap_or_else(absent), write.unwrap_or_else(absent));
         if let Some(relocations) = file.dynamic_relocations() {
             for (slot, r) in relocations {
                 if r.target() != RelocationTarget::Absolute {
@@ -525,7 +537,7 @@ impl RwPaths {
                 }
                 let addend = r.addend() as u64;
                 for f in [&mut read, &mut write, &mut wake] {
-                    if addend == f.address {
+                    if addend == f.address && addend != 0 {
                         f.slots.insert(slot);
                     }
                 }
@@ -618,6 +630,18 @@ fn plan_rwlocks(
                             plan.sites.extend(sites);
                             plan.rw_locks += 1;
                         }
+                    } else if kind.is_none() {
+                        plan_try_rw(
+                            file,
+                            code,
+                            start,
+                            (&cas, cas_bytes),
+                            (&instr, bytes),
+                            read_only,
+                            is_std_static,
+                            info,
+                            plan,
+                        );
                     }
                 }
             }
@@ -640,6 +664,79 @@ fn plan_rwlocks(
             }
         }
     }
+}
+
+/// The sites of an inlined `RwLock::try_read` or `try_write` whose `lock cmpxchg`
+/// is `cas` and whose next instruction `branch` is a `jne` back to the loop's
+/// check: at the check, `cmp r32, imm` and `ja F` (a read: too many readers or a
+/// writer) or `test r32, imm` and `jne F` (a write: held by anyone), `F` past the
+/// loop; the success side reads the poison flag 8 bytes past the lock word. Sites:
+/// the `cmpxchg` (gated in replays, [`SOFT_RUST_READ_GATE`]/`WRITE_GATE`), the
+/// `jne` ([`SOFT_RUST_TRY_READ_FAST`]/`WRITE_FAST`) and the check's exit
+/// ([`SOFT_RUST_TRY_READ_CHECK`]/`WRITE_CHECK`), all with the `cmpxchg`'s operand.
+#[allow(
+    clippy::too_many_arguments,
+    reason = "the planners share the read-only ranges, the std-static test and the decoder cache"
+)]
+fn plan_try_rw(
+    file: &object::File<'_>,
+    code: &[u8],
+    start: u64,
+    (cas, cas_bytes): (&Instruction, &[u8]),
+    (branch, branch_bytes): (&Instruction, &[u8]),
+    read_only: &[(u64, u64)],
+    is_std_static: &dyn Fn(&SoftSite) -> bool,
+    info: &mut InstructionInfoFactory,
+    plan: &mut RustLockPlan,
+) {
+    if branch.mnemonic() != Mnemonic::Jne || branch.near_branch_target() >= cas.ip() {
+        return;
+    }
+    let head = branch.near_branch_target();
+    let Some(at) = head.checked_sub(start).map(|o| o as usize) else {
+        return;
+    };
+    let Some(loop_code) = code.get(at..) else {
+        return;
+    };
+    let mut decoder = Decoder::with_ip(64, loop_code, head, DecoderOptions::NONE);
+    let check = decoder.decode();
+    let exit_at = (decoder.ip() - start) as usize;
+    let exit = decoder.decode();
+    let reg_imm = check.op0_kind() == OpKind::Register
+        && matches!(
+            check.op1_kind(),
+            OpKind::Immediate32 | OpKind::Immediate8to32
+        );
+    let (fast, check_kind) = match (check.mnemonic(), exit.mnemonic()) {
+        (Mnemonic::Cmp, Mnemonic::Ja) if reg_imm => {
+            (SOFT_RUST_TRY_READ_FAST, SOFT_RUST_TRY_READ_CHECK)
+        }
+        (Mnemonic::Test, Mnemonic::Jne) if reg_imm => {
+            (SOFT_RUST_TRY_WRITE_FAST, SOFT_RUST_TRY_WRITE_CHECK)
+        }
+        _ => return,
+    };
+    if exit.near_branch_target() <= branch.ip() || !reads_flag_at(file, branch.next_ip(), cas, 8) {
+        return;
+    }
+    let offsets = constant_offsets(cas_bytes, cas.ip());
+    let Some(operand) = site_of(cas, cas_bytes, &offsets, read_only, info) else {
+        return;
+    };
+    if is_std_static(&operand) {
+        return;
+    }
+    let gate = if fast == SOFT_RUST_TRY_READ_FAST {
+        SOFT_RUST_READ_GATE
+    } else {
+        SOFT_RUST_WRITE_GATE
+    };
+    let exit_bytes = &code[exit_at..exit_at + exit.len()];
+    let [gate_site, fast_site] = acquisition_sites(operand, branch, branch_bytes, gate, fast);
+    let [_, check_site] = acquisition_sites(operand, &exit, exit_bytes, gate, check_kind);
+    plan.sites.extend([gate_site, fast_site, check_site]);
+    plan.rw_tries += 1;
 }
 
 /// The text symbols of `file` whose mangled name contains `part` (a cheap filter
@@ -894,6 +991,14 @@ fn plan_try_locks(
 /// conditional branches, before any other change of flow), the byte 4 past the
 /// word `cas` compares and exchanges: a std `Mutex`'s poison flag.
 fn reads_poison_flag(file: &object::File<'_>, from: u64, cas: &Instruction) -> bool {
+    reads_flag_at(file, from, cas, 4)
+}
+
+/// Whether the code from `from` reads, within [`POISON_REACH`] instructions (over
+/// conditional branches, before any other change of flow), the byte `offset` past
+/// the word `cas` compares and exchanges (a std lock's poison flag: 4 past a
+/// `Mutex`'s word, 8 past an `RwLock`'s).
+fn reads_flag_at(file: &object::File<'_>, from: u64, cas: &Instruction, offset: u64) -> bool {
     let Some(code) = code_at(file, from, 96) else {
         return false;
     };
@@ -908,12 +1013,13 @@ fn reads_poison_flag(file: &object::File<'_>, from: u64, cas: &Instruction) -> b
         {
             let same = if cas.is_ip_rel_memory_operand() {
                 instr.is_ip_rel_memory_operand()
-                    && instr.ip_rel_memory_address() == cas.ip_rel_memory_address() + 4
+                    && instr.ip_rel_memory_address() == cas.ip_rel_memory_address() + offset
             } else {
                 instr.memory_base() == cas.memory_base()
                     && instr.memory_index() == cas.memory_index()
                     && instr.memory_index_scale() == cas.memory_index_scale()
-                    && instr.memory_displacement64() == cas.memory_displacement64().wrapping_add(4)
+                    && instr.memory_displacement64()
+                        == cas.memory_displacement64().wrapping_add(offset)
             };
             if same {
                 return true;
@@ -1623,7 +1729,9 @@ mod tests {
             .iter()
             .filter(|s| s.access == SOFT_RUST_LOCK_SLOW)
             .count();
-        assert_eq!(slow, 1, "lock_contended returns once");
+        // `lock_contended` returns once; `read_contended` (std's panic hook's
+        // lock is an `RwLock`) may add its own.
+        assert!((1..=2).contains(&slow), "{slow} slow-path returns");
         // A C program has none.
         let c = dir.path().join("c");
         std::fs::write(dir.path().join("c.c"), "int main(void) { return 0; }\n").unwrap();
@@ -1711,6 +1819,38 @@ mod tests {
                 .any(|s| s.access == SOFT_RUST_UNPARK && s.patch >= 5),
             "an unpark the jump patch can replace: {plan:?}"
         );
+    }
+
+    #[test]
+    fn try_read_and_try_write_of_a_release_build() {
+        let dir = tempfile::tempdir().unwrap();
+        let bin = release_build(dir.path(), "rust_try_rwlock");
+        let plan = plan_rust_locks(&bin).unwrap();
+        let of = |access: u8| plan.sites.iter().filter(|s| s.access == access).count();
+        // `attempt_read`'s `try_read` and `attempt_write`'s `try_write`.
+        assert_eq!(plan.rw_tries, 2, "{plan:?}");
+        for access in [
+            SOFT_RUST_TRY_READ_FAST,
+            SOFT_RUST_TRY_READ_CHECK,
+            SOFT_RUST_TRY_WRITE_FAST,
+            SOFT_RUST_TRY_WRITE_CHECK,
+        ] {
+            assert_eq!(of(access), 1, "{access:#x}: {plan:?}");
+        }
+        // A check's site names the loop's lock word, as its `cmpxchg`'s does.
+        let check = plan
+            .sites
+            .iter()
+            .find(|s| s.access == SOFT_RUST_TRY_READ_CHECK)
+            .unwrap();
+        let fast = plan
+            .sites
+            .iter()
+            .find(|s| s.access == SOFT_RUST_TRY_READ_FAST)
+            .unwrap();
+        assert_eq!((check.base, check.disp), (fast.base, fast.disp));
+        // Their releases, though no blocking `write()` is inlined anywhere but main.
+        assert!(plan.rw_unlocks >= 2, "{plan:?}");
     }
 
     #[test]

@@ -235,11 +235,12 @@ pub fn record_launched(
     };
     if options.verbose && !rust_locks.sites.is_empty() {
         say(&format!(
-            "ordo: Rust std::sync: {} inlined Mutex acquisitions, {} try_locks and {} releases, {} RwLock acquisitions and {} releases, {} Condvar and {} Barrier functions, {} inlined Once completion checks{}, {} inlined unparks and {} park functions, {} channel send and {} receive functions in {}, recorded in process",
+            "ordo: Rust std::sync: {} inlined Mutex acquisitions, {} try_locks and {} releases, {} RwLock acquisitions, {} try_reads/try_writes and {} releases, {} Condvar and {} Barrier functions, {} inlined Once completion checks{}, {} inlined unparks and {} park functions, {} channel send and {} receive functions in {}, recorded in process",
             rust_locks.locks,
             rust_locks.try_locks,
             rust_locks.unlocks,
             rust_locks.rw_locks,
+            rust_locks.rw_tries,
             rust_locks.rw_unlocks,
             rust_locks.condvars,
             rust_locks.barriers,

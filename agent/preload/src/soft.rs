@@ -44,8 +44,9 @@ use crate::probe_common::inproc::{
     SOFT_RUST_ONCE_CHECK, SOFT_RUST_ONCE_DONE, SOFT_RUST_ONCE_ENTER, SOFT_RUST_ONCE_LEAVE,
     SOFT_RUST_ONCE_LOAD, SOFT_RUST_PARK_LEAVE, SOFT_RUST_PARK_TOKEN, SOFT_RUST_READ_CONTENDED,
     SOFT_RUST_READ_FAST, SOFT_RUST_READ_GATE, SOFT_RUST_RW_UNLOCK, SOFT_RUST_TRY_FAST,
-    SOFT_RUST_TRY_GATE, SOFT_RUST_UNLOCK, SOFT_RUST_UNPARK, SOFT_RUST_WRITE_CONTENDED,
-    SOFT_RUST_WRITE_FAST, SOFT_RUST_WRITE_GATE, SOFT_VERSION,
+    SOFT_RUST_TRY_GATE, SOFT_RUST_TRY_READ_CHECK, SOFT_RUST_TRY_READ_FAST,
+    SOFT_RUST_TRY_WRITE_CHECK, SOFT_RUST_TRY_WRITE_FAST, SOFT_RUST_UNLOCK, SOFT_RUST_UNPARK,
+    SOFT_RUST_WRITE_CONTENDED, SOFT_RUST_WRITE_FAST, SOFT_RUST_WRITE_GATE, SOFT_VERSION,
 };
 use crate::probe_common::{kind, reg, via};
 use crate::trap::{greg, GREG_OF_REG, GREG_RIP};
@@ -207,6 +208,46 @@ fn tried(addr: u64, ok: bool, site: u64, recording: bool) {
     }
 }
 
+/// An inlined `RwLock::try_read`/`try_write` took the lock at `addr` (`which`:
+/// `rwlock_rdlock` or `rwlock_wrlock`) at `site`: recorded as
+/// `pthread_rwlock_tryrdlock`'s success is, and told to a replay's gate passed at
+/// its `cmpxchg`.
+fn tried_rw(addr: u64, which: u16, site: u64, recording: bool) {
+    let gated = GATED.with(|g| g.take());
+    if recording {
+        // A read lock is shared: its number needs the atomic counter.
+        let seq = crate::record::next_seq(addr);
+        crate::record::emit(which, via::TRY, addr, site, seq, 0, 0);
+    }
+    if let Some(c) = gated.or_else(crate::gate::enter) {
+        c.set_state(crate::shm::STATE_RUNNING, 0);
+        c.happened(which, addr, None);
+    }
+}
+
+/// An inlined `RwLock::try_read`/`try_write` of the lock at `addr` fails at `site`
+/// (its check found it held): a replay holds the failure until its turn, then it
+/// is recorded as `pthread_rwlock_tryrdlock`'s `EBUSY`.
+fn try_rw_failed(addr: u64, site: u64, recording: bool) {
+    // A gate passed at an earlier round's `cmpxchg` belonged to a success that did
+    // not come.
+    GATED.with(|g| g.take());
+    let caller = crate::gate::enter();
+    if let Some(c) = caller {
+        c.gate(
+            kind::RWLOCK_LOCK_FAILED,
+            addr,
+            crate::gate::GateObject::Addr,
+        );
+    }
+    if recording {
+        crate::record::emit(kind::RWLOCK_LOCK_FAILED, via::TRY, addr, site, 0, 0, EBUSY);
+    }
+    if let Some(c) = caller {
+        c.happened(kind::RWLOCK_LOCK_FAILED, addr, None);
+    }
+}
+
 /// `pthread_mutex_trylock`'s result when the mutex is held.
 const EBUSY: i32 = 16;
 /// std's futex calls on its own words are process-private.
@@ -289,6 +330,8 @@ const GREG_RSP: usize = 15;
 const GREG_EFL: usize = 17;
 /// The zero flag.
 const EFLAGS_ZF: i64 = 1 << 6;
+/// The carry flag.
+const EFLAGS_CF: i64 = 1;
 
 /// Whether a site records a Rust mutex (never removed, not an access).
 fn is_rust_lock(s: &SoftSite) -> bool {
@@ -323,6 +366,10 @@ fn is_rust_lock(s: &SoftSite) -> bool {
             | SOFT_RUST_CHAN_SEND
             | SOFT_RUST_CHAN_RECV
             | SOFT_RUST_CHAN_RECEIVED
+            | SOFT_RUST_TRY_READ_FAST
+            | SOFT_RUST_TRY_WRITE_FAST
+            | SOFT_RUST_TRY_READ_CHECK
+            | SOFT_RUST_TRY_WRITE_CHECK
     )
 }
 
@@ -550,6 +597,49 @@ unsafe fn rust_lock(t: &Table, s: &SoftSite, i: usize, ip: u64, ctx: *mut c_void
             PARKING.with(|p| p.set(addr));
             // SAFETY: as above.
             unsafe { *greg(ctx, GREG_RIP) = t.xol.add(i * SLOT) as i64 };
+        }
+        SOFT_RUST_TRY_READ_FAST | SOFT_RUST_TRY_WRITE_FAST => {
+            // The flags are the loop's `lock cmpxchg`'s: ZF set is a success; clear,
+            // the loop checks the state it found again.
+            // SAFETY: the trap's context (the caller's contract).
+            let addr = unsafe { effective_address(s, t.bias, ctx) };
+            // SAFETY: as above.
+            let acquired = unsafe { *greg(ctx, GREG_EFL) } & EFLAGS_ZF != 0;
+            if acquired {
+                let which = if s.access == SOFT_RUST_TRY_READ_FAST {
+                    kind::RWLOCK_RDLOCK
+                } else {
+                    kind::RWLOCK_WRLOCK
+                };
+                tried_rw(addr, which, ip, recording);
+            }
+            // SAFETY: as above.
+            unsafe { *greg(ctx, GREG_RIP) = branch_destination(s, ip, acquired) as i64 };
+        }
+        SOFT_RUST_TRY_READ_CHECK | SOFT_RUST_TRY_WRITE_CHECK => {
+            // The flags are the check's (`cmp` then `ja`, or `test` then `jne`):
+            // taken, the lock cannot be had and the try fails.
+            // SAFETY: the trap's context (the caller's contract).
+            let flags = unsafe { *greg(ctx, GREG_EFL) };
+            let zf = flags & EFLAGS_ZF != 0;
+            let failing = if s.access == SOFT_RUST_TRY_READ_CHECK {
+                !zf && flags & EFLAGS_CF == 0
+            } else {
+                !zf
+            };
+            if failing {
+                // SAFETY: as above.
+                let addr = unsafe { effective_address(s, t.bias, ctx) };
+                try_rw_failed(addr, ip, recording);
+            }
+            let next = ip + s.len as u64;
+            let to = if failing {
+                next.wrapping_add(branch_displacement(s) as u64)
+            } else {
+                next
+            };
+            // SAFETY: as above.
+            unsafe { *greg(ctx, GREG_RIP) = to as i64 };
         }
         SOFT_RUST_CHAN_SEND => {
             // Before the message is published: what the sender did before the
@@ -869,10 +959,10 @@ unsafe fn emulate_ret(ctx: *mut c_void) -> u64 {
     }
 }
 
-/// The displacement of a `jne` or `je` (`75`/`74 rel8`, `0f 85`/`0f 84 rel32`).
+/// The displacement of a conditional branch (`7x rel8`, `0f 8x rel32`).
 fn branch_displacement(s: &SoftSite) -> i64 {
     match s.bytes[0] {
-        0x75 | 0x74 => s.bytes[1] as i8 as i64,
+        0x70..=0x7f => s.bytes[1] as i8 as i64,
         _ => i32::from_le_bytes([s.bytes[2], s.bytes[3], s.bytes[4], s.bytes[5]]) as i64,
     }
 }

@@ -839,7 +839,7 @@ pub mod inproc {
     /// "ORDO_SFT".
     pub const SOFT_MAGIC: u64 = 0x4f52_444f_5f53_4654;
     /// Bumped whenever [`SoftHeader`] or [`SoftSite`] changes.
-    pub const SOFT_VERSION: u32 = 9;
+    pub const SOFT_VERSION: u32 = 10;
 
     /// The start of a software-breakpoint table.
     #[repr(C)]
@@ -1035,6 +1035,25 @@ pub mod inproc {
     /// recorded as an atomic read of the channel (an acquire of every send before
     /// it). The agent emulates the `ret`. Never removed.
     pub const SOFT_RUST_CHAN_RECEIVED: u8 = 0xee;
+
+    /// [`SoftSite::access`]: the `jne` back to the loop's check after the `lock
+    /// cmpxchg` of an inlined `RwLock::try_read` (a loop whose check leaves with
+    /// no slow path; the operand fields describe the `cmpxchg`'s memory operand):
+    /// ZF set is a success, an `rwlock_rdlock` via `try`; clear, the loop checks
+    /// again. The agent emulates the branch. Never removed.
+    pub const SOFT_RUST_TRY_READ_FAST: u8 = 0xef;
+    /// [`SoftSite::access`]: as [`SOFT_RUST_TRY_READ_FAST`], for
+    /// `RwLock::try_write` (an `rwlock_wrlock` via `try`).
+    pub const SOFT_RUST_TRY_WRITE_FAST: u8 = 0xdf;
+    /// [`SoftSite::access`]: the branch out of an inlined `RwLock::try_read`'s
+    /// loop (`ja`, after `cmp r32, imm` on the loaded state: too many readers or a
+    /// writer; the operand fields are the loop's `cmpxchg`'s): taken is a failure,
+    /// an `rwlock_lock_failed` via `try`, gated in a replay. The agent emulates the
+    /// branch. Never removed.
+    pub const SOFT_RUST_TRY_READ_CHECK: u8 = 0xde;
+    /// [`SoftSite::access`]: as [`SOFT_RUST_TRY_READ_CHECK`], for
+    /// `RwLock::try_write` (`jne` after `test r32, imm`: held by anyone).
+    pub const SOFT_RUST_TRY_WRITE_CHECK: u8 = 0xdd;
 
     const _: () = assert!(core::mem::size_of::<SoftSite>() == 48);
     const _: () = assert!(core::mem::size_of::<SoftHeader>() == 24);
