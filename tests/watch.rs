@@ -385,6 +385,17 @@ fn count_on(events: &[Value], object: &str, kind: &str, via: &str) -> usize {
         .count()
 }
 
+/// Where in `events` (trace order) `thread`'s `nth` event of `kind` on `object` is.
+fn position_of(events: &[Value], object: &str, thread: &str, kind: &str, nth: usize) -> usize {
+    events
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| e["object"] == object && e["thread"] == thread && e["kind"] == kind)
+        .nth(nth - 1)
+        .map(|(i, _)| i)
+        .unwrap_or_else(|| panic!("thread {thread}'s {kind} #{nth} on {object}"))
+}
+
 /// The race findings `ordo analyze` gives on `trace`.
 fn races(trace: &Path) -> usize {
     common::findings(trace)
@@ -666,6 +677,59 @@ fn rust_try_lock_successes_and_failures_are_recorded_and_gated() {
     assert!(on_lock(&events, "mutex_lock_failed", "trylock") >= 3);
 }
 
+/// Issue 26: `parking_lot::Mutex` (a crate, built with cargo): its inlined lock
+/// and unlock (a `lock cmpxchg` on the lock's byte, `lock_slow`/`unlock_slow` out
+/// of line) are recorded as std's are — every acquisition and release, the
+/// contended ones' futex calls inside parking_lot not counted as events — so a
+/// counter updated only under the lock gives no race, and one thread updating it
+/// outside the lock does. A replay holds worker 1's first acquisition until
+/// worker 2's hundredth release.
+#[test]
+fn a_parking_lot_locked_counter_gives_no_race() {
+    if !common::have_root("a_parking_lot_locked_counter_gives_no_race") {
+        return;
+    }
+    let _registers = common::debug_registers();
+    let program = common::build_cargo_program("parking_lot_counter");
+    let dir = common::scratch("watch_parking_lot_counter");
+    const LOCK: &str = "parking_lot_counter::LOCK";
+    let on_lock = |events: &[Value], kind: &str| count_on(events, LOCK, kind, "lock");
+    for racy in [false, true] {
+        let trace = dir.join(format!("racy-{racy}.ordo"));
+        let args: &[&str] = if racy { &["racy"] } else { &[] };
+        let counter = record_watching_hw("parking_lot_counter::COUNTER", &trace, &program, args);
+        let n: u64 = counter.parse().unwrap();
+        assert!(
+            n == 2000 || (racy && (1500..2000).contains(&n)),
+            "{counter}"
+        );
+        let events = common::dump_json(&trace);
+        // 500 sections a locking worker, and main's.
+        let sections = if racy { 1501 } else { 2001 };
+        assert_eq!(on_lock(&events, "mutex_lock"), sections);
+        assert_eq!(on_lock(&events, "mutex_unlock"), sections);
+        assert!(
+            !events
+                .iter()
+                .any(|e| e["kind"] == "futex_wait" || e["kind"] == "futex_wake"),
+            "parking_lot's own futex calls are not events"
+        );
+        if racy {
+            assert!(races(&trace) > 0, "the unlocked updates race");
+        } else {
+            assert_eq!(races(&trace), 0, "updates under the lock");
+        }
+    }
+    let events = replayed_holding(
+        &dir,
+        &program,
+        &format!("2:mutex_unlock({LOCK})#100 -> 1:mutex_lock({LOCK})#1"),
+    );
+    let position =
+        |thread: &str, kind: &str, nth: usize| position_of(&events, LOCK, thread, kind, nth);
+    assert!(position("1", "mutex_lock", 1) > position("2", "mutex_unlock", 100));
+}
+
 /// Issue 26: `RwLock::try_read` and `try_write`, inlined (a loop of a check and a
 /// `lock cmpxchg`, no slow path), are recorded as `pthread_rwlock_tryrdlock` and
 /// `tryrwlock` are — a success an `rwlock_rdlock`/`rwlock_wrlock` via `try`, a
@@ -719,15 +783,8 @@ fn rust_try_read_and_try_write_are_recorded_and_gated() {
     );
     assert_eq!(on_lock(&events, "rwlock_wrlock", "trylock"), 200);
     assert_eq!(on_lock(&events, "rwlock_rdlock", "trylock"), 200);
-    let position = |thread: &str, kind: &str, nth: usize| {
-        events
-            .iter()
-            .enumerate()
-            .filter(|(_, e)| e["object"] == LOCK && e["thread"] == thread && e["kind"] == kind)
-            .nth(nth - 1)
-            .map(|(i, _)| i)
-            .unwrap_or_else(|| panic!("thread {thread}'s {kind} #{nth}"))
-    };
+    let position =
+        |thread: &str, kind: &str, nth: usize| position_of(&events, LOCK, thread, kind, nth);
     assert!(
         position("1", "rwlock_wrlock", 1) > position("3", "rwlock_unlock", 50),
         "the writer's first success held until the reader's fiftieth release"

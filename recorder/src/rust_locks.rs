@@ -34,13 +34,14 @@ use iced_x86::{
 };
 use object::{Object, ObjectSymbol, RelocationTarget, SymbolKind};
 use ordo_probe_common::inproc::{
-    SoftSite, SOFT_RUST_BARRIER_LEAVE, SOFT_RUST_BARRIER_WAIT, SOFT_RUST_CHAN_RECEIVED,
-    SOFT_RUST_CHAN_RECV, SOFT_RUST_CHAN_SEND, SOFT_RUST_COND_BROADCAST, SOFT_RUST_COND_SIGNAL,
-    SOFT_RUST_COND_WAIT, SOFT_RUST_COND_WAIT_TIMED, SOFT_RUST_LOCK_FAST, SOFT_RUST_LOCK_GATE,
-    SOFT_RUST_LOCK_SLOW, SOFT_RUST_ONCE_CHECK, SOFT_RUST_ONCE_DONE, SOFT_RUST_ONCE_ENTER,
-    SOFT_RUST_ONCE_LEAVE, SOFT_RUST_ONCE_LOAD, SOFT_RUST_PARK_LEAVE, SOFT_RUST_PARK_TOKEN,
-    SOFT_RUST_READ_CONTENDED, SOFT_RUST_READ_FAST, SOFT_RUST_READ_GATE, SOFT_RUST_RW_UNLOCK,
-    SOFT_RUST_TRY_FAST, SOFT_RUST_TRY_GATE, SOFT_RUST_TRY_READ_CHECK, SOFT_RUST_TRY_READ_FAST,
+    SoftSite, SOFT_PL_SLOW_ENTER, SOFT_PL_SLOW_LEAVE, SOFT_RUST_BARRIER_LEAVE,
+    SOFT_RUST_BARRIER_WAIT, SOFT_RUST_CHAN_RECEIVED, SOFT_RUST_CHAN_RECV, SOFT_RUST_CHAN_SEND,
+    SOFT_RUST_COND_BROADCAST, SOFT_RUST_COND_SIGNAL, SOFT_RUST_COND_WAIT,
+    SOFT_RUST_COND_WAIT_TIMED, SOFT_RUST_LOCK_FAST, SOFT_RUST_LOCK_GATE, SOFT_RUST_LOCK_SLOW,
+    SOFT_RUST_ONCE_CHECK, SOFT_RUST_ONCE_DONE, SOFT_RUST_ONCE_ENTER, SOFT_RUST_ONCE_LEAVE,
+    SOFT_RUST_ONCE_LOAD, SOFT_RUST_PARK_LEAVE, SOFT_RUST_PARK_TOKEN, SOFT_RUST_READ_CONTENDED,
+    SOFT_RUST_READ_FAST, SOFT_RUST_READ_GATE, SOFT_RUST_RW_UNLOCK, SOFT_RUST_TRY_FAST,
+    SOFT_RUST_TRY_GATE, SOFT_RUST_TRY_READ_CHECK, SOFT_RUST_TRY_READ_FAST,
     SOFT_RUST_TRY_WRITE_CHECK, SOFT_RUST_TRY_WRITE_FAST, SOFT_RUST_UNLOCK, SOFT_RUST_UNPARK,
     SOFT_RUST_WRITE_CONTENDED, SOFT_RUST_WRITE_FAST, SOFT_RUST_WRITE_GATE,
 };
@@ -88,6 +89,10 @@ pub struct RustLockPlan {
     pub try_locks: usize,
     /// Inlined `RwLock::try_read`s and `try_write`s found.
     pub rw_tries: usize,
+    /// Inlined `parking_lot::Mutex` acquisitions found.
+    pub parking_lot_locks: usize,
+    /// Inlined `parking_lot::Mutex` releases found.
+    pub parking_lot_unlocks: usize,
     /// Inlined `Thread::unpark`s found.
     pub unparks: usize,
     /// std's `thread::park` functions found.
@@ -132,9 +137,15 @@ pub fn plan_rust_locks(path: &Path) -> Result<RustLockPlan> {
     let once = OncePaths::of(&file);
     let parking = Parking::of(&file);
     let channels = channel_functions(&file);
+    let parking_lot = ParkingLotMutex::of(&file);
     let slow = match slow_paths(&file) {
         Some(slow) => slow,
-        None if rw.is_some() || once.is_some() || parking.is_some() || !channels.is_empty() => {
+        None if rw.is_some()
+            || once.is_some()
+            || parking.is_some()
+            || !channels.is_empty()
+            || parking_lot.is_some() =>
+        {
             SlowPaths::none()
         }
         None => {
@@ -352,6 +363,16 @@ pub fn plan_rust_locks(path: &Path) -> Result<RustLockPlan> {
             .extend(returns_of(&file, address, size, SOFT_RUST_BARRIER_LEAVE));
         plan.barriers += 1;
     }
+    if let Some(parking_lot) = parking_lot {
+        plan_parking_lot(
+            &file,
+            &functions,
+            &parking_lot,
+            &read_only,
+            &mut info,
+            &mut plan,
+        );
+    }
     for &(address, size, send) in &channels {
         let (entry, leave) = if send {
             (SOFT_RUST_CHAN_SEND, None)
@@ -383,6 +404,183 @@ pub fn plan_rust_locks(path: &Path) -> Result<RustLockPlan> {
     plan.sites.sort_by_key(|s| s.ip);
     plan.sites.dedup_by_key(|s| s.ip);
     Ok(plan)
+}
+
+/// `parking_lot`'s mutex in one binary: `RawMutex::lock_slow` and `unlock_slow`,
+/// the out-of-line paths its inlined `lock` and `unlock` branch to.
+struct ParkingLotMutex {
+    lock_slow: OutOfLine,
+    unlock_slow: OutOfLine,
+}
+
+impl ParkingLotMutex {
+    fn of(file: &object::File<'_>) -> Option<ParkingLotMutex> {
+        let mut found: [Option<OutOfLine>; 2] = Default::default();
+        for (s, demangled) in text_symbols_naming(file, "RawMutex") {
+            if !demangled.contains("parking_lot::raw_mutex::RawMutex") {
+                continue;
+            }
+            let bare = demangled.split("::h").next().unwrap_or(&demangled);
+            let which = if bare.ends_with("::lock_slow") {
+                0
+            } else if bare.ends_with("::unlock_slow") {
+                1
+            } else {
+                continue;
+            };
+            found[which] = Some(OutOfLine {
+                address: s.address(),
+                size: s.size(),
+                slots: HashSet::new(),
+            });
+        }
+        let [Some(mut lock_slow), Some(mut unlock_slow)] = found else {
+            return None;
+        };
+        if let Some(relocations) = file.dynamic_relocations() {
+            for (slot, r) in relocations {
+                if r.target() != RelocationTarget::Absolute {
+                    continue;
+                }
+                for f in [&mut lock_slow, &mut unlock_slow] {
+                    if r.addend() as u64 == f.address {
+                        f.slots.insert(slot);
+                    }
+                }
+            }
+        }
+        Some(ParkingLotMutex {
+            lock_slow,
+            unlock_slow,
+        })
+    }
+}
+
+/// The sites of `parking_lot`'s `Mutex` (its `RawMutex`, a byte): each inlined
+/// `lock cmpxchg r8, [m8]` followed by `jne T` (or `je` falling through) where `T`
+/// calls `lock_slow` — an acquisition, as std's ([`SOFT_RUST_LOCK_GATE`],
+/// [`SOFT_RUST_LOCK_FAST`]) — or calls or tail-jumps to `unlock_slow` — a release,
+/// recorded at the `cmpxchg` before it runs whichever way it goes
+/// ([`SOFT_RUST_UNLOCK`]); `lock_slow`'s returns ([`SOFT_RUST_LOCK_SLOW`]); both
+/// slow paths' entries ([`SOFT_PL_SLOW_ENTER`]) and `unlock_slow`'s returns
+/// ([`SOFT_PL_SLOW_LEAVE`]), between which the thread's futex calls are the
+/// lock's own.
+fn plan_parking_lot(
+    file: &object::File<'_>,
+    functions: &[(u64, u64)],
+    mutex: &ParkingLotMutex,
+    read_only: &[(u64, u64)],
+    info: &mut InstructionInfoFactory,
+    plan: &mut RustLockPlan,
+) {
+    for f in [&mutex.lock_slow, &mutex.unlock_slow] {
+        plan.sites
+            .extend(entry_site(file, f.address, SOFT_PL_SLOW_ENTER));
+    }
+    plan.sites.extend(returns_of(
+        file,
+        mutex.lock_slow.address,
+        mutex.lock_slow.size,
+        SOFT_RUST_LOCK_SLOW,
+    ));
+    plan.sites.extend(returns_of(
+        file,
+        mutex.unlock_slow.address,
+        mutex.unlock_slow.size,
+        SOFT_PL_SLOW_LEAVE,
+    ));
+    for &(start, size) in functions {
+        let Some(code) = code_at(file, start, size) else {
+            continue;
+        };
+        let lock_regs = registers_loaded_from(code, start, &mutex.lock_slow.slots);
+        let unlock_regs = registers_loaded_from(code, start, &mutex.unlock_slow.slots);
+        for window in decoded(code, start).windows(2) {
+            let [(cas, cas_at), (branch, offset)] = window else {
+                continue;
+            };
+            if cas.mnemonic() != Mnemonic::Cmpxchg
+                || !cas.has_lock_prefix()
+                || cas.op0_kind() != OpKind::Memory
+                || cas.memory_size().size() != 1
+            {
+                continue;
+            }
+            let slow = match branch.mnemonic() {
+                Mnemonic::Jne => branch.near_branch_target(),
+                Mnemonic::Je => branch.next_ip(),
+                _ => continue,
+            };
+            let cas_bytes = &code[*cas_at..*cas_at + cas.len()];
+            let offsets = constant_offsets(cas_bytes, cas.ip());
+            let Some(operand) = site_of(cas, cas_bytes, &offsets, read_only, info) else {
+                continue;
+            };
+            if reaches(file, slow, &mutex.lock_slow, &lock_regs) {
+                let bytes = &code[*offset..*offset + branch.len()];
+                plan.sites.extend(acquisition_sites(
+                    operand,
+                    branch,
+                    bytes,
+                    SOFT_RUST_LOCK_GATE,
+                    SOFT_RUST_LOCK_FAST,
+                ));
+                plan.parking_lot_locks += 1;
+            } else if reaches(file, slow, &mutex.unlock_slow, &unlock_regs) {
+                plan.sites.push(SoftSite {
+                    access: SOFT_RUST_UNLOCK,
+                    via: via::PLAIN,
+                    ..operand
+                });
+                plan.parking_lot_unlocks += 1;
+            }
+        }
+    }
+}
+
+/// Whether the code at `target` calls or jumps to `f` (directly, or through one of
+/// its GOT slots, or a register loaded from one) within [`BLOCK_REACH`]
+/// instructions, one direct `jmp` followed, before any other change of flow.
+fn reaches(
+    file: &object::File<'_>,
+    target: u64,
+    f: &OutOfLine,
+    loaded: &HashSet<Register>,
+) -> bool {
+    let mut at = target;
+    let mut jumps = 1;
+    let mut left = BLOCK_REACH;
+    'block: while left > 0 {
+        let Some(code) = code_at(file, at, 64) else {
+            return false;
+        };
+        let mut decoder = Decoder::with_ip(64, code, at, DecoderOptions::NONE);
+        while left > 0 && decoder.can_decode() {
+            let instr = decoder.decode();
+            left -= 1;
+            match instr.flow_control() {
+                FlowControl::Next => {}
+                FlowControl::Call => return instr.near_branch_target() == f.address,
+                FlowControl::IndirectCall | FlowControl::IndirectBranch => {
+                    return through_slot(&instr, &f.slots, loaded)
+                }
+                FlowControl::UnconditionalBranch if instr.is_jmp_short_or_near() => {
+                    if instr.near_branch_target() == f.address {
+                        return true;
+                    }
+                    if jumps == 0 {
+                        return false;
+                    }
+                    jumps -= 1;
+                    at = instr.near_branch_target();
+                    continue 'block;
+                }
+                _ => return false,
+            }
+        }
+        return false;
+    }
+    false
 }
 
 /// The instances of std's channels' functions that send or take a message (one

@@ -201,6 +201,34 @@ pub fn build_rust_program(name: &str) -> PathBuf {
     })
 }
 
+/// Builds `tests/programs/NAME/`, a Rust program that needs crates (its own
+/// `Cargo.lock`, outside the workspace), with cargo in release mode once per test
+/// run (the first build fetches the crates); returns the binary.
+pub fn build_cargo_program(name: &str) -> PathBuf {
+    built_once(&format!("{name}/Cargo.toml"), |key| {
+        let manifest = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/programs")
+            .join(key);
+        let target = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("cargo-programs");
+        let out = Command::new(option_env!("CARGO").unwrap_or("cargo"))
+            .args(["build", "--release", "--locked", "--manifest-path"])
+            .arg(&manifest)
+            .arg("--target-dir")
+            .arg(&target)
+            .output()
+            .expect("run cargo");
+        assert!(
+            out.status.success(),
+            "cargo build of {}: {}",
+            manifest.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        target
+            .join("release")
+            .join(key.trim_end_matches("/Cargo.toml"))
+    })
+}
+
 fn compile_rust_program(name: &str) -> PathBuf {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let src = [root.join("tests/programs"), root.join("tests/eval")]

@@ -37,9 +37,9 @@ use std::ptr::null_mut;
 use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering::*};
 
 use crate::probe_common::inproc::{
-    SoftHeader, SoftSite, SOFT_MAGIC, SOFT_NO_GATE, SOFT_RUST_BARRIER_LEAVE,
-    SOFT_RUST_BARRIER_WAIT, SOFT_RUST_CHAN_RECEIVED, SOFT_RUST_CHAN_RECV, SOFT_RUST_CHAN_SEND,
-    SOFT_RUST_COND_BROADCAST, SOFT_RUST_COND_SIGNAL, SOFT_RUST_COND_WAIT,
+    SoftHeader, SoftSite, SOFT_MAGIC, SOFT_NO_GATE, SOFT_PL_SLOW_ENTER, SOFT_PL_SLOW_LEAVE,
+    SOFT_RUST_BARRIER_LEAVE, SOFT_RUST_BARRIER_WAIT, SOFT_RUST_CHAN_RECEIVED, SOFT_RUST_CHAN_RECV,
+    SOFT_RUST_CHAN_SEND, SOFT_RUST_COND_BROADCAST, SOFT_RUST_COND_SIGNAL, SOFT_RUST_COND_WAIT,
     SOFT_RUST_COND_WAIT_TIMED, SOFT_RUST_LOCK_FAST, SOFT_RUST_LOCK_GATE, SOFT_RUST_LOCK_SLOW,
     SOFT_RUST_ONCE_CHECK, SOFT_RUST_ONCE_DONE, SOFT_RUST_ONCE_ENTER, SOFT_RUST_ONCE_LEAVE,
     SOFT_RUST_ONCE_LOAD, SOFT_RUST_PARK_LEAVE, SOFT_RUST_PARK_TOKEN, SOFT_RUST_READ_CONTENDED,
@@ -114,6 +114,9 @@ thread_local! {
     /// The channel this thread's `list::Channel::recv` receives from
     /// ([`SOFT_RUST_CHAN_RECV`]), until it returns.
     static RECEIVING: Cell<u64> = const { Cell::new(0) };
+    /// Whether the thread is in `parking_lot`'s lock or unlock slow path
+    /// ([`SOFT_PL_SLOW_ENTER`]), whose futex calls are the operation's own.
+    static IN_PARKING_LOT: Cell<bool> = const { Cell::new(false) };
 }
 
 /// `Once`s completed in the run so far: a thread's list of `Once`s seen complete
@@ -297,6 +300,7 @@ pub(crate) fn internal_futex(uaddr: u64, wake: bool) -> bool {
         || (waiting.mutex != 0 && (uaddr == waiting.cond || uaddr == waiting.mutex))
         || near(barrier, 64)
         || (wake && near(WAKING.with(|w| w.get()), 8))
+        || IN_PARKING_LOT.with(|p| p.get())
 }
 
 /// A Rust condvar wait in progress: the mutex's release and reacquisition inside
@@ -370,6 +374,8 @@ fn is_rust_lock(s: &SoftSite) -> bool {
             | SOFT_RUST_TRY_WRITE_FAST
             | SOFT_RUST_TRY_READ_CHECK
             | SOFT_RUST_TRY_WRITE_CHECK
+            | SOFT_PL_SLOW_ENTER
+            | SOFT_PL_SLOW_LEAVE
     )
 }
 
@@ -680,9 +686,20 @@ unsafe fn rust_lock(t: &Table, s: &SoftSite, i: usize, ip: u64, ctx: *mut c_void
                 once_access(kind::RMW, word, ret);
             }
         }
+        SOFT_PL_SLOW_ENTER => {
+            IN_PARKING_LOT.with(|p| p.set(true));
+            // SAFETY: the trap's context (the caller's contract).
+            unsafe { *greg(ctx, GREG_RIP) = t.xol.add(i * SLOT) as i64 };
+        }
+        SOFT_PL_SLOW_LEAVE => {
+            // SAFETY: the trap's context (the caller's contract), at a `ret`.
+            unsafe { emulate_ret(ctx) };
+            IN_PARKING_LOT.with(|p| p.set(false));
+        }
         SOFT_RUST_LOCK_SLOW => {
             // SAFETY: the trap's context (the caller's contract), at a `ret`.
             let ret = unsafe { emulate_ret(ctx) };
+            IN_PARKING_LOT.with(|p| p.set(false));
             let (addr, which) = CONTENDED.with(|c| c.replace((0, 0)));
             if addr != 0 {
                 // The site is the caller's: where its slow path returns.

@@ -839,7 +839,7 @@ pub mod inproc {
     /// "ORDO_SFT".
     pub const SOFT_MAGIC: u64 = 0x4f52_444f_5f53_4654;
     /// Bumped whenever [`SoftHeader`] or [`SoftSite`] changes.
-    pub const SOFT_VERSION: u32 = 10;
+    pub const SOFT_VERSION: u32 = 11;
 
     /// The start of a software-breakpoint table.
     #[repr(C)]
@@ -1054,6 +1054,16 @@ pub mod inproc {
     /// [`SoftSite::access`]: as [`SOFT_RUST_TRY_READ_CHECK`], for
     /// `RwLock::try_write` (`jne` after `test r32, imm`: held by anyone).
     pub const SOFT_RUST_TRY_WRITE_CHECK: u8 = 0xdd;
+
+    /// [`SoftSite::access`]: the first instruction of `parking_lot`'s
+    /// `RawMutex::lock_slow` or `unlock_slow`: until it returns, the thread's
+    /// futex calls (on `parking_lot_core`'s per-thread words, not the lock) are
+    /// the lock operation's own, not events. Runs out of line. Never removed.
+    pub const SOFT_PL_SLOW_ENTER: u8 = 0xdc;
+    /// [`SoftSite::access`]: a `ret` of `parking_lot`'s `RawMutex::unlock_slow`
+    /// (the release was recorded at its `cmpxchg`). The agent emulates the `ret`.
+    /// Never removed.
+    pub const SOFT_PL_SLOW_LEAVE: u8 = 0xdb;
 
     const _: () = assert!(core::mem::size_of::<SoftSite>() == 48);
     const _: () = assert!(core::mem::size_of::<SoftHeader>() == 24);
