@@ -413,6 +413,8 @@ pub const SEQ_CREATED_MAP: &str = "SEQ_CREATED";
 pub const SEQ_MAP: &str = "SEQ";
 /// Name of the map of arguments saved at a function's entry for its return probe.
 pub const STASH_MAP: &str = "STASH";
+/// Entries of [`STASH_MAP`] (an LRU hash: calls in flight at once).
+pub const STASH_ENTRIES: u32 = 65_536;
 
 /// Register numbers used in [`WatchSite`], in `pt_regs` order names (x86_64).
 pub mod reg {

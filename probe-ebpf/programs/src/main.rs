@@ -45,7 +45,7 @@ mod programs {
     use ordo_probe_common::{
         config, cookie_op, cookie_via, kind, op, outcome, reg, site_action, stash_key, sysno, via,
         Outcome, ProbeSite, RawEvent, Stash, WatchSite, CLONE_THREAD, HW_WATCH_ATOMIC,
-        MAX_PROBE_SITES, MAX_WATCH_SITES, SEQ_COUNTERS,
+        MAX_PROBE_SITES, MAX_WATCH_SITES, SEQ_COUNTERS, STASH_ENTRIES,
     };
 
     /// The event stream. User space sets the real size before loading.
@@ -70,7 +70,7 @@ mod programs {
 
     /// Arguments saved at function entry for the return probe.
     #[map(name = "STASH")]
-    static STASH: LruHashMap<u64, Stash> = LruHashMap::with_max_entries(65536, 0);
+    static STASH: LruHashMap<u64, Stash> = LruHashMap::with_max_entries(STASH_ENTRIES, 0);
 
     /// Per-object sequence counters.
     #[map(name = "SEQ")]

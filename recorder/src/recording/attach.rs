@@ -23,8 +23,8 @@ use aya::programs::{PerfEvent, RawTracePoint, TracePoint, UProbe};
 use aya::{Ebpf, EbpfLoader};
 use ordo_probe_common::{
     config, ProbeSite, WatchSite, CONFIG_MAP, DROPS_MAP, EVENTS_MAP, EXECS_MAP, FORKS_MAP,
-    MAX_WATCH_SITES, PROBE_SITES_MAP, SEQ_COUNTERS, SEQ_CREATED_MAP, SEQ_MAP, STASH_MAP,
-    WATCH_SITES_MAP,
+    MAX_WATCH_SITES, PROBE_SITES_MAP, SEQ_COUNTERS, SEQ_CREATED_MAP, SEQ_MAP, STASH_ENTRIES,
+    STASH_MAP, WATCH_SITES_MAP,
 };
 
 use super::multi_uprobe::{self, MultiUprobePrograms};
@@ -35,34 +35,50 @@ use crate::probes::{self, Program};
 pub(crate) static PROBE_OBJECT: &[u8] =
     aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/ordo-probes.o"));
 
-/// The loaders [`prepare_loader`] started making and no recording took yet (a hunt
-/// records several replays at once: each takes one).
-static PREPARED: std::sync::Mutex<Vec<std::thread::JoinHandle<EbpfLoader<'static>>>> =
-    std::sync::Mutex::new(Vec::new());
+/// A loader [`prepare_loader`] is making, or one a recording used and gave back.
+enum Prepared {
+    Making(std::thread::JoinHandle<EbpfLoader<'static>>),
+    Ready(Box<EbpfLoader<'static>>),
+}
 
-/// Starts making the eBPF loader on a thread of its own: aya's `EbpfLoader::new`
-/// reads and parses the kernel's BTF (`/sys/kernel/btf/vmlinux`, several MB) and
-/// the first load probes the kernel's features, a fixed cost of every recording
-/// that overlaps this way with the recorder's other start-up work (planning the
-/// program's sites, the in-process mapping, the launch).
+/// The loaders no recording holds now (a hunt records several replays at once:
+/// each takes one). A loader is reusable, and keeps the kernel's BTF it parsed:
+/// after its first recordings a process parses it no more.
+static PREPARED: std::sync::Mutex<Vec<Prepared>> = std::sync::Mutex::new(Vec::new());
+
+/// Starts making the eBPF loader on a thread of its own, unless one is ready or
+/// being made: aya's `EbpfLoader::new` reads and parses the kernel's BTF
+/// (`/sys/kernel/btf/vmlinux`, several MB, ~20 ms) and the first load probes the
+/// kernel's features, a fixed cost of every recording that overlaps this way with
+/// the recorder's other start-up work (planning the program's sites, the
+/// in-process mapping, the launch).
 pub fn prepare_loader() {
-    let handle = std::thread::spawn(|| {
-        let _ = aya::features();
-        EbpfLoader::new()
-    });
-    if let Ok(mut prepared) = PREPARED.lock() {
-        prepared.push(handle);
+    let Ok(mut prepared) = PREPARED.lock() else {
+        return;
+    };
+    if prepared.is_empty() {
+        prepared.push(Prepared::Making(std::thread::spawn(|| {
+            let _ = aya::features();
+            EbpfLoader::new()
+        })));
     }
 }
 
-/// The loader [`prepare_loader`] made, or a new one.
+/// A loader from [`prepare_loader`]'s pool, or a new one.
 fn loader() -> EbpfLoader<'static> {
-    PREPARED
-        .lock()
-        .ok()
-        .and_then(|mut p| p.pop())
-        .and_then(|h| h.join().ok())
-        .unwrap_or_default()
+    let taken = PREPARED.lock().ok().and_then(|mut p| p.pop());
+    match taken {
+        Some(Prepared::Ready(loader)) => *loader,
+        Some(Prepared::Making(handle)) => handle.join().unwrap_or_default(),
+        None => EbpfLoader::default(),
+    }
+}
+
+/// Puts a loader back into the pool for the process's next recording.
+fn give_back(loader: EbpfLoader<'static>) {
+    if let Ok(mut prepared) = PREPARED.lock() {
+        prepared.push(Prepared::Ready(Box::new(loader)));
+    }
 }
 
 /// Entries of the map of arguments saved between a function's entry and its
@@ -129,15 +145,18 @@ impl Probes {
     pub(super) fn attach(pid: u32, options: &RecordOptions) -> Result<Probes> {
         let pid_nz = NonZeroU32::new(pid).ok_or_else(|| anyhow!("pid 0 is not a process"))?;
         let mut loader = loader();
-        loader.map_max_entries(EVENTS_MAP, options.buffer_size as u32);
-        if options.inproc.is_some() {
-            loader
-                .map_max_entries(STASH_MAP, INPROC_STASH_ENTRIES)
-                .map_max_entries(SEQ_MAP, INPROC_SEQ_ENTRIES);
-        }
-        let mut ebpf = loader
-            .load(PROBE_OBJECT)
-            .map_err(|e| load_error(e.into()))?;
+        // Every size set each time: the loader may come back for another recording.
+        let (stash, seq) = match options.inproc {
+            Some(_) => (INPROC_STASH_ENTRIES, INPROC_SEQ_ENTRIES),
+            None => (STASH_ENTRIES, SEQ_COUNTERS),
+        };
+        loader
+            .map_max_entries(EVENTS_MAP, options.buffer_size as u32)
+            .map_max_entries(STASH_MAP, stash)
+            .map_max_entries(SEQ_MAP, seq);
+        let loaded = loader.load(PROBE_OBJECT);
+        give_back(loader);
+        let mut ebpf = loaded.map_err(|e| load_error(e.into()))?;
         set_config(&mut ebpf, config::TARGET_TGID, pid as u64)?;
         let sites = uprobe_sites(options)?;
         if let Some(sites) = &sites.1 {
