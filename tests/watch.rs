@@ -377,6 +377,16 @@ fn replayed_holding(dir: &Path, program: &Path, ordering: &str) -> Vec<Value> {
     common::dump_json(&trace)
 }
 
+/// The count and the failed tries of a try-lock program's `counter N after F
+/// failed tries`.
+fn counted_after_failures(counter: &str) -> (u64, usize) {
+    counter
+        .split_once(" after ")
+        .and_then(|(n, rest)| Some((n, rest.strip_suffix(" failed tries")?)))
+        .and_then(|(n, f)| Some((n.parse().ok()?, f.parse().ok()?)))
+        .unwrap_or_else(|| panic!("the program printed `counter {counter}`"))
+}
+
 /// The events of `kind` via `via` on `object` among `events`.
 fn count_on(events: &[Value], object: &str, kind: &str, via: &str) -> usize {
     events
@@ -649,12 +659,13 @@ fn rust_try_lock_successes_and_failures_are_recorded_and_gated() {
         let counter =
             record_watching_hw("rust_try_locked_counter::COUNTER", &trace, &program, args);
         // "300 after N failed tries": each worker's try while `main` held the lock
-        // failed, and those that found another worker in its section.
-        let failed: usize = counter
-            .strip_prefix("300 after ")
-            .and_then(|rest| rest.strip_suffix(" failed tries"))
-            .and_then(|n| n.parse().ok())
-            .unwrap_or_else(|| panic!("the program printed `counter {counter}`"));
+        // failed, and those that found another worker in its section. The racy
+        // worker's unlocked updates can lose some (the race is real).
+        let (counted, failed) = counted_after_failures(&counter);
+        assert!(
+            counted == 300 || (racy && (250..300).contains(&counted)),
+            "{counter}"
+        );
         assert!(failed >= 3, "{counter}");
         let events = common::dump_json(&trace);
         // 100 successful tries a worker (the racy worker's updates take no lock).
@@ -752,11 +763,7 @@ fn rust_try_read_and_try_write_are_recorded_and_gated() {
         let trace = dir.join(format!("racy-{racy}.ordo"));
         let args: &[&str] = if racy { &["racy"] } else { &[] };
         let counter = record_watching_hw("rust_try_rwlock::COUNTER", &trace, &program, args);
-        let (counted, failed) = counter
-            .split_once(" after ")
-            .and_then(|(n, rest)| Some((n, rest.strip_suffix(" failed tries")?)))
-            .and_then(|(n, f)| Some((n.parse::<u64>().ok()?, f.parse::<usize>().ok()?)))
-            .unwrap_or_else(|| panic!("the program printed `counter {counter}`"));
+        let (counted, failed) = counted_after_failures(&counter);
         assert!(racy || counted == 200, "{counter}");
         // Each worker's try while `main` held the lock failed.
         assert!(failed >= 4, "{counter}");
