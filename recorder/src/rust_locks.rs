@@ -437,18 +437,7 @@ impl ParkingLotMutex {
         let [Some(mut lock_slow), Some(mut unlock_slow)] = found else {
             return None;
         };
-        if let Some(relocations) = file.dynamic_relocations() {
-            for (slot, r) in relocations {
-                if r.target() != RelocationTarget::Absolute {
-                    continue;
-                }
-                for f in [&mut lock_slow, &mut unlock_slow] {
-                    if r.addend() as u64 == f.address {
-                        f.slots.insert(slot);
-                    }
-                }
-            }
-        }
+        OutOfLine::find_slots(file, &mut [&mut lock_slow, &mut unlock_slow]);
         Some(ParkingLotMutex {
             lock_slow,
             unlock_slow,
@@ -679,6 +668,26 @@ struct OutOfLine {
 }
 
 impl OutOfLine {
+    /// Fills each function's GOT slots: the slots that hold its address once
+    /// relocated (`R_X86_64_RELATIVE`: load bias + addend). An absent function
+    /// (address 0) gets none.
+    fn find_slots(file: &object::File<'_>, functions: &mut [&mut OutOfLine]) {
+        let Some(relocations) = file.dynamic_relocations() else {
+            return;
+        };
+        for (slot, r) in relocations {
+            if r.target() != RelocationTarget::Absolute {
+                continue;
+            }
+            let addend = r.addend() as u64;
+            for f in functions.iter_mut() {
+                if addend == f.address && addend != 0 {
+                    f.slots.insert(slot);
+                }
+            }
+        }
+    }
+
     /// Whether the code at `target` calls it within a few instructions.
     fn called_at(&self, file: &object::File<'_>, target: u64, loaded: &HashSet<Register>) -> bool {
         calls_within(file, target, &self.slots, loaded, self.address)
@@ -728,19 +737,7 @@ impl RwPaths {
             slots: HashSet::new(),
         };
         let (mut read, mut write) = (read.unwrap_or_else(absent), write.unwrap_or_else(absent));
-        if let Some(relocations) = file.dynamic_relocations() {
-            for (slot, r) in relocations {
-                if r.target() != RelocationTarget::Absolute {
-                    continue;
-                }
-                let addend = r.addend() as u64;
-                for f in [&mut read, &mut write, &mut wake] {
-                    if addend == f.address && addend != 0 {
-                        f.slots.insert(slot);
-                    }
-                }
-            }
-        }
+        OutOfLine::find_slots(file, &mut [&mut read, &mut write, &mut wake]);
         Some(RwPaths { read, write, wake })
     }
 }
@@ -983,13 +980,7 @@ impl OncePaths {
             }
         }
         let mut call = call?;
-        if let Some(relocations) = file.dynamic_relocations() {
-            for (slot, r) in relocations {
-                if r.target() == RelocationTarget::Absolute && r.addend() as u64 == call.address {
-                    call.slots.insert(slot);
-                }
-            }
-        }
+        OutOfLine::find_slots(file, &mut [&mut call]);
         Some(OncePaths { call, initializers })
     }
 
@@ -1265,13 +1256,7 @@ impl Parking {
         if parks.is_empty() {
             return None;
         }
-        if let Some(relocations) = file.dynamic_relocations() {
-            for (slot, r) in relocations {
-                if r.target() == RelocationTarget::Absolute && r.addend() as u64 == wake.address {
-                    wake.slots.insert(slot);
-                }
-            }
-        }
+        OutOfLine::find_slots(file, &mut [&mut wake]);
         parks.sort_unstable();
         parks.dedup();
         Some(Parking { wake, parks })

@@ -18,9 +18,8 @@ const TARGET: f64 = 20.0;
 const PIGZ_MB: u64 = 64;
 const RUN_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
+fn median(v: Vec<f64>) -> f64 {
+    crate::bench_record::report::median(v).unwrap_or(f64::NAN)
 }
 
 /// Wall time of `cmd` in seconds (any exit status: bug programs may fail). A run
@@ -134,11 +133,10 @@ pub fn run_discover() -> Result<()> {
     );
     let results = crate::root().join("bench/results");
     std::fs::create_dir_all(&results)?;
-    let stamp = Command::new("date")
-        .args(["-u", "+%Y%m%d-%H%M%S"])
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())?;
-    let path = results.join(format!("discover-{stamp}.json"));
+    let path = results.join(format!(
+        "discover-{}.json",
+        crate::bench_record::timestamp()
+    ));
     std::fs::write(
         &path,
         serde_json::to_string_pretty(&json!({

@@ -1378,7 +1378,8 @@ fn metric_of(workload: &str) -> Metric {
     }
 }
 
-fn timestamp() -> String {
+/// UTC now as `YYYYMMDD-HHMMSS`, for result file names.
+pub(crate) fn timestamp() -> String {
     let out = Command::new("date").args(["-u", "+%Y%m%d-%H%M%S"]).output();
     out.map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
         .unwrap_or_else(|_| "unknown".into())

@@ -211,23 +211,6 @@ fn tried(addr: u64, ok: bool, site: u64, recording: bool) {
     }
 }
 
-/// An inlined `RwLock::try_read`/`try_write` took the lock at `addr` (`which`:
-/// `rwlock_rdlock` or `rwlock_wrlock`) at `site`: recorded as
-/// `pthread_rwlock_tryrdlock`'s success is, and told to a replay's gate passed at
-/// its `cmpxchg`.
-fn tried_rw(addr: u64, which: u16, site: u64, recording: bool) {
-    let gated = GATED.with(|g| g.take());
-    if recording {
-        // A read lock is shared: its number needs the atomic counter.
-        let seq = crate::record::next_seq(addr);
-        crate::record::emit(which, via::TRY, addr, site, seq, 0, 0);
-    }
-    if let Some(c) = gated.or_else(crate::gate::enter) {
-        c.set_state(crate::shm::STATE_RUNNING, 0);
-        c.happened(which, addr, None);
-    }
-}
-
 /// An inlined `RwLock::try_read`/`try_write` of the lock at `addr` fails at `site`
 /// (its check found it held): a replay holds the failure until its turn, then it
 /// is recorded as `pthread_rwlock_tryrdlock`'s `EBUSY`.
@@ -398,11 +381,12 @@ fn waiting_on(addr: u64) -> Option<CondWait> {
 }
 
 /// The Rust lock at `addr` was acquired (`which`: `mutex_lock`, `rwlock_rdlock`,
-/// `rwlock_wrlock`; site `site`): recorded, and told to a replay's gate passed at
+/// `rwlock_wrlock`; site `site`; `how`: `via::PLAIN`, or `via::TRY` for a
+/// `try_read`/`try_write`): recorded, and told to a replay's gate passed at
 /// its `cmpxchg`. A mutex's inside a condvar wait is the wait's return, recorded
 /// as `pthread_cond_wait`'s (the condvar's event and the mutex's reacquisition,
 /// via `cond_wait`).
-fn acquired(addr: u64, which: u16, site: u64, recording: bool) {
+fn acquired(addr: u64, which: u16, site: u64, recording: bool, how: u8) {
     let gated = GATED.with(|g| g.take());
     if let Some(w) = waiting_on(addr).filter(|_| which == kind::MUTEX_LOCK) {
         COND_WAITING.with(|c| c.set(CondWait::NONE));
@@ -431,7 +415,7 @@ fn acquired(addr: u64, which: u16, site: u64, recording: bool) {
         } else {
             crate::record::next_seq(addr)
         };
-        crate::record::emit(which, via::PLAIN, addr, site, seq, 0, 0);
+        crate::record::emit(which, how, addr, site, seq, 0, 0);
     }
     if let Some(c) = gated.or_else(crate::gate::enter) {
         c.set_state(crate::shm::STATE_RUNNING, 0);
@@ -480,7 +464,7 @@ unsafe fn rust_lock(t: &Table, s: &SoftSite, i: usize, ip: u64, ctx: *mut c_void
             // SAFETY: as above.
             let acquired = unsafe { *greg(ctx, GREG_EFL) } & EFLAGS_ZF != 0;
             if acquired {
-                self::acquired(addr, which, ip, recording);
+                self::acquired(addr, which, ip, recording, via::PLAIN);
             } else {
                 contended(addr, which);
             }
@@ -617,7 +601,8 @@ unsafe fn rust_lock(t: &Table, s: &SoftSite, i: usize, ip: u64, ctx: *mut c_void
                 } else {
                     kind::RWLOCK_WRLOCK
                 };
-                tried_rw(addr, which, ip, recording);
+                // As `pthread_rwlock_tryrdlock`'s success is.
+                self::acquired(addr, which, ip, recording, via::TRY);
             }
             // SAFETY: as above.
             unsafe { *greg(ctx, GREG_RIP) = branch_destination(s, ip, acquired) as i64 };
@@ -703,7 +688,7 @@ unsafe fn rust_lock(t: &Table, s: &SoftSite, i: usize, ip: u64, ctx: *mut c_void
             let (addr, which) = CONTENDED.with(|c| c.replace((0, 0)));
             if addr != 0 {
                 // The site is the caller's: where its slow path returns.
-                acquired(addr, which, ret, recording);
+                acquired(addr, which, ret, recording, via::PLAIN);
             }
         }
         SOFT_RUST_COND_WAIT | SOFT_RUST_COND_WAIT_TIMED => {
@@ -923,7 +908,7 @@ pub(crate) fn patched_operation(index: usize, acquired: bool, reg: &dyn Fn(u8) -
         SOFT_RUST_LOCK_FAST | SOFT_RUST_READ_FAST | SOFT_RUST_WRITE_FAST => {
             let which = acquisition_of(s.access);
             if acquired {
-                self::acquired(addr, which, ip, recording);
+                self::acquired(addr, which, ip, recording, via::PLAIN);
             } else {
                 contended(addr, which);
             }
