@@ -367,11 +367,25 @@ fn replayed_with_no_ordering(dir: &Path, program: &Path) -> std::path::PathBuf {
 /// A recorded replay of `program` enforcing `ordering`, which must pass with the
 /// schedule held; returns its events.
 fn replayed_holding(dir: &Path, program: &Path, ordering: &str) -> Vec<Value> {
+    replayed_running_holding(dir, program, &[], ordering)
+}
+
+/// As [`replayed_holding`], the program run with `args`.
+fn replayed_running_holding(
+    dir: &Path,
+    program: &Path,
+    args: &[&str],
+    ordering: &str,
+) -> Vec<Value> {
     let schedule = dir.join("late.sched");
     std::fs::write(&schedule, format!("{ordering}\n")).unwrap();
     let trace = dir.join("replayed.ordo");
-    let (_, outcome) =
-        common::replay_json(&["--record", trace.to_str().unwrap()], &schedule, program);
+    let (_, outcome) = common::replay_json_running(
+        &["--record", trace.to_str().unwrap()],
+        &schedule,
+        program,
+        args,
+    );
     assert_eq!(outcome["verdict"], "passed", "{outcome}");
     assert_eq!(outcome["schedule_held"], true, "{outcome}");
     common::dump_json(&trace)
@@ -739,6 +753,115 @@ fn a_parking_lot_locked_counter_gives_no_race() {
     let position =
         |thread: &str, kind: &str, nth: usize| position_of(&events, LOCK, thread, kind, nth);
     assert!(position("1", "mutex_lock", 1) > position("2", "mutex_unlock", 100));
+}
+
+/// Issue 26: `parking_lot::RwLock` and `Condvar` (the crate's program in its
+/// `rw` and `condvar` modes). The `RwLock`'s inlined operations — a `lock
+/// cmpxchg` on its word for a write lock, a write unlock and a read lock (whose
+/// check may go to `lock_shared_slow` without trying it), a `lock xadd` for a
+/// read unlock — and the `Condvar`'s wait (out of line; the mutex released
+/// inside it, retaken by a `cmpxchg` or handed over) and its inlined notifies
+/// (a load and test of its state; a notify with no waiters never leaves the
+/// caller) are each recorded exactly once, none of parking_lot's own futex
+/// calls an event: a counter written under the write lock and read under read
+/// locks, or bumped by turns handed over through the condvar, gives no race; a
+/// reader bumping it under its read lock, or a thread bumping it out of turn,
+/// does. Replays hold a writer's first write lock until a reader's fiftieth
+/// release, and the second thread's first lock of the turn's mutex until the
+/// first thread's first `notify_one` (gated at its inlined check).
+#[test]
+fn parking_lot_rwlock_and_condvar_are_recorded_and_gated() {
+    if !common::have_root("parking_lot_rwlock_and_condvar_are_recorded_and_gated") {
+        return;
+    }
+    let _registers = common::debug_registers();
+    let program = common::build_cargo_program("parking_lot_counter");
+    let dir = common::scratch("watch_parking_lot_rw_condvar");
+    const RW: &str = "parking_lot_counter::RW";
+    const TURN: &str = "parking_lot_counter::TURN";
+    const TURNED: &str = "parking_lot_counter::TURNED";
+    let kinds = |events: &[Value], object: &str, kind: &str| {
+        events
+            .iter()
+            .filter(|e| e["object"] == object && e["kind"] == kind)
+            .count()
+    };
+    let no_futex_events = |events: &[Value]| {
+        !events
+            .iter()
+            .any(|e| e["kind"] == "futex_wait" || e["kind"] == "futex_wake")
+    };
+    for racy in [false, true] {
+        let mode = if racy { "rw-racy" } else { "rw" };
+        let trace = dir.join(format!("{mode}.ordo"));
+        let counter = record_watching_hw("parking_lot_counter::COUNTER", &trace, &program, &[mode]);
+        let n: u64 = counter.trim_start_matches("counter ").parse().unwrap();
+        assert!(
+            n == 1000 || (racy && (1000..=1500).contains(&n)),
+            "{counter}"
+        );
+        let events = common::dump_json(&trace);
+        assert_eq!(kinds(&events, RW, "rwlock_wrlock"), 1000);
+        assert_eq!(kinds(&events, RW, "rwlock_rdlock"), 1000);
+        assert_eq!(kinds(&events, RW, "rwlock_unlock"), 2000);
+        assert!(
+            no_futex_events(&events),
+            "parking_lot's own futex calls are not events"
+        );
+        if racy {
+            assert!(races(&trace) > 0, "a write under a read lock races");
+        } else {
+            assert_eq!(races(&trace), 0, "writes under the write lock");
+        }
+    }
+    for racy in [false, true] {
+        let mode = if racy { "condvar-racy" } else { "condvar" };
+        let trace = dir.join(format!("{mode}.ordo"));
+        let counter = record_watching_hw("parking_lot_counter::COUNTER", &trace, &program, &[mode]);
+        let n: u64 = counter.trim_start_matches("counter ").parse().unwrap();
+        assert!(n == 400 || (racy && (400..=600).contains(&n)), "{counter}");
+        let events = common::dump_json(&trace);
+        assert_eq!(kinds(&events, TURNED, "cond_signal"), 200);
+        assert_eq!(kinds(&events, TURNED, "cond_broadcast"), 200);
+        let waits = kinds(&events, TURNED, "cond_wait");
+        assert_eq!(kinds(&events, TURNED, "cond_wait_begin"), waits);
+        assert_eq!(count_on(&events, TURN, "mutex_lock", "lock"), 800);
+        assert_eq!(count_on(&events, TURN, "mutex_unlock", "lock"), 800);
+        assert_eq!(count_on(&events, TURN, "mutex_lock", "cond_wait"), waits);
+        assert!(
+            no_futex_events(&events),
+            "parking_lot's own futex calls are not events"
+        );
+        if racy {
+            assert!(races(&trace) > 0, "a bump out of turn races");
+        } else {
+            assert_eq!(races(&trace), 0, "bumps by turns");
+        }
+    }
+    let rw = dir.join("rw");
+    std::fs::create_dir_all(&rw).unwrap();
+    let events = replayed_running_holding(
+        &rw,
+        &program,
+        &["rw"],
+        &format!("3:rwlock_unlock({RW})#50 -> 1:rwlock_wrlock({RW})#1"),
+    );
+    assert!(
+        position_of(&events, RW, "1", "rwlock_wrlock", 1)
+            > position_of(&events, RW, "3", "rwlock_unlock", 50)
+    );
+    let condvar = dir.join("condvar");
+    std::fs::create_dir_all(&condvar).unwrap();
+    let events = replayed_running_holding(
+        &condvar,
+        &program,
+        &["condvar"],
+        &format!("1:cond_signal({TURNED})#1 -> 2:mutex_lock({TURN})#1"),
+    );
+    assert!(
+        position_of(&events, TURN, "2", "mutex_lock", 1)
+            > position_of(&events, TURNED, "1", "cond_signal", 1)
+    );
 }
 
 /// Issue 26: `RwLock::try_read` and `try_write`, inlined (a loop of a check and a

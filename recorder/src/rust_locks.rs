@@ -34,7 +34,9 @@ use iced_x86::{
 };
 use object::{Object, ObjectSymbol, RelocationTarget, SymbolKind};
 use ordo_probe_common::inproc::{
-    SoftSite, SOFT_PL_SLOW_ENTER, SOFT_PL_SLOW_LEAVE, SOFT_RUST_BARRIER_LEAVE,
+    SoftSite, SOFT_PL_COND_LEAVE, SOFT_PL_COND_WAIT, SOFT_PL_NOTIFY_ALL_CHECK,
+    SOFT_PL_NOTIFY_ALL_SLOW, SOFT_PL_NOTIFY_ONE_CHECK, SOFT_PL_NOTIFY_ONE_SLOW, SOFT_PL_READ_SLOW,
+    SOFT_PL_SLOW_ENTER, SOFT_PL_SLOW_LEAVE, SOFT_PL_WRITE_SLOW, SOFT_RUST_BARRIER_LEAVE,
     SOFT_RUST_BARRIER_WAIT, SOFT_RUST_CHAN_RECEIVED, SOFT_RUST_CHAN_RECV, SOFT_RUST_CHAN_SEND,
     SOFT_RUST_COND_BROADCAST, SOFT_RUST_COND_SIGNAL, SOFT_RUST_COND_WAIT,
     SOFT_RUST_COND_WAIT_TIMED, SOFT_RUST_LOCK_FAST, SOFT_RUST_LOCK_GATE, SOFT_RUST_LOCK_SLOW,
@@ -89,10 +91,14 @@ pub struct RustLockPlan {
     pub try_locks: usize,
     /// Inlined `RwLock::try_read`s and `try_write`s found.
     pub rw_tries: usize,
-    /// Inlined `parking_lot::Mutex` acquisitions found.
+    /// Inlined `parking_lot::Mutex` and `RwLock` acquisitions found.
     pub parking_lot_locks: usize,
-    /// Inlined `parking_lot::Mutex` releases found.
+    /// Inlined `parking_lot::Mutex` and `RwLock` releases found.
     pub parking_lot_unlocks: usize,
+    /// Inlined `parking_lot::Condvar` notifies found.
+    pub parking_lot_notifies: usize,
+    /// `parking_lot::Condvar` waits found (0 or 1: `wait_until_internal`).
+    pub parking_lot_condvars: usize,
     /// Inlined `Thread::unpark`s found.
     pub unparks: usize,
     /// std's `thread::park` functions found.
@@ -137,7 +143,7 @@ pub fn plan_rust_locks(path: &Path) -> Result<RustLockPlan> {
     let once = OncePaths::of(&file);
     let parking = Parking::of(&file);
     let channels = channel_functions(&file);
-    let parking_lot = ParkingLotMutex::of(&file);
+    let parking_lot = ParkingLot::of(&file);
     let slow = match slow_paths(&file) {
         Some(slow) => slow,
         None if rw.is_some()
@@ -406,92 +412,215 @@ pub fn plan_rust_locks(path: &Path) -> Result<RustLockPlan> {
     Ok(plan)
 }
 
-/// `parking_lot`'s mutex in one binary: `RawMutex::lock_slow` and `unlock_slow`,
-/// the out-of-line paths its inlined `lock` and `unlock` branch to.
-struct ParkingLotMutex {
+/// `parking_lot`'s out-of-line paths in one binary (an absent one has address
+/// 0): `RawMutex::lock_slow` and `unlock_slow`, `RawRwLock`'s
+/// `lock_shared_slow`, `lock_exclusive_slow`, `unlock_shared_slow` and
+/// `unlock_exclusive_slow`, which the inlined operations branch to, and
+/// `Condvar::wait_until_internal`, `notify_one_slow` and `notify_all_slow`.
+struct ParkingLot {
     lock_slow: OutOfLine,
     unlock_slow: OutOfLine,
+    lock_shared_slow: OutOfLine,
+    lock_exclusive_slow: OutOfLine,
+    unlock_shared_slow: OutOfLine,
+    unlock_exclusive_slow: OutOfLine,
+    wait: OutOfLine,
+    notify_one_slow: OutOfLine,
+    notify_all_slow: OutOfLine,
 }
 
-impl ParkingLotMutex {
-    fn of(file: &object::File<'_>) -> Option<ParkingLotMutex> {
-        let mut found: [Option<OutOfLine>; 2] = Default::default();
-        for (s, demangled) in text_symbols_naming(file, "RawMutex") {
-            if !demangled.contains("parking_lot::raw_mutex::RawMutex") {
-                continue;
-            }
+/// The functions of [`ParkingLot`], in its fields' order: the type each is a
+/// method of and its name.
+const PARKING_LOT_FUNCTIONS: [(&str, &str); 9] = [
+    ("parking_lot::raw_mutex::RawMutex", "lock_slow"),
+    ("parking_lot::raw_mutex::RawMutex", "unlock_slow"),
+    ("parking_lot::raw_rwlock::RawRwLock", "lock_shared_slow"),
+    ("parking_lot::raw_rwlock::RawRwLock", "lock_exclusive_slow"),
+    ("parking_lot::raw_rwlock::RawRwLock", "unlock_shared_slow"),
+    (
+        "parking_lot::raw_rwlock::RawRwLock",
+        "unlock_exclusive_slow",
+    ),
+    ("parking_lot::condvar::Condvar", "wait_until_internal"),
+    ("parking_lot::condvar::Condvar", "notify_one_slow"),
+    ("parking_lot::condvar::Condvar", "notify_all_slow"),
+];
+
+impl ParkingLot {
+    fn of(file: &object::File<'_>) -> Option<ParkingLot> {
+        let mut found: [OutOfLine; 9] = std::array::from_fn(|_| OutOfLine::absent());
+        for (s, demangled) in text_symbols_naming(file, "parking_lot") {
             let bare = demangled.split("::h").next().unwrap_or(&demangled);
-            let which = if bare.ends_with("::lock_slow") {
-                0
-            } else if bare.ends_with("::unlock_slow") {
-                1
-            } else {
+            // v0 mangling demangles a method as `<Type>::name`.
+            let bare = bare.replace(['<', '>'], "");
+            let Some(i) = PARKING_LOT_FUNCTIONS
+                .iter()
+                .position(|(ty, name)| bare == format!("{ty}::{name}"))
+            else {
                 continue;
             };
-            found[which] = Some(OutOfLine {
+            found[i] = OutOfLine {
                 address: s.address(),
                 size: s.size(),
                 slots: HashSet::new(),
-            });
+            };
         }
-        let [Some(mut lock_slow), Some(mut unlock_slow)] = found else {
+        if found.iter().all(|f| f.address == 0) {
             return None;
-        };
-        OutOfLine::find_slots(file, &mut [&mut lock_slow, &mut unlock_slow]);
-        Some(ParkingLotMutex {
+        }
+        OutOfLine::find_slots(file, &mut found.iter_mut().collect::<Vec<_>>());
+        let [lock_slow, unlock_slow, lock_shared_slow, lock_exclusive_slow, unlock_shared_slow, unlock_exclusive_slow, wait, notify_one_slow, notify_all_slow] =
+            found;
+        Some(ParkingLot {
             lock_slow,
             unlock_slow,
+            lock_shared_slow,
+            lock_exclusive_slow,
+            unlock_shared_slow,
+            unlock_exclusive_slow,
+            wait,
+            notify_one_slow,
+            notify_all_slow,
         })
     }
 }
 
-/// The sites of `parking_lot`'s `Mutex` (its `RawMutex`, a byte): each inlined
-/// `lock cmpxchg r8, [m8]` followed by `jne T` (or `je` falling through) where `T`
-/// calls `lock_slow` — an acquisition, as std's ([`SOFT_RUST_LOCK_GATE`],
-/// [`SOFT_RUST_LOCK_FAST`]) — or calls or tail-jumps to `unlock_slow` — a release,
-/// recorded at the `cmpxchg` before it runs whichever way it goes
-/// ([`SOFT_RUST_UNLOCK`]); `lock_slow`'s returns ([`SOFT_RUST_LOCK_SLOW`]); both
-/// slow paths' entries ([`SOFT_PL_SLOW_ENTER`]) and `unlock_slow`'s returns
-/// ([`SOFT_PL_SLOW_LEAVE`]), between which the thread's futex calls are the
-/// lock's own.
+/// The sites of `parking_lot`'s `Mutex`, `RwLock` and `Condvar`:
+/// - each inlined `lock cmpxchg r8, [m8]` (a `RawMutex`, a byte) or `lock
+///   cmpxchg r64, [m64]` (a `RawRwLock`, a word) followed by `jne T` (or `je`
+///   falling through) where `T` calls a lock's slow path — an acquisition, as
+///   std's ([`SOFT_RUST_LOCK_GATE`], [`SOFT_RUST_LOCK_FAST`] and their read and
+///   write kinds) — or calls or tail-jumps to an unlock's slow path — a release,
+///   recorded at the `cmpxchg` before it runs whichever way it goes
+///   ([`SOFT_RUST_UNLOCK`], [`SOFT_RUST_RW_UNLOCK`]);
+/// - each `lock xadd r64, [m64]` branching to `unlock_shared_slow` (a read
+///   release, [`SOFT_RUST_RW_UNLOCK`]);
+/// - each inlined `notify_one`/`notify_all`: the branch after its `test` of the
+///   condvar's state ([`SOFT_PL_NOTIFY_ONE_CHECK`]: no waiters is recorded
+///   there, a replay gates there);
+/// - the slow paths' entries and returns: the lock paths' entries
+///   ([`SOFT_PL_SLOW_ENTER`], or [`SOFT_PL_READ_SLOW`]/[`SOFT_PL_WRITE_SLOW`],
+///   which a read may reach without trying its `cmpxchg`) and returns
+///   ([`SOFT_RUST_LOCK_SLOW`]); the unlock and notify paths' entries
+///   ([`SOFT_PL_SLOW_ENTER`], [`SOFT_PL_NOTIFY_ONE_SLOW`]...) and returns
+///   ([`SOFT_PL_SLOW_LEAVE`]); the condvar wait's entry
+///   ([`SOFT_PL_COND_WAIT`]) and returns ([`SOFT_PL_COND_LEAVE`]).
+///
+/// Between entry and return the thread's futex calls are the operation's own.
 fn plan_parking_lot(
     file: &object::File<'_>,
     functions: &[(u64, u64)],
-    mutex: &ParkingLotMutex,
+    pl: &ParkingLot,
     read_only: &[(u64, u64)],
     info: &mut InstructionInfoFactory,
     plan: &mut RustLockPlan,
 ) {
-    for f in [&mutex.lock_slow, &mutex.unlock_slow] {
+    for (f, enter, leave) in [
+        (&pl.lock_slow, SOFT_PL_SLOW_ENTER, SOFT_RUST_LOCK_SLOW),
+        (&pl.unlock_slow, SOFT_PL_SLOW_ENTER, SOFT_PL_SLOW_LEAVE),
+        (&pl.lock_shared_slow, SOFT_PL_READ_SLOW, SOFT_RUST_LOCK_SLOW),
+        (
+            &pl.lock_exclusive_slow,
+            SOFT_PL_WRITE_SLOW,
+            SOFT_RUST_LOCK_SLOW,
+        ),
+        (
+            &pl.unlock_shared_slow,
+            SOFT_PL_SLOW_ENTER,
+            SOFT_PL_SLOW_LEAVE,
+        ),
+        (
+            &pl.unlock_exclusive_slow,
+            SOFT_PL_SLOW_ENTER,
+            SOFT_PL_SLOW_LEAVE,
+        ),
+        (&pl.wait, SOFT_PL_COND_WAIT, SOFT_PL_COND_LEAVE),
+        (
+            &pl.notify_one_slow,
+            SOFT_PL_NOTIFY_ONE_SLOW,
+            SOFT_PL_SLOW_LEAVE,
+        ),
+        (
+            &pl.notify_all_slow,
+            SOFT_PL_NOTIFY_ALL_SLOW,
+            SOFT_PL_SLOW_LEAVE,
+        ),
+    ] {
+        if f.address == 0 {
+            continue;
+        }
+        // A path whose entry cannot be trapped would leave its returns unpaired.
+        let Some(entry) = entry_site(file, f.address, enter) else {
+            continue;
+        };
+        plan.sites.push(entry);
         plan.sites
-            .extend(entry_site(file, f.address, SOFT_PL_SLOW_ENTER));
+            .extend(returns_of(file, f.address, f.size, leave));
+        if f.address == pl.wait.address {
+            plan.parking_lot_condvars += 1;
+        }
     }
-    plan.sites.extend(returns_of(
-        file,
-        mutex.lock_slow.address,
-        mutex.lock_slow.size,
-        SOFT_RUST_LOCK_SLOW,
-    ));
-    plan.sites.extend(returns_of(
-        file,
-        mutex.unlock_slow.address,
-        mutex.unlock_slow.size,
-        SOFT_PL_SLOW_LEAVE,
-    ));
     for &(start, size) in functions {
         let Some(code) = code_at(file, start, size) else {
             continue;
         };
-        let lock_regs = registers_loaded_from(code, start, &mutex.lock_slow.slots);
-        let unlock_regs = registers_loaded_from(code, start, &mutex.unlock_slow.slots);
-        for window in decoded(code, start).windows(2) {
-            let [(cas, cas_at), (branch, offset)] = window else {
+        let loaded = |f: &OutOfLine| registers_loaded_from(code, start, &f.slots);
+        let lock_regs = loaded(&pl.lock_slow);
+        let unlock_regs = loaded(&pl.unlock_slow);
+        let read_regs = loaded(&pl.lock_shared_slow);
+        let write_regs = loaded(&pl.lock_exclusive_slow);
+        let read_unlock_regs = loaded(&pl.unlock_shared_slow);
+        let write_unlock_regs = loaded(&pl.unlock_exclusive_slow);
+        let one_regs = loaded(&pl.notify_one_slow);
+        let all_regs = loaded(&pl.notify_all_slow);
+        let instructions = decoded(code, start);
+        for window in instructions.windows(2) {
+            let [(first, first_at), (branch, offset)] = window else {
                 continue;
             };
-            if cas.mnemonic() != Mnemonic::Cmpxchg
-                || !cas.has_lock_prefix()
-                || cas.op0_kind() != OpKind::Memory
-                || cas.memory_size().size() != 1
+            let first_bytes = &code[*first_at..*first_at + first.len()];
+            if first.mnemonic() == Mnemonic::Xadd
+                && first.has_lock_prefix()
+                && first.op0_kind() == OpKind::Memory
+                && first.memory_size().size() == 8
+                && pl.unlock_shared_slow.address != 0
+                && branches_to_wake(
+                    file,
+                    first.next_ip(),
+                    &pl.unlock_shared_slow,
+                    &read_unlock_regs,
+                )
+            {
+                let offsets = constant_offsets(first_bytes, first.ip());
+                if let Some(site) = site_of(first, first_bytes, &offsets, read_only, info) {
+                    plan.sites.push(SoftSite {
+                        access: SOFT_RUST_RW_UNLOCK,
+                        via: via::PLAIN,
+                        ..site
+                    });
+                    plan.parking_lot_unlocks += 1;
+                }
+                continue;
+            }
+            if first.mnemonic() == Mnemonic::Test
+                && first.op0_kind() == OpKind::Register
+                && first.op1_kind() == OpKind::Register
+                && first.op0_register() == Register::RSI
+                && first.op1_register() == Register::RSI
+            {
+                plan_notify(
+                    file,
+                    (branch, &code[*offset..*offset + branch.len()]),
+                    pl,
+                    (&one_regs, &all_regs),
+                    plan,
+                );
+                continue;
+            }
+            if first.mnemonic() != Mnemonic::Cmpxchg
+                || !first.has_lock_prefix()
+                || first.op0_kind() != OpKind::Memory
+                || !matches!(first.memory_size().size(), 1 | 8)
             {
                 continue;
             }
@@ -500,31 +629,150 @@ fn plan_parking_lot(
                 Mnemonic::Je => branch.next_ip(),
                 _ => continue,
             };
-            let cas_bytes = &code[*cas_at..*cas_at + cas.len()];
-            let offsets = constant_offsets(cas_bytes, cas.ip());
-            let Some(operand) = site_of(cas, cas_bytes, &offsets, read_only, info) else {
+            let offsets = constant_offsets(first_bytes, first.ip());
+            let Some(operand) = site_of(first, first_bytes, &offsets, read_only, info) else {
                 continue;
             };
-            if reaches(file, slow, &mutex.lock_slow, &lock_regs) {
-                let bytes = &code[*offset..*offset + branch.len()];
-                plan.sites.extend(acquisition_sites(
-                    operand,
-                    branch,
-                    bytes,
-                    SOFT_RUST_LOCK_GATE,
-                    SOFT_RUST_LOCK_FAST,
-                ));
-                plan.parking_lot_locks += 1;
-            } else if reaches(file, slow, &mutex.unlock_slow, &unlock_regs) {
-                plan.sites.push(SoftSite {
-                    access: SOFT_RUST_UNLOCK,
-                    via: via::PLAIN,
-                    ..operand
-                });
-                plan.parking_lot_unlocks += 1;
+            let bytes = &code[*offset..*offset + branch.len()];
+            let candidates: Vec<(&OutOfLine, &HashSet<Register>, PlOperation)> =
+                if first.memory_size().size() == 1 {
+                    vec![
+                        (
+                            &pl.lock_slow,
+                            &lock_regs,
+                            Ok((SOFT_RUST_LOCK_GATE, SOFT_RUST_LOCK_FAST)),
+                        ),
+                        (&pl.unlock_slow, &unlock_regs, Err(SOFT_RUST_UNLOCK)),
+                    ]
+                } else {
+                    vec![
+                        (
+                            &pl.lock_shared_slow,
+                            &read_regs,
+                            Ok((SOFT_RUST_READ_GATE, SOFT_RUST_READ_FAST)),
+                        ),
+                        (
+                            &pl.lock_exclusive_slow,
+                            &write_regs,
+                            Ok((SOFT_RUST_WRITE_GATE, SOFT_RUST_WRITE_FAST)),
+                        ),
+                        (
+                            &pl.unlock_exclusive_slow,
+                            &write_unlock_regs,
+                            Err(SOFT_RUST_RW_UNLOCK),
+                        ),
+                    ]
+                };
+            let operation = candidates
+                .into_iter()
+                .find(|(f, regs, _)| f.address != 0 && reaches(file, slow, f, regs));
+            match operation.map(|(_, _, kinds)| kinds) {
+                Some(Ok((gate, fast))) => {
+                    plan.sites
+                        .extend(acquisition_sites(operand, branch, bytes, gate, fast));
+                    plan.parking_lot_locks += 1;
+                }
+                Some(Err(release)) => {
+                    plan.sites.push(SoftSite {
+                        access: release,
+                        via: via::PLAIN,
+                        ..operand
+                    });
+                    plan.parking_lot_unlocks += 1;
+                }
+                None => {}
             }
         }
     }
+}
+
+/// What a `parking_lot` `cmpxchg` is, by the slow path its failure reaches: an
+/// acquisition (`Ok`: its gate's and its branch's site kinds) or a release
+/// (`Err`: its site kind).
+type PlOperation = Result<(u8, u8), u8>;
+
+/// The site of an inlined `parking_lot` `notify_one` or `notify_all` whose
+/// `test rsi, rsi` of the condvar's state is followed by `branch` (`jne` to, or
+/// `je` over, the block that calls the notify's slow path): the condvar is
+/// where that block's `rdi` comes from (`mov rdi, r64` or `lea rdi, [m]`), a
+/// register or address the branch still has.
+fn plan_notify(
+    file: &object::File<'_>,
+    (branch, branch_bytes): (&Instruction, &[u8]),
+    pl: &ParkingLot,
+    (one_regs, all_regs): (&HashSet<Register>, &HashSet<Register>),
+    plan: &mut RustLockPlan,
+) {
+    let waiters = match branch.mnemonic() {
+        Mnemonic::Jne => branch.near_branch_target(),
+        Mnemonic::Je => branch.next_ip(),
+        _ => return,
+    };
+    let check = if pl.notify_one_slow.address != 0
+        && reaches(file, waiters, &pl.notify_one_slow, one_regs)
+    {
+        SOFT_PL_NOTIFY_ONE_CHECK
+    } else if pl.notify_all_slow.address != 0
+        && reaches(file, waiters, &pl.notify_all_slow, all_regs)
+    {
+        SOFT_PL_NOTIFY_ALL_CHECK
+    } else {
+        return;
+    };
+    let Some(operand) = first_argument_at(file, waiters) else {
+        return;
+    };
+    let mut site = SoftSite {
+        ip: branch.ip(),
+        len: branch.len() as u8,
+        access: check,
+        via: via::PLAIN,
+        size: 8,
+        gate: ordo_probe_common::inproc::SOFT_NO_GATE,
+        ..operand
+    };
+    site.bytes[..branch_bytes.len()].copy_from_slice(branch_bytes);
+    plan.sites.push(site);
+    plan.parking_lot_notifies += 1;
+}
+
+/// Where the first argument the block at `at` passes comes from, as a site's
+/// operand fields: its first write of `rdi` (before any change of flow) is `mov
+/// rdi, r64` (that register) or `lea rdi, [r64 + disp]` / `[rip + disp]`.
+fn first_argument_at(file: &object::File<'_>, at: u64) -> Option<SoftSite> {
+    let code = code_at(file, at, 64)?;
+    let mut decoder = Decoder::with_ip(64, code, at, DecoderOptions::NONE);
+    for _ in 0..BLOCK_REACH {
+        let instr = decoder.decode();
+        if instr.is_invalid() || instr.flow_control() != FlowControl::Next {
+            return None;
+        }
+        if instr.op0_kind() != OpKind::Register || instr.op0_register() != Register::RDI {
+            continue;
+        }
+        let mut site = SoftSite {
+            base: reg::NONE,
+            index: reg::NONE,
+            ..SoftSite::default()
+        };
+        match (instr.mnemonic(), instr.op1_kind()) {
+            (Mnemonic::Mov, OpKind::Register) if instr.op1_register().size() == 8 => {
+                site.base = crate::watch::sites::gpr_number(instr.op1_register())?;
+            }
+            (Mnemonic::Lea, OpKind::Memory) if instr.memory_index() == Register::None => {
+                if instr.memory_base() == Register::RIP {
+                    // Its link-time target, as a RIP-relative operand's.
+                    site.disp = instr.memory_displacement64() as i64;
+                } else {
+                    site.base = crate::watch::sites::gpr_number(instr.memory_base())?;
+                    site.disp = instr.memory_displacement64() as i64;
+                }
+            }
+            _ => return None,
+        }
+        return Some(site);
+    }
+    None
 }
 
 /// Whether the code at `target` calls or jumps to `f` (directly, or through one of
@@ -668,6 +916,15 @@ struct OutOfLine {
 }
 
 impl OutOfLine {
+    /// A function the binary does not have: address 0, no slots.
+    fn absent() -> OutOfLine {
+        OutOfLine {
+            address: 0,
+            size: 0,
+            slots: HashSet::new(),
+        }
+    }
+
     /// Fills each function's GOT slots: the slots that hold its address once
     /// relocated (`R_X86_64_RELATIVE`: load bias + addend). An absent function
     /// (address 0) gets none.
@@ -731,12 +988,10 @@ impl RwPaths {
         let [read, write, Some(mut wake)] = found else {
             return None;
         };
-        let absent = || OutOfLine {
-            address: 0,
-            size: 0,
-            slots: HashSet::new(),
-        };
-        let (mut read, mut write) = (read.unwrap_or_else(absent), write.unwrap_or_else(absent));
+        let (mut read, mut write) = (
+            read.unwrap_or_else(OutOfLine::absent),
+            write.unwrap_or_else(OutOfLine::absent),
+        );
         OutOfLine::find_slots(file, &mut [&mut read, &mut write, &mut wake]);
         Some(RwPaths { read, write, wake })
     }

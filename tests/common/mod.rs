@@ -306,6 +306,16 @@ pub fn replay_output(
 }
 
 pub fn replay_json(args: &[&str], schedule: &Path, program: &Path) -> (i32, serde_json::Value) {
+    replay_json_running(args, schedule, program, &[])
+}
+
+/// As [`replay_json`], the program run with `program_args`.
+pub fn replay_json_running(
+    args: &[&str],
+    schedule: &Path,
+    program: &Path,
+    program_args: &[&str],
+) -> (i32, serde_json::Value) {
     let out = Command::new(ordo())
         .args(["replay", "--json"])
         .args(args)
@@ -313,6 +323,7 @@ pub fn replay_json(args: &[&str], schedule: &Path, program: &Path) -> (i32, serd
         .arg(schedule)
         .arg("--")
         .arg(program)
+        .args(program_args)
         .output()
         .expect("run ordo replay");
     let stdout = String::from_utf8_lossy(&out.stdout);

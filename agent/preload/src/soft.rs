@@ -37,14 +37,16 @@ use std::ptr::null_mut;
 use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering::*};
 
 use crate::probe_common::inproc::{
-    SoftHeader, SoftSite, SOFT_MAGIC, SOFT_NO_GATE, SOFT_PL_SLOW_ENTER, SOFT_PL_SLOW_LEAVE,
-    SOFT_RUST_BARRIER_LEAVE, SOFT_RUST_BARRIER_WAIT, SOFT_RUST_CHAN_RECEIVED, SOFT_RUST_CHAN_RECV,
-    SOFT_RUST_CHAN_SEND, SOFT_RUST_COND_BROADCAST, SOFT_RUST_COND_SIGNAL, SOFT_RUST_COND_WAIT,
-    SOFT_RUST_COND_WAIT_TIMED, SOFT_RUST_LOCK_FAST, SOFT_RUST_LOCK_GATE, SOFT_RUST_LOCK_SLOW,
-    SOFT_RUST_ONCE_CHECK, SOFT_RUST_ONCE_DONE, SOFT_RUST_ONCE_ENTER, SOFT_RUST_ONCE_LEAVE,
-    SOFT_RUST_ONCE_LOAD, SOFT_RUST_PARK_LEAVE, SOFT_RUST_PARK_TOKEN, SOFT_RUST_READ_CONTENDED,
-    SOFT_RUST_READ_FAST, SOFT_RUST_READ_GATE, SOFT_RUST_RW_UNLOCK, SOFT_RUST_TRY_FAST,
-    SOFT_RUST_TRY_GATE, SOFT_RUST_TRY_READ_CHECK, SOFT_RUST_TRY_READ_FAST,
+    SoftHeader, SoftSite, SOFT_MAGIC, SOFT_NO_GATE, SOFT_PL_COND_LEAVE, SOFT_PL_COND_WAIT,
+    SOFT_PL_NOTIFY_ALL_CHECK, SOFT_PL_NOTIFY_ALL_SLOW, SOFT_PL_NOTIFY_ONE_CHECK,
+    SOFT_PL_NOTIFY_ONE_SLOW, SOFT_PL_READ_SLOW, SOFT_PL_SLOW_ENTER, SOFT_PL_SLOW_LEAVE,
+    SOFT_PL_WRITE_SLOW, SOFT_RUST_BARRIER_LEAVE, SOFT_RUST_BARRIER_WAIT, SOFT_RUST_CHAN_RECEIVED,
+    SOFT_RUST_CHAN_RECV, SOFT_RUST_CHAN_SEND, SOFT_RUST_COND_BROADCAST, SOFT_RUST_COND_SIGNAL,
+    SOFT_RUST_COND_WAIT, SOFT_RUST_COND_WAIT_TIMED, SOFT_RUST_LOCK_FAST, SOFT_RUST_LOCK_GATE,
+    SOFT_RUST_LOCK_SLOW, SOFT_RUST_ONCE_CHECK, SOFT_RUST_ONCE_DONE, SOFT_RUST_ONCE_ENTER,
+    SOFT_RUST_ONCE_LEAVE, SOFT_RUST_ONCE_LOAD, SOFT_RUST_PARK_LEAVE, SOFT_RUST_PARK_TOKEN,
+    SOFT_RUST_READ_CONTENDED, SOFT_RUST_READ_FAST, SOFT_RUST_READ_GATE, SOFT_RUST_RW_UNLOCK,
+    SOFT_RUST_TRY_FAST, SOFT_RUST_TRY_GATE, SOFT_RUST_TRY_READ_CHECK, SOFT_RUST_TRY_READ_FAST,
     SOFT_RUST_TRY_WRITE_CHECK, SOFT_RUST_TRY_WRITE_FAST, SOFT_RUST_UNLOCK, SOFT_RUST_UNPARK,
     SOFT_RUST_WRITE_CONTENDED, SOFT_RUST_WRITE_FAST, SOFT_RUST_WRITE_GATE, SOFT_VERSION,
 };
@@ -114,9 +116,10 @@ thread_local! {
     /// The channel this thread's `list::Channel::recv` receives from
     /// ([`SOFT_RUST_CHAN_RECV`]), until it returns.
     static RECEIVING: Cell<u64> = const { Cell::new(0) };
-    /// Whether the thread is in `parking_lot`'s lock or unlock slow path
-    /// ([`SOFT_PL_SLOW_ENTER`]), whose futex calls are the operation's own.
-    static IN_PARKING_LOT: Cell<bool> = const { Cell::new(false) };
+    /// How deep the thread is in `parking_lot`'s slow paths and condvar waits
+    /// ([`SOFT_PL_SLOW_ENTER`]; a wait's mutex may take its own inside), whose
+    /// futex calls are the operation's own.
+    static IN_PARKING_LOT: Cell<u32> = const { Cell::new(0) };
 }
 
 /// `Once`s completed in the run so far: a thread's list of `Once`s seen complete
@@ -283,7 +286,7 @@ pub(crate) fn internal_futex(uaddr: u64, wake: bool) -> bool {
         || (waiting.mutex != 0 && (uaddr == waiting.cond || uaddr == waiting.mutex))
         || near(barrier, 64)
         || (wake && near(WAKING.with(|w| w.get()), 8))
-        || IN_PARKING_LOT.with(|p| p.get())
+        || IN_PARKING_LOT.with(|p| p.get()) != 0
 }
 
 /// A Rust condvar wait in progress: the mutex's release and reacquisition inside
@@ -359,6 +362,14 @@ fn is_rust_lock(s: &SoftSite) -> bool {
             | SOFT_RUST_TRY_WRITE_CHECK
             | SOFT_PL_SLOW_ENTER
             | SOFT_PL_SLOW_LEAVE
+            | SOFT_PL_READ_SLOW
+            | SOFT_PL_WRITE_SLOW
+            | SOFT_PL_COND_WAIT
+            | SOFT_PL_COND_LEAVE
+            | SOFT_PL_NOTIFY_ONE_CHECK
+            | SOFT_PL_NOTIFY_ALL_CHECK
+            | SOFT_PL_NOTIFY_ONE_SLOW
+            | SOFT_PL_NOTIFY_ALL_SLOW
     )
 }
 
@@ -366,10 +377,14 @@ fn is_rust_lock(s: &SoftSite) -> bool {
 /// `rwlock_wrlock`.
 fn acquisition_of(access: u8) -> u16 {
     match access {
-        SOFT_RUST_READ_FAST | SOFT_RUST_READ_GATE | SOFT_RUST_READ_CONTENDED => kind::RWLOCK_RDLOCK,
-        SOFT_RUST_WRITE_FAST | SOFT_RUST_WRITE_GATE | SOFT_RUST_WRITE_CONTENDED => {
-            kind::RWLOCK_WRLOCK
-        }
+        SOFT_RUST_READ_FAST
+        | SOFT_RUST_READ_GATE
+        | SOFT_RUST_READ_CONTENDED
+        | SOFT_PL_READ_SLOW => kind::RWLOCK_RDLOCK,
+        SOFT_RUST_WRITE_FAST
+        | SOFT_RUST_WRITE_GATE
+        | SOFT_RUST_WRITE_CONTENDED
+        | SOFT_PL_WRITE_SLOW => kind::RWLOCK_WRLOCK,
         _ => kind::MUTEX_LOCK,
     }
 }
@@ -378,6 +393,45 @@ fn acquisition_of(access: u8) -> u16 {
 fn waiting_on(addr: u64) -> Option<CondWait> {
     let w = COND_WAITING.with(|w| w.get());
     (w.mutex != 0 && w.mutex == addr).then_some(w)
+}
+
+/// The thread enters a `parking_lot` slow path or condvar wait.
+fn parking_lot_enters() {
+    IN_PARKING_LOT.with(|p| p.set(p.get() + 1));
+}
+
+/// The thread leaves the innermost `parking_lot` slow path or wait it is in (a
+/// std slow path's return leaves none).
+fn parking_lot_leaves() {
+    IN_PARKING_LOT.with(|p| p.set(p.get().saturating_sub(1)));
+}
+
+/// The event a `parking_lot` notify site records: `pthread_cond_signal`'s or
+/// `pthread_cond_broadcast`'s.
+fn notify_kind(access: u8) -> u16 {
+    match access {
+        SOFT_PL_NOTIFY_ONE_CHECK | SOFT_PL_NOTIFY_ONE_SLOW => kind::COND_SIGNAL,
+        _ => kind::COND_BROADCAST,
+    }
+}
+
+/// The condvar at `cond` is notified (`which`: signal or broadcast) at `site`:
+/// gated (unless its inlined check's gate was passed), recorded, and told to a
+/// replay.
+fn notified(cond: u64, which: u16, site: u64, recording: bool) {
+    let caller = GATED.with(|g| g.take()).or_else(|| {
+        let c = crate::gate::enter()?;
+        c.gate(which, cond, crate::gate::GateObject::Addr);
+        Some(c)
+    });
+    let stamp = caller.and_then(|c| c.stamp_before(which));
+    if recording {
+        let seq = crate::record::next_seq(cond);
+        crate::record::emit(which, via::PLAIN, cond, site, seq, 0, 0);
+    }
+    if let Some(c) = caller {
+        c.happened(which, cond, stamp);
+    }
 }
 
 /// The Rust lock at `addr` was acquired (`which`: `mutex_lock`, `rwlock_rdlock`,
@@ -672,37 +726,110 @@ unsafe fn rust_lock(t: &Table, s: &SoftSite, i: usize, ip: u64, ctx: *mut c_void
             }
         }
         SOFT_PL_SLOW_ENTER => {
-            IN_PARKING_LOT.with(|p| p.set(true));
+            parking_lot_enters();
             // SAFETY: the trap's context (the caller's contract).
             unsafe { *greg(ctx, GREG_RIP) = t.xol.add(i * SLOT) as i64 };
         }
         SOFT_PL_SLOW_LEAVE => {
             // SAFETY: the trap's context (the caller's contract), at a `ret`.
             unsafe { emulate_ret(ctx) };
-            IN_PARKING_LOT.with(|p| p.set(false));
+            parking_lot_leaves();
+        }
+        SOFT_PL_COND_LEAVE => {
+            // SAFETY: the trap's context (the caller's contract), at a `ret`.
+            let ret = unsafe { emulate_ret(ctx) };
+            parking_lot_leaves();
+            let w = COND_WAITING.with(|w| w.get());
+            if w.mutex != 0 {
+                // Handed the mutex by its releaser: the wait ends here, holding it.
+                if GATED.with(|g| g.get()).is_none() {
+                    if let Some(c) = crate::gate::enter() {
+                        c.set_state(crate::shm::STATE_RUNNING, 0);
+                        c.finish_in_progress();
+                        c.gate(kind::COND_WAIT, w.cond, crate::gate::GateObject::Addr);
+                        GATED.with(|g| g.set(Some(c)));
+                    }
+                }
+                acquired(w.mutex, kind::MUTEX_LOCK, ret, recording, via::PLAIN);
+            }
+        }
+        SOFT_PL_NOTIFY_ONE_CHECK | SOFT_PL_NOTIFY_ALL_CHECK => {
+            // SAFETY: the trap's context (the caller's contract).
+            let cond = unsafe { effective_address(s, t.bias, ctx) };
+            let which = notify_kind(s.access);
+            // The flags are the `test` of the state loaded into `rsi`: ZF set is
+            // no waiters, a notify the slow path will not see.
+            // SAFETY: as above.
+            let mut nobody = unsafe { *greg(ctx, GREG_EFL) } & EFLAGS_ZF != 0;
+            if let Some(c) = crate::gate::enter() {
+                // Replaying: held before it looks for waiters, then looks again.
+                c.gate(which, cond, crate::gate::GateObject::Addr);
+                GATED.with(|g| g.set(Some(c)));
+                // SAFETY: the condvar's state word, a live `AtomicPtr`.
+                let state = unsafe { (*(cond as *const AtomicU64)).load(Relaxed) };
+                nobody = state == 0;
+                // SAFETY: the trap's context, as above.
+                unsafe {
+                    *greg(ctx, GREG_OF_REG[reg::RSI as usize]) = state as i64;
+                    let flags = greg(ctx, GREG_EFL);
+                    *flags = if nobody {
+                        *flags | EFLAGS_ZF
+                    } else {
+                        *flags & !EFLAGS_ZF
+                    };
+                }
+            }
+            if nobody {
+                notified(cond, which, ip, recording);
+            }
+            // SAFETY: as above.
+            unsafe { *greg(ctx, GREG_RIP) = branch_destination(s, ip, nobody) as i64 };
+        }
+        SOFT_PL_NOTIFY_ONE_SLOW | SOFT_PL_NOTIFY_ALL_SLOW => {
+            parking_lot_enters();
+            // SAFETY: the trap's context (the caller's contract): the condvar in
+            // `rdi`, the caller at `rsp` (first instruction).
+            let (cond, site) = unsafe {
+                (
+                    *greg(ctx, GREG_OF_REG[reg::RDI as usize]) as u64,
+                    *(*greg(ctx, GREG_RSP) as u64 as *const u64),
+                )
+            };
+            notified(cond, notify_kind(s.access), site, recording);
+            // SAFETY: as above.
+            unsafe { *greg(ctx, GREG_RIP) = t.xol.add(i * SLOT) as i64 };
         }
         SOFT_RUST_LOCK_SLOW => {
             // SAFETY: the trap's context (the caller's contract), at a `ret`.
             let ret = unsafe { emulate_ret(ctx) };
-            IN_PARKING_LOT.with(|p| p.set(false));
+            parking_lot_leaves();
             let (addr, which) = CONTENDED.with(|c| c.replace((0, 0)));
             if addr != 0 {
                 // The site is the caller's: where its slow path returns.
                 acquired(addr, which, ret, recording, via::PLAIN);
             }
         }
-        SOFT_RUST_COND_WAIT | SOFT_RUST_COND_WAIT_TIMED => {
+        SOFT_RUST_COND_WAIT | SOFT_RUST_COND_WAIT_TIMED | SOFT_PL_COND_WAIT => {
             // SAFETY: the trap's context (the caller's contract): the arguments
-            // are in `rdi` and `rsi`, the return address at `rsp` (first
-            // instruction).
-            let (cond, mutex, site) = unsafe {
+            // are in `rdi` and `rsi` (and a parking_lot deadline's nanoseconds in
+            // `ecx`), the return address at `rsp` (first instruction).
+            let (cond, mutex, site, nanos) = unsafe {
                 (
                     *greg(ctx, GREG_OF_REG[reg::RDI as usize]) as u64,
                     *greg(ctx, GREG_OF_REG[reg::RSI as usize]) as u64,
                     *(*greg(ctx, GREG_RSP) as u64 as *const u64),
+                    *greg(ctx, GREG_OF_REG[reg::RCX as usize]) as u32,
                 )
             };
-            let (via_, state) = if s.access == SOFT_RUST_COND_WAIT {
+            let untimed = match s.access {
+                SOFT_PL_COND_WAIT => {
+                    parking_lot_enters();
+                    // `Option<Instant>`'s `None`: the nanoseconds' niche.
+                    nanos == 1_000_000_000
+                }
+                access => access == SOFT_RUST_COND_WAIT,
+            };
+            let (via_, state) = if untimed {
                 (via::PLAIN, crate::shm::STATE_BLOCKED)
             } else {
                 (via::TIMED, crate::shm::STATE_TIMED)
@@ -724,7 +851,13 @@ unsafe fn rust_lock(t: &Table, s: &SoftSite, i: usize, ip: u64, ctx: *mut c_void
             // SAFETY: as above.
             unsafe { *greg(ctx, GREG_RIP) = t.xol.add(i * SLOT) as i64 };
         }
-        SOFT_RUST_READ_CONTENDED | SOFT_RUST_WRITE_CONTENDED => {
+        SOFT_RUST_READ_CONTENDED
+        | SOFT_RUST_WRITE_CONTENDED
+        | SOFT_PL_READ_SLOW
+        | SOFT_PL_WRITE_SLOW => {
+            if matches!(s.access, SOFT_PL_READ_SLOW | SOFT_PL_WRITE_SLOW) {
+                parking_lot_enters();
+            }
             // SAFETY: the trap's context (the caller's contract): the lock in `rdi`
             // (first instruction).
             let addr = unsafe { *greg(ctx, GREG_OF_REG[reg::RDI as usize]) as u64 };

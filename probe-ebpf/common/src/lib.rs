@@ -841,7 +841,7 @@ pub mod inproc {
     /// "ORDO_SFT".
     pub const SOFT_MAGIC: u64 = 0x4f52_444f_5f53_4654;
     /// Bumped whenever [`SoftHeader`] or [`SoftSite`] changes.
-    pub const SOFT_VERSION: u32 = 11;
+    pub const SOFT_VERSION: u32 = 12;
 
     /// The start of a software-breakpoint table.
     #[repr(C)]
@@ -1058,14 +1058,60 @@ pub mod inproc {
     pub const SOFT_RUST_TRY_WRITE_CHECK: u8 = 0xdd;
 
     /// [`SoftSite::access`]: the first instruction of `parking_lot`'s
-    /// `RawMutex::lock_slow` or `unlock_slow`: until it returns, the thread's
-    /// futex calls (on `parking_lot_core`'s per-thread words, not the lock) are
-    /// the lock operation's own, not events. Runs out of line. Never removed.
+    /// `RawMutex::lock_slow` or `unlock_slow`, or `RawRwLock::unlock_shared_slow`
+    /// or `unlock_exclusive_slow`: until it returns, the thread's futex calls (on
+    /// `parking_lot_core`'s per-thread words, not the lock) are the lock
+    /// operation's own, not events. Runs out of line. Never removed.
     pub const SOFT_PL_SLOW_ENTER: u8 = 0xdc;
-    /// [`SoftSite::access`]: a `ret` of `parking_lot`'s `RawMutex::unlock_slow`
-    /// (the release was recorded at its `cmpxchg`). The agent emulates the `ret`.
-    /// Never removed.
+    /// [`SoftSite::access`]: a `ret` of a `parking_lot` slow path whose operation
+    /// was recorded before it (`RawMutex::unlock_slow`, the `RawRwLock` unlocks',
+    /// `Condvar::notify_one_slow`, `notify_all_slow`). The agent emulates the
+    /// `ret`. Never removed.
     pub const SOFT_PL_SLOW_LEAVE: u8 = 0xdb;
+
+    /// [`SoftSite::access`]: the first instruction of `parking_lot`'s
+    /// `RawRwLock::lock_shared_slow` (the lock in `rdi`): a read acquisition goes
+    /// the slow way — also one whose inlined check found a writer and never tried
+    /// the fast path's `cmpxchg`, so a replay gates it here if the fast path did
+    /// not. Its returns are [`SOFT_RUST_LOCK_SLOW`]; until then the thread's futex
+    /// calls are the lock's own (as [`SOFT_PL_SLOW_ENTER`]). Runs out of line.
+    /// Never removed.
+    pub const SOFT_PL_READ_SLOW: u8 = 0xda;
+    /// [`SoftSite::access`]: as [`SOFT_PL_READ_SLOW`], for
+    /// `RawRwLock::lock_exclusive_slow` (a write acquisition).
+    pub const SOFT_PL_WRITE_SLOW: u8 = 0xd9;
+    /// [`SoftSite::access`]: the first instruction of `parking_lot`'s
+    /// `Condvar::wait_until_internal` (condvar in `rdi`, its `RawMutex` in `rsi`,
+    /// the deadline's nanoseconds in `ecx`: 1 000 000 000 is no deadline): a
+    /// condvar wait begins, as [`SOFT_RUST_COND_WAIT`] (or `_TIMED`), and its
+    /// futex calls are the wait's own. Runs out of line. Never removed.
+    pub const SOFT_PL_COND_WAIT: u8 = 0xd8;
+    /// [`SoftSite::access`]: a `ret` of `Condvar::wait_until_internal`: a wait
+    /// whose mutex was handed over by its releaser (no `cmpxchg` of the waiter's
+    /// took it) returns here holding it. The agent emulates the `ret`. Never
+    /// removed.
+    pub const SOFT_PL_COND_LEAVE: u8 = 0xd7;
+    /// [`SoftSite::access`]: the branch (`je` or `jne`) after an inlined
+    /// `parking_lot` `notify_one`'s `test rsi, rsi` of the condvar's state, whose
+    /// waiters side calls `notify_one_slow` (state in `rsi`); the operand fields
+    /// give the condvar's address from the registers at the branch (as that
+    /// side passes it in `rdi`). No waiters is a signal that wakes nobody,
+    /// recorded here; otherwise `notify_one_slow`'s entry records it. A replay
+    /// gates it here, then loads the state again into `rsi` and the zero flag
+    /// (the program's relaxed load, done later), so a notify held by its gate
+    /// sees the waiters that came meanwhile. The agent emulates the branch.
+    /// Never removed.
+    pub const SOFT_PL_NOTIFY_ONE_CHECK: u8 = 0xd4;
+    /// [`SoftSite::access`]: as [`SOFT_PL_NOTIFY_ONE_CHECK`], for `notify_all`.
+    pub const SOFT_PL_NOTIFY_ALL_CHECK: u8 = 0xd3;
+    /// [`SoftSite::access`]: the first instruction of `Condvar::notify_one_slow`
+    /// (condvar in `rdi`): a signal with waiters, recorded (and gated, unless
+    /// its inlined check was). Its returns are [`SOFT_PL_SLOW_LEAVE`].
+    /// Runs out of line. Never removed.
+    pub const SOFT_PL_NOTIFY_ONE_SLOW: u8 = 0xd2;
+    /// [`SoftSite::access`]: as [`SOFT_PL_NOTIFY_ONE_SLOW`], for
+    /// `notify_all_slow` (a broadcast).
+    pub const SOFT_PL_NOTIFY_ALL_SLOW: u8 = 0xd1;
 
     const _: () = assert!(core::mem::size_of::<SoftSite>() == 48);
     const _: () = assert!(core::mem::size_of::<SoftHeader>() == 24);

@@ -1,25 +1,42 @@
-// A counter in a `static mut` that 4 threads update only while holding a
-// `parking_lot::Mutex` (correct), or, with the argument `racy`, that one thread
-// updates outside it (a data race). parking_lot inlines its uncontended lock and
-// unlock (a `lock cmpxchg` on the lock's byte; `lock_slow`/`unlock_slow` out of
-// line under contention): only a recorder that sees them orders the updates. The
-// threads yield inside the section, so some acquisitions go the slow way.
-use parking_lot::Mutex;
+// A counter in a `static mut` that threads update only under `parking_lot`'s
+// locks (correct), or, with a `racy` argument, partly outside them (a data race).
+// parking_lot inlines its uncontended operations (a `lock cmpxchg` or `lock xadd`
+// on the lock's word, a load and test of the condvar's; `*_slow` out of line
+// under contention): only a recorder that sees them orders the updates. The
+// threads yield inside the sections, so some operations go the slow way.
+//
+//   (none) | racy       4 workers bump under a `Mutex` (racy: worker 3 without it)
+//   rw | rw-racy        2 writers bump under `RwLock::write`, 2 readers read under
+//                       `read` (rw-racy: reader 3 also bumps under `read`)
+//   condvar | condvar-racy
+//                       2 threads take 200 turns each through a `Mutex` and a
+//                       `Condvar` (one notifies with `notify_one`, the other with
+//                       `notify_all`), bumping outside the lock on their turn
+//                       (condvar-racy: thread 2 also bumps before it waits for
+//                       its turn)
+use parking_lot::{Condvar, Mutex, RwLock};
 
 static LOCK: Mutex<()> = Mutex::new(());
+static RW: RwLock<()> = RwLock::new(());
+static TURN: Mutex<u32> = Mutex::new(0);
+static TURNED: Condvar = Condvar::new();
 static mut COUNTER: u64 = 0;
 
 fn bump() {
-    // SAFETY (of the program, not of ordo's test): every caller holds LOCK,
-    // except the racy thread on purpose.
+    // SAFETY (of the program, not of ordo's test): every caller holds a lock or
+    // its turn, except the racy thread on purpose.
     unsafe {
         let v = std::ptr::read_volatile(&raw const COUNTER);
         std::ptr::write_volatile(&raw mut COUNTER, v + 1);
     }
 }
 
-fn main() {
-    let racy = std::env::args().nth(1).as_deref() == Some("racy");
+fn counter() -> u64 {
+    // SAFETY: as in `bump`.
+    unsafe { std::ptr::read_volatile(&raw const COUNTER) }
+}
+
+fn mutex(racy: bool) {
     let workers: Vec<_> = (0..4)
         .map(|t| {
             std::thread::spawn(move || {
@@ -41,5 +58,80 @@ fn main() {
         w.join().unwrap();
     }
     let _guard = LOCK.lock();
-    println!("counter {}", unsafe { std::ptr::read_volatile(&raw const COUNTER) });
+    println!("counter {}", counter());
+}
+
+fn rwlock(racy: bool) {
+    let workers: Vec<_> = (0..4)
+        .map(|t| {
+            std::thread::spawn(move || {
+                let mut seen = 0;
+                for i in 0..500 {
+                    if t < 2 {
+                        let _guard = RW.write();
+                        bump();
+                    } else {
+                        let _guard = RW.read();
+                        seen += counter();
+                        if racy && t == 3 {
+                            bump();
+                        }
+                    }
+                    if i % 50 == 0 {
+                        std::thread::yield_now();
+                    }
+                }
+                seen
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().unwrap();
+    }
+    println!("counter {}", counter());
+}
+
+fn condvar(racy: bool) {
+    let workers: Vec<_> = (0..2u32)
+        .map(|t| {
+            std::thread::spawn(move || {
+                for _ in 0..200 {
+                    if racy && t == 1 {
+                        bump();
+                    }
+                    let mut turn = TURN.lock();
+                    while *turn % 2 != t {
+                        TURNED.wait(&mut turn);
+                    }
+                    drop(turn);
+                    bump();
+                    let mut turn = TURN.lock();
+                    *turn += 1;
+                    drop(turn);
+                    if t == 0 {
+                        TURNED.notify_one();
+                    } else {
+                        TURNED.notify_all();
+                    }
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().unwrap();
+    }
+    println!("counter {}", counter());
+}
+
+fn main() {
+    let mode = std::env::args().nth(1).unwrap_or_default();
+    match mode.as_str() {
+        "" | "racy" => mutex(mode == "racy"),
+        "rw" | "rw-racy" => rwlock(mode == "rw-racy"),
+        "condvar" | "condvar-racy" => condvar(mode == "condvar-racy"),
+        _ => {
+            eprintln!("unknown mode {mode}");
+            std::process::exit(2);
+        }
+    }
 }
