@@ -2,7 +2,10 @@
 //! rustc that builds this crate, so the `ordo` binary can embed it: `ordo record`
 //! and `ordo replay` work on a fresh clone after a plain `cargo build`, with no
 //! separate install step. The agent has no dependencies, so one rustc call is enough
-//! (no nested cargo, no lock waits).
+//! (no nested cargo, no lock waits). Twice, in fact: the preloaded build keeps its
+//! thread-locals in the static TLS block, which a library `dlopen`ed into a running
+//! process cannot have (glibc keeps a few hundred bytes spare for that; the agent
+//! has kilobytes), so `ordo record --pid` loads a second build, with dynamic TLS.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -24,9 +27,20 @@ fn main() {
         "cargo:rerun-if-changed={}",
         manifest.join("../probe-ebpf/common/src").display()
     );
+    build(&source, &out.join("libordo_preload.so"), &manifest, true);
+    build(&source, &out.join("libordo_attach.so"), &manifest, false);
+}
+
+/// One build of the agent into `library`; `static_tls`: its thread-locals in the
+/// static TLS block (preloaded only).
+fn build(
+    source: &std::path::Path,
+    library: &std::path::Path,
+    manifest: &std::path::Path,
+    static_tls: bool,
+) {
     let rustc = std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
     let target = std::env::var("TARGET").unwrap();
-    let library = out.join("libordo_preload.so");
     let status = Command::new(rustc)
         .args([
             "--edition",
@@ -54,20 +68,23 @@ fn main() {
             // One object, so the `.symver` aliases in lib.rs can name the wrappers.
             "-C",
             "codegen-units=1",
-            // The agent is only ever preloaded (loaded with the program, never by
-            // dlopen), so its thread-locals can live in the static TLS block: one
-            // %fs-relative load instead of a __tls_get_addr call per access.
-            "-Z",
-            "tls-model=initial-exec",
         ])
+        // Preloaded (loaded with the program, not by dlopen), the thread-locals can
+        // live in the static TLS block: one %fs-relative load instead of a
+        // __tls_get_addr call per access.
+        .args(if static_tls {
+            &["-Z", "tls-model=initial-exec"][..]
+        } else {
+            &[]
+        })
         .arg("-C")
         .arg(format!(
             "link-arg=-Wl,--version-script={}",
             manifest.join("preload/glibc_versions.map").display()
         ))
         .arg("-o")
-        .arg(&library)
-        .arg(&source)
+        .arg(library)
+        .arg(source)
         .env_remove("CARGO_ENCODED_RUSTFLAGS")
         // `-Z tls-model` is unstable; scoped to this one stable-toolchain build.
         .env("RUSTC_BOOTSTRAP", "1")

@@ -64,8 +64,9 @@ pub struct RecordArgs {
     pub env: Vec<(OsString, OsString)>,
     /// Where the pthread API is recorded: `inproc` (a preloaded agent writes events
     /// into memory the recorder drains: tens of nanoseconds a call), `ebpf` (uprobes:
-    /// microseconds a call), or `auto` (inproc for dynamically linked programs
-    /// launched here, ebpf for static or setuid ones and when attaching).
+    /// microseconds a call), or `auto` (inproc for dynamically linked programs,
+    /// launched here or attached to with --pid, where the agent is loaded into the
+    /// running process; ebpf for static or setuid ones and where loading fails).
     #[arg(long, value_enum, default_value = "auto")]
     pub probes: Probes,
     /// In process, read the clock only where an event may follow a wait (a

@@ -13,6 +13,11 @@ use anyhow::{Context, Result};
 /// The agent shared library, as built by `build.rs`.
 pub static AGENT_LIBRARY: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/libordo_preload.so"));
 
+/// The same agent built to be `dlopen`ed into a running process (`ordo record
+/// --pid`): its thread-locals in dynamic TLS, which a library loaded late can have.
+pub static AGENT_ATTACH_LIBRARY: &[u8] =
+    include_bytes!(concat!(env!("OUT_DIR"), "/libordo_attach.so"));
+
 /// Environment variable carrying the user's own `LD_PRELOAD`, restored by the agent
 /// at start-up (absent: there was none), so the program and what it runs see the
 /// environment they would have had without ordo.

@@ -82,17 +82,24 @@ impl InprocMapping {
     /// kernel's clocksource is the TSC); `sparse`: it reads the clock sparsely
     /// ([`CLOCK_SPARSE`]).
     pub fn create(tsc_allowed: bool, sparse: bool) -> Result<InprocMapping> {
+        // SAFETY: a plain syscall; the result is checked.
+        let fd = unsafe { libc::memfd_create(c"ordo-record".as_ptr(), libc::MFD_CLOEXEC) };
+        if fd < 0 {
+            bail!(
+                "memfd_create for the in-process recording: {}",
+                std::io::Error::last_os_error()
+            );
+        }
+        // SAFETY: a descriptor just created, owned by nobody else.
+        Self::over(unsafe { OwnedFd::from_raw_fd(fd) }, tsc_allowed, sparse)
+    }
+
+    /// As [`InprocMapping::create`], over an empty memfd made elsewhere (in a
+    /// process being attached to, which keeps its own descriptor of it).
+    pub fn over(fd: OwnedFd, tsc_allowed: bool, sparse: bool) -> Result<InprocMapping> {
         let size = mapping_size();
         // SAFETY: plain syscalls on values we own; results are checked.
         unsafe {
-            let fd = libc::memfd_create(c"ordo-record".as_ptr(), libc::MFD_CLOEXEC);
-            if fd < 0 {
-                bail!(
-                    "memfd_create for the in-process recording: {}",
-                    std::io::Error::last_os_error()
-                );
-            }
-            let fd = OwnedFd::from_raw_fd(fd);
             if libc::ftruncate(fd.as_raw_fd(), size as libc::off_t) != 0 {
                 bail!(
                     "size the in-process recording's mapping ({size} bytes): {}",

@@ -2,6 +2,8 @@
 //! drains the ring buffer and writes the trace.
 //!
 //! - [`probes`]: the data-driven table of probed libc functions.
+//! - [`inject`]: running code in an already running process with ptrace;
+//!   [`attach_in_process`] brings the agent into a running program with it.
 //! - [`inproc`]: the in-process source (the agent's rings) and its merge with eBPF.
 //! - [`empty`]: empty probes, the baseline for measuring a probe site's cost.
 //! - [`launch`]: starting a program held before `exec` until probes are attached.
@@ -11,8 +13,10 @@
 //! - [`watch`]: choosing the instructions and addresses of watched variables;
 //!   [`watching`] turns `--watch` options into what a recording attaches.
 
+pub mod attach_in_process;
 pub mod discover;
 pub mod empty;
+pub mod inject;
 pub mod inproc;
 pub mod launch;
 mod prefault;

@@ -37,7 +37,7 @@ pub struct SessionOptions {
     pub env: Vec<(OsString, OsString)>,
     /// When attached: stop after this long.
     pub duration: Option<Duration>,
-    /// Where a launched program's pthread API is recorded.
+    /// Where the pthread API is recorded (launched or attached).
     pub probes: ProbeChoice,
     /// Say which path records what, and what it cannot see.
     pub verbose: bool,
@@ -65,8 +65,8 @@ pub const HOLD_EXIT_ENV: &str = ordo_probe_common::inproc::ENV_HOLD_EXIT;
 /// Where the pthread API is recorded (`ordo record --probes`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum ProbeChoice {
-    /// In process for dynamically linked, not setuid launched programs; eBPF
-    /// otherwise (and always when attaching).
+    /// In process for dynamically linked, not setuid launched programs and for
+    /// attached ones where the agent can be loaded; eBPF otherwise.
     #[default]
     Auto,
     /// In process, through the preloaded agent (falls back to eBPF where it cannot).
@@ -410,7 +410,56 @@ pub fn record_attached(
     let bias = |module: &Path| watching::load_bias_in(pid, module);
     plan_watches(&mut record, options, &exe, &libs, &bias, say)?;
     install_signal_handlers();
+    // In process unless asked for eBPF: the agent loaded into the target records
+    // into a mapping shared with it (see attach_in_process).
+    let watched = !record.watch_sites.is_empty() || !record.hw_watches.is_empty();
+    let prepared = match options.probes {
+        ProbeChoice::Ebpf => None,
+        ProbeChoice::Auto | ProbeChoice::Inproc => {
+            match crate::attach_in_process::prepare(pid as i32, !watched) {
+                Ok(prepared) => Some(prepared),
+                Err(e) => {
+                    say(&format!(
+                        "ordo: cannot attach in process ({e:#}): recording with eBPF uprobes"
+                    ));
+                    None
+                }
+            }
+        }
+    };
+    record.inproc = prepared.as_ref().map(|p| p.mapping.clone());
     let recording = start(pid, &record, say)?;
+    let attached = match &prepared {
+        None => None,
+        Some(prepared) => match crate::attach_in_process::attach(pid as i32, prepared) {
+            Ok(attached) => Some(attached),
+            Err(e) => {
+                // Nothing was recorded: record again the other way.
+                drop(recording);
+                say(&format!(
+                    "ordo: cannot attach in process ({e:#}): recording with eBPF uprobes"
+                ));
+                let ebpf = SessionOptions {
+                    probes: ProbeChoice::Ebpf,
+                    force: true,
+                    ..options.clone()
+                };
+                return record_attached(pid, &ebpf, say);
+            }
+        },
+    };
+    if let (Some(attached), true) = (&attached, options.verbose) {
+        say(&format!(
+            "ordo: recording in process: the agent is loaded into pid {pid} and {} GOT slots of the pthread functions point at it ({}); not seen: calls from modules loaded later, libc's calls to itself, calls through pointers taken before attaching",
+            attached.slots(),
+            attached
+                .per_module
+                .iter()
+                .map(|(path, n)| format!("{path}: {n}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
     let deadline = options.duration.map(|d| Instant::now() + d);
     say(&format!("ordo: recording pid {pid}; Ctrl-C to stop"));
     let alive = || Path::new(&format!("/proc/{pid}/task")).exists() && !is_zombie(pid);
@@ -419,6 +468,25 @@ pub fn record_attached(
         && alive()
     {
         std::thread::sleep(Duration::from_millis(20));
+    }
+    if let Some(attached) = attached {
+        match attached.detach() {
+            Ok(detached) if options.verbose => say(&format!(
+                "ordo: detached from pid {pid}: {} GOT slots restored{}",
+                detached.restored,
+                if detached.changed > 0 {
+                    format!(
+                        ", {} rewritten by the program meanwhile and left as they were",
+                        detached.changed
+                    )
+                } else {
+                    String::new()
+                }
+            )),
+            Ok(_) => {}
+            Err(e) if alive() => say(&format!("ordo: warning: detaching from pid {pid}: {e:#}")),
+            Err(_) => {}
+        }
     }
     let summary = recording.finish(None)?;
     Ok(SessionEnd::new(summary, 0))

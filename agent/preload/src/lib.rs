@@ -31,6 +31,7 @@
 #[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
 compile_error!("the ordo agent supports x86_64 Linux only");
 
+pub mod attach;
 #[cfg_attr(
     not(ordo_frame_pointers),
     allow(

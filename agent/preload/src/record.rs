@@ -42,15 +42,44 @@ static SPARSE: AtomicBool = AtomicBool::new(false);
 
 const NO_RING: u32 = u32::MAX;
 
+/// How many recordings this process has started ([`start`]): 1 for a launched
+/// one; one more each time a recorder attaches to the running process again,
+/// with a new mapping.
+static ATTACHMENT: AtomicU32 = AtomicU32::new(0);
+
+/// The calling thread's ring in the current recording, [`NO_RING`] if none yet.
+#[inline(always)]
+fn my_ring() -> u32 {
+    let (i, attachment) = RING.with(|r| r.get());
+    if attachment == ATTACHMENT.load(Relaxed) {
+        i
+    } else {
+        NO_RING
+    }
+}
+
+/// Makes `i` the calling thread's ring in the current recording.
+fn set_my_ring(i: u32) {
+    RING.with(|r| r.set((i, ATTACHMENT.load(Relaxed))));
+}
+
 thread_local! {
-    /// This thread's ring, [`NO_RING`] until its first event.
-    static RING: Cell<u32> = const { Cell::new(NO_RING) };
+    /// This thread's ring, [`NO_RING`] until its first event, and the
+    /// [`ATTACHMENT`] it was claimed in (a ring of an earlier one is not this
+    /// thread's any more).
+    static RING: Cell<(u32, u32)> = const { Cell::new((NO_RING, 0)) };
     /// A wait for room timed out (the drain is gone or far behind): drop without
     /// waiting until the ring has room again.
     static GAVE_UP: Cell<bool> = const { Cell::new(false) };
     /// With sparse time stamps: this thread's last time stamp (0: none yet) and
     /// how many events in a row have taken it plus one tick since the clock was read.
     static LAST_STAMP: Cell<(u64, u32)> = const { Cell::new((0, 0)) };
+}
+
+/// The switch [`on`] reads: an attached recorder clears it to detach
+/// (`crate::attach`).
+pub(crate) fn switch() -> *const AtomicBool {
+    &RECORDING
 }
 
 /// Whether this process records (checked first by every wrapper).
@@ -85,6 +114,7 @@ pub(crate) unsafe fn start(fd: c_int) {
     {
         return;
     }
+    ATTACHMENT.fetch_add(1, Relaxed);
     HEADER.store(p.cast(), Release);
     USE_TSC.store(header.clock & CLOCK_UNIT == CLOCK_TSC, Relaxed);
     SPARSE.store(header.clock & CLOCK_SPARSE != 0, Relaxed);
@@ -404,14 +434,14 @@ fn wait_for_room(r: &RingHeader, head: u64, slots: u64) -> bool {
 /// not fit one ([`Event::slots`]).
 #[inline(always)]
 pub(crate) fn emit(kind: u16, via: u8, addr: u64, site: u64, seq: u64, extra: u64, result: i32) {
-    let mut i = RING.with(|r| r.get());
+    let mut i = my_ring();
     if i == NO_RING {
         i = claim_ring_waiting();
         if i == NO_RING {
             header().no_ring.fetch_add(1, Relaxed);
             return;
         }
-        RING.with(|r| r.set(i));
+        set_my_ring(i);
     }
     let (first, second) = Event {
         ts: event_stamp(kind, via, addr),
@@ -459,13 +489,13 @@ pub(crate) fn emit(kind: u16, via: u8, addr: u64, site: u64, seq: u64, extra: u6
 /// ends into a `blocked` event (a deadlock or hang shows who waited for what).
 #[inline(always)]
 pub(crate) fn block_begin(kind: u16, addr: u64, site: u64) {
-    let mut i = RING.with(|r| r.get());
+    let mut i = my_ring();
     if i == NO_RING {
         i = claim_ring();
         if i == NO_RING {
             return;
         }
-        RING.with(|r| r.set(i));
+        set_my_ring(i);
     }
     let p = &ring_header(i).pending.0;
     p.addr.store(addr, Relaxed);
@@ -476,7 +506,7 @@ pub(crate) fn block_begin(kind: u16, addr: u64, site: u64) {
 /// The blocking call noted by [`block_begin`] returned.
 #[inline(always)]
 pub(crate) fn block_end() {
-    let i = RING.with(|r| r.get());
+    let i = my_ring();
     if i != NO_RING {
         ring_header(i).pending.0.kind.store(0, Relaxed);
     }
