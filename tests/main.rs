@@ -25,6 +25,7 @@ mod hunt;
 
 // `ordo record` and `ordo dump`: both recording paths, symbols, failures around
 // the recording.
+mod attach_in_process;
 mod record;
 mod record_inproc;
 mod record_symbols;

@@ -33,16 +33,6 @@ fn counts(pairs: &[(&str, usize)]) -> BTreeMap<String, usize> {
     pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect()
 }
 
-fn stats(trace: &std::path::Path) -> Value {
-    let out = run_ordo(&["dump", "--stats", "--json", trace.to_str().unwrap()]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
-}
-
 /// A `record_sync` run's lock address and the acquisition order it logged (the
 /// run must have succeeded).
 fn lock_and_logged_order(out: &std::process::Output) -> (String, Vec<String>) {
@@ -842,7 +832,8 @@ fn attach_to_a_running_process() {
     let dir = scratch("attach");
     let program = build_program("record_sync");
     let trace = dir.join("t.ordo");
-    record_running_process(&program, &["timed", "2", "60000"], "0.5", &trace);
+    // Short: in process, two threads contending record millions of events a second.
+    record_running_process(&program, &["timed", "2", "60000"], "0.2", &trace);
     let s = stats(&trace);
     assert!(
         s["by_kind"]["mutex_lock"].as_u64().unwrap_or(0) > 100,
@@ -1133,8 +1124,10 @@ fn attaching_is_atomic_no_release_before_the_first_acquire() {
     let dir = scratch("atomic_attach");
     let program = build_program("record_sync");
     let trace = dir.join("t.ordo");
-    // Four threads lock and unlock one mutex as fast as they can.
-    record_running_process(&program, &["timed", "4", "60000"], "1", &trace);
+    // Four threads lock and unlock one mutex as fast as they can. The kernel
+    // path's switch (in process, the target is stopped while the slots are
+    // redirected: tests/attach_in_process.rs).
+    record_running_process_with(&program, &["timed", "4", "60000"], "1", &trace, "ebpf");
     let dump = run_ordo(&["dump", "--json", trace.to_str().unwrap()]);
     assert!(dump.status.success());
     // Per thread and mutex: a thread may be inside its critical section when
@@ -1174,10 +1167,11 @@ fn signals_to_a_launched_recording_reach_the_program_and_finish_the_trace(probes
         return;
     }
     let dir = scratch(&format!("signals_launch-{probes}"));
-    for (sig, name) in [
-        (libc::SIGTERM, "SIGTERM"),
-        (libc::SIGINT, "SIGINT"),
-        (libc::SIGHUP, "SIGHUP"),
+    // In process (the default) and with eBPF uprobes.
+    for (sig, name, probes) in [
+        (libc::SIGTERM, "SIGTERM", "auto"),
+        (libc::SIGINT, "SIGINT", "ebpf"),
+        (libc::SIGHUP, "SIGHUP", "auto"),
     ] {
         let trace = dir.join(format!("{name}.ordo"));
         let rec = Command::new(ordo())
@@ -1267,20 +1261,30 @@ fn a_signal_to_an_attached_recording_detaches_and_leaves_the_target_running() {
         return;
     }
     let dir = scratch("signals_attach");
-    let program = build_program("record_sync");
-    for (sig, name) in [
-        (libc::SIGTERM, "SIGTERM"),
-        (libc::SIGINT, "SIGINT"),
-        (libc::SIGHUP, "SIGHUP"),
+    let program = build_program("attach_target");
+    // In process (the default) and with eBPF uprobes.
+    for (sig, name, probes) in [
+        (libc::SIGTERM, "SIGTERM", "auto"),
+        (libc::SIGINT, "SIGINT", "ebpf"),
+        (libc::SIGHUP, "SIGHUP", "auto"),
     ] {
+        // Runs until its stdin closes (when the test kills it): two workers
+        // taking a lock every ~50 µs, a thread in pthread_cond_wait.
         let mut target = Command::new(&program)
-            .args(["timed", "2", "60000"])
+            .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::null())
             .spawn()
             .unwrap();
         let trace = dir.join(format!("{name}.ordo"));
         let rec = Command::new(ordo())
-            .args(["record", "--pid", &target.id().to_string(), "-o"])
+            .args([
+                "record",
+                "--probes",
+                probes,
+                "--pid",
+                &target.id().to_string(),
+                "-o",
+            ])
             .arg(&trace)
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
@@ -1489,6 +1493,17 @@ fn record_running_process(
     duration: &str,
     trace: &std::path::Path,
 ) {
+    record_running_process_with(program, args, duration, trace, "auto");
+}
+
+/// As [`record_running_process`], recording with `--probes probes`.
+fn record_running_process_with(
+    program: &std::path::Path,
+    args: &[&str],
+    duration: &str,
+    trace: &std::path::Path,
+    probes: &str,
+) {
     let mut target = Command::new(program)
         .args(args)
         .stdout(std::process::Stdio::null())
@@ -1497,6 +1512,8 @@ fn record_running_process(
     std::thread::sleep(std::time::Duration::from_millis(100));
     let out = run_ordo(&[
         "record",
+        "--probes",
+        probes,
         "--pid",
         &target.id().to_string(),
         "--duration",

@@ -487,3 +487,14 @@ pub fn reproductions(schedule: &Path, program: &Path, args: &[&str], runs: usize
         })
         .count()
 }
+
+/// `ordo dump --stats --json` of `trace`: events, threads, lost, counts by kind.
+pub fn stats(trace: &Path) -> serde_json::Value {
+    let out = run_ordo(&["dump", "--stats", "--json", trace.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}

@@ -159,6 +159,7 @@ impl Recorder {
             Recorder::Lttng | Recorder::OrdoBaseline(_) | Recorder::OrdoSparse => {
                 workload != "memcached-attach"
             }
+            // Attaching, plain `ordo` (the `ordo` row) is in process already.
             Recorder::Ordo(Some(p)) if workload == "memcached-attach" => p != "inproc",
             _ => true,
         }

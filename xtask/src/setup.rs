@@ -25,6 +25,10 @@ const APT_PACKAGES: &[&str] = &[
     "libubsan1",
     "clang",
     "libclang-rt-14-dev",
+    // The attach-in-process fault test (tests/attach_in_process.rs): memcached
+    // attached and detached 100 times under memcaslap's load.
+    "memcached",
+    "libmemcached-tools",
 ];
 const TOOLCHAIN: &str = "debian-web";
 const BPF_LINKER_VERSION: &str = "0.13.0";

@@ -269,7 +269,7 @@ fn find<'a>(rows: &'a [Row], workload: &str, recorder: &str) -> Option<&'a Row> 
         .find(|r| r.workload == workload && r.recorder == recorder)
 }
 
-/// The two issues' targets, from the rows. `kernel_ordo` is the recorder label of
+/// The issues' targets, from the rows. `kernel_ordo` is the recorder label of
 /// ordo's eBPF path (issue 9), `default_ordo` the label of plain `ordo record`
 /// (issue 14 is about what `ordo record -- prog` does by default). `exact_sites`:
 /// whether the empty probes sat at ordo's own sites; the comparison with them means
@@ -462,6 +462,27 @@ pub fn targets(
         0.02,
         Unit::Percent,
         overhead("pigz", d),
+    );
+    push(
+        27,
+        &format!("memcached --pid ({d}, in process): throughput loss ≤ 10 %"),
+        0.10,
+        Unit::Percent,
+        loss("memcached-attach", d),
+    );
+    push(
+        27,
+        &format!("memcached --pid ({d}, in process): events lost = 0"),
+        0.0,
+        Unit::Count,
+        lost("memcached-attach", d),
+    );
+    push(
+        27,
+        &format!("memcached launched ({d}): throughput loss ≤ 5 %"),
+        0.05,
+        Unit::Percent,
+        loss("memcached", d),
     );
     out
 }

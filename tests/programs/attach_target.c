@@ -1,0 +1,83 @@
+// Test program for `ordo record --pid` in process: a server-like process to attach
+// to while it runs. Two workers take and release `work_lock` in a loop; a waiter
+// sits in pthread_cond_wait on `go` the whole time; a holder takes `held_lock`
+// before anyone attaches and releases it when told. Commands on stdin:
+//   release   the holder releases `held_lock` (it took it at start-up)
+//   end       everyone stops; prints "counter N" and exits 0 once all joined
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+static pthread_mutex_t work_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t held_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t go_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t go = PTHREAD_COND_INITIALIZER;
+static pthread_mutex_t release_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t release_cond = PTHREAD_COND_INITIALIZER;
+static int stop, released;
+static long counter;
+
+static void *worker(void *arg) {
+    (void)arg;
+    for (;;) {
+        pthread_mutex_lock(&work_lock);
+        counter++;
+        int done = stop;
+        pthread_mutex_unlock(&work_lock);
+        if (done) return NULL;
+        usleep(50);
+    }
+}
+
+static void *waiter(void *arg) {
+    (void)arg;
+    pthread_mutex_lock(&go_lock);
+    while (!stop) pthread_cond_wait(&go, &go_lock);
+    pthread_mutex_unlock(&go_lock);
+    return NULL;
+}
+
+static void *holder(void *arg) {
+    (void)arg;
+    pthread_mutex_lock(&held_lock);
+    pthread_mutex_lock(&release_lock);
+    while (!released) pthread_cond_wait(&release_cond, &release_lock);
+    pthread_mutex_unlock(&release_lock);
+    pthread_mutex_unlock(&held_lock);
+    return NULL;
+}
+
+int main(void) {
+    pthread_t t[4];
+    pthread_create(&t[0], NULL, worker, NULL);
+    pthread_create(&t[1], NULL, worker, NULL);
+    pthread_create(&t[2], NULL, waiter, NULL);
+    pthread_create(&t[3], NULL, holder, NULL);
+    printf("ready\n");
+    fflush(stdout);
+    char line[64];
+    while (fgets(line, sizeof line, stdin)) {
+        if (strncmp(line, "release", 7) == 0) {
+            pthread_mutex_lock(&release_lock);
+            released = 1;
+            pthread_cond_signal(&release_cond);
+            pthread_mutex_unlock(&release_lock);
+        } else if (strncmp(line, "end", 3) == 0) {
+            break;
+        }
+    }
+    pthread_mutex_lock(&work_lock);
+    stop = 1;
+    pthread_mutex_unlock(&work_lock);
+    pthread_mutex_lock(&go_lock);
+    pthread_cond_broadcast(&go);
+    pthread_mutex_unlock(&go_lock);
+    pthread_mutex_lock(&release_lock);
+    released = 1;
+    pthread_cond_signal(&release_cond);
+    pthread_mutex_unlock(&release_lock);
+    for (int i = 0; i < 4; i++) pthread_join(t[i], NULL);
+    printf("counter %ld\n", counter);
+    return 0;
+}
