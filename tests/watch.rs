@@ -864,6 +864,50 @@ fn parking_lot_rwlock_and_condvar_are_recorded_and_gated() {
     );
 }
 
+/// Issue 26: `parking_lot`'s tries, inlined with no slow path of their own
+/// (`Mutex::try_lock`: a loop testing the byte's LOCKED bit, then `lock
+/// cmpxchg`; `RwLock::try_write`: one `lock cmpxchg` of 0; `try_read`: a check,
+/// `cmpxchg`, and `try_lock_shared_slow` out of line), are recorded as
+/// `pthread_mutex_trylock`'s and `pthread_rwlock_try*lock`'s are: every success
+/// (via `try`) and every failure counted exactly — the failures against the
+/// program's own count — so a counter under `try_lock` and a word written under
+/// `try_write` and read under `try_read` give no race.
+#[test]
+fn parking_lot_tries_are_recorded_exactly() {
+    if !common::have_root("parking_lot_tries_are_recorded_exactly") {
+        return;
+    }
+    let _registers = common::debug_registers();
+    let program = common::build_cargo_program("parking_lot_counter");
+    let dir = common::scratch("watch_parking_lot_tries");
+    let trace = dir.join("try.ordo");
+    let printed = record_watching_all_hw(
+        &[
+            "parking_lot_counter::COUNTER",
+            "parking_lot_counter::SHARED",
+        ],
+        &trace,
+        &program,
+        &["try"],
+    );
+    let (counted, failed) = counted_after_failures(&printed);
+    assert_eq!(counted, 400, "{printed}");
+    // Each worker's first tries found `main` holding the locks.
+    assert!(failed >= 4, "{printed}");
+    let events = common::dump_json(&trace);
+    const LOCK: &str = "parking_lot_counter::LOCK";
+    const RW: &str = "parking_lot_counter::RW";
+    assert_eq!(count_on(&events, LOCK, "mutex_lock", "trylock"), 400);
+    assert_eq!(count_on(&events, RW, "rwlock_wrlock", "trylock"), 200);
+    assert_eq!(count_on(&events, RW, "rwlock_rdlock", "trylock"), 200);
+    assert_eq!(
+        count_on(&events, LOCK, "mutex_lock_failed", "trylock")
+            + count_on(&events, RW, "rwlock_lock_failed", "trylock"),
+        failed
+    );
+    assert_eq!(races(&trace), 0, "every access under its lock");
+}
+
 /// Issue 26: `RwLock::try_read` and `try_write`, inlined (a loop of a check and a
 /// `lock cmpxchg`, no slow path), are recorded as `pthread_rwlock_tryrdlock` and
 /// `tryrwlock` are — a success an `rwlock_rdlock`/`rwlock_wrlock` via `try`, a

@@ -36,9 +36,10 @@ use object::{Object, ObjectSymbol, RelocationTarget, SymbolKind};
 use ordo_probe_common::inproc::{
     SoftSite, SOFT_PL_COND_LEAVE, SOFT_PL_COND_WAIT, SOFT_PL_NOTIFY_ALL_CHECK,
     SOFT_PL_NOTIFY_ALL_SLOW, SOFT_PL_NOTIFY_ONE_CHECK, SOFT_PL_NOTIFY_ONE_SLOW, SOFT_PL_READ_SLOW,
-    SOFT_PL_SLOW_ENTER, SOFT_PL_SLOW_LEAVE, SOFT_PL_WRITE_SLOW, SOFT_RUST_BARRIER_LEAVE,
-    SOFT_RUST_BARRIER_WAIT, SOFT_RUST_CHAN_RECEIVED, SOFT_RUST_CHAN_RECV, SOFT_RUST_CHAN_SEND,
-    SOFT_RUST_COND_BROADCAST, SOFT_RUST_COND_SIGNAL, SOFT_RUST_COND_WAIT,
+    SOFT_PL_SLOW_ENTER, SOFT_PL_SLOW_LEAVE, SOFT_PL_TRY_LOCK_CHECK, SOFT_PL_TRY_LOCK_FAST,
+    SOFT_PL_TRY_READ_LEAVE, SOFT_PL_TRY_READ_SLOW, SOFT_PL_TRY_WRITE_ONCE, SOFT_PL_WRITE_SLOW,
+    SOFT_RUST_BARRIER_LEAVE, SOFT_RUST_BARRIER_WAIT, SOFT_RUST_CHAN_RECEIVED, SOFT_RUST_CHAN_RECV,
+    SOFT_RUST_CHAN_SEND, SOFT_RUST_COND_BROADCAST, SOFT_RUST_COND_SIGNAL, SOFT_RUST_COND_WAIT,
     SOFT_RUST_COND_WAIT_TIMED, SOFT_RUST_LOCK_FAST, SOFT_RUST_LOCK_GATE, SOFT_RUST_LOCK_SLOW,
     SOFT_RUST_ONCE_CHECK, SOFT_RUST_ONCE_DONE, SOFT_RUST_ONCE_ENTER, SOFT_RUST_ONCE_LEAVE,
     SOFT_RUST_ONCE_LOAD, SOFT_RUST_PARK_LEAVE, SOFT_RUST_PARK_TOKEN, SOFT_RUST_READ_CONTENDED,
@@ -95,6 +96,8 @@ pub struct RustLockPlan {
     pub parking_lot_locks: usize,
     /// Inlined `parking_lot::Mutex` and `RwLock` releases found.
     pub parking_lot_unlocks: usize,
+    /// Inlined `parking_lot` `Mutex::try_lock`s and `RwLock::try_write`s found.
+    pub parking_lot_tries: usize,
     /// Inlined `parking_lot::Condvar` notifies found.
     pub parking_lot_notifies: usize,
     /// `parking_lot::Condvar` waits found (0 or 1: `wait_until_internal`).
@@ -427,11 +430,12 @@ struct ParkingLot {
     wait: OutOfLine,
     notify_one_slow: OutOfLine,
     notify_all_slow: OutOfLine,
+    try_read_slow: OutOfLine,
 }
 
 /// The functions of [`ParkingLot`], in its fields' order: the type each is a
 /// method of and its name.
-const PARKING_LOT_FUNCTIONS: [(&str, &str); 9] = [
+const PARKING_LOT_FUNCTIONS: [(&str, &str); 10] = [
     ("parking_lot::raw_mutex::RawMutex", "lock_slow"),
     ("parking_lot::raw_mutex::RawMutex", "unlock_slow"),
     ("parking_lot::raw_rwlock::RawRwLock", "lock_shared_slow"),
@@ -444,11 +448,12 @@ const PARKING_LOT_FUNCTIONS: [(&str, &str); 9] = [
     ("parking_lot::condvar::Condvar", "wait_until_internal"),
     ("parking_lot::condvar::Condvar", "notify_one_slow"),
     ("parking_lot::condvar::Condvar", "notify_all_slow"),
+    ("parking_lot::raw_rwlock::RawRwLock", "try_lock_shared_slow"),
 ];
 
 impl ParkingLot {
     fn of(file: &object::File<'_>) -> Option<ParkingLot> {
-        let mut found: [OutOfLine; 9] = std::array::from_fn(|_| OutOfLine::absent());
+        let mut found: [OutOfLine; 10] = std::array::from_fn(|_| OutOfLine::absent());
         for (s, demangled) in text_symbols_naming(file, "parking_lot") {
             let bare = demangled.split("::h").next().unwrap_or(&demangled);
             // v0 mangling demangles a method as `<Type>::name`.
@@ -469,7 +474,7 @@ impl ParkingLot {
             return None;
         }
         OutOfLine::find_slots(file, &mut found.iter_mut().collect::<Vec<_>>());
-        let [lock_slow, unlock_slow, lock_shared_slow, lock_exclusive_slow, unlock_shared_slow, unlock_exclusive_slow, wait, notify_one_slow, notify_all_slow] =
+        let [lock_slow, unlock_slow, lock_shared_slow, lock_exclusive_slow, unlock_shared_slow, unlock_exclusive_slow, wait, notify_one_slow, notify_all_slow, try_read_slow] =
             found;
         Some(ParkingLot {
             lock_slow,
@@ -481,6 +486,7 @@ impl ParkingLot {
             wait,
             notify_one_slow,
             notify_all_slow,
+            try_read_slow,
         })
     }
 }
@@ -545,6 +551,11 @@ fn plan_parking_lot(
             SOFT_PL_NOTIFY_ALL_SLOW,
             SOFT_PL_SLOW_LEAVE,
         ),
+        (
+            &pl.try_read_slow,
+            SOFT_PL_TRY_READ_SLOW,
+            SOFT_PL_TRY_READ_LEAVE,
+        ),
     ] {
         if f.address == 0 {
             continue;
@@ -573,8 +584,15 @@ fn plan_parking_lot(
         let write_unlock_regs = loaded(&pl.unlock_exclusive_slow);
         let one_regs = loaded(&pl.notify_one_slow);
         let all_regs = loaded(&pl.notify_all_slow);
+        let try_read_regs = loaded(&pl.try_read_slow);
         let instructions = decoded(code, start);
-        for window in instructions.windows(2) {
+        // The `RwLock`s this function locks or unlocks, and its candidate
+        // `try_write`s: one is taken only on a lock the function also uses so
+        // (its guard's drop is inlined with it), where a bare `cmpxchg` of 0
+        // could be any atomic's.
+        let mut rw_operands: HashSet<(u8, u8, i64)> = HashSet::new();
+        let mut try_writes: Vec<[SoftSite; 2]> = Vec::new();
+        for (k, window) in instructions.windows(2).enumerate() {
             let [(first, first_at), (branch, offset)] = window else {
                 continue;
             };
@@ -593,6 +611,7 @@ fn plan_parking_lot(
             {
                 let offsets = constant_offsets(first_bytes, first.ip());
                 if let Some(site) = site_of(first, first_bytes, &offsets, read_only, info) {
+                    rw_operands.insert(operand_key(&site));
                     plan.sites.push(SoftSite {
                         access: SOFT_RUST_RW_UNLOCK,
                         via: via::PLAIN,
@@ -624,14 +643,28 @@ fn plan_parking_lot(
             {
                 continue;
             }
-            let slow = match branch.mnemonic() {
-                Mnemonic::Jne => branch.near_branch_target(),
-                Mnemonic::Je => branch.next_ip(),
-                _ => continue,
-            };
             let offsets = constant_offsets(first_bytes, first.ip());
             let Some(operand) = site_of(first, first_bytes, &offsets, read_only, info) else {
                 continue;
+            };
+            let slow = match branch.mnemonic() {
+                Mnemonic::Jne => branch.near_branch_target(),
+                Mnemonic::Je => branch.next_ip(),
+                Mnemonic::Sete => {
+                    // A try that keeps its outcome: `RwLock::try_write`.
+                    let around = &instructions[k.saturating_sub(3)..];
+                    try_writes.extend(plan_parking_lot_try(
+                        code,
+                        start,
+                        around,
+                        k.min(3),
+                        pl,
+                        operand,
+                        plan,
+                    ));
+                    continue;
+                }
+                _ => continue,
             };
             let bytes = &code[*offset..*offset + branch.len()];
             let candidates: Vec<(&OutOfLine, &HashSet<Register>, PlOperation)> =
@@ -661,6 +694,11 @@ fn plan_parking_lot(
                             &write_unlock_regs,
                             Err(SOFT_RUST_RW_UNLOCK),
                         ),
+                        (
+                            &pl.try_read_slow,
+                            &try_read_regs,
+                            Ok((SOFT_RUST_READ_GATE, SOFT_RUST_TRY_READ_FAST)),
+                        ),
                     ]
                 };
             let operation = candidates
@@ -671,6 +709,7 @@ fn plan_parking_lot(
                     plan.sites
                         .extend(acquisition_sites(operand, branch, bytes, gate, fast));
                     plan.parking_lot_locks += 1;
+                    rw_operands.insert(operand_key(&operand));
                 }
                 Some(Err(release)) => {
                     plan.sites.push(SoftSite {
@@ -679,10 +718,135 @@ fn plan_parking_lot(
                         ..operand
                     });
                     plan.parking_lot_unlocks += 1;
+                    rw_operands.insert(operand_key(&operand));
                 }
-                None => {}
+                None => try_writes.extend(plan_parking_lot_try(
+                    code,
+                    start,
+                    &instructions[k.saturating_sub(3)..],
+                    k.min(3),
+                    pl,
+                    operand,
+                    plan,
+                )),
             }
         }
+        for sites in try_writes {
+            if rw_operands.contains(&operand_key(&sites[0])) {
+                plan.sites.extend(sites);
+                plan.parking_lot_tries += 1;
+            }
+        }
+    }
+}
+
+/// What names a lock's word in one function: a site's base and index registers
+/// and displacement (for a RIP-relative operand, the address).
+fn operand_key(site: &SoftSite) -> (u8, u8, i64) {
+    (site.base, site.index, site.disp)
+}
+
+/// The sites of an inlined `parking_lot` try whose `lock cmpxchg` (at index `at`
+/// of `around`, the instructions from a few before it) reaches no slow path:
+/// - `Mutex::try_lock`: `cmpxchg r8, [m8]` and `jne H` back to the loop's head,
+///   which within a few moves tests the loaded byte's LOCKED bit (`test r8, 1`)
+///   and leaves the loop (`jne F`) when it is set — gated at the `cmpxchg`
+///   ([`SOFT_RUST_LOCK_GATE`]), a success at the `jne`
+///   ([`SOFT_PL_TRY_LOCK_FAST`]), a failure at the check's exit
+///   ([`SOFT_PL_TRY_LOCK_CHECK`]); added to `plan`;
+/// - `RwLock::try_write`: `cmpxchg r64, [m64]` into 0 (`rax` zeroed just
+///   before), maybe a `sete`, then `jne`/`je` — gated at the `cmpxchg`
+///   ([`SOFT_RUST_WRITE_GATE`]), either outcome at the branch
+///   ([`SOFT_PL_TRY_WRITE_ONCE`]); returned, for the caller to keep if the
+///   function also locks or unlocks that word as an `RwLock`.
+fn plan_parking_lot_try(
+    code: &[u8],
+    start: u64,
+    around: &[(Instruction, usize)],
+    at: usize,
+    pl: &ParkingLot,
+    operand: SoftSite,
+    plan: &mut RustLockPlan,
+) -> Option<[SoftSite; 2]> {
+    let &(cas, _) = around.get(at)?;
+    let bytes_of = |(instr, offset): &(Instruction, usize)| &code[*offset..*offset + instr.len()];
+    if cas.memory_size().size() == 1 && (pl.lock_slow.address != 0 || pl.unlock_slow.address != 0) {
+        let branch = around.get(at + 1)?;
+        let head = branch.0.near_branch_target();
+        if branch.0.mnemonic() != Mnemonic::Jne || head >= cas.ip() || head < start {
+            return None;
+        }
+        let loop_code = code.get((head - start) as usize..)?;
+        let mut decoder = Decoder::with_ip(64, loop_code, head, DecoderOptions::NONE);
+        let mut previous: Option<Instruction> = None;
+        for _ in 0..4 {
+            let offset = (decoder.ip() - start) as usize;
+            let instr = decoder.decode();
+            let tests_locked_bit = previous.is_some_and(|test| {
+                test.mnemonic() == Mnemonic::Test
+                    && test.op0_kind() == OpKind::Register
+                    && test.op0_register().size() == 1
+                    && test.op1_kind() == OpKind::Immediate8
+                    && test.immediate8() == 1
+            });
+            if tests_locked_bit {
+                let exit = instr.near_branch_target();
+                // The exit leaves the loop, forwards or back to a retry.
+                if instr.mnemonic() != Mnemonic::Jne || (head..=branch.0.ip()).contains(&exit) {
+                    return None;
+                }
+                let [gate, fast] = acquisition_sites(
+                    operand,
+                    &branch.0,
+                    bytes_of(branch),
+                    SOFT_RUST_LOCK_GATE,
+                    SOFT_PL_TRY_LOCK_FAST,
+                );
+                let [_, check] = acquisition_sites(
+                    operand,
+                    &instr,
+                    &code[offset..offset + instr.len()],
+                    SOFT_RUST_LOCK_GATE,
+                    SOFT_PL_TRY_LOCK_CHECK,
+                );
+                plan.sites.extend([gate, fast, check]);
+                plan.parking_lot_tries += 1;
+                return None;
+            }
+            if !matches!(
+                instr.mnemonic(),
+                Mnemonic::Mov | Mnemonic::Movzx | Mnemonic::Test
+            ) {
+                return None;
+            }
+            previous = Some(instr);
+        }
+        None
+    } else if cas.memory_size().size() == 8 {
+        let mut next = at + 1;
+        if around.get(next)?.0.mnemonic() == Mnemonic::Sete {
+            next += 1;
+        }
+        let branch = around.get(next)?;
+        let expects_zero = around[..at].iter().rev().take(2).any(|(z, _)| {
+            z.mnemonic() == Mnemonic::Xor
+                && z.op0_kind() == OpKind::Register
+                && z.op1_kind() == OpKind::Register
+                && z.op0_register() == z.op1_register()
+                && z.op0_register().full_register() == Register::RAX
+        });
+        if !matches!(branch.0.mnemonic(), Mnemonic::Jne | Mnemonic::Je) || !expects_zero {
+            return None;
+        }
+        Some(acquisition_sites(
+            operand,
+            &branch.0,
+            bytes_of(branch),
+            SOFT_RUST_WRITE_GATE,
+            SOFT_PL_TRY_WRITE_ONCE,
+        ))
+    } else {
+        None
     }
 }
 

@@ -235,7 +235,7 @@ pub fn record_launched(
     };
     if options.verbose && !rust_locks.sites.is_empty() {
         say(&format!(
-            "ordo: Rust std::sync: {} inlined Mutex acquisitions, {} try_locks and {} releases, {} RwLock acquisitions, {} try_reads/try_writes and {} releases, {} Condvar and {} Barrier functions, {} inlined Once completion checks{}, {} inlined unparks and {} park functions, {} channel send and {} receive functions, {} parking_lot Mutex/RwLock acquisitions and {} releases, {} Condvar notifies{} in {}, recorded in process",
+            "ordo: Rust std::sync: {} inlined Mutex acquisitions, {} try_locks and {} releases, {} RwLock acquisitions, {} try_reads/try_writes and {} releases, {} Condvar and {} Barrier functions, {} inlined Once completion checks{}, {} inlined unparks and {} park functions, {} channel send and {} receive functions, {} parking_lot Mutex/RwLock acquisitions, {} tries and {} releases, {} Condvar notifies{} in {}, recorded in process",
             rust_locks.locks,
             rust_locks.try_locks,
             rust_locks.unlocks,
@@ -251,6 +251,7 @@ pub fn record_launched(
             rust_locks.sends,
             rust_locks.receives,
             rust_locks.parking_lot_locks,
+            rust_locks.parking_lot_tries,
             rust_locks.parking_lot_unlocks,
             rust_locks.parking_lot_notifies,
             if rust_locks.parking_lot_condvars > 0 {

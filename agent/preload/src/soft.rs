@@ -40,15 +40,17 @@ use crate::probe_common::inproc::{
     SoftHeader, SoftSite, SOFT_MAGIC, SOFT_NO_GATE, SOFT_PL_COND_LEAVE, SOFT_PL_COND_WAIT,
     SOFT_PL_NOTIFY_ALL_CHECK, SOFT_PL_NOTIFY_ALL_SLOW, SOFT_PL_NOTIFY_ONE_CHECK,
     SOFT_PL_NOTIFY_ONE_SLOW, SOFT_PL_READ_SLOW, SOFT_PL_SLOW_ENTER, SOFT_PL_SLOW_LEAVE,
-    SOFT_PL_WRITE_SLOW, SOFT_RUST_BARRIER_LEAVE, SOFT_RUST_BARRIER_WAIT, SOFT_RUST_CHAN_RECEIVED,
-    SOFT_RUST_CHAN_RECV, SOFT_RUST_CHAN_SEND, SOFT_RUST_COND_BROADCAST, SOFT_RUST_COND_SIGNAL,
-    SOFT_RUST_COND_WAIT, SOFT_RUST_COND_WAIT_TIMED, SOFT_RUST_LOCK_FAST, SOFT_RUST_LOCK_GATE,
-    SOFT_RUST_LOCK_SLOW, SOFT_RUST_ONCE_CHECK, SOFT_RUST_ONCE_DONE, SOFT_RUST_ONCE_ENTER,
-    SOFT_RUST_ONCE_LEAVE, SOFT_RUST_ONCE_LOAD, SOFT_RUST_PARK_LEAVE, SOFT_RUST_PARK_TOKEN,
-    SOFT_RUST_READ_CONTENDED, SOFT_RUST_READ_FAST, SOFT_RUST_READ_GATE, SOFT_RUST_RW_UNLOCK,
-    SOFT_RUST_TRY_FAST, SOFT_RUST_TRY_GATE, SOFT_RUST_TRY_READ_CHECK, SOFT_RUST_TRY_READ_FAST,
-    SOFT_RUST_TRY_WRITE_CHECK, SOFT_RUST_TRY_WRITE_FAST, SOFT_RUST_UNLOCK, SOFT_RUST_UNPARK,
-    SOFT_RUST_WRITE_CONTENDED, SOFT_RUST_WRITE_FAST, SOFT_RUST_WRITE_GATE, SOFT_VERSION,
+    SOFT_PL_TRY_LOCK_CHECK, SOFT_PL_TRY_LOCK_FAST, SOFT_PL_TRY_READ_LEAVE, SOFT_PL_TRY_READ_SLOW,
+    SOFT_PL_TRY_WRITE_ONCE, SOFT_PL_WRITE_SLOW, SOFT_RUST_BARRIER_LEAVE, SOFT_RUST_BARRIER_WAIT,
+    SOFT_RUST_CHAN_RECEIVED, SOFT_RUST_CHAN_RECV, SOFT_RUST_CHAN_SEND, SOFT_RUST_COND_BROADCAST,
+    SOFT_RUST_COND_SIGNAL, SOFT_RUST_COND_WAIT, SOFT_RUST_COND_WAIT_TIMED, SOFT_RUST_LOCK_FAST,
+    SOFT_RUST_LOCK_GATE, SOFT_RUST_LOCK_SLOW, SOFT_RUST_ONCE_CHECK, SOFT_RUST_ONCE_DONE,
+    SOFT_RUST_ONCE_ENTER, SOFT_RUST_ONCE_LEAVE, SOFT_RUST_ONCE_LOAD, SOFT_RUST_PARK_LEAVE,
+    SOFT_RUST_PARK_TOKEN, SOFT_RUST_READ_CONTENDED, SOFT_RUST_READ_FAST, SOFT_RUST_READ_GATE,
+    SOFT_RUST_RW_UNLOCK, SOFT_RUST_TRY_FAST, SOFT_RUST_TRY_GATE, SOFT_RUST_TRY_READ_CHECK,
+    SOFT_RUST_TRY_READ_FAST, SOFT_RUST_TRY_WRITE_CHECK, SOFT_RUST_TRY_WRITE_FAST, SOFT_RUST_UNLOCK,
+    SOFT_RUST_UNPARK, SOFT_RUST_WRITE_CONTENDED, SOFT_RUST_WRITE_FAST, SOFT_RUST_WRITE_GATE,
+    SOFT_VERSION,
 };
 use crate::probe_common::{kind, reg, via};
 use crate::trap::{greg, GREG_OF_REG, GREG_RIP};
@@ -120,6 +122,10 @@ thread_local! {
     /// ([`SOFT_PL_SLOW_ENTER`]; a wait's mutex may take its own inside), whose
     /// futex calls are the operation's own.
     static IN_PARKING_LOT: Cell<u32> = const { Cell::new(0) };
+    /// The `parking_lot::RwLock` whose `try_read` this thread's
+    /// `try_lock_shared_slow` is trying ([`SOFT_PL_TRY_READ_SLOW`]), until it
+    /// returns.
+    static TRYING_READ: Cell<u64> = const { Cell::new(0) };
 }
 
 /// `Once`s completed in the run so far: a thread's list of `Once`s seen complete
@@ -218,22 +224,25 @@ fn tried(addr: u64, ok: bool, site: u64, recording: bool) {
 /// (its check found it held): a replay holds the failure until its turn, then it
 /// is recorded as `pthread_rwlock_tryrdlock`'s `EBUSY`.
 fn try_rw_failed(addr: u64, site: u64, recording: bool) {
+    try_failed(kind::RWLOCK_LOCK_FAILED, addr, site, recording);
+}
+
+/// An inlined try of the lock at `addr` fails at `site` (`failed`:
+/// `rwlock_lock_failed` or `mutex_lock_failed`): held in a replay until its
+/// turn, then recorded with `EBUSY`.
+fn try_failed(failed: u16, addr: u64, site: u64, recording: bool) {
     // A gate passed at an earlier round's `cmpxchg` belonged to a success that did
     // not come.
     GATED.with(|g| g.take());
     let caller = crate::gate::enter();
     if let Some(c) = caller {
-        c.gate(
-            kind::RWLOCK_LOCK_FAILED,
-            addr,
-            crate::gate::GateObject::Addr,
-        );
+        c.gate(failed, addr, crate::gate::GateObject::Addr);
     }
     if recording {
-        crate::record::emit(kind::RWLOCK_LOCK_FAILED, via::TRY, addr, site, 0, 0, EBUSY);
+        crate::record::emit(failed, via::TRY, addr, site, 0, 0, EBUSY);
     }
     if let Some(c) = caller {
-        c.happened(kind::RWLOCK_LOCK_FAILED, addr, None);
+        c.happened(failed, addr, None);
     }
 }
 
@@ -370,6 +379,11 @@ fn is_rust_lock(s: &SoftSite) -> bool {
             | SOFT_PL_NOTIFY_ALL_CHECK
             | SOFT_PL_NOTIFY_ONE_SLOW
             | SOFT_PL_NOTIFY_ALL_SLOW
+            | SOFT_PL_TRY_LOCK_FAST
+            | SOFT_PL_TRY_LOCK_CHECK
+            | SOFT_PL_TRY_WRITE_ONCE
+            | SOFT_PL_TRY_READ_SLOW
+            | SOFT_PL_TRY_READ_LEAVE
     )
 }
 
@@ -685,6 +699,76 @@ unsafe fn rust_lock(t: &Table, s: &SoftSite, i: usize, ip: u64, ctx: *mut c_void
             };
             // SAFETY: as above.
             unsafe { *greg(ctx, GREG_RIP) = to as i64 };
+        }
+        SOFT_PL_TRY_LOCK_FAST => {
+            // The flags are the loop's `lock cmpxchg`'s: ZF set is a success;
+            // clear, the loop checks the byte it found again.
+            // SAFETY: the trap's context (the caller's contract).
+            let addr = unsafe { effective_address(s, t.bias, ctx) };
+            // SAFETY: as above.
+            let ok = unsafe { *greg(ctx, GREG_EFL) } & EFLAGS_ZF != 0;
+            if ok {
+                self::acquired(addr, kind::MUTEX_LOCK, ip, recording, via::TRY);
+            }
+            // SAFETY: as above.
+            unsafe { *greg(ctx, GREG_RIP) = branch_destination(s, ip, ok) as i64 };
+        }
+        SOFT_PL_TRY_LOCK_CHECK => {
+            // The flags are the check's `test`: ZF clear is held, the try fails.
+            // SAFETY: the trap's context (the caller's contract).
+            let held = unsafe { *greg(ctx, GREG_EFL) } & EFLAGS_ZF == 0;
+            if held {
+                // SAFETY: as above.
+                let addr = unsafe { effective_address(s, t.bias, ctx) };
+                try_failed(kind::MUTEX_LOCK_FAILED, addr, ip, recording);
+            }
+            // SAFETY: as above (a `jne`: taken when ZF is clear).
+            unsafe { *greg(ctx, GREG_RIP) = branch_destination(s, ip, !held) as i64 };
+        }
+        SOFT_PL_TRY_WRITE_ONCE => {
+            // The flags are the one `lock cmpxchg`'s (a `sete` in between).
+            // SAFETY: the trap's context (the caller's contract).
+            let addr = unsafe { effective_address(s, t.bias, ctx) };
+            // SAFETY: as above.
+            let ok = unsafe { *greg(ctx, GREG_EFL) } & EFLAGS_ZF != 0;
+            if ok {
+                self::acquired(addr, kind::RWLOCK_WRLOCK, ip, recording, via::TRY);
+            } else {
+                try_rw_failed(addr, ip, recording);
+            }
+            // SAFETY: as above.
+            unsafe { *greg(ctx, GREG_RIP) = branch_destination(s, ip, ok) as i64 };
+        }
+        SOFT_PL_TRY_READ_SLOW => {
+            parking_lot_enters();
+            // SAFETY: the trap's context (the caller's contract): the lock in `rdi`
+            // (first instruction).
+            let addr = unsafe { *greg(ctx, GREG_OF_REG[reg::RDI as usize]) as u64 };
+            if GATED.with(|g| g.get()).is_none() {
+                if let Some(c) = crate::gate::enter() {
+                    c.gate(kind::RWLOCK_RDLOCK, addr, crate::gate::GateObject::Addr);
+                    GATED.with(|g| g.set(Some(c)));
+                }
+            }
+            TRYING_READ.with(|t| t.set(addr));
+            // SAFETY: as above.
+            unsafe { *greg(ctx, GREG_RIP) = t.xol.add(i * SLOT) as i64 };
+        }
+        SOFT_PL_TRY_READ_LEAVE => {
+            // SAFETY: the trap's context (the caller's contract), at a `ret`; `al`
+            // holds whether the read lock was taken.
+            let ok = unsafe { *greg(ctx, GREG_OF_REG[reg::RAX as usize]) } & 0xff != 0;
+            // SAFETY: as above.
+            let ret = unsafe { emulate_ret(ctx) };
+            parking_lot_leaves();
+            let addr = TRYING_READ.with(|t| t.replace(0));
+            if addr != 0 {
+                if ok {
+                    self::acquired(addr, kind::RWLOCK_RDLOCK, ret, recording, via::TRY);
+                } else {
+                    try_rw_failed(addr, ret, recording);
+                }
+            }
         }
         SOFT_RUST_CHAN_SEND => {
             // Before the message is published: what the sender did before the

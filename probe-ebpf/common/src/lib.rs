@@ -841,7 +841,7 @@ pub mod inproc {
     /// "ORDO_SFT".
     pub const SOFT_MAGIC: u64 = 0x4f52_444f_5f53_4654;
     /// Bumped whenever [`SoftHeader`] or [`SoftSite`] changes.
-    pub const SOFT_VERSION: u32 = 12;
+    pub const SOFT_VERSION: u32 = 13;
 
     /// The start of a software-breakpoint table.
     #[repr(C)]
@@ -1112,6 +1112,34 @@ pub mod inproc {
     /// [`SoftSite::access`]: as [`SOFT_PL_NOTIFY_ONE_SLOW`], for
     /// `notify_all_slow` (a broadcast).
     pub const SOFT_PL_NOTIFY_ALL_SLOW: u8 = 0xd1;
+
+    /// [`SoftSite::access`]: the `jne` back to the loop's check after the `lock
+    /// cmpxchg r8, [m8]` of an inlined `parking_lot` `Mutex::try_lock` (the
+    /// operand fields are the `cmpxchg`'s): ZF set is a success, a `mutex_lock`
+    /// via `try`; clear, the loop checks again. The agent emulates the branch.
+    /// Never removed.
+    pub const SOFT_PL_TRY_LOCK_FAST: u8 = 0xd0;
+    /// [`SoftSite::access`]: the branch out of that loop (`jne` after `test r8,
+    /// 1` on the loaded byte: held; the operand fields are the `cmpxchg`'s):
+    /// taken is a failure, a `mutex_lock_failed` via `try`, gated in a replay. The
+    /// agent emulates the branch. Never removed.
+    pub const SOFT_PL_TRY_LOCK_CHECK: u8 = 0xcf;
+    /// [`SoftSite::access`]: the `jne` (or `je`) after an inlined `parking_lot`
+    /// `RwLock::try_write`'s one `lock cmpxchg r64, [m64]` (0 → WRITER) and its
+    /// `sete`: ZF set is a success, an `rwlock_wrlock` via `try`, clear a
+    /// failure, an `rwlock_lock_failed`. The agent emulates the branch. Never
+    /// removed.
+    pub const SOFT_PL_TRY_WRITE_ONCE: u8 = 0xce;
+    /// [`SoftSite::access`]: the first instruction of `parking_lot`'s
+    /// `RawRwLock::try_lock_shared_slow` (the lock in `rdi`), which an inlined
+    /// `try_read` calls when its check or its `cmpxchg` failed: gated in a replay
+    /// unless the fast path's gate was passed; its futex calls are the lock's
+    /// own. Runs out of line. Never removed.
+    pub const SOFT_PL_TRY_READ_SLOW: u8 = 0xcd;
+    /// [`SoftSite::access`]: a `ret` of `try_lock_shared_slow`: `al` set is an
+    /// `rwlock_rdlock` via `try`, clear an `rwlock_lock_failed`. The agent
+    /// emulates the `ret`. Never removed.
+    pub const SOFT_PL_TRY_READ_LEAVE: u8 = 0xcc;
 
     const _: () = assert!(core::mem::size_of::<SoftSite>() == 48);
     const _: () = assert!(core::mem::size_of::<SoftHeader>() == 24);

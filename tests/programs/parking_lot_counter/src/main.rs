@@ -14,6 +14,11 @@
 //                       `notify_all`), bumping outside the lock on their turn
 //                       (condvar-racy: thread 2 also bumps before it waits for
 //                       its turn)
+//   try                 2 threads bump COUNTER under `Mutex::try_lock`, one bumps
+//                       SHARED under `RwLock::try_write` and one reads it under
+//                       `try_read`, 200 successes each, retrying failures (main
+//                       holds both locks for a moment first); prints the
+//                       failed tries
 use parking_lot::{Condvar, Mutex, RwLock};
 
 static LOCK: Mutex<()> = Mutex::new(());
@@ -21,6 +26,7 @@ static RW: RwLock<()> = RwLock::new(());
 static TURN: Mutex<u32> = Mutex::new(0);
 static TURNED: Condvar = Condvar::new();
 static mut COUNTER: u64 = 0;
+static mut SHARED: u64 = 0;
 
 fn bump() {
     // SAFETY (of the program, not of ordo's test): every caller holds a lock or
@@ -123,12 +129,57 @@ fn condvar(racy: bool) {
     println!("counter {}", counter());
 }
 
+fn tries() {
+    use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+    static FAILED: AtomicU64 = AtomicU64::new(0);
+    let held = LOCK.lock();
+    let written = RW.write();
+    let workers: Vec<_> = (0..4)
+        .map(|t| {
+            std::thread::spawn(move || {
+                for _ in 0..200 {
+                    loop {
+                        let done = match t {
+                            0 | 1 => LOCK.try_lock().map(|_guard| bump()).is_some(),
+                            // SAFETY: under RW's write or read lock.
+                            2 => RW
+                                .try_write()
+                                .map(|_guard| unsafe {
+                                    let v = std::ptr::read_volatile(&raw const SHARED);
+                                    std::ptr::write_volatile(&raw mut SHARED, v + 1);
+                                })
+                                .is_some(),
+                            _ => RW
+                                .try_read()
+                                .map(|_guard| unsafe { std::ptr::read_volatile(&raw const SHARED) })
+                                .is_some(),
+                        };
+                        if done {
+                            break;
+                        }
+                        FAILED.fetch_add(1, Relaxed);
+                        std::thread::yield_now();
+                    }
+                }
+            })
+        })
+        .collect();
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    drop(held);
+    drop(written);
+    for w in workers {
+        w.join().unwrap();
+    }
+    println!("counter {} after {} failed tries", counter(), FAILED.load(Relaxed));
+}
+
 fn main() {
     let mode = std::env::args().nth(1).unwrap_or_default();
     match mode.as_str() {
         "" | "racy" => mutex(mode == "racy"),
         "rw" | "rw-racy" => rwlock(mode == "rw-racy"),
         "condvar" | "condvar-racy" => condvar(mode == "condvar-racy"),
+        "try" => tries(),
         _ => {
             eprintln!("unknown mode {mode}");
             std::process::exit(2);
