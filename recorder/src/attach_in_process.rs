@@ -101,33 +101,36 @@ pub fn prepare(pid: i32, tsc_allowed: bool) -> Result<Prepared> {
         unreachable!("one address per symbol")
     };
     let pidfd = pidfd_open(pid)?;
-    let mut process = StoppedProcess::stop(pid)?;
-    let made = (|| {
-        let name = process.write_scratch(b"ordo-record\0")?;
-        let fd = process.call(memfd_create, &[name, libc::MFD_CLOEXEC as u64])? as i64;
-        if fd < 0 {
-            bail!("memfd_create in pid {pid} failed");
-        }
-        let path = CString::new(agent.as_os_str().as_encoded_bytes())?;
-        let path = process.write_scratch(path.as_bytes_with_nul())?;
-        let handle = process.call(dlopen, &[path, libc::RTLD_NOW as u64])?;
-        if handle == 0 {
-            let text = process.call(dlerror, &[])?;
-            let why = if text == 0 {
-                String::new()
-            } else {
-                let bytes = process.read_memory(text, 256).unwrap_or_default();
-                let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
-                String::from_utf8_lossy(&bytes[..end]).into_owned()
-            };
-            let _ = process.call(close, &[fd as u64]);
-            bail!("dlopen of the agent in pid {pid} failed: {why}");
-        }
-        Ok(fd as u64)
-    })();
-    let released = process.detach();
-    let target_fd = made?;
-    released?;
+    let target_fd = ptrace_in_child(|| {
+        let mut process = StoppedProcess::stop(pid)?;
+        let made = (|| {
+            let name = process.write_scratch(b"ordo-record\0")?;
+            let fd = process.call(memfd_create, &[name, libc::MFD_CLOEXEC as u64])? as i64;
+            if fd < 0 {
+                bail!("memfd_create in pid {pid} failed");
+            }
+            let path = CString::new(agent.as_os_str().as_encoded_bytes())?;
+            let path = process.write_scratch(path.as_bytes_with_nul())?;
+            let handle = process.call(dlopen, &[path, libc::RTLD_NOW as u64])?;
+            if handle == 0 {
+                let text = process.call(dlerror, &[])?;
+                let why = if text == 0 {
+                    String::new()
+                } else {
+                    let bytes = process.read_memory(text, 256).unwrap_or_default();
+                    let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
+                    String::from_utf8_lossy(&bytes[..end]).into_owned()
+                };
+                let _ = process.call(close, &[fd as u64]);
+                bail!("dlopen of the agent in pid {pid} failed: {why}");
+            }
+            Ok(fd as u64)
+        })();
+        let released = process.detach();
+        let target_fd = made?;
+        released?;
+        Ok(target_fd)
+    })?;
     // SAFETY: a plain syscall on descriptors we own; the result is checked.
     let local = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), target_fd, 0) };
     if local < 0 {
@@ -169,40 +172,63 @@ pub fn attach(pid: i32, prepared: &Prepared) -> Result<Attached> {
         .write(true)
         .open(format!("/proc/{pid}/mem"))
         .with_context(|| format!("open /proc/{pid}/mem"))?;
-    let mut process = StoppedProcess::stop(pid)?;
+    // The slots' values now (a lazy binding resolved before the stop only means
+    // restoring the unresolved stub, which resolves again). A slot still holding
+    // a wrapper (a recorder before this one died with its guardian) gets libc's
+    // function back.
     let mut slots = Vec::with_capacity(planned.len());
-    let attached = (|| -> Result<u64> {
-        let switch = process.call(ordo_attach, &[prepared.target_fd])?;
-        if switch == 0 {
-            bail!("the agent in pid {pid} could not map the recording");
+    for (address, wrapper, name) in planned {
+        let mut original = read_u64(&mem, address)?;
+        if original == wrapper {
+            original = symbols_in_target(pid, "libc.so.6", &[name])?[0];
         }
-        for &(address, wrapper) in &planned {
-            let original = read_u64(&mem, address)?;
-            write_u64(&mem, address, wrapper)?;
-            slots.push(Slot {
-                address,
-                original,
-                wrapper,
-            });
+        slots.push(Slot {
+            address,
+            original,
+            wrapper,
+        });
+    }
+    // Started before the stop: from here on this process's death restores.
+    let mut guardian = Guardian::start(pid, &slots)?;
+    let attached = ptrace_in_child(|| {
+        let mut process = StoppedProcess::stop(pid)?;
+        let switched = (|| -> Result<u64> {
+            let switch = process.call(ordo_attach, &[prepared.target_fd])?;
+            if switch == 0 {
+                bail!("the agent in pid {pid} could not map the recording");
+            }
+            guardian.tell_switch(switch);
+            let redirected = slots
+                .iter()
+                .try_for_each(|s| write_u64(&mem, s.address, s.wrapper));
+            if redirected.is_err() {
+                let _ = mem.write_all_at(&[0], switch);
+            }
+            redirected.map(|()| switch)
+        })();
+        if switched.is_err() {
+            restore(&mem, &slots);
         }
+        let released = process.detach();
+        let switch = switched?;
+        released?;
         Ok(switch)
-    })();
+    });
     let switch = match attached {
         Ok(switch) => switch,
         Err(e) => {
             restore(&mem, &slots);
-            drop(process);
+            guardian.dismiss();
             return Err(e);
         }
     };
-    process.detach()?;
-    let guardian = Guardian::start(pid, &slots, switch).ok();
+    guardian.told = true;
     Ok(Attached {
         pid,
         slots,
         switch,
         mem,
-        guardian,
+        guardian: Some(guardian),
         per_module,
     })
 }
@@ -296,16 +322,16 @@ fn is_left_alone(path: &str) -> bool {
 }
 
 /// Every GOT slot of the target's modules bound to an interposed function
-/// (`R_X86_64_JUMP_SLOT` or `GLOB_DAT` relocations naming it): address and the
-/// wrapper it gets; and how many per module.
+/// (`R_X86_64_JUMP_SLOT` or `GLOB_DAT` relocations naming it): address, the
+/// wrapper it gets and the function's name; and how many per module.
 #[allow(
     clippy::type_complexity,
     reason = "two plain lists: slots, and counts per module"
 )]
-fn plan_slots(
+fn plan_slots<'n>(
     pid: i32,
-    wrappers: &std::collections::HashMap<&str, u64>,
-) -> Result<(Vec<(u64, u64)>, Vec<(String, usize)>)> {
+    wrappers: &std::collections::HashMap<&'n str, u64>,
+) -> Result<(Vec<(u64, u64, &'n str)>, Vec<(String, usize)>)> {
     let mut slots = Vec::new();
     let mut per_module = Vec::new();
     for module in ordo_trace::symbolize::modules_of_process(pid as u32) {
@@ -351,8 +377,8 @@ fn plan_slots(
             else {
                 continue;
             };
-            if let Some(&wrapper) = wrappers.get(name) {
-                slots.push((bias + offset, wrapper));
+            if let Some((&name, &wrapper)) = wrappers.get_key_value(name) {
+                slots.push((bias + offset, wrapper, name));
             }
         }
         if slots.len() > before {
@@ -401,6 +427,69 @@ fn agent_path() -> Result<PathBuf> {
     Ok(path)
 }
 
+/// Runs `work` — a stop of the target and calls into it — in a child process
+/// of its own (its own session: a terminal's signals to this process's group do
+/// not reach it), and returns what it returned. A thread of the target in a
+/// call whose tracer dies is let go with its registers pointing into the call,
+/// which returns to address 0 and takes the target down: the child is that
+/// tracer, and it finishes, restores and detaches whatever happens to this
+/// process. Only glibc's fork-safe allocator and system calls run in it.
+fn ptrace_in_child(work: impl FnOnce() -> Result<u64>) -> Result<u64> {
+    let mut fds = [0; 2];
+    // SAFETY: a plain syscall filling `fds`.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        bail!("pipe: {}", std::io::Error::last_os_error());
+    }
+    // SAFETY: descriptors just made.
+    let (read_end, write_end) =
+        unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    // SAFETY: the child runs `work` (allocation through glibc's malloc, which
+    // its fork resets, and system calls) and `_exit`s without unwinding into
+    // this process's state.
+    let child = unsafe { libc::fork() };
+    if child < 0 {
+        bail!("fork: {}", std::io::Error::last_os_error());
+    }
+    if child == 0 {
+        // SAFETY: in the child: plain system calls, then `_exit`.
+        unsafe {
+            libc::setsid();
+            for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGPIPE] {
+                libc::signal(signal, libc::SIG_IGN);
+            }
+            let reply = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(work)) {
+                Ok(Ok(value)) => {
+                    let mut bytes = vec![0u8];
+                    bytes.extend(value.to_ne_bytes());
+                    bytes
+                }
+                Ok(Err(e)) => {
+                    let mut bytes = vec![1u8];
+                    bytes.extend(format!("{e:#}").into_bytes());
+                    bytes
+                }
+                Err(_) => b"\x01the attaching process panicked".to_vec(),
+            };
+            libc::write(write_end.as_raw_fd(), reply.as_ptr().cast(), reply.len());
+            libc::_exit(0);
+        }
+    }
+    drop(write_end);
+    let mut reply = Vec::new();
+    let read = std::io::Read::read_to_end(&mut File::from(read_end), &mut reply);
+    let mut status = 0;
+    // SAFETY: our own child.
+    unsafe { libc::waitpid(child, &mut status, 0) };
+    read.context("read the attaching process's reply")?;
+    match reply.split_first() {
+        Some((0, value)) if value.len() == 8 => {
+            Ok(u64::from_ne_bytes(value.try_into().expect("8 bytes")))
+        }
+        Some((1, why)) => Err(anyhow!("{}", String::from_utf8_lossy(why))),
+        _ => bail!("the attaching process ended without a reply (status {status:#x})"),
+    }
+}
+
 fn pidfd_open(pid: i32) -> Result<OwnedFd> {
     // SAFETY: a plain syscall; the result is checked.
     let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
@@ -414,13 +503,15 @@ fn pidfd_open(pid: i32) -> Result<OwnedFd> {
 /// A process that restores the target if this one dies while attached.
 struct Guardian {
     pid: libc::pid_t,
-    /// Writing a byte dismisses it; closing without one (this process died)
-    /// makes it restore.
+    /// The switch's address was written.
+    told: bool,
+    /// The recording switch's address (8 bytes) once known, then a byte that
+    /// dismisses it; closing it before that (this process died) makes it restore.
     pipe: OwnedFd,
 }
 
 impl Guardian {
-    fn start(target: i32, slots: &[Slot], switch: u64) -> Result<Guardian> {
+    fn start(target: i32, slots: &[Slot]) -> Result<Guardian> {
         let mem = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
@@ -442,24 +533,34 @@ impl Guardian {
         }
         if pid == 0 {
             // SAFETY: as above.
-            unsafe {
-                guard(
-                    read_end.as_raw_fd(),
-                    write_end.as_raw_fd(),
-                    &mem,
-                    &slots,
-                    switch,
-                )
-            };
+            unsafe { guard(read_end.as_raw_fd(), write_end.as_raw_fd(), &mem, &slots) };
         }
         drop(read_end);
         Ok(Guardian {
             pid,
+            told: false,
             pipe: write_end,
         })
     }
 
-    fn dismiss(self) {
+    /// Tells it where the recording switch is.
+    fn tell_switch(&mut self, switch: u64) {
+        // SAFETY: our own pipe; 8 bytes, written at once (below PIPE_BUF).
+        unsafe {
+            libc::write(
+                self.pipe.as_raw_fd(),
+                switch.to_ne_bytes().as_ptr().cast(),
+                8,
+            )
+        };
+        self.told = true;
+    }
+
+    fn dismiss(mut self) {
+        if !self.told {
+            // No switch (0), so that the dismissal comes where it is read.
+            self.tell_switch(0);
+        }
         // SAFETY: our own pipe and child.
         unsafe {
             libc::write(self.pipe.as_raw_fd(), [1u8].as_ptr().cast(), 1);
@@ -470,12 +571,12 @@ impl Guardian {
 }
 
 /// The guardian's life (in the forked child): its own session, deaf to the
-/// terminal's signals; waits for a byte (dismissed) or the pipe's end (the
-/// recorder died: restore).
+/// terminal's signals; learns the switch's address, then waits for the byte
+/// that dismisses it, or the pipe's end (the recorder died: restore).
 ///
 /// # Safety
 /// Only in the child of `fork`: async-signal-safe system calls only.
-unsafe fn guard(read_end: i32, write_end: i32, mem: &File, slots: &[Slot], switch: u64) -> ! {
+unsafe fn guard(read_end: i32, write_end: i32, mem: &File, slots: &[Slot]) -> ! {
     // SAFETY: async-signal-safe calls (the caller's contract).
     unsafe {
         libc::close(write_end);
@@ -483,23 +584,39 @@ unsafe fn guard(read_end: i32, write_end: i32, mem: &File, slots: &[Slot], switc
         for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT] {
             libc::signal(signal, libc::SIG_IGN);
         }
-        let mut byte = 0u8;
-        let n = loop {
-            let n = libc::read(read_end, (&mut byte as *mut u8).cast(), 1);
-            if n >= 0 || *libc::__errno_location() != libc::EINTR {
-                break n;
-            }
-        };
-        if n != 1 {
-            let fd = mem.as_raw_fd();
-            let off: u8 = 0;
-            libc::pwrite(fd, (&off as *const u8).cast(), 1, switch as i64);
-            for s in slots {
-                let mut now = 0u64;
-                let read = libc::pread(fd, (&mut now as *mut u64).cast(), 8, s.address as i64);
-                if read == 8 && now == s.wrapper {
-                    libc::pwrite(fd, (&s.original as *const u64).cast(), 8, s.address as i64);
+        let read_exact = |buf: &mut [u8]| -> bool {
+            let mut got = 0;
+            while got < buf.len() {
+                let n = libc::read(read_end, buf[got..].as_mut_ptr().cast(), buf.len() - got);
+                if n > 0 {
+                    got += n as usize;
+                } else if n == 0 || *libc::__errno_location() != libc::EINTR {
+                    return false;
                 }
+            }
+            true
+        };
+        let mut switch = [0u8; 8];
+        let mut dismissed = [0u8; 1];
+        let switch_known = read_exact(&mut switch);
+        if switch_known && read_exact(&mut dismissed) {
+            libc::_exit(0);
+        }
+        let fd = mem.as_raw_fd();
+        if switch_known && switch != [0; 8] {
+            let off: u8 = 0;
+            libc::pwrite(
+                fd,
+                (&off as *const u8).cast(),
+                1,
+                u64::from_ne_bytes(switch) as i64,
+            );
+        }
+        for s in slots {
+            let mut now = 0u64;
+            let read = libc::pread(fd, (&mut now as *mut u64).cast(), 8, s.address as i64);
+            if read == 8 && now == s.wrapper {
+                libc::pwrite(fd, (&s.original as *const u64).cast(), 8, s.address as i64);
             }
         }
         libc::_exit(0)

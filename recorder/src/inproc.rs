@@ -420,6 +420,23 @@ impl InprocMapping {
     }
 
     /// Tells the agent its modules were read (it waits for that at start-up).
+    /// Gives the mapping's memory back to the system, its size kept (a hole
+    /// punched over all of it): an attached process keeps the mapping after the
+    /// recorder detached (a thread may still be in the agent's last write), and
+    /// would otherwise keep every page its threads' rings touched, at every
+    /// attach. A late write lands in a fresh zero page.
+    pub fn release_pages(&self) {
+        // SAFETY: a plain syscall on our descriptor; failure only keeps the pages.
+        unsafe {
+            libc::fallocate(
+                self.fd.as_raw_fd(),
+                libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                0,
+                mapping_size() as libc::off_t,
+            );
+        }
+    }
+
     pub(crate) fn modules_read(&self) {
         let h = self.header();
         h.modules_read.store(1, Ordering::Release);

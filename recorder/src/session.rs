@@ -489,8 +489,11 @@ pub fn record_attached(
             Err(_) => {}
         }
     }
-    let summary = recording.finish(None)?;
-    Ok(SessionEnd::new(summary, 0))
+    let summary = recording.finish(None);
+    if let Some(prepared) = &prepared {
+        prepared.mapping.release_pages();
+    }
+    Ok(SessionEnd::new(summary?, 0))
 }
 
 /// Refuses the trace path before anything is launched or attached: an existing

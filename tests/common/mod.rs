@@ -498,3 +498,47 @@ pub fn stats(trace: &Path) -> serde_json::Value {
     );
     serde_json::from_slice(&out.stdout).unwrap()
 }
+
+/// The bytes of every read-only mapping of the target's modules but the agent
+/// (code, and the data made read-only after relocation: the GOT of a `-z now`
+/// build), as /proc/PID/mem reads them.
+pub fn read_only_memory(pid: u32) -> Vec<(String, Vec<u8>)> {
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+    let mem = std::fs::File::open(format!("/proc/{pid}/mem")).unwrap();
+    let mut regions = Vec::new();
+    for line in maps.lines() {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let (Some(range), Some(perms), Some(path)) = (fields.first(), fields.get(1), fields.get(5))
+        else {
+            continue;
+        };
+        if !path.starts_with('/') || path.contains("libordo_attach") || perms.contains('w') {
+            continue;
+        }
+        let (start, end) = range.split_once('-').unwrap();
+        let (start, end) = (
+            u64::from_str_radix(start, 16).unwrap(),
+            u64::from_str_radix(end, 16).unwrap(),
+        );
+        let mut bytes = vec![0; (end - start) as usize];
+        use std::os::unix::fs::FileExt;
+        if mem.read_exact_at(&mut bytes, start).is_ok() {
+            regions.push((line.to_string(), bytes));
+        }
+    }
+    regions
+}
+
+/// The regions of `after` that differ from `before`, by their maps line.
+pub fn changed_regions(before: &[(String, Vec<u8>)], after: &[(String, Vec<u8>)]) -> Vec<String> {
+    before
+        .iter()
+        .filter(|(line, bytes)| {
+            after
+                .iter()
+                .find(|(l, _)| l == line)
+                .is_none_or(|(_, b)| b != bytes)
+        })
+        .map(|(line, _)| line.clone())
+        .collect()
+}
