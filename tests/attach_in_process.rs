@@ -195,10 +195,10 @@ fn a_killed_recorder_leaves_the_target_restored_and_running() {
     assert!(Path::new(&trace).exists());
 }
 
-/// `ordo record --pid` SIGKILLed at 30 moments spread over its attach (from the
-/// first milliseconds, while it loads the agent, to after it records): the
-/// target keeps running, its code and GOT as they were once the guardian has
-/// restored them, and ends normally.
+/// `ordo record --pid` SIGKILLed at 30 moments spread over its attach, its
+/// recording and (every other run records for 30 ms only) its detach, from the
+/// first milliseconds to 145 ms: the target keeps running, its code and GOT as
+/// they were once the guardian has restored them, and ends normally.
 #[test]
 fn a_recorder_killed_at_any_moment_leaves_the_target_as_it_was() {
     if !have_root("a_recorder_killed_at_any_moment_leaves_the_target_as_it_was") {
@@ -210,16 +210,23 @@ fn a_recorder_killed_at_any_moment_leaves_the_target_as_it_was() {
     let before = read_only_memory(pid);
     let trace = dir.join("t.ordo");
     for i in 0..30u64 {
+        let duration: &[&str] = if i % 2 == 1 {
+            &["--duration", "0.03"]
+        } else {
+            &[]
+        };
         let mut rec = Command::new(ordo())
             .args(["record", "--force", "--pid", &pid.to_string(), "-o"])
             .arg(&trace)
+            .args(duration)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
         // 0 to 145 ms, in a scrambled order.
         std::thread::sleep(Duration::from_millis((i * 7 % 30) * 5));
-        rec.kill().unwrap();
+        // It may have ended already (a short recording).
+        let _ = rec.kill();
         rec.wait().unwrap();
         let killed = Instant::now();
         while !changed(&before, &read_only_memory(pid)).is_empty() {

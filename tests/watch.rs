@@ -868,10 +868,12 @@ fn parking_lot_rwlock_and_condvar_are_recorded_and_gated() {
 /// (`Mutex::try_lock`: a loop testing the byte's LOCKED bit, then `lock
 /// cmpxchg`; `RwLock::try_write`: one `lock cmpxchg` of 0; `try_read`: a check,
 /// `cmpxchg`, and `try_lock_shared_slow` out of line), are recorded as
-/// `pthread_mutex_trylock`'s and `pthread_rwlock_try*lock`'s are: every success
-/// (via `try`) and every failure counted exactly — the failures against the
-/// program's own count — so a counter under `try_lock` and a word written under
-/// `try_write` and read under `try_read` give no race.
+/// `pthread_mutex_trylock`'s and `pthread_rwlock_try*lock`'s are, and a timed
+/// `try_lock_for` (the fast path's `cmpxchg`, then `lock_slow` with a deadline,
+/// which returns whether it took the lock) as `pthread_mutex_timedlock`: every
+/// success and every failure counted exactly — the failures against the
+/// program's own count — so a counter under `try_lock`/`try_lock_for` and a word
+/// written under `try_write` and read under `try_read` give no race.
 #[test]
 fn parking_lot_tries_are_recorded_exactly() {
     if !common::have_root("parking_lot_tries_are_recorded_exactly") {
@@ -891,7 +893,7 @@ fn parking_lot_tries_are_recorded_exactly() {
         &["try"],
     );
     let (counted, failed) = counted_after_failures(&printed);
-    assert_eq!(counted, 400, "{printed}");
+    assert_eq!(counted, 420, "{printed}");
     // Each worker's first tries found `main` holding the locks.
     assert!(failed >= 4, "{printed}");
     let events = common::dump_json(&trace);
@@ -900,8 +902,11 @@ fn parking_lot_tries_are_recorded_exactly() {
     assert_eq!(count_on(&events, LOCK, "mutex_lock", "trylock"), 400);
     assert_eq!(count_on(&events, RW, "rwlock_wrlock", "trylock"), 200);
     assert_eq!(count_on(&events, RW, "rwlock_rdlock", "trylock"), 200);
+    // `try_lock_for`: 20 acquisitions (and main's one), timeouts via `timedlock`.
+    assert_eq!(count_on(&events, LOCK, "mutex_lock", "lock"), 21);
     assert_eq!(
         count_on(&events, LOCK, "mutex_lock_failed", "trylock")
+            + count_on(&events, LOCK, "mutex_lock_failed", "timedlock")
             + count_on(&events, RW, "rwlock_lock_failed", "trylock"),
         failed
     );

@@ -34,7 +34,7 @@ use iced_x86::{
 };
 use object::{Object, ObjectSymbol, RelocationTarget, SymbolKind};
 use ordo_probe_common::inproc::{
-    SoftSite, SOFT_PL_COND_LEAVE, SOFT_PL_COND_WAIT, SOFT_PL_NOTIFY_ALL_CHECK,
+    SoftSite, SOFT_PL_COND_LEAVE, SOFT_PL_COND_WAIT, SOFT_PL_LOCK_LEAVE, SOFT_PL_NOTIFY_ALL_CHECK,
     SOFT_PL_NOTIFY_ALL_SLOW, SOFT_PL_NOTIFY_ONE_CHECK, SOFT_PL_NOTIFY_ONE_SLOW, SOFT_PL_READ_SLOW,
     SOFT_PL_SLOW_ENTER, SOFT_PL_SLOW_LEAVE, SOFT_PL_TRY_LOCK_CHECK, SOFT_PL_TRY_LOCK_FAST,
     SOFT_PL_TRY_READ_LEAVE, SOFT_PL_TRY_READ_SLOW, SOFT_PL_TRY_WRITE_ONCE, SOFT_PL_WRITE_SLOW,
@@ -522,13 +522,13 @@ fn plan_parking_lot(
     plan: &mut RustLockPlan,
 ) {
     for (f, enter, leave) in [
-        (&pl.lock_slow, SOFT_PL_SLOW_ENTER, SOFT_RUST_LOCK_SLOW),
+        (&pl.lock_slow, SOFT_PL_SLOW_ENTER, SOFT_PL_LOCK_LEAVE),
         (&pl.unlock_slow, SOFT_PL_SLOW_ENTER, SOFT_PL_SLOW_LEAVE),
-        (&pl.lock_shared_slow, SOFT_PL_READ_SLOW, SOFT_RUST_LOCK_SLOW),
+        (&pl.lock_shared_slow, SOFT_PL_READ_SLOW, SOFT_PL_LOCK_LEAVE),
         (
             &pl.lock_exclusive_slow,
             SOFT_PL_WRITE_SLOW,
-            SOFT_RUST_LOCK_SLOW,
+            SOFT_PL_LOCK_LEAVE,
         ),
         (
             &pl.unlock_shared_slow,
@@ -701,9 +701,11 @@ fn plan_parking_lot(
                         ),
                     ]
                 };
-            let operation = candidates
-                .into_iter()
-                .find(|(f, regs, _)| f.address != 0 && reaches(file, slow, f, regs));
+            // Past the deadline's computation of a timed lock (`try_lock_for`).
+            let operation = candidates.into_iter().find(|(f, regs, kinds)| {
+                f.address != 0
+                    && reaches_past_calls(file, slow, f, regs, 2 * kinds.is_ok() as usize)
+            });
             match operation.map(|(_, _, kinds)| kinds) {
                 Some(Ok((gate, fast))) => {
                     plan.sites
@@ -948,6 +950,19 @@ fn reaches(
     f: &OutOfLine,
     loaded: &HashSet<Register>,
 ) -> bool {
+    reaches_past_calls(file, target, f, loaded, 0)
+}
+
+/// As [`reaches`], past up to `calls` calls of other functions on the way (a
+/// timed lock computes its deadline, `Instant::now` and `checked_add`, before
+/// calling the slow path).
+fn reaches_past_calls(
+    file: &object::File<'_>,
+    target: u64,
+    f: &OutOfLine,
+    loaded: &HashSet<Register>,
+    mut calls: usize,
+) -> bool {
     let mut at = target;
     let mut jumps = 1;
     let mut left = BLOCK_REACH;
@@ -961,7 +976,10 @@ fn reaches(
             left -= 1;
             match instr.flow_control() {
                 FlowControl::Next => {}
-                FlowControl::Call => return instr.near_branch_target() == f.address,
+                FlowControl::Call if instr.near_branch_target() == f.address => return true,
+                FlowControl::IndirectCall if through_slot(&instr, &f.slots, loaded) => return true,
+                FlowControl::Call | FlowControl::IndirectCall if calls > 0 => calls -= 1,
+                FlowControl::Call => return false,
                 FlowControl::IndirectCall | FlowControl::IndirectBranch => {
                     return through_slot(&instr, &f.slots, loaded)
                 }

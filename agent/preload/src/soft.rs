@@ -38,19 +38,19 @@ use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering::*};
 
 use crate::probe_common::inproc::{
     SoftHeader, SoftSite, SOFT_MAGIC, SOFT_NO_GATE, SOFT_PL_COND_LEAVE, SOFT_PL_COND_WAIT,
-    SOFT_PL_NOTIFY_ALL_CHECK, SOFT_PL_NOTIFY_ALL_SLOW, SOFT_PL_NOTIFY_ONE_CHECK,
-    SOFT_PL_NOTIFY_ONE_SLOW, SOFT_PL_READ_SLOW, SOFT_PL_SLOW_ENTER, SOFT_PL_SLOW_LEAVE,
-    SOFT_PL_TRY_LOCK_CHECK, SOFT_PL_TRY_LOCK_FAST, SOFT_PL_TRY_READ_LEAVE, SOFT_PL_TRY_READ_SLOW,
-    SOFT_PL_TRY_WRITE_ONCE, SOFT_PL_WRITE_SLOW, SOFT_RUST_BARRIER_LEAVE, SOFT_RUST_BARRIER_WAIT,
-    SOFT_RUST_CHAN_RECEIVED, SOFT_RUST_CHAN_RECV, SOFT_RUST_CHAN_SEND, SOFT_RUST_COND_BROADCAST,
-    SOFT_RUST_COND_SIGNAL, SOFT_RUST_COND_WAIT, SOFT_RUST_COND_WAIT_TIMED, SOFT_RUST_LOCK_FAST,
-    SOFT_RUST_LOCK_GATE, SOFT_RUST_LOCK_SLOW, SOFT_RUST_ONCE_CHECK, SOFT_RUST_ONCE_DONE,
-    SOFT_RUST_ONCE_ENTER, SOFT_RUST_ONCE_LEAVE, SOFT_RUST_ONCE_LOAD, SOFT_RUST_PARK_LEAVE,
-    SOFT_RUST_PARK_TOKEN, SOFT_RUST_READ_CONTENDED, SOFT_RUST_READ_FAST, SOFT_RUST_READ_GATE,
-    SOFT_RUST_RW_UNLOCK, SOFT_RUST_TRY_FAST, SOFT_RUST_TRY_GATE, SOFT_RUST_TRY_READ_CHECK,
-    SOFT_RUST_TRY_READ_FAST, SOFT_RUST_TRY_WRITE_CHECK, SOFT_RUST_TRY_WRITE_FAST, SOFT_RUST_UNLOCK,
-    SOFT_RUST_UNPARK, SOFT_RUST_WRITE_CONTENDED, SOFT_RUST_WRITE_FAST, SOFT_RUST_WRITE_GATE,
-    SOFT_VERSION,
+    SOFT_PL_LOCK_LEAVE, SOFT_PL_NOTIFY_ALL_CHECK, SOFT_PL_NOTIFY_ALL_SLOW,
+    SOFT_PL_NOTIFY_ONE_CHECK, SOFT_PL_NOTIFY_ONE_SLOW, SOFT_PL_READ_SLOW, SOFT_PL_SLOW_ENTER,
+    SOFT_PL_SLOW_LEAVE, SOFT_PL_TRY_LOCK_CHECK, SOFT_PL_TRY_LOCK_FAST, SOFT_PL_TRY_READ_LEAVE,
+    SOFT_PL_TRY_READ_SLOW, SOFT_PL_TRY_WRITE_ONCE, SOFT_PL_WRITE_SLOW, SOFT_RUST_BARRIER_LEAVE,
+    SOFT_RUST_BARRIER_WAIT, SOFT_RUST_CHAN_RECEIVED, SOFT_RUST_CHAN_RECV, SOFT_RUST_CHAN_SEND,
+    SOFT_RUST_COND_BROADCAST, SOFT_RUST_COND_SIGNAL, SOFT_RUST_COND_WAIT,
+    SOFT_RUST_COND_WAIT_TIMED, SOFT_RUST_LOCK_FAST, SOFT_RUST_LOCK_GATE, SOFT_RUST_LOCK_SLOW,
+    SOFT_RUST_ONCE_CHECK, SOFT_RUST_ONCE_DONE, SOFT_RUST_ONCE_ENTER, SOFT_RUST_ONCE_LEAVE,
+    SOFT_RUST_ONCE_LOAD, SOFT_RUST_PARK_LEAVE, SOFT_RUST_PARK_TOKEN, SOFT_RUST_READ_CONTENDED,
+    SOFT_RUST_READ_FAST, SOFT_RUST_READ_GATE, SOFT_RUST_RW_UNLOCK, SOFT_RUST_TRY_FAST,
+    SOFT_RUST_TRY_GATE, SOFT_RUST_TRY_READ_CHECK, SOFT_RUST_TRY_READ_FAST,
+    SOFT_RUST_TRY_WRITE_CHECK, SOFT_RUST_TRY_WRITE_FAST, SOFT_RUST_UNLOCK, SOFT_RUST_UNPARK,
+    SOFT_RUST_WRITE_CONTENDED, SOFT_RUST_WRITE_FAST, SOFT_RUST_WRITE_GATE, SOFT_VERSION,
 };
 use crate::probe_common::{kind, reg, via};
 use crate::trap::{greg, GREG_OF_REG, GREG_RIP};
@@ -248,6 +248,8 @@ fn try_failed(failed: u16, addr: u64, site: u64, recording: bool) {
 
 /// `pthread_mutex_trylock`'s result when the mutex is held.
 const EBUSY: i32 = 16;
+/// `pthread_mutex_timedlock`'s result when the time ran out.
+const ETIMEDOUT: i32 = 110;
 /// std's futex calls on its own words are process-private.
 const FUTEX_PRIVATE_FLAG: i32 = 128;
 
@@ -384,6 +386,7 @@ fn is_rust_lock(s: &SoftSite) -> bool {
             | SOFT_PL_TRY_WRITE_ONCE
             | SOFT_PL_TRY_READ_SLOW
             | SOFT_PL_TRY_READ_LEAVE
+            | SOFT_PL_LOCK_LEAVE
     )
 }
 
@@ -882,6 +885,35 @@ unsafe fn rust_lock(t: &Table, s: &SoftSite, i: usize, ip: u64, ctx: *mut c_void
             notified(cond, notify_kind(s.access), site, recording);
             // SAFETY: as above.
             unsafe { *greg(ctx, GREG_RIP) = t.xol.add(i * SLOT) as i64 };
+        }
+        SOFT_PL_LOCK_LEAVE => {
+            // SAFETY: the trap's context (the caller's contract), at a `ret`; `al`
+            // holds whether the lock was taken.
+            let ok = unsafe { *greg(ctx, GREG_OF_REG[reg::RAX as usize]) } & 0xff != 0;
+            // SAFETY: as above.
+            let ret = unsafe { emulate_ret(ctx) };
+            parking_lot_leaves();
+            let (addr, which) = CONTENDED.with(|c| c.replace((0, 0)));
+            if addr != 0 {
+                if ok {
+                    acquired(addr, which, ret, recording, via::PLAIN);
+                } else {
+                    let failed = if which == kind::MUTEX_LOCK {
+                        kind::MUTEX_LOCK_FAILED
+                    } else {
+                        kind::RWLOCK_LOCK_FAILED
+                    };
+                    // A timed lock's deadline passed, as `pthread_mutex_timedlock`'s.
+                    let gated = GATED.with(|g| g.take());
+                    if recording {
+                        crate::record::emit(failed, via::TIMED, addr, ret, 0, 0, ETIMEDOUT);
+                    }
+                    if let Some(c) = gated.or_else(crate::gate::enter) {
+                        c.set_state(crate::shm::STATE_RUNNING, 0);
+                        c.happened(failed, addr, None);
+                    }
+                }
+            }
         }
         SOFT_RUST_LOCK_SLOW => {
             // SAFETY: the trap's context (the caller's contract), at a `ret`.

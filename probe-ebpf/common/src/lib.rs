@@ -841,7 +841,7 @@ pub mod inproc {
     /// "ORDO_SFT".
     pub const SOFT_MAGIC: u64 = 0x4f52_444f_5f53_4654;
     /// Bumped whenever [`SoftHeader`] or [`SoftSite`] changes.
-    pub const SOFT_VERSION: u32 = 13;
+    pub const SOFT_VERSION: u32 = 14;
 
     /// The start of a software-breakpoint table.
     #[repr(C)]
@@ -1140,6 +1140,14 @@ pub mod inproc {
     /// `rwlock_rdlock` via `try`, clear an `rwlock_lock_failed`. The agent
     /// emulates the `ret`. Never removed.
     pub const SOFT_PL_TRY_READ_LEAVE: u8 = 0xcc;
+
+    /// [`SoftSite::access`]: a `ret` of `parking_lot`'s `RawMutex::lock_slow`,
+    /// `RawRwLock::lock_shared_slow` or `lock_exclusive_slow`, which return
+    /// whether they took the lock (a timed lock, `try_lock_for`, may not): `al`
+    /// set records the contended acquisition as [`SOFT_RUST_LOCK_SLOW`] does,
+    /// clear a `mutex_lock_failed`/`rwlock_lock_failed` via `timed`
+    /// (`ETIMEDOUT`). The agent emulates the `ret`. Never removed.
+    pub const SOFT_PL_LOCK_LEAVE: u8 = 0xcb;
 
     const _: () = assert!(core::mem::size_of::<SoftSite>() == 48);
     const _: () = assert!(core::mem::size_of::<SoftHeader>() == 24);

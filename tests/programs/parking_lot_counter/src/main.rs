@@ -16,9 +16,10 @@
 //                       its turn)
 //   try                 2 threads bump COUNTER under `Mutex::try_lock`, one bumps
 //                       SHARED under `RwLock::try_write` and one reads it under
-//                       `try_read`, 200 successes each, retrying failures (main
-//                       holds both locks for a moment first); prints the
-//                       failed tries
+//                       `try_read`, 200 successes each, and one bumps COUNTER 20
+//                       times under `try_lock_for` (200 us), retrying failures
+//                       (main holds both locks for a moment first); prints the
+//                       failed tries and timeouts
 use parking_lot::{Condvar, Mutex, RwLock};
 
 static LOCK: Mutex<()> = Mutex::new(());
@@ -134,10 +135,12 @@ fn tries() {
     static FAILED: AtomicU64 = AtomicU64::new(0);
     let held = LOCK.lock();
     let written = RW.write();
-    let workers: Vec<_> = (0..4)
+    let workers: Vec<_> = (0..5)
         .map(|t| {
             std::thread::spawn(move || {
-                for _ in 0..200 {
+                // The fifth takes the mutex 20 times with `try_lock_for`.
+                let successes = if t == 4 { 20 } else { 200 };
+                for _ in 0..successes {
                     loop {
                         let done = match t {
                             0 | 1 => LOCK.try_lock().map(|_guard| bump()).is_some(),
@@ -148,6 +151,10 @@ fn tries() {
                                     let v = std::ptr::read_volatile(&raw const SHARED);
                                     std::ptr::write_volatile(&raw mut SHARED, v + 1);
                                 })
+                                .is_some(),
+                            4 => LOCK
+                                .try_lock_for(std::time::Duration::from_micros(200))
+                                .map(|_guard| bump())
                                 .is_some(),
                             _ => RW
                                 .try_read()
