@@ -39,10 +39,10 @@ use std::fs::File;
 use std::io::Write;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::fs::{DirBuilderExt, FileExt, MetadataExt, OpenOptionsExt, PermissionsExt};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use anyhow::{anyhow, bail, Context, Result};
-use object::{Object, ObjectSymbol, ObjectSymbolTable, RelocationTarget};
+use object::{Object, ObjectSegment, ObjectSymbol, ObjectSymbolTable, RelocationTarget};
 
 use crate::inject::{symbols_in_target, StoppedProcess};
 use crate::inproc::InprocMapping;
@@ -113,14 +113,7 @@ pub fn prepare(pid: i32, tsc_allowed: bool) -> Result<Prepared> {
             let path = process.write_scratch(path.as_bytes_with_nul())?;
             let handle = process.call(dlopen, &[path, libc::RTLD_NOW as u64])?;
             if handle == 0 {
-                let text = process.call(dlerror, &[])?;
-                let why = if text == 0 {
-                    String::new()
-                } else {
-                    let bytes = process.read_memory(text, 256).unwrap_or_default();
-                    let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
-                    String::from_utf8_lossy(&bytes[..end]).into_owned()
-                };
+                let why = crate::inject::dl_error(&mut process, dlerror)?;
                 let _ = process.call(close, &[fd as u64]);
                 bail!("dlopen of the agent in pid {pid} failed: {why}");
             }
@@ -242,33 +235,34 @@ impl Attached {
     /// Switches recording off and gives every slot still holding its wrapper its
     /// original bytes back, the target running.
     pub fn detach(mut self) -> Result<Detached> {
-        let outcome = self.restore_all();
-        if let Some(guardian) = self.guardian.take() {
-            guardian.dismiss();
-        }
-        outcome
+        self.restore_once()
     }
 
-    fn restore_all(&self) -> Result<Detached> {
-        self.mem
+    /// The restoration, then the guardian dismissed: once (a detach, or a drop
+    /// without one).
+    fn restore_once(&mut self) -> Result<Detached> {
+        let Some(guardian) = self.guardian.take() else {
+            return Ok(Detached::default());
+        };
+        let outcome = self
+            .mem
             .write_all_at(&[0], self.switch)
-            .with_context(|| format!("switch the agent in pid {} off", self.pid))?;
-        let restored = restore(&self.mem, &self.slots);
-        Ok(Detached {
-            restored,
-            changed: self.slots.len() - restored,
-        })
+            .with_context(|| format!("switch the agent in pid {} off", self.pid))
+            .map(|()| {
+                let restored = restore(&self.mem, &self.slots);
+                Detached {
+                    restored,
+                    changed: self.slots.len() - restored,
+                }
+            });
+        guardian.dismiss();
+        outcome
     }
 }
 
 impl Drop for Attached {
     fn drop(&mut self) {
-        if self.guardian.is_some() {
-            let _ = self.restore_all();
-            if let Some(guardian) = self.guardian.take() {
-                guardian.dismiss();
-            }
-        }
+        let _ = self.restore_once();
     }
 }
 
@@ -349,10 +343,17 @@ fn plan_slots<'n>(
         let Ok(file) = object::File::parse(data.as_slice()) else {
             continue;
         };
-        let Ok(info) = ordo_trace::symbolize::ElfInfo::read(Path::new(&module.path)) else {
+        // The load bias: where the mapping of the lowest file offset is, less the
+        // address the file's segments give that offset.
+        let Some(vaddr) = file.segments().find_map(|seg| {
+            let (start, size) = seg.file_range();
+            (start..start + size)
+                .contains(&first.file_offset)
+                .then(|| seg.address() + (first.file_offset - start))
+        }) else {
             continue;
         };
-        let bias = first.start - info.vaddr_of_offset(first.file_offset);
+        let bias = first.start.wrapping_sub(vaddr);
         let Some(relocations) = file.dynamic_relocations() else {
             continue;
         };

@@ -734,7 +734,7 @@ pub fn load_and_call(pid: i32, library: &Path, entry: &str, arg: u64) -> Result<
 }
 
 /// The target's `dlerror()` text.
-fn dl_error(process: &mut StoppedProcess, dlerror: u64) -> Result<String> {
+pub(crate) fn dl_error(process: &mut StoppedProcess, dlerror: u64) -> Result<String> {
     let text = process.call(dlerror, &[])?;
     if text == 0 {
         return Ok("(no dlerror message)".to_string());

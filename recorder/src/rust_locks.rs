@@ -888,16 +888,7 @@ fn plan_notify(
     let Some(operand) = first_argument_at(file, waiters) else {
         return;
     };
-    let mut site = SoftSite {
-        ip: branch.ip(),
-        len: branch.len() as u8,
-        access: check,
-        via: via::PLAIN,
-        size: 8,
-        gate: ordo_probe_common::inproc::SOFT_NO_GATE,
-        ..operand
-    };
-    site.bytes[..branch_bytes.len()].copy_from_slice(branch_bytes);
+    let [_, site] = acquisition_sites(operand, branch, branch_bytes, check, check);
     plan.sites.push(site);
     plan.parking_lot_notifies += 1;
 }
@@ -919,6 +910,8 @@ fn first_argument_at(file: &object::File<'_>, at: u64) -> Option<SoftSite> {
         let mut site = SoftSite {
             base: reg::NONE,
             index: reg::NONE,
+            size: 8,
+            gate: ordo_probe_common::inproc::SOFT_NO_GATE,
             ..SoftSite::default()
         };
         match (instr.mnemonic(), instr.op1_kind()) {
