@@ -182,8 +182,8 @@ pub fn plan_discovery_with(
     path: &Path,
     locks: &crate::rust_locks::RustLockPlan,
 ) -> Result<DiscoveryPlan> {
-    let data = std::fs::read(path).with_context(|| format!("read {}", path.display()))?;
-    let file = object::File::parse(data.as_slice())
+    let data = crate::file_bytes::read(path).with_context(|| format!("read {}", path.display()))?;
+    let file = object::File::parse(&data[..])
         .map_err(|e| anyhow!("{}: not an ELF file: {e}", path.display()))?;
     let read_only = read_only_ranges(&file);
     let mut functions: Vec<(u64, u64, String)> = file

@@ -288,10 +288,10 @@ pub fn is_setuid(path: &Path) -> bool {
 /// programs do not use libc.so.6, so the pthread probes cannot see them.
 pub fn is_dynamic(path: &Path) -> bool {
     use object::Object;
-    let Ok(data) = std::fs::read(path) else {
+    let Ok(data) = crate::file_bytes::read(path) else {
         return true;
     };
-    match object::File::parse(data.as_slice()) {
+    match object::File::parse(&data[..]) {
         Ok(file) => {
             file.section_by_name(".interp").is_some() || file.kind() == object::ObjectKind::Dynamic
         }
@@ -304,24 +304,24 @@ pub fn is_dynamic(path: &Path) -> bool {
 /// variables that live in a library before the program runs.
 pub fn needed_libraries(binary: &Path) -> Vec<PathBuf> {
     use object::read::elf::{Dyn, ElfFile64, FileHeader};
-    let Ok(data) = std::fs::read(binary) else {
+    let Ok(data) = crate::file_bytes::read(binary) else {
         return Vec::new();
     };
-    let Ok(file) = ElfFile64::<object::Endianness>::parse(data.as_slice()) else {
+    let Ok(file) = ElfFile64::<object::Endianness>::parse(&data[..]) else {
         return Vec::new();
     };
     let endian = file.endian();
     let header = file.elf_header();
     let Ok(Some((dynamic, index))) = header
-        .sections(endian, data.as_slice())
-        .map(|s| s.dynamic(endian, data.as_slice()).ok().flatten())
+        .sections(endian, &data[..])
+        .map(|s| s.dynamic(endian, &data[..]).ok().flatten())
     else {
         return Vec::new();
     };
-    let Ok(sections) = header.sections(endian, data.as_slice()) else {
+    let Ok(sections) = header.sections(endian, &data[..]) else {
         return Vec::new();
     };
-    let Ok(strings) = sections.strings(endian, data.as_slice(), index) else {
+    let Ok(strings) = sections.strings(endian, &data[..], index) else {
         return Vec::new();
     };
     let mut needed = Vec::new();
@@ -405,10 +405,10 @@ pub fn is_sanitizer_build(binary: &Path) -> bool {
     if !sanitizer_runtimes(binary).is_empty() {
         return true;
     }
-    let Ok(data) = std::fs::read(binary) else {
+    let Ok(data) = crate::file_bytes::read(binary) else {
         return false;
     };
-    let Ok(file) = object::File::parse(data.as_slice()) else {
+    let Ok(file) = object::File::parse(&data[..]) else {
         return false;
     };
     file.dynamic_symbols().chain(file.symbols()).any(|s| {

@@ -6,6 +6,7 @@
 //!   [`attach_in_process`] brings the agent into a running program with it.
 //! - [`inproc`]: the in-process source (the agent's rings) and its merge with eBPF.
 //! - [`empty`]: empty probes, the baseline for measuring a probe site's cost.
+//! - [`file_bytes`]: the program's files, read once per recording.
 //! - [`launch`]: starting a program held before `exec` until probes are attached.
 //! - [`recording`]: a recording session ([`Recording`]).
 //! - [`progress`]: progress bars for long silent phases, on a terminal only.
@@ -16,6 +17,7 @@
 pub mod attach_in_process;
 pub mod discover;
 pub mod empty;
+pub mod file_bytes;
 pub mod inject;
 pub mod inproc;
 pub mod launch;

@@ -139,8 +139,8 @@ fn is_mutex_fn(demangled: &str, name: &str) -> bool {
 /// `path`; an empty plan for a binary without std's futex locks (C, C++, a
 /// stripped Rust binary).
 pub fn plan_rust_locks(path: &Path) -> Result<RustLockPlan> {
-    let data = std::fs::read(path).with_context(|| format!("read {}", path.display()))?;
-    let file = object::File::parse(data.as_slice())
+    let data = crate::file_bytes::read(path).with_context(|| format!("read {}", path.display()))?;
+    let file = object::File::parse(&data[..])
         .map_err(|e| anyhow!("{}: not an ELF file: {e}", path.display()))?;
     let rw = RwPaths::of(&file);
     let once = OncePaths::of(&file);

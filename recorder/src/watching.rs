@@ -183,7 +183,7 @@ pub fn plan_marks(marks: &[String], main_binary: &Path) -> Result<(Vec<PlacedSit
     let mut notes = Vec::new();
     for text in marks {
         let mark = resolve_mark(text, main_binary).map_err(|e| anyhow!("--mark {e}"))?;
-        let data = std::fs::read(main_binary)?;
+        let data = crate::file_bytes::read(main_binary)?;
         let bytes = data
             .get(mark.file_offset as usize..)
             .map(|b| &b[..b.len().min(16)])
@@ -214,10 +214,10 @@ pub fn plan_marks(marks: &[String], main_binary: &Path) -> Result<(Vec<PlacedSit
 /// Whether `path` is a position-independent executable (loaded at a random base).
 pub fn is_pie(path: &Path) -> bool {
     use object::Object;
-    std::fs::read(path)
+    crate::file_bytes::read(path)
         .ok()
         .and_then(|d| {
-            object::File::parse(d.as_slice())
+            object::File::parse(&d[..])
                 .ok()
                 .map(|f| f.kind() == object::ObjectKind::Dynamic)
         })

@@ -47,11 +47,9 @@ enum Prepared {
 static PREPARED: std::sync::Mutex<Vec<Prepared>> = std::sync::Mutex::new(Vec::new());
 
 /// Starts making the eBPF loader on a thread of its own, unless one is ready or
-/// being made: aya's `EbpfLoader::new` reads and parses the kernel's BTF
-/// (`/sys/kernel/btf/vmlinux`, several MB, ~20 ms) and the first load probes the
-/// kernel's features, a fixed cost of every recording that overlaps this way with
-/// the recorder's other start-up work (planning the program's sites, the
-/// in-process mapping, the launch).
+/// being made: the first load probes the kernel's features, a fixed cost of every
+/// recording that overlaps this way with the recorder's other start-up work
+/// (planning the program's sites, the in-process mapping, the launch).
 pub fn prepare_loader() {
     let Ok(mut prepared) = PREPARED.lock() else {
         return;
@@ -59,7 +57,7 @@ pub fn prepare_loader() {
     if prepared.is_empty() {
         prepared.push(Prepared::Making(std::thread::spawn(|| {
             let _ = aya::features();
-            EbpfLoader::new()
+            loader_without_kernel_btf()
         })));
     }
 }
@@ -70,8 +68,48 @@ fn loader() -> EbpfLoader<'static> {
     match taken {
         Some(Prepared::Ready(loader)) => *loader,
         Some(Prepared::Making(handle)) => handle.join().unwrap_or_default(),
-        None => EbpfLoader::default(),
+        None => std::thread::spawn(loader_without_kernel_btf)
+            .join()
+            .unwrap_or_default(),
     }
+}
+
+/// A loader that has not read the kernel's BTF, made on the calling thread,
+/// which it leaves in a mount namespace of its own (call it on a thread made
+/// for it).
+///
+/// aya 0.14's `EbpfLoader::new` reads and parses `/sys/kernel/btf/vmlinux`
+/// unconditionally (several MB, ~20 ms here, on the critical path of every
+/// recording: the probes must be attached before the program starts) and has no
+/// way to skip it. The kernel's BTF serves only CO-RE relocations, which ordo's
+/// probes have none of (`tests::the_probes_need_no_kernel_btf`). So the thread
+/// hides the file from itself: a private mount namespace (nothing propagates
+/// back to the host's) in which `/dev/null` is bound over it, where aya's read
+/// finds no BTF and goes on without. Where that is not allowed (no
+/// CAP_SYS_ADMIN: a recorder with only CAP_BPF and CAP_PERFMON) the loader
+/// parses it as before.
+fn loader_without_kernel_btf() -> EbpfLoader<'static> {
+    const VMLINUX: &std::ffi::CStr = c"/sys/kernel/btf/vmlinux";
+    // SAFETY: unshare and mount take NUL-terminated strings or null and change
+    // only this thread's view of the file systems (CLONE_NEWNS implies CLONE_FS).
+    unsafe {
+        let _ = libc::unshare(libc::CLONE_NEWNS) == 0
+            && libc::mount(
+                std::ptr::null(),
+                c"/".as_ptr(),
+                std::ptr::null(),
+                libc::MS_REC | libc::MS_PRIVATE,
+                std::ptr::null(),
+            ) == 0
+            && libc::mount(
+                c"/dev/null".as_ptr(),
+                VMLINUX.as_ptr(),
+                std::ptr::null(),
+                libc::MS_BIND,
+                std::ptr::null(),
+            ) == 0;
+    }
+    EbpfLoader::new()
 }
 
 /// Puts a loader back into the pool for the process's next recording.
@@ -672,5 +710,30 @@ mod tests {
         assert!(!is_no_space(&std::io::Error::from_raw_os_error(
             libc::EBUSY
         )));
+    }
+
+    /// The loader skips the kernel's BTF ([`loader_without_kernel_btf`]): safe
+    /// only while the probes carry no CO-RE relocation, whose record sits in the
+    /// `.BTF.ext` section's `core_relo` part (header: magic, version, flags,
+    /// hdr_len, then offset/length pairs for func_info, line_info and, when
+    /// hdr_len reaches 32, core_relo). A probe that reads a kernel struct's field
+    /// through CO-RE fails here, and the loader must then read the BTF again.
+    #[test]
+    fn the_probes_need_no_kernel_btf() {
+        use object::{Object, ObjectSection};
+        let elf = object::File::parse(PROBE_OBJECT).expect("the probes' object parses");
+        let Some(section) = elf.section_by_name(".BTF.ext") else {
+            return;
+        };
+        let ext = section.data().expect(".BTF.ext is readable");
+        let word = |at: usize| u32::from_le_bytes(ext[at..at + 4].try_into().unwrap());
+        assert_eq!(
+            u16::from_le_bytes([ext[0], ext[1]]),
+            0xeb9f,
+            "BTF.ext magic"
+        );
+        let header_len = word(4);
+        let core_relo_len = if header_len >= 32 { word(28) } else { 0 };
+        assert_eq!(core_relo_len, 0, "the probes carry CO-RE relocations");
     }
 }
