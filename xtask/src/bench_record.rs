@@ -9,10 +9,10 @@
 //! docs/BENCHMARKS.md says what each workload and recorder is.
 
 pub(crate) mod report;
+mod server;
 mod sites;
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -21,6 +21,7 @@ use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};
 
 use report::{Metric, Sample};
+use server::{Instance, Server};
 use sites::{EmptyProgram, Sites};
 
 /// `cargo xtask bench record [--quick] [--only W,...] [--reps N] [--recorders R,...]
@@ -97,6 +98,8 @@ const WORKLOADS: &[&str] = &[
     "pigz",
     "memcached",
     "memcached-attach",
+    "mariadb",
+    "mariadb-attach",
     "true",
 ];
 
@@ -157,10 +160,10 @@ impl Recorder {
         match self {
             Recorder::Tsan | Recorder::Helgrind => micro,
             Recorder::Lttng | Recorder::OrdoBaseline(_) | Recorder::OrdoSparse => {
-                workload != "memcached-attach"
+                !workload.ends_with("-attach")
             }
             // Attaching, plain `ordo` (the `ordo` row) is in process already.
-            Recorder::Ordo(Some(p)) if workload == "memcached-attach" => p != "inproc",
+            Recorder::Ordo(Some(p)) if workload.ends_with("-attach") => p != "inproc",
             _ => true,
         }
     }
@@ -173,7 +176,7 @@ struct Sizes {
     pingpong_rounds: u64,
     rwlock_iters: u64,
     pigz_mb: u64,
-    memcached_s: u64,
+    server_s: u64,
 }
 
 impl Sizes {
@@ -185,7 +188,7 @@ impl Sizes {
                 pingpong_rounds: 5_000,
                 rwlock_iters: 25_000,
                 pigz_mb: 20,
-                memcached_s: 3,
+                server_s: 3,
             }
         } else {
             Sizes {
@@ -194,7 +197,7 @@ impl Sizes {
                 pingpong_rounds: 20_000,
                 rwlock_iters: 100_000,
                 pigz_mb: 200,
-                memcached_s: 10,
+                server_s: 10,
             }
         }
     }
@@ -283,6 +286,9 @@ struct Bench {
     /// (workload, recorder, reason) for runs that failed.
     failures: Vec<(String, String, String)>,
     lttng_runs: u64,
+    /// MariaDB's data directory with sysbench's tables, made on first use (or
+    /// why it could not be).
+    mariadb_data: Option<std::result::Result<PathBuf, String>>,
 }
 
 /// The launch-mode empty probe: ordo's instruction sites, and `empty_probes` built
@@ -436,6 +442,7 @@ impl Bench {
             unavailable: Vec::new(),
             failures: Vec::new(),
             lttng_runs: 0,
+            mariadb_data: None,
         };
         if wanted.iter().any(|w| w == "rust-lock") {
             let out = dir.join("rust_lock_bench");
@@ -793,7 +800,7 @@ impl Bench {
     }
 
     /// A memcached workload's sample: throughput and latency from memcaslap.
-    fn memcached_sample(
+    fn server_sample(
         &self,
         workload: &str,
         recorder: &Recorder,
@@ -808,7 +815,7 @@ impl Bench {
             scale: 1.0,
             avg_us: avg,
             p99_us: p99,
-            active_s: Some(self.sizes.memcached_s as f64),
+            active_s: Some(self.sizes.server_s as f64),
             ..Sample::default()
         }
     }
@@ -990,53 +997,38 @@ impl Bench {
         Ok(sample)
     }
 
-    fn memcached_line(port: u16) -> Vec<String> {
-        format!("-t 2 -U 0 -l 127.0.0.1 -p {port} -u root")
-            .split(' ')
-            .map(String::from)
-            .collect()
+    /// A new instance of `server` (MariaDB's data directory is made on first use).
+    fn instance(&mut self, server: Server) -> Result<Instance> {
+        match server {
+            Server::Memcached => Instance::memcached(),
+            Server::Mariadb => {
+                if self.mariadb_data.is_none() {
+                    self.mariadb_data = Some(
+                        server::prepare_mariadb(&self.dir.join("mariadb"))
+                            .map_err(|e| format!("{e:#}")),
+                    );
+                }
+                match self.mariadb_data.as_ref().expect("just made") {
+                    Ok(data) => Ok(Instance::mariadb(data)),
+                    Err(why) => bail!("{why}"),
+                }
+            }
+        }
     }
 
-    fn memcaslap(&self, port: u16) -> Result<(f64, Option<f64>, Option<f64>)> {
-        let t = format!("{}s", self.sizes.memcached_s);
-        let out = Command::new("memcaslap")
-            .args([
-                "-s",
-                &format!("127.0.0.1:{port}"),
-                "-T",
-                "2",
-                "-c",
-                "32",
-                "-t",
-                &t,
-                "-S",
-                &t,
-            ])
-            .stdin(Stdio::null())
-            .output()
-            .context("run memcaslap")?;
-        parse_memcaslap(&String::from_utf8_lossy(&out.stdout)).with_context(|| {
-            format!(
-                "memcaslap printed no throughput ({}): {}",
-                out.status,
-                first_line(&out.stderr)
-            )
-        })
-    }
-
-    /// memcached started under the recorder, loaded for the configured time, then
+    /// The server started under the recorder, loaded for the configured time, then
     /// stopped with SIGTERM; detach is measured from the SIGTERM.
-    fn memcached_launch(&mut self, recorder: &Recorder, last_rep: bool) -> Result<Sample> {
-        let port = free_port()?;
-        let tag = format!("memcached-{}", recorder.label().replace(' ', "_"));
+    fn server_launch(
+        &mut self,
+        server: Server,
+        recorder: &Recorder,
+        last_rep: bool,
+    ) -> Result<Sample> {
+        let instance = self.instance(server)?;
+        let tag = format!("{}-{}", server.name(), recorder.label().replace(' ', "_"));
         let trace = self.dir.join(format!("{tag}.ordo"));
-        let (mut cmd, session) = self.wrap(
-            recorder,
-            Path::new("/usr/bin/memcached"),
-            &Self::memcached_line(port),
-            &trace,
-            &tag,
-        )?;
+        let (mut cmd, session) =
+            self.wrap(recorder, server.binary(), &instance.args, &trace, &tag)?;
         let spawned = mono();
         let mut child = cmd
             .stdin(Stdio::null())
@@ -1045,12 +1037,12 @@ impl Bench {
             .spawn()
             .with_context(|| format!("run {cmd:?}"))?;
         let result = (|| -> Result<(f64, Option<f64>, Option<f64>)> {
-            wait_listening(port, Duration::from_secs(30))?;
-            self.memcaslap(port)
+            instance.wait_ready(Duration::from_secs(60))?;
+            instance.load(self.sizes.server_s)
         })();
-        let server = find_memcached(port);
+        let pid = instance.find_pid();
         let stopped = mono();
-        match server {
+        match pid {
             Some(pid) => signal(pid, libc::SIGTERM),
             None => {
                 let _ = child.kill();
@@ -1062,7 +1054,7 @@ impl Bench {
         let (tps, avg, p99) = result?;
         status?;
         let mut sample =
-            self.memcached_sample("memcached", recorder, (tps, avg, p99), returned - spawned);
+            self.server_sample(server.name(), recorder, (tps, avg, p99), returned - spawned);
         self.collect(
             recorder,
             &mut sample,
@@ -1079,21 +1071,22 @@ impl Bench {
         Ok(sample)
     }
 
-    /// A running memcached; the recorder attaches (`--pid`), the load runs, the
+    /// A running server; the recorder attaches (`--pid`), the load runs, the
     /// recorder is asked to stop (SIGINT): detach is measured from that request while
-    /// memcached keeps running.
-    fn memcached_attach(&mut self, recorder: &Recorder) -> Result<Sample> {
-        let port = free_port()?;
-        let tag = format!("memcached-attach-{}", recorder.label().replace(' ', "_"));
+    /// the server keeps running.
+    fn server_attach(&mut self, server: Server, recorder: &Recorder) -> Result<Sample> {
+        let instance = self.instance(server)?;
+        let workload = format!("{}-attach", server.name());
+        let tag = format!("{workload}-{}", recorder.label().replace(' ', "_"));
         let trace = self.dir.join(format!("{tag}.ordo"));
-        let mut server = Command::new("/usr/bin/memcached")
-            .args(Self::memcached_line(port))
+        let mut running = Command::new(server.binary())
+            .args(&instance.args)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()?;
         let result = (|| -> Result<Sample> {
-            wait_listening(port, Duration::from_secs(10))?;
-            let pid = server.id().to_string();
+            instance.wait_ready(Duration::from_secs(60))?;
+            let pid = running.id().to_string();
             let mut cmd = match recorder {
                 Recorder::Ordo(probes) => {
                     let _ = std::fs::remove_file(&trace);
@@ -1139,11 +1132,11 @@ impl Bench {
                 .spawn()
                 .with_context(|| format!("run {cmd:?}"))?;
             // Wait until the recorder sees events (ordo: the trace has some; empty
-            // probes: attached; others: a fixed 2 s), poking memcached with connections
+            // probes: attached; others: a fixed 2 s), poking the server with connections
             // so there are events to see.
             let ready = Instant::now();
             loop {
-                poke(port);
+                instance.poke();
                 if let Some(status) = rec.try_wait()? {
                     let mut err = Vec::new();
                     rec.stderr.take().unwrap().read_to_end(&mut err)?;
@@ -1178,7 +1171,7 @@ impl Bench {
                 }
                 std::thread::sleep(Duration::from_millis(50));
             }
-            let load = self.memcaslap(port);
+            let load = instance.load(self.sizes.server_s);
             let stopped = mono();
             signal(rec.id(), libc::SIGINT);
             let status = wait_bounded(&mut rec, Duration::from_secs(120), &recorder.label());
@@ -1197,12 +1190,8 @@ impl Bench {
                     first_line(&err)
                 );
             }
-            let mut sample = self.memcached_sample(
-                "memcached-attach",
-                recorder,
-                (tps, avg, p99),
-                returned - spawned,
-            );
+            let mut sample =
+                self.server_sample(&workload, recorder, (tps, avg, p99), returned - spawned);
             self.collect(
                 recorder,
                 &mut sample,
@@ -1217,8 +1206,8 @@ impl Bench {
             }
             Ok(sample)
         })();
-        signal(server.id(), libc::SIGTERM);
-        let _ = wait_bounded(&mut server, Duration::from_secs(10), "memcached");
+        signal(running.id(), libc::SIGTERM);
+        let _ = wait_bounded(&mut running, Duration::from_secs(60), server.name());
         result
     }
 
@@ -1246,15 +1235,22 @@ impl Bench {
     fn run_one(&mut self, workload: &str, recorder: &Recorder, last_rep: bool) -> Result<Sample> {
         match workload {
             "pigz" => self.pigz(recorder, last_rep),
-            "memcached" => self.memcached_launch(recorder, last_rep),
-            // Attach mode's baseline is a native launch (used only when the
-            // `memcached` workload, whose native run it shares, is not selected).
-            "memcached-attach" if *recorder == Recorder::Native => {
-                let mut sample = self.memcached_launch(recorder, last_rep)?;
-                sample.workload = workload.into();
-                Ok(sample)
+            // Attach mode's baseline is a native launch (used only when the launch
+            // workload, whose native run it shares, is not selected).
+            w if w.ends_with("-attach") => {
+                let server = Server::of(w).context("no such server")?;
+                if *recorder == Recorder::Native {
+                    let mut sample = self.server_launch(server, recorder, last_rep)?;
+                    sample.workload = workload.into();
+                    Ok(sample)
+                } else {
+                    self.server_attach(server, recorder)
+                }
             }
-            "memcached-attach" => self.memcached_attach(recorder),
+            w if Server::of(w).is_some() => {
+                let server = Server::of(w).context("no such server")?;
+                self.server_launch(server, recorder, last_rep)
+            }
             _ => self.micro(workload, recorder, last_rep),
         }
     }
@@ -1324,55 +1320,8 @@ fn parse_memcaslap(text: &str) -> Option<(f64, Option<f64>, Option<f64>)> {
     Some((tps, avg, p99))
 }
 
-fn free_port() -> Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
-}
-
-fn wait_listening(port: u16, limit: Duration) -> Result<()> {
-    let started = Instant::now();
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        if started.elapsed() > limit {
-            bail!(
-                "memcached did not listen on port {port} within {} s",
-                limit.as_secs()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    Ok(())
-}
-
-/// One short request on a new connection (memcached takes locks for it).
-fn poke(port: u16) {
-    if let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) {
-        let _ = s.set_read_timeout(Some(Duration::from_millis(200)));
-        let _ = s.write_all(b"version\r\n");
-        let mut buf = [0u8; 64];
-        let _ = s.read(&mut buf);
-    }
-}
-
-/// The pid of the memcached listening on `port` (started by this bench, possibly
-/// under a recorder that is its parent).
-fn find_memcached(port: u16) -> Option<u32> {
-    let want = format!("{port}");
-    std::fs::read_dir("/proc")
-        .ok()?
-        .filter_map(|e| e.ok())
-        .find_map(|e| {
-            let pid: u32 = e.file_name().to_str()?.parse().ok()?;
-            let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
-            let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
-            let is_memcached = args.first().is_some_and(|a| a.ends_with(b"memcached"));
-            let on_port = args
-                .windows(2)
-                .any(|w| w[0] == b"-p" && w[1] == want.as_bytes());
-            (is_memcached && on_port).then_some(pid)
-        })
-}
-
 fn metric_of(workload: &str) -> Metric {
-    if workload.starts_with("memcached") {
+    if Server::of(workload).is_some() {
         Metric::Throughput
     } else {
         Metric::Time
@@ -1461,8 +1410,9 @@ pub fn run_record(args: &[String]) -> Result<()> {
             if *workload == "pigz" && bench.pigz_input.is_none() {
                 continue;
             }
-            let shared_baseline =
-                *workload == "memcached-attach" && workloads.contains(&"memcached");
+            let shared_baseline = workload
+                .strip_suffix("-attach")
+                .is_some_and(|launched| workloads.contains(&launched));
             for recorder in runnable.iter().filter(|r| r.applies(workload)) {
                 if shared_baseline && *recorder == Recorder::Native {
                     continue;
@@ -1520,13 +1470,14 @@ pub fn run_record(args: &[String]) -> Result<()> {
     let s = &bench.sizes;
     println!(
         "\nbench record{}: median of {} interleaved repetitions, {:.0} s. lock = 4 threads × {} lock/inc/unlock; pair = 1 thread × {} uncontended pairs; \
-         pingpong = {} condvar round trips; rwlock = 4 threads × {} ops, 10 % writes; pigz -p 2 on {} MiB; memcached -t 2 under memcaslap -T 2 -c 32 for {} s.",
+         pingpong = {} condvar round trips; rwlock = 4 threads × {} ops, 10 % writes; pigz -p 2 on {} MiB; {}; {}.",
         if options.quick { " --quick" } else { "" },
         options.reps,
         started.elapsed().as_secs_f64(),
-        s.lock_iters, s.pair_iters, s.pingpong_rounds, s.rwlock_iters, s.pigz_mb, s.memcached_s
+        s.lock_iters, s.pair_iters, s.pingpong_rounds, s.rwlock_iters, s.pigz_mb,
+        Server::Memcached.describe(s.server_s), Server::Mariadb.describe(s.server_s)
     );
-    println!("Times are the program's own span (pigz: from its first to its last MiB read); memcached is ops/s. Probe sites: {}.", bench.sites.as_ref().map(|s| s.source.as_str()).unwrap_or("not needed"));
+    println!("Times are the program's own span (pigz: from its first to its last MiB read); memcached is ops/s, mariadb transactions/s. Probe sites: {}.", bench.sites.as_ref().map(|s| s.source.as_str()).unwrap_or("not needed"));
     println!("{}", report::table(&rows));
     if let Some((e, _)) = &bench.empty_program {
         println!("{}", empty_note(e, &rows, &kernel_ordo));
@@ -1571,7 +1522,7 @@ pub fn run_record(args: &[String]) -> Result<()> {
         "sizes": {
             "lock_iters_per_thread": s.lock_iters, "lock_threads": 4, "pair_iters": s.pair_iters,
             "pingpong_rounds": s.pingpong_rounds, "rwlock_iters_per_thread": s.rwlock_iters, "rwlock_threads": 4,
-            "rwlock_write_percent": 10, "pigz_mib": s.pigz_mb, "memcached_load_s": s.memcached_s,
+            "rwlock_write_percent": 10, "pigz_mib": s.pigz_mb, "server_load_s": s.server_s,
         },
         "probe_sites": bench.sites.as_ref().map(|s| json!({
             "source": s.source,

@@ -59,6 +59,10 @@ const BENCH_APT_PACKAGES: &[&str] = &[
     "linux-perf",
 ];
 
+/// The database workloads of `cargo xtask bench record` (`mariadb`,
+/// `mariadb-attach`): a MariaDB server under sysbench's OLTP read/write load.
+const DATABASE_APT_PACKAGES: &[&str] = &["mariadb-server", "sysbench"];
+
 pub fn run() -> Result<()> {
     apt_install(APT_PACKAGES)?;
     let toolchains = Command::new("rustup")
@@ -119,6 +123,11 @@ pub fn cargo_fuzz() -> Result<()> {
 pub fn bench_tools() -> Result<()> {
     if let Err(e) = apt_install(BENCH_APT_PACKAGES) {
         eprintln!("xtask: bench tools: {e:#}; comparators that need them will be skipped");
+    }
+    // Apart, so that a database server that cannot be installed (its service's
+    // scripts) takes nothing else with it.
+    if let Err(e) = apt_install(DATABASE_APT_PACKAGES) {
+        eprintln!("xtask: bench tools: {e:#}; the mariadb workloads will be skipped");
     }
     Ok(())
 }
