@@ -27,19 +27,62 @@ pub const ENV_ORIGINAL_PRELOAD: &str = "ORDO_ORIGINAL_PRELOAD";
 pub struct AgentFile {
     dir: tempfile::TempDir,
     path: PathBuf,
+    /// Held locked while the directory is in use: a directory whose lock can be
+    /// taken was left by an ordo that was killed ([`sweep_abandoned`]).
+    _lock: std::fs::File,
+}
+
+/// The agent directories' names begin so, in the temporary directory.
+const DIR_PREFIX: &str = "ordo-agent-";
+/// In each, the file its owner keeps locked, and the library.
+const LOCK_FILE: &str = "in-use";
+const LIBRARY_FILE: &str = "libordo_preload.so";
+
+/// Removes the agent directories that killed recordings and replays (SIGKILL,
+/// a crash) left behind: those whose lock file nobody holds. A directory still
+/// being made has no library yet (its lock is taken first) and is left alone;
+/// one of an ordo from before the lock file was added has no lock file and is
+/// left alone too. Another user's cannot be removed (the sticky temporary
+/// directory) and is skipped.
+fn sweep_abandoned(temp: &Path) {
+    let Ok(entries) = std::fs::read_dir(temp) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let dir = entry.path();
+        let ours = entry
+            .file_name()
+            .to_str()
+            .is_some_and(|n| n.starts_with(DIR_PREFIX));
+        if !ours || !dir.join(LIBRARY_FILE).exists() {
+            continue;
+        }
+        let Ok(lock) = std::fs::File::open(dir.join(LOCK_FILE)) else {
+            continue;
+        };
+        if lock.try_lock().is_ok() {
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+    }
 }
 
 impl AgentFile {
-    /// Writes the embedded agent out.
+    /// Writes the embedded agent out (and removes what killed ordos left).
     pub fn write() -> Result<AgentFile> {
+        let temp = std::env::temp_dir();
+        sweep_abandoned(&temp);
         let dir = tempfile::Builder::new()
-            .prefix("ordo-agent-")
-            .tempdir()
+            .prefix(DIR_PREFIX)
+            .tempdir_in(&temp)
             .context("create a directory for the preloaded agent")?;
         // Private: only this user's programs load what is in it.
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700))
             .context("make the agent's directory private")?;
-        let path = dir.path().join("libordo_preload.so");
+        let lock_path = dir.path().join(LOCK_FILE);
+        let lock = std::fs::File::create(&lock_path)
+            .and_then(|f| f.lock().map(|()| f))
+            .with_context(|| format!("lock {}", lock_path.display()))?;
+        let path = dir.path().join(LIBRARY_FILE);
         let mut file = std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
@@ -48,7 +91,11 @@ impl AgentFile {
             .with_context(|| format!("write {}", path.display()))?;
         file.write_all(AGENT_LIBRARY)
             .with_context(|| format!("write {}", path.display()))?;
-        Ok(AgentFile { dir, path })
+        Ok(AgentFile {
+            dir,
+            path,
+            _lock: lock,
+        })
     }
 
     /// Path of the library.
@@ -97,5 +144,48 @@ impl AgentFile {
             env.push((ENV_ORIGINAL_PRELOAD.into(), orig));
         }
         env
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Only a directory whose lock nobody holds, with its library written, goes.
+    #[test]
+    fn only_abandoned_agent_directories_are_swept() {
+        let temp = tempfile::tempdir().unwrap();
+        let make = |name: &str, library: bool, lock: bool| {
+            let dir = temp.path().join(name);
+            std::fs::create_dir(&dir).unwrap();
+            if library {
+                std::fs::write(dir.join(LIBRARY_FILE), b"").unwrap();
+            }
+            lock.then(|| std::fs::File::create(dir.join(LOCK_FILE)).unwrap())
+        };
+        make("ordo-agent-dead", true, true);
+        let live = make("ordo-agent-live", true, true).unwrap();
+        live.lock().unwrap();
+        make("ordo-agent-old", true, false);
+        make("ordo-agent-making", false, true);
+        make("something-else", true, true);
+        sweep_abandoned(temp.path());
+        let mut left: Vec<String> = std::fs::read_dir(temp.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        left.sort();
+        assert_eq!(
+            left,
+            [
+                "ordo-agent-live",
+                "ordo-agent-making",
+                "ordo-agent-old",
+                "something-else"
+            ]
+        );
+        drop(live);
+        sweep_abandoned(temp.path());
+        assert!(!temp.path().join("ordo-agent-live").exists());
     }
 }
