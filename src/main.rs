@@ -50,6 +50,7 @@ pub fn print_error_line(line: &str) {
 }
 
 fn main() -> ExitCode {
+    ordo_recorder::phase("main");
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) if !e.use_stderr() => {

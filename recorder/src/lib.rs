@@ -39,3 +39,20 @@ pub use session::{
     record_attached, record_launched, snapshot_after_exec, ProbeChoice, SessionEnd, SessionOptions,
     EXIT_WRITE_FAILED, HOLD_EXIT_ENV, HOLD_EXIT_MS,
 };
+
+/// When the recorder's start-up began, for [`phase`].
+static PHASE_T0: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+
+/// With `ORDO_PHASES` set, prints to stderr how long after the first call the
+/// recording reached `name`: where a short recording's fixed cost goes (planning,
+/// loading the probes, the launch, finishing the trace), as `cargo xtask bench
+/// discover` cannot show it.
+pub fn phase(name: &str) {
+    if std::env::var_os("ORDO_PHASES").is_some() {
+        let t0 = PHASE_T0.get_or_init(std::time::Instant::now);
+        eprintln!(
+            "ordo: phase {:8.2} ms  {name}",
+            t0.elapsed().as_secs_f64() * 1e3
+        );
+    }
+}

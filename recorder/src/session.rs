@@ -183,6 +183,7 @@ pub fn record_launched(
 ) -> Result<SessionEnd> {
     crate::recording::prepare_loader();
     let program = launch::find_program(&command[0])?;
+    crate::phase("found");
     if !launch::is_dynamic(&program) {
         say(&format!("ordo: warning: {} is statically linked: its pthread calls cannot be probed; only futex and thread events are recorded", program.display()));
     }
@@ -193,6 +194,12 @@ pub fn record_launched(
             .unwrap_or_else(|| "trace".into());
         PathBuf::from(format!("{base}.ordo"))
     });
+    // The probes load while the program's sites are planned and it is launched.
+    let inproc = use_inproc(options.probes, &program, say);
+    crate::recording::prepare_probes(crate::recording::ProbeSizes::new(
+        options.buffer_size,
+        inproc,
+    ));
     let mut record = RecordOptions::new(output, options.buffer_size, command.to_vec(), false);
     record.inputs.push(program.clone());
     refuse_output(&mut record, options.force)?;
@@ -210,7 +217,6 @@ pub fn record_launched(
     let libs = launch::needed_libraries(&program);
     plan_watches(&mut record, options, &program, &libs, &bias, say)?;
     let no_aslr = !record.hw_watches.is_empty();
-    let inproc = use_inproc(options.probes, &program, say);
     // Watched accesses and marks interleave with the agent's events nanoseconds
     // apart (a store right after a lock returns): they need exact stamps on the
     // kernel's own clock rather than a calibrated TSC.
@@ -228,6 +234,7 @@ pub fn record_launched(
     }
     // Rust's std mutex: its inlined lock and unlock, recorded by the agent at
     // software breakpoints (in process only).
+    crate::phase("watches planned");
     let rust_locks = if inproc {
         crate::rust_locks::plan_rust_locks(&program)?
     } else {
@@ -268,6 +275,7 @@ pub fn record_launched(
             program.display()
         ));
     }
+    crate::phase("rust locks planned");
     let discovery = match (options.discover, inproc) {
         (false, _) if rust_locks.sites.is_empty() => None,
         (false, _) => Some(crate::discover::SoftTable::create(
@@ -280,6 +288,7 @@ pub fn record_launched(
         (true, true) => {
             record.name_data_of = Some(program.clone());
             let plan = crate::discover::plan_discovery_with(&program, &rust_locks)?;
+            crate::phase("discovery planned");
             if options.verbose {
                 say(&format!(
                     "ordo: --discover: {} memory-access instructions in {} functions of {} (each trapped at most {} times; {} left out: stack, thread-local, read-only)",
@@ -306,7 +315,9 @@ pub fn record_launched(
             !watched,
             options.sparse_times,
         )?);
+        crate::phase("mapping made");
         let file = ordo_agent::AgentFile::write()?;
+        crate::phase("agent written");
         let user_preload = env
             .iter()
             .position(|(k, _)| k == "LD_PRELOAD")
@@ -328,12 +339,25 @@ pub fn record_launched(
         env.push(table.env());
         inherit.push(table.raw_fd());
     }
+    crate::phase("agent ready");
     install_signal_handlers();
     let stopped = launch::spawn_stopped_inheriting(command, &env, no_aslr, &inherit)?;
+    crate::phase("spawned");
     let recording = start(stopped.pid(), &record, say)?;
+    crate::phase("recording started");
     // The module map is read while the program is held at its entry point, so even
-    // a program that is over within a millisecond leaves a symbolized trace.
-    let released = stopped.release_held_at_entry(&mut || recording.snapshot_modules());
+    // a program that is over within a millisecond leaves a symbolized trace. In
+    // process the agent's start holds it instead: it waits in the program's
+    // constructors (all its start-up libraries mapped) until the drain has read
+    // the map, which spares the launch tracing the program to its entry (~3-10
+    // ms here, half of it a second read of the same map).
+    let released = if inproc {
+        stopped
+            .release()
+            .map(|child| (child, launch::EntryStop::Held))
+    } else {
+        stopped.release_held_at_entry(&mut || recording.snapshot_modules())
+    };
     let (mut child, held) = match released {
         Ok(released) => released,
         Err(e) => {
@@ -341,6 +365,7 @@ pub fn record_launched(
             return Err(e);
         }
     };
+    crate::phase("released");
     CHILD.store(child.id() as i32, Ordering::SeqCst);
     if held == launch::EntryStop::NotHeld {
         snapshot_after_exec(&recording, child.id(), !launch::is_dynamic(&program));
@@ -352,8 +377,10 @@ pub fn record_launched(
         unsafe { libc::kill(child.id() as i32, early) };
     }
     let status = child.wait().context("wait for the program")?;
+    crate::phase("child exited");
     CHILD.store(0, Ordering::SeqCst);
     let summary = recording.finish(Some(status))?;
+    crate::phase("finished");
     drop(agent);
     drop(discovery);
     Ok(SessionEnd::new(summary, exit_code(status)))

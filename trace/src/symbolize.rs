@@ -210,6 +210,49 @@ impl ElfInfo {
         })
     }
 
+    /// The load layout and build-id of an ELF file, without its symbols: read
+    /// from its headers and notes alone (a few KB of a file of megabytes).
+    fn read_layout(path: &Path) -> Option<ElfInfo> {
+        use object::read::elf::{FileHeader, ProgramHeader};
+        let file = std::fs::File::open(path).ok()?;
+        let data = object::ReadCache::new(file);
+        let header = object::elf::FileHeader64::<object::Endianness>::parse(&data).ok()?;
+        let endian = header.endian().ok()?;
+        let mut segments = Vec::new();
+        let mut build_id = String::new();
+        for segment in header.program_headers(endian, &data).ok()? {
+            match segment.p_type(endian) {
+                object::elf::PT_LOAD => {
+                    let (off, size) = (segment.p_offset(endian), segment.p_filesz(endian));
+                    let vaddr = segment.p_vaddr(endian);
+                    segments.push((
+                        vaddr.wrapping_sub(off),
+                        off,
+                        off + size.max(segment.p_memsz(endian)),
+                    ));
+                }
+                object::elf::PT_NOTE if build_id.is_empty() => {
+                    let Ok(Some(mut notes)) = segment.notes(endian, &data) else {
+                        continue;
+                    };
+                    while let Ok(Some(note)) = notes.next() {
+                        if note.name() == object::elf::ELF_NOTE_GNU
+                            && note.n_type(endian) == object::elf::NT_GNU_BUILD_ID
+                        {
+                            build_id = hex(note.desc());
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        Some(ElfInfo {
+            symbols: Vec::new(),
+            segments,
+            build_id,
+        })
+    }
+
     /// The symbol containing `vaddr` (or the nearest one below it, for symbols
     /// without size), with the offset into it.
     pub fn symbol_at(&self, vaddr: u64) -> Option<(&str, u64)> {
@@ -324,6 +367,8 @@ struct Loaded {
 pub struct Symbolizer {
     modules: Vec<ModuleRecord>,
     loaded: RefCell<HashMap<usize, Loaded>>,
+    /// Load layouts of modules read for [`Symbolizer::module_vaddr`] alone.
+    layouts: RefCell<HashMap<usize, Option<ElfInfo>>>,
     /// Names of parts of variables the recorder read from DWARF (address → name).
     data_names: HashMap<u64, String>,
 }
@@ -334,6 +379,7 @@ impl Symbolizer {
         Symbolizer {
             modules: modules.to_vec(),
             loaded: RefCell::new(HashMap::new()),
+            layouts: RefCell::new(HashMap::new()),
             data_names: HashMap::new(),
         }
     }
@@ -352,9 +398,31 @@ impl Symbolizer {
 
     /// The ELF file (its path) and virtual address of a
     /// runtime address.
+    ///
+    /// Reads only the module's program headers and build-id (not its symbols
+    /// and debug info, as symbolizing does) unless it was loaded already.
     pub fn module_vaddr(&self, addr: u64) -> Option<(&str, u64)> {
-        let (index, vaddr) = self.vaddr(addr)?;
-        Some((self.modules[index].path.as_str(), vaddr))
+        let (index, map) = self.module_of(addr)?;
+        let base = match self.loaded.borrow().get(&index) {
+            Some(loaded) => loaded
+                .info
+                .as_ref()
+                .map(|i| i.vaddr_of_offset(map.file_offset)),
+            None => {
+                let mut layouts = self.layouts.borrow_mut();
+                let record = &self.modules[index];
+                layouts
+                    .entry(index)
+                    .or_insert_with(|| {
+                        ElfInfo::read_layout(Path::new(&record.path))
+                            .filter(|i| record.build_id.is_empty() || i.build_id == record.build_id)
+                    })
+                    .as_ref()
+                    .map(|i| i.vaddr_of_offset(map.file_offset))
+            }
+        }
+        .unwrap_or(map.file_offset);
+        Some((self.modules[index].path.as_str(), addr - map.start + base))
     }
 
     fn module_of(&self, addr: u64) -> Option<(usize, &Mapping)> {
@@ -641,6 +709,40 @@ mod tests {
         assert!(name.contains("MARKER"), "{name}");
         assert_eq!(demangle("_ZN3foo3barE"), "foo::bar");
         assert_eq!(demangle("pthread_mutex_lock"), "pthread_mutex_lock");
+    }
+
+    /// `module_vaddr` from the headers alone gives what the whole file's
+    /// layout gives, for a code, a data and a .bss address of this process.
+    #[test]
+    fn a_module_vaddr_from_the_headers_alone_is_the_whole_files() {
+        static mut BSS: [u64; 4] = [0; 4];
+        static DATA: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(7);
+        let modules = modules_of_process(std::process::id());
+        let light = Symbolizer::new(&modules);
+        let whole = Symbolizer::new(&modules);
+        let code = a_module_vaddr_from_the_headers_alone_is_the_whole_files as *const () as u64;
+        let bss = (&raw const BSS) as u64 + 8;
+        for addr in [code, &DATA as *const _ as u64, bss] {
+            let expected = whole.vaddr(addr).map(|(i, v)| (modules[i].path.clone(), v));
+            assert!(expected.is_some(), "{addr:#x} is in a module");
+            let got = light.module_vaddr(addr).map(|(p, v)| (p.to_string(), v));
+            assert_eq!(got, expected, "{addr:#x}");
+        }
+        for path in [Path::new("/bin/true"), &std::env::current_exe().unwrap()] {
+            let (light, whole) = (
+                ElfInfo::read_layout(path).unwrap(),
+                ElfInfo::read(path).unwrap(),
+            );
+            assert_eq!(light.segments, whole.segments, "{}", path.display());
+        }
+        let info = ElfInfo::read_layout(&std::env::current_exe().unwrap()).unwrap();
+        assert_eq!(
+            info.build_id,
+            ElfInfo::read(&std::env::current_exe().unwrap())
+                .unwrap()
+                .build_id
+        );
+        assert!(ElfInfo::read_layout(Path::new("/etc/hostname")).is_none());
     }
 
     #[test]

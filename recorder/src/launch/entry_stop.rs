@@ -55,6 +55,7 @@ pub(crate) fn run_to_entry(pid: i32, at_entry: &mut dyn FnMut()) -> EntryStop {
         Stop::Gone => return EntryStop::NotHeld,
         Stop::Other(_) | Stop::TimedOut => return give_up(pid, None),
     }
+    crate::phase("entry: exec stop");
     let Some(entry) = entry_point(pid) else {
         return give_up(pid, None);
     };
@@ -89,7 +90,9 @@ pub(crate) fn run_to_entry(pid: i32, at_entry: &mut dyn FnMut()) -> EntryStop {
             Stop::TimedOut => return give_up(pid, restore),
         }
     }
+    crate::phase("entry: reached");
     at_entry();
+    crate::phase("entry: modules read");
     // 3. Put the instruction back, step the pc back onto it, let go.
     let ok = poke(pid, entry, original) && rewind_pc(pid, entry);
     detach(pid);

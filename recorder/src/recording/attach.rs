@@ -119,6 +119,168 @@ fn give_back(loader: EbpfLoader<'static>) {
     }
 }
 
+/// Map sizes of a recording's probes: what a loaded object is made for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProbeSizes {
+    /// Bytes of the ring buffer (`--buffer-size`).
+    buffer: u32,
+    /// Entries of the argument stash.
+    stash: u32,
+    /// Counters of the sequence table.
+    seq: u32,
+}
+
+impl ProbeSizes {
+    /// The sizes a recording with a `buffer`-byte ring uses, in process or not.
+    pub fn new(buffer: usize, inproc: bool) -> ProbeSizes {
+        let (stash, seq) = match inproc {
+            true => (INPROC_STASH_ENTRIES, INPROC_SEQ_ENTRIES),
+            false => (STASH_ENTRIES, SEQ_COUNTERS),
+        };
+        ProbeSizes {
+            buffer: buffer as u32,
+            stash,
+            seq,
+        }
+    }
+}
+
+/// The probe object loaded into the kernel with its system-call tracepoints
+/// attached: everything of a recording that does not depend on the target.
+/// The programs return at once until `config::ENABLED` is set, and
+/// `config::TARGET_TGID` is set only once the target is known, so this can be
+/// made before the target exists.
+struct Loaded {
+    ebpf: Ebpf,
+    /// The ring buffer, mapped into this process (~2 ms for 16 MiB: the kernel
+    /// maps every page at once).
+    ring: RingBuf<MapData>,
+    /// Why syscalls are seen through the raw tracepoints, if they are.
+    syscall_note: Option<String>,
+}
+
+impl Loaded {
+    fn new(sizes: ProbeSizes) -> Result<Loaded> {
+        crate::phase("preload: start");
+        let mut loader = loader();
+        crate::phase("preload: loader");
+        // Every size set each time: the loader may come back for another recording.
+        loader
+            .map_max_entries(EVENTS_MAP, sizes.buffer)
+            .map_max_entries(STASH_MAP, sizes.stash)
+            .map_max_entries(SEQ_MAP, sizes.seq);
+        let loaded = loader.load(PROBE_OBJECT);
+        give_back(loader);
+        let mut ebpf = loaded.map_err(|e| load_error(e.into()))?;
+        crate::phase("preload: object loaded");
+        let raw_syscalls = match attach_syscall_tracepoints(&mut ebpf) {
+            Ok(()) => None,
+            Err(e) => Some(format!(
+                "per-syscall tracepoints unavailable ({e:#}); every syscall of every process runs a BPF program while recording"
+            )),
+        };
+        let raw: &[(&str, &str)] = if raw_syscalls.is_some() {
+            &[
+                ("ordo_sys_enter", "sys_enter"),
+                ("ordo_sys_exit", "sys_exit"),
+                ("ordo_thread_exit", "sched_process_exit"),
+            ]
+        } else {
+            &[("ordo_thread_exit", "sched_process_exit")]
+        };
+        for &(program, tracepoint) in raw {
+            let prog: &mut RawTracePoint =
+                ebpf.program_mut(program).context(program)?.try_into()?;
+            prog.load().map_err(|e| load_error(e.into()))?;
+            prog.attach(tracepoint)
+                .with_context(|| format!("attach raw tracepoint {tracepoint}"))?;
+        }
+        let ring = RingBuf::try_from(ebpf.take_map(EVENTS_MAP).context("EVENTS map")?)?;
+        crate::phase("preload: attached");
+        Ok(Loaded {
+            ebpf,
+            ring,
+            syscall_note: raw_syscalls,
+        })
+    }
+}
+
+/// Probes [`prepare_probes`] is loading, for the sizes they are made for.
+type Preloading = (ProbeSizes, std::thread::JoinHandle<Result<Loaded>>);
+
+/// At most one: loaded probes hold kernel memory (the ring buffer) until used.
+static PRELOADED: std::sync::Mutex<Option<Preloading>> = std::sync::Mutex::new(None);
+
+/// Starts loading the probes and attaching their system-call tracepoints on a
+/// thread of its own, for the next recording with these sizes to take: ~10 ms
+/// of verifying programs, allocating the ring buffer and opening 15 perf events,
+/// which no longer wait for the recorder's planning and the program's launch.
+pub fn prepare_probes(sizes: ProbeSizes) {
+    prepare_loader();
+    let Ok(mut slot) = PRELOADED.lock() else {
+        return;
+    };
+    if slot.is_none() {
+        *slot = Some((sizes, std::thread::spawn(move || Loaded::new(sizes))));
+    }
+}
+
+/// The probes [`prepare_probes`] made, if they were made for `sizes`; others are
+/// dropped (detached).
+fn take_preloaded(sizes: ProbeSizes) -> Option<Result<Loaded>> {
+    let (made_for, loading) = PRELOADED.lock().ok()?.take()?;
+    let loaded = loading
+        .join()
+        .unwrap_or_else(|_| Err(anyhow!("loading the probes panicked")));
+    (made_for == sizes).then_some(loaded)
+}
+
+/// Attaches the futex, clone and exec syscalls' own tracepoints
+/// (`syscalls:sys_{enter,exit}_*`), mounting tracefs first if it is not. On
+/// error nothing stays attached and the raw `sys_enter`/`sys_exit` tracepoints
+/// are used instead: they see the same calls but run on every syscall.
+///
+/// `ORDO_SYSCALL_PROBES=raw` forces the fallback (to test it, or to compare).
+fn attach_syscall_tracepoints(ebpf: &mut Ebpf) -> Result<()> {
+    if std::env::var_os("ORDO_SYSCALL_PROBES").is_some_and(|v| v == "raw") {
+        bail!("ORDO_SYSCALL_PROBES=raw");
+    }
+    ensure_tracefs();
+    let mut links = Vec::new();
+    let result = (|| -> Result<()> {
+        for (program, phase) in [
+            ("ordo_syscall_enter", "enter"),
+            ("ordo_syscall_exit", "exit"),
+        ] {
+            let prog: &mut TracePoint = ebpf.program_mut(program).context(program)?.try_into()?;
+            prog.load().map_err(|e| load_error(e.into()))?;
+            // fork and vfork: only counted (child processes are not followed).
+            for call in [
+                "futex", "clone", "clone3", "execve", "execveat", "fork", "vfork",
+            ] {
+                let name = format!("sys_{phase}_{call}");
+                links.push((
+                    program,
+                    prog.attach("syscalls", &name)
+                        .with_context(|| format!("attach tracepoint syscalls:{name}"))?,
+                ));
+            }
+        }
+        Ok(())
+    })();
+    if result.is_err() {
+        for (program, link) in links {
+            if let Some(prog) = ebpf.program_mut(program) {
+                let prog: Result<&mut TracePoint, _> = prog.try_into();
+                if let Ok(prog) = prog {
+                    let _ = prog.detach(link);
+                }
+            }
+        }
+    }
+    result
+}
+
 /// Entries of the map of arguments saved between a function's entry and its
 /// return (`STASH`) and of the per-object sequence counters (`SEQ`) when the
 /// program is recorded in process: there the eBPF side sees only system calls
@@ -163,6 +325,8 @@ fn ensure_tracefs() {
 /// The loaded and attached probes of one recording.
 pub(super) struct Probes {
     ebpf: Ebpf,
+    /// The ring buffer the programs write into, until the drain takes it.
+    ring: Option<RingBuf<MapData>>,
     /// Multi-uprobe links and the programs they run, in that order: dropping a link
     /// detaches all of its sites at once.
     multi: Vec<OwnedFd>,
@@ -182,19 +346,15 @@ impl Probes {
     /// switched off.
     pub(super) fn attach(pid: u32, options: &RecordOptions) -> Result<Probes> {
         let pid_nz = NonZeroU32::new(pid).ok_or_else(|| anyhow!("pid 0 is not a process"))?;
-        let mut loader = loader();
-        // Every size set each time: the loader may come back for another recording.
-        let (stash, seq) = match options.inproc {
-            Some(_) => (INPROC_STASH_ENTRIES, INPROC_SEQ_ENTRIES),
-            None => (STASH_ENTRIES, SEQ_COUNTERS),
+        let sizes = ProbeSizes::new(options.buffer_size, options.inproc.is_some());
+        let Loaded {
+            mut ebpf,
+            ring,
+            syscall_note,
+        } = match take_preloaded(sizes) {
+            Some(loaded) => loaded?,
+            None => Loaded::new(sizes)?,
         };
-        loader
-            .map_max_entries(EVENTS_MAP, options.buffer_size as u32)
-            .map_max_entries(STASH_MAP, stash)
-            .map_max_entries(SEQ_MAP, seq);
-        let loaded = loader.load(PROBE_OBJECT);
-        give_back(loader);
-        let mut ebpf = loaded.map_err(|e| load_error(e.into()))?;
         set_config(&mut ebpf, config::TARGET_TGID, pid as u64)?;
         let sites = uprobe_sites(options)?;
         if let Some(sites) = &sites.1 {
@@ -203,15 +363,12 @@ impl Probes {
         write_probe_sites(&mut ebpf, &sites.2)?;
         let mut probes = Probes {
             ebpf,
+            ring: Some(ring),
             multi: Vec::new(),
             fallback_note: None,
-            syscall_note: None,
+            syscall_note,
             launch_execs: if options.attached { 0 } else { 1 },
-            seq_counters: if options.inproc.is_some() {
-                INPROC_SEQ_ENTRIES
-            } else {
-                SEQ_COUNTERS
-            },
+            seq_counters: sizes.seq,
         };
         let all: Vec<Sites> = sites.0;
         if let Err(e) = probes.attach_multi(pid, &all) {
@@ -222,86 +379,8 @@ impl Probes {
             ));
             probes.attach_one_by_one(pid_nz, &all)?;
         }
-        let raw_syscalls = match probes.attach_syscall_tracepoints() {
-            Ok(()) => false,
-            Err(e) => {
-                probes.syscall_note = Some(format!(
-                    "per-syscall tracepoints unavailable ({e:#}); every syscall of every process runs a BPF program while recording"
-                ));
-                true
-            }
-        };
-        let raw: &[(&str, &str)] = if raw_syscalls {
-            &[
-                ("ordo_sys_enter", "sys_enter"),
-                ("ordo_sys_exit", "sys_exit"),
-                ("ordo_thread_exit", "sched_process_exit"),
-            ]
-        } else {
-            &[("ordo_thread_exit", "sched_process_exit")]
-        };
-        for &(program, tracepoint) in raw {
-            let prog: &mut RawTracePoint = probes
-                .ebpf
-                .program_mut(program)
-                .context(program)?
-                .try_into()?;
-            prog.load().map_err(|e| load_error(e.into()))?;
-            prog.attach(tracepoint)
-                .with_context(|| format!("attach raw tracepoint {tracepoint}"))?;
-        }
         attach_hw_watches(&mut probes.ebpf, options)?;
         Ok(probes)
-    }
-
-    /// Attaches the futex, clone and exec syscalls' own tracepoints
-    /// (`syscalls:sys_{enter,exit}_*`), mounting tracefs first if it is not. On
-    /// error nothing stays attached and the raw `sys_enter`/`sys_exit` tracepoints
-    /// are used instead: they see the same calls but run on every syscall.
-    ///
-    /// `ORDO_SYSCALL_PROBES=raw` forces the fallback (to test it, or to compare).
-    fn attach_syscall_tracepoints(&mut self) -> Result<()> {
-        if std::env::var_os("ORDO_SYSCALL_PROBES").is_some_and(|v| v == "raw") {
-            bail!("ORDO_SYSCALL_PROBES=raw");
-        }
-        ensure_tracefs();
-        let mut links = Vec::new();
-        let result = (|| -> Result<()> {
-            for (program, phase) in [
-                ("ordo_syscall_enter", "enter"),
-                ("ordo_syscall_exit", "exit"),
-            ] {
-                let prog: &mut TracePoint = self
-                    .ebpf
-                    .program_mut(program)
-                    .context(program)?
-                    .try_into()?;
-                prog.load().map_err(|e| load_error(e.into()))?;
-                // fork and vfork: only counted (child processes are not followed).
-                for call in [
-                    "futex", "clone", "clone3", "execve", "execveat", "fork", "vfork",
-                ] {
-                    let name = format!("sys_{phase}_{call}");
-                    links.push((
-                        program,
-                        prog.attach("syscalls", &name)
-                            .with_context(|| format!("attach tracepoint syscalls:{name}"))?,
-                    ));
-                }
-            }
-            Ok(())
-        })();
-        if result.is_err() {
-            for (program, link) in links {
-                if let Some(prog) = self.ebpf.program_mut(program) {
-                    let prog: Result<&mut TracePoint, _> = prog.try_into();
-                    if let Ok(prog) = prog {
-                        let _ = prog.detach(link);
-                    }
-                }
-            }
-        }
-        result
     }
 
     fn attach_multi(&mut self, pid: u32, all: &[Sites]) -> Result<()> {
@@ -378,9 +457,9 @@ impl Probes {
 
     /// The ring buffer the programs write into (taken once).
     pub(super) fn take_ring(&mut self) -> Result<RingBuf<MapData>> {
-        Ok(RingBuf::try_from(
-            self.ebpf.take_map(EVENTS_MAP).context("EVENTS map")?,
-        )?)
+        self.ring
+            .take()
+            .context("the ring buffer was taken already")
     }
 
     /// Events lost so far because the ring buffer was full.

@@ -502,9 +502,11 @@ impl DrainState {
         let reading = std::thread::Builder::new()
             .name("ordo-names".into())
             .spawn(move || {
-                let mut resolver = crate::watch::Resolver::new(&path, &[]).ok()?;
-                resolver.read_variables();
-                Some(resolver)
+                // The symbols only: DWARF is read when an access falls inside
+                // one of the binary's variables (`part_name`), which most
+                // programs' discovered accesses (heap, stacks) never do, and a
+                // Rust binary's DWARF variables (std's) take ~30 ms to read.
+                crate::watch::Resolver::new(&path, &[]).ok()
             });
         if let Ok(reading) = reading {
             self.prepared_names = Some((binary.to_path_buf(), reading));
@@ -567,12 +569,16 @@ impl DrainState {
             prepared.or_else(|| crate::watch::Resolver::new(std::path::Path::new(m), &[]).ok())
         });
         if let (Some(addresses), Some(mut resolver)) = (addresses, resolver) {
-            names.extend(addresses.into_iter().filter_map(|(addr, vaddr)| {
-                Some(ordo_trace::schema::DataName {
-                    addr,
-                    name: resolver.part_name(vaddr)?,
-                })
-            }));
+            let vaddrs: Vec<u64> = addresses.iter().map(|&(_, vaddr)| vaddr).collect();
+            let parts = resolver.part_names(&vaddrs);
+            names.extend(
+                addresses
+                    .into_iter()
+                    .zip(parts)
+                    .filter_map(|((addr, _), name)| {
+                        Some(ordo_trace::schema::DataName { addr, name: name? })
+                    }),
+            );
         }
         names.sort_by_key(|d| d.addr);
         names
@@ -730,12 +736,15 @@ impl DrainState {
         if self.modules.is_empty() {
             self.scan_modules();
         }
+        crate::phase("finish: modules");
         self.flush(dropped, true)?;
+        crate::phase("finish: flushed");
         let WriterEnd {
             writer,
             mut error,
             unwritten,
         } = self.writer.take().expect("finished once").finish()?;
+        crate::phase("finish: writer joined");
         let footer = Footer {
             dropped,
             end_monotonic_ns: monotonic_ns(),
@@ -758,6 +767,7 @@ impl DrainState {
                 kept
             }),
         };
+        crate::phase("finish: footer written");
         let by_kind: BTreeMap<&'static str, u64> = self
             .by_kind
             .iter()

@@ -58,11 +58,15 @@ const IDLE_PASS_INTERVAL: Duration = Duration::from_millis(20);
 /// Events in a pass below which the next pass may wait longer.
 const FEW_EVENTS: usize = 4096;
 
-/// Buffers kept faulted in for the drain's copies, and their size in records
-/// (4 MiB each, more than a busy thread's half ring: 1 MiB).
+/// Buffers kept faulted in for the drain's copies, and the size in records the
+/// first ones get (64 KiB, a new thread's ring): the pool sizes the later ones by
+/// the passes the drain asks for. Starting at 4 MiB each (a busy thread's half
+/// ring is 1 MiB) faulted in 16-32 MiB at every start, ~30 ms of CPU on this VM
+/// that a 1-ms program's recording waited for (page faults and the unmaps at the
+/// end contend with the recorder's own).
 const PREFAULT_BUFFERS: usize = 8;
 const PREFAULT_RECORDS: usize =
-    (4 << 20) / std::mem::size_of::<ordo_probe_common::inproc::Record>();
+    (64 << 10) / std::mem::size_of::<ordo_probe_common::inproc::Record>();
 
 /// How much unconverted backlog the recording holds, in bytes of ring slots.
 ///
@@ -391,6 +395,7 @@ pub(super) fn drain(
             PASS_INTERVAL
         };
     };
+    crate::phase("drain: stop seen");
     shared.finishing.store(true, Ordering::Relaxed);
     drop(stop_space_watch);
     let _ = space_watch.join();
@@ -405,11 +410,13 @@ pub(super) fn drain(
         run_pass(&mut pass, &mut sources, &probes, all)?;
     }
     let dropped = probes.drops() + mapping.dropped();
+    crate::phase("drain: last passes");
     let _ = to_converter.send(ToConverter::Finish { dropped, exit });
     drop(sources);
     let mut summary = converter
         .join()
         .map_err(|_| anyhow!("the trace converter panicked"))?;
+    crate::phase("drain: converter joined");
     // Only now: the detach hands the probes to a forked process, and a fork copies
     // the page tables of the backlog, which must be freed and given back first.
     drop(pass);
@@ -417,9 +424,12 @@ pub(super) fn drain(
     // SAFETY: malloc_trim only returns free memory to the kernel.
     unsafe { libc::malloc_trim(0) };
     let kernel_notes = probes.notes(true, mapping.forks());
+    crate::phase("drain: trimmed");
     let handoff = super::detach::hand_off();
+    crate::phase("drain: forked");
     drop(probes);
     drop(handoff);
+    crate::phase("drain: probes dropped");
     if let Ok(summary) = &mut summary {
         summary.notes.extend(notes(&mapping));
         summary.notes.extend(kernel_notes);

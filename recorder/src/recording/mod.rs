@@ -27,7 +27,7 @@ use ordo_trace::TraceWriter;
 use tokio::sync::{mpsc, oneshot};
 
 pub(crate) mod attach;
-pub use attach::prepare_loader;
+pub use attach::{prepare_loader, prepare_probes, ProbeSizes};
 mod detach;
 mod drain;
 mod inproc_drain;
@@ -273,6 +273,7 @@ impl Recording {
         let boost = NiceBoost::raise();
         let mut probes = attach::Probes::attach(pid, options)?;
         drop(boost);
+        crate::phase("probes attached");
         let header = Header {
             command: options.command.clone(),
             pid,
@@ -292,8 +293,11 @@ impl Recording {
         let writer =
             TraceWriter::create_with(&options.output, &header, options.replace_existing, &inputs)
                 .with_context(|| format!("create {}", options.output.display()))?;
+        crate::phase("writer created");
         let ring = probes.take_ring()?;
+        crate::phase("ring mapped");
         let mut state = DrainState::new(pid, writer, options.output.clone())?;
+        crate::phase("state made");
         state.name_watches(&options.watch_names);
         if let Some(binary) = &options.name_data_of {
             state.prepare_data_names(binary);
@@ -306,7 +310,9 @@ impl Recording {
             .flatten()
             .collect();
         // Last: no event is recorded before every probe is attached.
+        crate::phase("writer ready");
         probes.enable()?;
+        crate::phase("enabled");
         state.attach_time = attaching.elapsed();
         let (stop_tx, stop_rx) = oneshot::channel();
         let (snapshots, snapshots_rx) = mpsc::unbounded_channel();

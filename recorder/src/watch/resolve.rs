@@ -201,18 +201,21 @@ fn without_local_suffix(name: &str) -> Option<&str> {
 /// One ELF file's names, DWARF read on first need.
 struct Module {
     path: PathBuf,
-    data: Vec<u8>,
+    data: std::sync::Arc<crate::file_bytes::FileBytes>,
     symbols: Vec<Candidate>,
     dwarf: Option<Vec<Candidate>>,
+    /// DWARF types of variables by address, found by [`Module::find_types`]
+    /// (`None`: the address has no typed variable).
+    types: HashMap<u64, Option<TypeRef>>,
     /// (vaddr, size) of each section holding variables or constants.
     data_ranges: Vec<(u64, u64)>,
 }
 
 impl Module {
     fn load(path: &Path) -> Result<Module, String> {
-        let data =
-            std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-        let file = object::File::parse(data.as_slice())
+        let data = crate::file_bytes::read(path)
+            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        let file = object::File::parse(&data[..])
             .map_err(|e| format!("{}: not an ELF file: {e}", path.display()))?;
         let mut symbols = Vec::new();
         for sym in file.symbols().chain(file.dynamic_symbols()) {
@@ -266,6 +269,7 @@ impl Module {
             data,
             symbols,
             dwarf: None,
+            types: HashMap::new(),
             data_ranges,
         })
     }
@@ -297,6 +301,77 @@ impl Module {
             }
         }
         c
+    }
+
+    /// Finds the DWARF types of the variables `symbols` without one, in one walk
+    /// of the debug info that looks only at variables' locations: reading every
+    /// variable with its qualified name ([`Module::dwarf_candidates`]) is ~30 ms
+    /// for std's debug info in a Rust binary, paid at the end of every discovery.
+    fn find_types<'c>(&mut self, symbols: impl Iterator<Item = &'c Candidate>) {
+        let mut wanted: std::collections::HashSet<u64> = symbols
+            .filter(|c| c.ty.is_none() && !self.types.contains_key(&c.vaddr))
+            .map(|c| c.vaddr)
+            .collect();
+        if wanted.is_empty() {
+            return;
+        }
+        if let Some(read) = &self.dwarf {
+            for &vaddr in &wanted {
+                let ty = read
+                    .iter()
+                    .find(|d| d.vaddr == vaddr && d.nature == Nature::Variable)
+                    .and_then(|d| d.ty);
+                self.types.insert(vaddr, ty);
+            }
+            return;
+        }
+        let found = with_dwarf(&self.data[..], |dwarf| {
+            let mut found = HashMap::new();
+            let mut units = dwarf.units();
+            while let Some(header) = units.next()? {
+                if wanted.is_empty() {
+                    break;
+                }
+                let unit = dwarf.unit(header)?;
+                let Some(unit_offset) = unit.header.offset().as_debug_info_offset() else {
+                    continue;
+                };
+                let mut entries = unit.entries();
+                while let Some((_, entry)) = entries.next_dfs()? {
+                    if entry.tag() != gimli::DW_TAG_variable {
+                        continue;
+                    }
+                    let Some((vaddr, false)) = static_location(dwarf, &unit, entry)? else {
+                        continue;
+                    };
+                    if !wanted.remove(&vaddr) {
+                        continue;
+                    }
+                    // A C++ static member's definition may leave the type to its declaration.
+                    let ty = type_attr(entry).or_else(|| {
+                        let gimli::AttributeValue::UnitRef(declared) =
+                            entry.attr_value(gimli::DW_AT_specification).ok()??
+                        else {
+                            return None;
+                        };
+                        type_attr(&unit.entry(declared).ok()?)
+                    });
+                    found.insert(
+                        vaddr,
+                        ty.map(|entry| TypeRef {
+                            unit: unit_offset,
+                            entry,
+                        }),
+                    );
+                }
+            }
+            Ok(found)
+        });
+        let found = found.ok().flatten().unwrap_or_default();
+        for vaddr in wanted {
+            self.types.insert(vaddr, None);
+        }
+        self.types.extend(found);
     }
 
     /// The data symbol containing `vaddr`, with the offset into it.
@@ -366,14 +441,6 @@ impl Resolver {
         Ok(Resolver { paths, modules })
     }
 
-    /// Reads the main binary's DWARF variables now (what [`Resolver::part_name`]
-    /// needs), so a resolver made ahead of time answers at once later.
-    pub fn read_variables(&mut self) {
-        if let Some(main) = self.module(0) {
-            main.dwarf_candidates();
-        }
-    }
-
     fn module(&mut self, index: usize) -> Option<&mut Module> {
         if self.modules[index].is_none() {
             self.modules[index] = Module::load(&self.paths[index]).ok();
@@ -397,16 +464,35 @@ impl Resolver {
     /// (its own name serves), outside variables, in padding or a bit-field, or
     /// without DWARF types.
     pub fn part_name(&mut self, vaddr: u64) -> Option<String> {
-        let main = self.module(0)?;
-        let (symbol, offset) = main.data_symbol_at(vaddr)?;
-        let symbol = symbol.clone();
-        let typed = main.with_dwarf_facts(&symbol);
-        let ty = typed.ty?;
-        let path = with_dwarf(&main.data, |dwarf| Ok(part_path(dwarf, ty, offset)))
-            .ok()
-            .flatten()
-            .flatten()?;
-        (!path.is_empty()).then(|| format!("{}{path}", symbol.name))
+        self.part_names(&[vaddr]).pop().flatten()
+    }
+
+    /// [`Resolver::part_name`] of each of `vaddrs`, reading the DWARF types of
+    /// only the variables they fall in, in one pass over the debug info.
+    pub fn part_names(&mut self, vaddrs: &[u64]) -> Vec<Option<String>> {
+        let Some(main) = self.module(0) else {
+            return vec![None; vaddrs.len()];
+        };
+        let symbols: Vec<Option<(Candidate, u64)>> = vaddrs
+            .iter()
+            .map(|&v| main.data_symbol_at(v).map(|(c, o)| (c.clone(), o)))
+            .collect();
+        main.find_types(symbols.iter().flatten().map(|(c, _)| c));
+        symbols
+            .into_iter()
+            .map(|found| {
+                let (symbol, offset) = found?;
+                let ty = match symbol.ty {
+                    Some(ty) => ty,
+                    None => (*main.types.get(&symbol.vaddr)?)?,
+                };
+                let path = with_dwarf(&main.data[..], |dwarf| Ok(part_path(dwarf, ty, offset)))
+                    .ok()
+                    .flatten()
+                    .flatten()?;
+                (!path.is_empty()).then(|| format!("{}{path}", symbol.name))
+            })
+            .collect()
     }
 
     fn resolve_address(&mut self, addr: u64, spec: &WatchSpec) -> Result<ResolvedWatch, String> {
