@@ -709,6 +709,44 @@ fn rust_lock_trampolines_preserve_the_programs_registers() {
 
 /// Where the per-syscall tracepoints cannot be attached, the raw `sys_enter`/
 /// `sys_exit` ones see the same futex calls and thread starts (and say so).
+/// On this kernel (multi-uprobe links since 6.6) the eBPF path attaches its
+/// uprobes as one link per program and file, never site by site (the fallback
+/// whose detach takes ~90 ms a site): the probes loaded ahead of the target
+/// still relocate the multi-link programs against every map, the ring buffer
+/// included, which is mapped before the uprobes are attached.
+#[test]
+fn the_ebpf_path_attaches_uprobes_as_multi_links() {
+    if !have_root("the_ebpf_path_attaches_uprobes_as_multi_links") {
+        return;
+    }
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+    let mut numbers = release
+        .split(['.', '-'])
+        .map(|n| n.parse::<u32>().unwrap_or(0));
+    let (major, minor) = (numbers.next().unwrap_or(0), numbers.next().unwrap_or(0));
+    if (major, minor) < (6, 6) {
+        eprintln!("skipping: kernel {release} has no multi-uprobe links");
+        return;
+    }
+    let dir = scratch("multi-uprobe");
+    let trace = dir.join("t.ordo");
+    let out = Command::new(ordo())
+        .args(["record", "-v", "--probes", "ebpf", "-o"])
+        .arg(&trace)
+        .arg("--")
+        .arg(build_program("record_short"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        !stderr.contains("multi-uprobe links unavailable"),
+        "{stderr}"
+    );
+    let events = dump_json(&trace);
+    assert!(events.iter().any(|e| e["kind"] == "mutex_lock"), "{stderr}");
+}
+
 #[test]
 fn raw_syscall_tracepoints_are_a_working_fallback() {
     if !have_root("raw_syscall_tracepoints_are_a_working_fallback") {

@@ -387,7 +387,8 @@ impl Probes {
         if all.is_empty() {
             return Ok(());
         }
-        let programs = MultiUprobePrograms::relocate(PROBE_OBJECT, &self.ebpf)?;
+        let ring = self.ring.as_ref().map(|ring| (EVENTS_MAP, ring.as_fd()));
+        let programs = MultiUprobePrograms::relocate(PROBE_OBJECT, &self.ebpf, ring.as_slice())?;
         let mut loaded: Vec<(&'static str, OwnedFd)> = Vec::new();
         for sites in all {
             let index = match loaded.iter().position(|(name, _)| *name == sites.program) {

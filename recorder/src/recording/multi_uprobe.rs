@@ -34,7 +34,13 @@ pub(super) struct MultiUprobePrograms {
 
 impl MultiUprobePrograms {
     /// Parses `object` and points its map references at the maps `ebpf` created.
-    pub(super) fn relocate(object: &[u8], ebpf: &Ebpf) -> Result<MultiUprobePrograms> {
+    /// `taken` are maps taken out of `ebpf` already (the ring buffer, mapped
+    /// while the probes were loaded ahead): by name, their descriptors.
+    pub(super) fn relocate(
+        object: &[u8],
+        ebpf: &Ebpf,
+        taken: &[(&str, std::os::fd::BorrowedFd<'_>)],
+    ) -> Result<MultiUprobePrograms> {
         let mut object = Object::parse(object).context("parse the probe object")?;
         let text_sections: HashSet<usize> = object
             .functions
@@ -44,6 +50,10 @@ impl MultiUprobePrograms {
         let maps = std::mem::take(&mut object.maps);
         let mut fds = Vec::new();
         for name in maps.keys() {
+            if let Some((_, fd)) = taken.iter().find(|(taken, _)| taken == name) {
+                fds.push((name.as_str(), fd.as_raw_fd()));
+                continue;
+            }
             let map = ebpf
                 .map(name)
                 .ok_or_else(|| anyhow!("map {name} was not created"))?;
