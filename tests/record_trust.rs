@@ -347,6 +347,71 @@ fn a_script_whose_work_runs_in_children_is_warned_about(probes: &str) {
     );
 }
 
+/// A recorder that is slow to read the launched program's modules (stopped here,
+/// as a loaded machine can deschedule it for long) holds the program in its
+/// agent's start-up instead of letting it run on and exit with its code never
+/// symbolized: the discovered global is still named, and nothing is warned.
+#[test]
+fn a_recorder_slow_to_read_the_modules_holds_the_program_not_its_symbols() {
+    if !have_root("a_recorder_slow_to_read_the_modules_holds_the_program_not_its_symbols") {
+        return;
+    }
+    let dir = scratch("slow-modules");
+    let program = build_eval_program("plain_unlock_free");
+    let trace = dir.join("t.ordo");
+    // The program runs ~2 ms: the recorder is stopped as soon as it has exec'd
+    // it, which now and then is too late (the map was read already); try again.
+    for _ in 0..20 {
+        let rec = Command::new(ordo())
+            .args(["record", "--discover", "--force", "-o"])
+            .arg(&trace)
+            .arg("--")
+            .arg(&program)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let recorder = rec.id() as i32;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let target = loop {
+            if let Some(pid) = child_named(rec.id(), "eval-plain_unlo") {
+                break pid;
+            }
+            assert!(Instant::now() < deadline, "the program never started");
+            std::thread::yield_now();
+        };
+        // SAFETY: signals to the recorder this test started.
+        unsafe { libc::kill(recorder, libc::SIGSTOP) };
+        std::thread::sleep(Duration::from_millis(500));
+        let state = std::fs::read_to_string(format!("/proc/{target}/stat"))
+            .ok()
+            .and_then(|s| s[s.rfind(')')? + 2..].chars().next());
+        // SAFETY: as above.
+        unsafe { libc::kill(recorder, libc::SIGCONT) };
+        let out = rec.wait_with_output().unwrap();
+        // (The program's own exit status does not matter: its bug may strike.)
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains("ordo: recorded"), "{stderr}");
+        if state.is_none_or(|s| s == 'Z') {
+            continue; // it had run to its end before the recorder stopped
+        }
+        assert!(!stderr.contains("unsymbolized"), "{stderr}");
+        let analysis = run_ordo(&["analyze", "--json", trace.to_str().unwrap()]);
+        let doc: Value = serde_json::from_slice(&analysis.stdout).unwrap();
+        let shared = &doc["shared_locations"];
+        assert!(
+            shared
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|l| l["location"] == "current"),
+            "`current` not named among {shared}"
+        );
+        return;
+    }
+    panic!("the program ran to its end before the recorder could be stopped, 20 times");
+}
+
 /// `--duration` bounds an attached recording; without `--pid` it is refused, not
 /// ignored.
 #[test]

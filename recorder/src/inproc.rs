@@ -126,6 +126,7 @@ impl InprocMapping {
             let tsc = tsc_allowed && tsc_is_the_kernel_clock();
             (*header).clock = if tsc { CLOCK_TSC } else { CLOCK_MONOTONIC_NS }
                 | if sparse { CLOCK_SPARSE } else { 0 };
+            (*header).recorder_pid = std::process::id();
             let mapping = InprocMapping {
                 fd,
                 base: p.cast(),
@@ -225,6 +226,12 @@ impl InprocMapping {
     /// Child processes the program forked (not followed).
     pub fn forks(&self) -> u64 {
         self.header().forks.load(Ordering::Relaxed)
+    }
+
+    /// Milliseconds the agent's start-up waited for the module map to be read
+    /// before it let the program go on without (0: it did not give up).
+    pub fn modules_waited_out(&self) -> u32 {
+        self.header().modules_waited_out.load(Ordering::Acquire)
     }
 
     /// Events whose object found no sequence counter (the table was full).

@@ -73,6 +73,7 @@ extern "C" {
     fn madvise(addr: *mut c_void, len: usize, advice: c_int) -> c_int;
     fn dup2(old: c_int, new: c_int) -> c_int;
     fn getpid() -> c_int;
+    fn kill(pid: c_int, sig: c_int) -> c_int;
     fn gettid() -> c_int;
     fn __errno_location() -> *mut c_int;
     fn abort() -> !;

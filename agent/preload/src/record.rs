@@ -129,17 +129,38 @@ pub(crate) unsafe fn start(fd: c_int) {
     unsafe { pthread_atfork(None, None, Some(after_fork_in_child)) };
     RECORDING.store(true, Release);
     header.attached.store(1, Release);
-    // Let the recorder read our modules while they are all mapped: wake it and wait
-    // (at most 200 ms: a recorder that does not answer only costs symbols).
+    // Let the recorder read our modules while they are all mapped: wake it and wait.
+    // On a loaded machine the recorder's drain can take far longer than usual to
+    // get there, and a program that went on and exited meanwhile would leave its
+    // code unsymbolized: wait while the recorder lives, up to a bound that only a
+    // stopped recorder reaches (and then say so in the header).
     ring_doorbell();
-    for _ in 0..20 {
-        if header.modules_read.load(Acquire) != 0 {
-            break;
+    wait_for_modules_read(header);
+}
+
+/// Waits until the recorder has read the program's modules, it is gone, or
+/// [`MODULES_WAIT_MS`] have passed; records a wait that gave up.
+fn wait_for_modules_read(header: &Header) {
+    const SLICE_MS: u32 = 10;
+    let mut waited_ms = 0;
+    while header.modules_read.load(Acquire) == 0 {
+        // SAFETY: kill with signal 0 only checks that the process exists.
+        let recorder_gone = header.recorder_pid != 0
+            && unsafe { crate::kill(header.recorder_pid as c_int, 0) } != 0
+            && crate::errno() == ESRCH;
+        if recorder_gone || waited_ms >= MODULES_WAIT_MS {
+            header.modules_waited_out.store(waited_ms.max(1), Release);
+            return;
         }
         // SAFETY: a futex word in the mapping, which is never unmapped.
-        unsafe { futex_wait_ns(&header.modules_read, 0, 10_000_000) };
+        unsafe { futex_wait_ns(&header.modules_read, 0, i64::from(SLICE_MS) * 1_000_000) };
+        waited_ms += SLICE_MS;
     }
 }
+
+/// The longest the agent's start-up waits for the recorder to read the modules.
+const MODULES_WAIT_MS: u32 = 10_000;
+const ESRCH: c_int = 3;
 
 /// The sequence table in memory of this process's own, zeroed, in transparent
 /// huge pages (`madvise`d: this machine's default), made once and emptied for

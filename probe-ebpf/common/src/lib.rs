@@ -530,7 +530,7 @@ pub mod inproc {
     /// "ORDO_REC".
     pub const MAGIC: u64 = 0x4f52_444f_5f52_4543;
     /// Bumped whenever the layout changes.
-    pub const VERSION: u32 = 5;
+    pub const VERSION: u32 = 6;
     /// Rings in the mapping: threads recording at the same time (a ring is reused
     /// once its thread has exited and the ring is drained).
     pub const MAX_RINGS: usize = 1024;
@@ -764,8 +764,8 @@ pub mod inproc {
         /// Drain passes so far: a waiting thread gives up only when this stops moving.
         pub passes: AtomicU64,
         /// Set (and woken) by the recorder once it has read the program's modules;
-        /// the agent's start-up waits for it (briefly), so even a program that exits
-        /// at once has its code symbolized.
+        /// the agent's start-up waits for it while the recorder lives, so even a
+        /// program that exits at once has its code symbolized.
         pub modules_read: AtomicU32,
         /// Events lost because every ring was taken.
         pub no_ring: AtomicU64,
@@ -778,6 +778,13 @@ pub mod inproc {
         /// with [`CLOCK_SPARSE`] when the clock is read sparsely (set by the
         /// recorder before the program starts).
         pub clock: u32,
+        /// Pid of the recorder that made the mapping: the agent's start-up stops
+        /// waiting for `modules_read` once that process is gone.
+        pub recorder_pid: u32,
+        /// Milliseconds the agent's start-up waited for `modules_read` and then
+        /// went on without it (0: it did not give up): the program's code and data
+        /// may then be unsymbolized, which the recorder reports.
+        pub modules_waited_out: AtomicU32,
     }
 
     /// [`Header::clock`]: records carry CLOCK_MONOTONIC nanoseconds (the vDSO).

@@ -543,6 +543,10 @@ fn notes(mapping: &InprocMapping) -> Vec<String> {
     if !mapping.attached() {
         notes.push("the in-process agent never started in the program: its pthread calls were not recorded (run with --probes ebpf)".to_string());
     }
+    let waited_out = mapping.modules_waited_out();
+    if waited_out > 0 {
+        notes.push(format!("warning: the program went on after waiting {waited_out} ms for the recorder to read its modules: its code and data may be unsymbolized"));
+    }
     let unsequenced = mapping.unsequenced();
     if unsequenced > 0 {
         notes.push(format!("{unsequenced} events found the sequence table full: their order on their object is only as exact as their timestamps"));
