@@ -322,10 +322,14 @@ fn perfetto_export_of_one_finding() {
 }
 
 /// The SARIF 2.1.0 schema, from the serde-sarif crate that carries it (found
-/// through `cargo metadata`), compiled for validation.
+/// through `cargo metadata`), compiled for validation. Only this platform's
+/// dependencies: a registry filled by building has no Windows-only crates, and
+/// offline `cargo metadata` of every platform fails for want of them.
 fn sarif_schema() -> (boon::Schemas, boon::SchemaIndex) {
+    let host = format!("{}-unknown-linux-gnu", std::env::consts::ARCH);
     let out = std::process::Command::new(env!("CARGO"))
         .args(["metadata", "--format-version", "1", "--offline"])
+        .args(["--filter-platform", &host])
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .output()
         .unwrap();

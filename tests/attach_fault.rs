@@ -24,11 +24,30 @@ fn free_port() -> u16 {
         .port()
 }
 
+/// memcaslap's workload (its default: 64-byte keys, 1 KiB values, 10 % sets),
+/// in a file of our own: without `-F` memcaslap writes `~/.memslap.cnf` on its
+/// first run, and two first runs at once (the attached server's load and the
+/// control's) read each other's half-written file ("Bad configuration file").
+fn memcaslap_config() -> &'static Path {
+    static CONFIG: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    CONFIG.get_or_init(|| {
+        let path = scratch("memcaslap-config").join("memslap.cnf");
+        std::fs::write(
+            &path,
+            "key\n64 64 1\nvalue\n1024 1024 1\ncmd\n0 0.1\n1 0.9\n",
+        )
+        .unwrap();
+        path
+    })
+}
+
 /// memcaslap's throughput against `port` for `seconds`, and whatever in its
 /// output reports an error.
 fn load(port: u16, seconds: u32) -> (f64, Vec<String>) {
     let t = format!("{seconds}s");
     let out = Command::new("memcaslap")
+        .arg("-F")
+        .arg(memcaslap_config())
         .args([
             "-s",
             &format!("127.0.0.1:{port}"),
