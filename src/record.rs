@@ -22,9 +22,11 @@ pub struct RecordArgs {
     /// Replace the trace file if it exists (without it an existing file is refused).
     #[arg(long)]
     pub force: bool,
-    /// Ring buffer size (power of two, e.g. 16M, 512K).
-    #[arg(long, value_parser = parse_buffer_size, default_value = "16M")]
-    pub buffer_size: usize,
+    /// The kernel probes' ring buffer size (power of two, e.g. 16M, 512K; default
+    /// 16M, or 4M for a launch recorded in process without watches, where the
+    /// ring carries system calls only).
+    #[arg(long, value_parser = parse_buffer_size)]
+    pub buffer_size: Option<usize>,
     /// Attach to this running process instead of launching a command.
     #[arg(long, conflicts_with = "command")]
     pub pid: Option<u32>,

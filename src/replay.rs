@@ -50,9 +50,10 @@ pub struct ReplayArgs {
     /// `ordo record --discover` does.
     #[arg(long, requires = "record")]
     pub discover: bool,
-    /// Ring buffer size for --record (power of two, e.g. 16M).
-    #[arg(long, value_parser = parse_buffer_size, default_value = "16M")]
-    pub buffer_size: usize,
+    /// The kernel probes' ring buffer size for --record (power of two, e.g. 16M;
+    /// default 16M, or 4M when the recording watches nothing by eBPF).
+    #[arg(long, value_parser = parse_buffer_size)]
+    pub buffer_size: Option<usize>,
     /// A variable whose accesses the schedule orders (`read`/`write`/`rmw` events):
     /// SYMBOL, SYMBOL+OFFSET:SIZE or 0xADDR:SIZE, as for `ordo record --watch`. The
     /// agent arms a hardware breakpoint on each instruction that accesses it in the

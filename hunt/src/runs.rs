@@ -212,7 +212,7 @@ fn record_with_watches(
 ) -> Result<(Verdict, String)> {
     let session = SessionOptions {
         output: Some(trace.to_path_buf()),
-        buffer_size: ordo_recorder::DEFAULT_BUFFER_SIZE,
+        buffer_size: None,
         watch: options.watch.clone(),
         watch_hw: options.watch_hw.clone(),
         mark: options.mark.clone(),

@@ -33,7 +33,7 @@ pub mod watching;
 pub use launch::{spawn_stopped, spawn_stopped_inheriting, spawn_stopped_with, StoppedChild};
 pub use recording::{
     check_privileges, parse_buffer_size, HwWatch, RecordOptions, RecordSummary, Recording,
-    DEFAULT_BUFFER_SIZE, MAX_HW_WATCHES,
+    DEFAULT_BUFFER_SIZE, INPROC_BUFFER_SIZE, MAX_HW_WATCHES,
 };
 pub use session::{
     record_attached, record_launched, snapshot_after_exec, ProbeChoice, SessionEnd, SessionOptions,

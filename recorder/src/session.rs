@@ -25,8 +25,12 @@ use crate::{launch, watching, RecordOptions, RecordSummary, Recording};
 pub struct SessionOptions {
     /// Trace file (default: PROGRAM.ordo, or pid-PID.ordo when attaching).
     pub output: Option<PathBuf>,
-    /// Ring buffer size in bytes.
-    pub buffer_size: usize,
+    /// The kernel probes' ring buffer size in bytes (`None`: [`DEFAULT_BUFFER_SIZE`],
+    /// or [`INPROC_BUFFER_SIZE`] for a launch recorded in process without watches).
+    ///
+    /// [`DEFAULT_BUFFER_SIZE`]: crate::DEFAULT_BUFFER_SIZE
+    /// [`INPROC_BUFFER_SIZE`]: crate::INPROC_BUFFER_SIZE
+    pub buffer_size: Option<usize>,
     /// `--watch` specs.
     pub watch: Vec<String>,
     /// `--watch-hw` specs.
@@ -196,11 +200,15 @@ pub fn record_launched(
     });
     // The probes load while the program's sites are planned and it is launched.
     let inproc = use_inproc(options.probes, &program, say);
-    crate::recording::prepare_probes(crate::recording::ProbeSizes::new(
-        options.buffer_size,
-        inproc,
-    ));
-    let mut record = RecordOptions::new(output, options.buffer_size, command.to_vec(), false);
+    let unwatched =
+        options.watch.is_empty() && options.watch_hw.is_empty() && options.mark.is_empty();
+    let buffer_size = options.buffer_size.unwrap_or(if inproc && unwatched {
+        crate::recording::INPROC_BUFFER_SIZE
+    } else {
+        crate::recording::DEFAULT_BUFFER_SIZE
+    });
+    crate::recording::prepare_probes(crate::recording::ProbeSizes::new(buffer_size, inproc));
+    let mut record = RecordOptions::new(output, buffer_size, command.to_vec(), false);
     record.inputs.push(program.clone());
     refuse_output(&mut record, options.force)?;
     // Hardware watchpoints need runtime addresses before the program starts: run a
@@ -343,21 +351,32 @@ pub fn record_launched(
     install_signal_handlers();
     let stopped = launch::spawn_stopped_inheriting(command, &env, no_aslr, &inherit)?;
     crate::phase("spawned");
-    let recording = start(stopped.pid(), &record, say)?;
-    crate::phase("recording started");
     // The module map is read while the program is held at its entry point, so even
     // a program that is over within a millisecond leaves a symbolized trace. In
     // process the agent's start holds it instead: it waits in the program's
     // constructors (all its start-up libraries mapped) until the drain has read
     // the map, which spares the launch tracing the program to its entry (~3-10
-    // ms here, half of it a second read of the same map).
-    let released = if inproc {
-        stopped
-            .release()
-            .map(|child| (child, launch::EntryStop::Held))
+    // ms here, half of it a second read of the same map) and lets the `exec` and
+    // the dynamic loader's work overlap the probes' loading.
+    let (recording, released) = if inproc {
+        let mut child = stopped.release()?;
+        crate::phase("exec'd");
+        record.exec_before_start = true;
+        match start(child.id(), &record, say) {
+            Ok(recording) => (recording, Ok((child, launch::EntryStop::Held))),
+            Err(e) => {
+                // Waiting in its agent for a recording that will not come.
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(e);
+            }
+        }
     } else {
-        stopped.release_held_at_entry(&mut || recording.snapshot_modules())
+        let recording = start(stopped.pid(), &record, say)?;
+        let released = stopped.release_held_at_entry(&mut || recording.snapshot_modules());
+        (recording, released)
     };
+    crate::phase("recording started");
     let (mut child, held) = match released {
         Ok(released) => released,
         Err(e) => {
@@ -426,7 +445,10 @@ pub fn record_attached(
         .output
         .clone()
         .unwrap_or_else(|| PathBuf::from(format!("pid-{pid}.ordo")));
-    let mut record = RecordOptions::new(output, options.buffer_size, command, true);
+    let buffer_size = options
+        .buffer_size
+        .unwrap_or(crate::recording::DEFAULT_BUFFER_SIZE);
+    let mut record = RecordOptions::new(output, buffer_size, command, true);
     refuse_output(&mut record, options.force)?;
     let exe = std::fs::read_link(format!("/proc/{pid}/exe"))
         .with_context(|| format!("--pid {pid}: cannot read its executable"))?;

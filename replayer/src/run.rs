@@ -75,8 +75,10 @@ pub struct ReplayOptions {
     pub on_infeasible: OnInfeasible,
     /// Record the replay into this trace and check the schedule against it.
     pub record: Option<PathBuf>,
-    /// Ring buffer size for the recording.
-    pub buffer_size: usize,
+    /// The kernel probes' ring buffer size for the recording (`None`: as `ordo
+    /// record` chooses, [`ordo_recorder::INPROC_BUFFER_SIZE`] when nothing is
+    /// watched by eBPF, [`ordo_recorder::DEFAULT_BUFFER_SIZE`] otherwise).
+    pub buffer_size: Option<usize>,
     /// Send the program's stdout to stderr (keeps stdout for a machine-readable outcome).
     pub stdout_to_stderr: bool,
     /// Where the instruction sites of the variables access events name come from
@@ -105,7 +107,7 @@ impl ReplayOptions {
             stall: Duration::from_millis(300),
             on_infeasible: OnInfeasible::Kill,
             record: None,
-            buffer_size: 16 << 20,
+            buffer_size: None,
             stdout_to_stderr: false,
             watches: AccessWatches::default(),
             oracle: Oracle::default(),
@@ -347,7 +349,7 @@ pub fn replay(options: &ReplayOptions) -> Result<ReplayOutcome> {
         ordo_recorder::recording::prepare_loader();
         let mut record = RecordOptions::new(
             out.clone(),
-            options.buffer_size,
+            ordo_recorder::DEFAULT_BUFFER_SIZE,
             options.command.clone(),
             false,
         );
@@ -364,6 +366,11 @@ pub fn replay(options: &ReplayOptions) -> Result<ReplayOutcome> {
         record_accesses(&mut record, &plan, &path, &options.watches, &discovered)?;
         // Watched accesses stay on the kernel's clock (see the recorder's inproc).
         let watched = !record.watch_sites.is_empty() || !record.hw_watches.is_empty();
+        record.buffer_size = options.buffer_size.unwrap_or(if watched {
+            ordo_recorder::DEFAULT_BUFFER_SIZE
+        } else {
+            ordo_recorder::INPROC_BUFFER_SIZE
+        });
         let mapping = std::sync::Arc::new(InprocMapping::create(!watched, false)?);
         env.push(mapping.env());
         inherit.push(mapping.raw_fd());

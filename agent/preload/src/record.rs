@@ -162,27 +162,33 @@ fn wait_for_modules_read(header: &Header) {
 const MODULES_WAIT_MS: u32 = 10_000;
 const ESRCH: c_int = 3;
 
-/// The sequence table in memory of this process's own, zeroed, in transparent
-/// huge pages (`madvise`d: this machine's default), made once and emptied for
-/// each later attachment.
+/// The sequence table in memory of this process's own, zeroed, made once and
+/// emptied for each later attachment; in 4-KiB pages until the program has used
+/// [`HUGE_AFTER_OBJECTS`] objects, then collapsed into transparent huge pages
+/// ([`collapse_seq_table`]).
 ///
 /// Every recorded event looks up its object's counter at a hashed place in a
 /// 16-MiB table: memcached's 8 192 item locks each sit on a page of their own,
 /// and the lookup's load was half of the agent's time in `pthread_mutex_lock`
 /// (perf annotate) — a TLB miss nearly every event with 4-KiB pages (4 096 of
-/// them), 8 huge pages instead. The recorder's mapping is shared memory, which
-/// the kernel here gives no huge pages (`shmem_enabled` is `never`).
+/// them), 8 huge pages instead. But huge pages from the start made every object
+/// of a short program fault in and zero a 2-MiB page of its own (~4 ms of a
+/// 20-ms recording of a 1-ms program, and 20 ns more an uncontended lock/unlock
+/// pair), while a handful of objects' pages fit the TLB anyway. The recorder's
+/// mapping is shared memory, which the kernel here gives no huge pages
+/// (`shmem_enabled` is `never`).
 fn private_seq_table() -> Option<*mut SeqSlot> {
-    static TABLE: AtomicPtr<SeqSlot> = AtomicPtr::new(null_mut());
-    const MADV_HUGEPAGE: c_int = 14;
-    const MADV_DONTNEED: c_int = 4;
     let len = SEQ_SLOTS * std::mem::size_of::<SeqSlot>();
-    let made = TABLE.load(Acquire);
+    let made = PRIVATE_TABLE.load(Acquire);
+    OBJECTS.store(0, Relaxed);
     if !made.is_null() {
         // Another attachment: every thread is stopped (ordo_attach's contract),
         // so the counters start again from zero as in a new mapping.
-        // SAFETY: our own private mapping of `len` bytes.
-        unsafe { crate::madvise(made.cast(), len, MADV_DONTNEED) };
+        // SAFETY: our own private mapping of `len` bytes; advice only.
+        unsafe {
+            crate::madvise(made.cast(), len, MADV_DONTNEED);
+            crate::madvise(made.cast(), len, MADV_NOHUGEPAGE);
+        }
         return Some(made);
     }
     // A huge page's alignment: allocate one more and start at the first boundary.
@@ -202,10 +208,49 @@ fn private_seq_table() -> Option<*mut SeqSlot> {
         return None;
     }
     let aligned = (p as usize).next_multiple_of(HUGE) as *mut SeqSlot;
+    // Small pages even where the system's default is huge ones (see above).
     // SAFETY: inside the mapping just made; advice only.
-    unsafe { crate::madvise(aligned.cast(), len, MADV_HUGEPAGE) };
-    TABLE.store(aligned, Release);
+    unsafe { crate::madvise(aligned.cast(), len, MADV_NOHUGEPAGE) };
+    PRIVATE_TABLE.store(aligned, Release);
     Some(aligned)
+}
+
+/// The private sequence table, once made.
+static PRIVATE_TABLE: AtomicPtr<SeqSlot> = AtomicPtr::new(null_mut());
+/// Objects given a counter in this attachment so far.
+static OBJECTS: AtomicU32 = AtomicU32::new(0);
+/// Objects after which the private table goes to huge pages: by then their 4-KiB
+/// pages no longer fit the TLB (64 first-level and 1 536 second-level entries
+/// on this machine's CPUs).
+const HUGE_AFTER_OBJECTS: u32 = 512;
+const MADV_DONTNEED: c_int = 4;
+const MADV_HUGEPAGE: c_int = 14;
+const MADV_NOHUGEPAGE: c_int = 15;
+const MADV_COLLAPSE: c_int = 25;
+
+/// Counts an object that took a counter; the [`HUGE_AFTER_OBJECTS`]th moves the
+/// private table into huge pages.
+#[cold]
+fn object_added(table: *const SeqSlot) {
+    if OBJECTS.fetch_add(1, Relaxed) + 1 == HUGE_AFTER_OBJECTS
+        && table == PRIVATE_TABLE.load(Relaxed).cast_const()
+    {
+        collapse_seq_table(table);
+    }
+}
+
+/// Moves the private table into huge pages: allowed from now on for new faults,
+/// and the pages already in collapsed at once (`MADV_COLLAPSE`, Linux 6.1: the
+/// kernel copies them under its page-table locks, so other threads' counters
+/// carry on unchanged; ~16 MiB zeroed and copied once). On a kernel without it
+/// the allowance alone lets `khugepaged` collapse them in its own time.
+fn collapse_seq_table(table: *const SeqSlot) {
+    let len = SEQ_SLOTS * std::mem::size_of::<SeqSlot>();
+    // SAFETY: advice on our own private mapping of `len` bytes.
+    unsafe {
+        crate::madvise(table.cast_mut().cast(), len, MADV_HUGEPAGE);
+        crate::madvise(table.cast_mut().cast(), len, MADV_COLLAPSE);
+    }
 }
 
 unsafe extern "C" fn after_fork_in_child() {
@@ -363,7 +408,10 @@ fn seq_slot(addr: u64) -> Option<&'static SeqSlot> {
         }
         if key == 0 {
             match slot.key.compare_exchange(0, addr, AcqRel, Acquire) {
-                Ok(_) => return Some(slot),
+                Ok(_) => {
+                    object_added(table);
+                    return Some(slot);
+                }
                 Err(k) if k == addr => return Some(slot),
                 Err(_) => {}
             }

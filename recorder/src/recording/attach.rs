@@ -173,28 +173,20 @@ impl Loaded {
         give_back(loader);
         let mut ebpf = loaded.map_err(|e| load_error(e.into()))?;
         crate::phase("preload: object loaded");
-        let raw_syscalls = match attach_syscall_tracepoints(&mut ebpf) {
+        let raw_syscalls = match attach_tracepoints(&mut ebpf) {
             Ok(()) => None,
-            Err(e) => Some(format!(
-                "per-syscall tracepoints unavailable ({e:#}); every syscall of every process runs a BPF program while recording"
-            )),
+            Err(e) => {
+                for (program, tracepoint) in [
+                    ("ordo_sys_enter", "sys_enter"),
+                    ("ordo_sys_exit", "sys_exit"),
+                ] {
+                    load_raw_tracepoint(&mut ebpf, program, tracepoint)?;
+                }
+                Some(format!(
+                    "per-syscall tracepoints unavailable ({e:#}); every syscall of every process runs a BPF program while recording"
+                ))
+            }
         };
-        let raw: &[(&str, &str)] = if raw_syscalls.is_some() {
-            &[
-                ("ordo_sys_enter", "sys_enter"),
-                ("ordo_sys_exit", "sys_exit"),
-                ("ordo_thread_exit", "sched_process_exit"),
-            ]
-        } else {
-            &[("ordo_thread_exit", "sched_process_exit")]
-        };
-        for &(program, tracepoint) in raw {
-            let prog: &mut RawTracePoint =
-                ebpf.program_mut(program).context(program)?.try_into()?;
-            prog.load().map_err(|e| load_error(e.into()))?;
-            prog.attach(tracepoint)
-                .with_context(|| format!("attach raw tracepoint {tracepoint}"))?;
-        }
         let ring = RingBuf::try_from(ebpf.take_map(EVENTS_MAP).context("EVENTS map")?)?;
         crate::phase("preload: attached");
         Ok(Loaded {
@@ -235,50 +227,108 @@ fn take_preloaded(sizes: ProbeSizes) -> Option<Result<Loaded>> {
     (made_for == sizes).then_some(loaded)
 }
 
-/// Attaches the futex, clone and exec syscalls' own tracepoints
-/// (`syscalls:sys_{enter,exit}_*`), mounting tracefs first if it is not. On
-/// error nothing stays attached and the raw `sys_enter`/`sys_exit` tracepoints
-/// are used instead: they see the same calls but run on every syscall.
+/// Loads and attaches the thread-exit raw tracepoint and the futex, clone and
+/// exec syscalls' own tracepoints (`syscalls:sys_{enter,exit}_*`), mounting
+/// tracefs first if it is not. The three programs are verified and attached on
+/// threads of their own (~1 ms each to verify, 7 perf events each to open: the
+/// longest part of a short recording's start). When the syscall tracepoints
+/// fail, none of them stays attached and the error says why: the caller uses
+/// the raw `sys_enter`/`sys_exit` tracepoints instead, which see the same calls
+/// but run on every syscall.
 ///
 /// `ORDO_SYSCALL_PROBES=raw` forces the fallback (to test it, or to compare).
-fn attach_syscall_tracepoints(ebpf: &mut Ebpf) -> Result<()> {
-    if std::env::var_os("ORDO_SYSCALL_PROBES").is_some_and(|v| v == "raw") {
+fn attach_tracepoints(ebpf: &mut Ebpf) -> Result<()> {
+    let forced_raw = std::env::var_os("ORDO_SYSCALL_PROBES").is_some_and(|v| v == "raw");
+    if !forced_raw {
+        ensure_tracefs();
+    }
+    let mut exit = None;
+    let mut syscalls = Vec::new();
+    for (name, program) in ebpf.programs_mut() {
+        match name {
+            "ordo_thread_exit" => exit = Some(program),
+            "ordo_syscall_enter" | "ordo_syscall_exit" if !forced_raw => {
+                syscalls.push((name, program))
+            }
+            _ => {}
+        }
+    }
+    let exit = exit.context("ordo_thread_exit")?;
+    let (exit, syscalls) = std::thread::scope(|scope| {
+        let on_syscalls: Vec<_> = syscalls
+            .into_iter()
+            .map(|(name, program)| scope.spawn(move || attach_syscall_program(name, program)))
+            .collect();
+        let exit = load_raw(exit, "ordo_thread_exit", "sched_process_exit");
+        let syscalls: Vec<Result<usize>> = on_syscalls
+            .into_iter()
+            .map(|t| {
+                t.join()
+                    .unwrap_or_else(|_| Err(anyhow!("attaching a tracepoint panicked")))
+            })
+            .collect();
+        (exit, syscalls)
+    });
+    exit?;
+    if forced_raw {
         bail!("ORDO_SYSCALL_PROBES=raw");
     }
-    ensure_tracefs();
-    let mut links = Vec::new();
-    let result = (|| -> Result<()> {
-        for (program, phase) in [
-            ("ordo_syscall_enter", "enter"),
-            ("ordo_syscall_exit", "exit"),
-        ] {
-            let prog: &mut TracePoint = ebpf.program_mut(program).context(program)?.try_into()?;
-            prog.load().map_err(|e| load_error(e.into()))?;
-            // fork and vfork: only counted (child processes are not followed).
-            for call in [
-                "futex", "clone", "clone3", "execve", "execveat", "fork", "vfork",
-            ] {
-                let name = format!("sys_{phase}_{call}");
-                links.push((
-                    program,
-                    prog.attach("syscalls", &name)
-                        .with_context(|| format!("attach tracepoint syscalls:{name}"))?,
-                ));
-            }
-        }
-        Ok(())
-    })();
-    if result.is_err() {
-        for (program, link) in links {
-            if let Some(prog) = ebpf.program_mut(program) {
-                let prog: Result<&mut TracePoint, _> = prog.try_into();
-                if let Ok(prog) = prog {
-                    let _ = prog.detach(link);
-                }
-            }
-        }
+    if syscalls.len() != 2 {
+        bail!("the syscall tracepoint programs are missing from the probe object");
     }
-    result
+    if let Some(e) = syscalls.iter().find_map(|r| r.as_ref().err()) {
+        let e = anyhow!("{e:#}");
+        // Nothing of them stays attached: unloading detaches every link.
+        for name in ["ordo_syscall_enter", "ordo_syscall_exit"] {
+            let program: Option<&mut TracePoint> =
+                ebpf.program_mut(name).and_then(|p| p.try_into().ok());
+            if let Some(program) = program {
+                let _ = program.unload();
+            }
+        }
+        return Err(e);
+    }
+    Ok(())
+}
+
+/// Loads one syscall tracepoint program and attaches it to its tracepoints;
+/// returns how many it attached.
+fn attach_syscall_program(name: &str, program: &mut aya::programs::Program) -> Result<usize> {
+    let phase = if name == "ordo_syscall_enter" {
+        "enter"
+    } else {
+        "exit"
+    };
+    let prog: &mut TracePoint = program.try_into()?;
+    prog.load().map_err(|e| load_error(e.into()))?;
+    // fork and vfork: only counted (child processes are not followed).
+    let calls = [
+        "futex", "clone", "clone3", "execve", "execveat", "fork", "vfork",
+    ];
+    for call in calls {
+        let tracepoint = format!("sys_{phase}_{call}");
+        prog.attach("syscalls", &tracepoint)
+            .with_context(|| format!("attach tracepoint syscalls:{tracepoint}"))?;
+    }
+    Ok(calls.len())
+}
+
+/// Loads the raw tracepoint program `name` and attaches it to `tracepoint`.
+fn load_raw(program: &mut aya::programs::Program, name: &str, tracepoint: &str) -> Result<()> {
+    let prog: &mut RawTracePoint = program.try_into().context(name.to_string())?;
+    prog.load().map_err(|e| load_error(e.into()))?;
+    prog.attach(tracepoint)
+        .with_context(|| format!("attach raw tracepoint {tracepoint}"))?;
+    Ok(())
+}
+
+/// [`load_raw`] of a program of `ebpf`.
+fn load_raw_tracepoint(ebpf: &mut Ebpf, name: &str, tracepoint: &str) -> Result<()> {
+    load_raw(
+        ebpf.program_mut(name).context(name.to_string())?,
+        name,
+        tracepoint,
+    )
 }
 
 /// Entries of the map of arguments saved between a function's entry and its
@@ -367,7 +417,11 @@ impl Probes {
             multi: Vec::new(),
             fallback_note: None,
             syscall_note,
-            launch_execs: if options.attached { 0 } else { 1 },
+            launch_execs: if options.attached || options.exec_before_start {
+                0
+            } else {
+                1
+            },
             seq_counters: sizes.seq,
         };
         let all: Vec<Sites> = sites.0;
