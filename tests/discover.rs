@@ -7,7 +7,7 @@
 
 use crate::common;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
@@ -399,5 +399,122 @@ fn a_thread_with_more_points_than_debug_registers_is_gated_by_software_breakpoin
         assert_eq!(outcome["verdict"], "reproduced", "{outcome}\n{text}");
         assert_eq!(outcome["exit_code"], 0, "the reader saw a store: {outcome}");
         assert_eq!(outcome["schedule_held"], true, "{outcome}");
+    }
+}
+
+/// `ordo record -v --discover` of `program` with the plan cache in `cache`
+/// (`""`: off): its stderr and the names its accesses were given in `dump`.
+fn record_with_cache(
+    program: &Path,
+    trace: &Path,
+    cache: &std::ffi::OsStr,
+) -> (String, std::collections::BTreeSet<String>) {
+    let out = Command::new(ordo())
+        .args(["record", "-v", "--discover", "--force", "-o"])
+        .arg(trace)
+        .arg("--")
+        .arg(program)
+        .env("ORDO_CACHE_DIR", cache)
+        .output()
+        .expect("run ordo record");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(trace.exists(), "no trace: {stderr}");
+    let dump = Command::new(ordo())
+        .arg("dump")
+        .arg(trace)
+        .output()
+        .unwrap();
+    let names = String::from_utf8_lossy(&dump.stdout)
+        .lines()
+        .filter_map(|l| {
+            let words: Vec<&str> = l.split_whitespace().collect();
+            let at = words
+                .iter()
+                .position(|w| ["read", "write", "rmw"].contains(w))?;
+            let name = words.get(at + 1)?;
+            name.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+                .then(|| name.to_string())
+        })
+        .collect();
+    (stderr, names)
+}
+
+/// The plans, variable types and part names kept on disk between recordings of
+/// one binary (recorder/src/plan_cache.rs) are exactly what planning afresh gives:
+/// the same Rust lock sites and discovery sites (`-v`) and the same names of the
+/// accesses (`dump`), with the cache off, empty, and full; a warm recording
+/// rewrites no plan; a damaged entry is planned again, not trusted.
+#[test]
+fn plans_kept_between_recordings_are_those_planned_afresh() {
+    if !have_root("plans_kept_between_recordings_are_those_planned_afresh") {
+        return;
+    }
+    let dir = scratch("discover_plan_cache");
+    let cache = dir.join("cache");
+    let _ = std::fs::remove_dir_all(&cache);
+    let planned = |stderr: &str| -> Vec<String> {
+        stderr
+            .lines()
+            .filter(|l| {
+                l.starts_with("ordo: --discover:") || l.starts_with("ordo: Rust std::sync:")
+            })
+            .map(str::to_string)
+            .collect()
+    };
+    for (program, expected) in [
+        (common::build_program("field_race"), "conn.buf"),
+        (
+            common::build_rust_program("rust_lost_update"),
+            "rust_lost_update::BALANCE",
+        ),
+    ] {
+        let trace = dir.join("cached.ordo");
+        let (afresh, afresh_names) = record_with_cache(&program, &trace, "".as_ref());
+        assert!(
+            afresh_names.iter().any(|n| n.starts_with(expected)),
+            "{expected} not among {afresh_names:?}"
+        );
+        let cold = record_with_cache(&program, &trace, cache.as_os_str());
+        let entries = |kind: &str| -> Vec<(PathBuf, std::time::SystemTime)> {
+            std::fs::read_dir(&cache)
+                .unwrap()
+                .map(|e| e.unwrap().path())
+                .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with(kind))
+                .map(|p| (p.clone(), p.metadata().unwrap().modified().unwrap()))
+                .collect()
+        };
+        let kept = entries("discovery-");
+        assert!(
+            !kept.is_empty(),
+            "no discovery plan kept in {}",
+            cache.display()
+        );
+        assert!(!entries("part-names-").is_empty());
+        let warm = record_with_cache(&program, &trace, cache.as_os_str());
+        assert_eq!(
+            entries("discovery-"),
+            kept,
+            "a warm recording planned again"
+        );
+        for (run, (stderr, names)) in [("cold", &cold), ("warm", &warm)] {
+            assert_eq!(planned(stderr), planned(&afresh), "{run}: {stderr}");
+            assert!(!planned(stderr).is_empty(), "{stderr}");
+            assert_eq!(names, &afresh_names, "{run} cache: names differ");
+        }
+        // A damaged plan is not used: planned again, and kept whole again.
+        for (path, _) in &kept {
+            let mut bytes = std::fs::read(path).unwrap();
+            let middle = bytes.len() / 2;
+            bytes[middle] ^= 0xff;
+            std::fs::write(path, &bytes).unwrap();
+        }
+        let (repaired, names) = record_with_cache(&program, &trace, cache.as_os_str());
+        assert_eq!(planned(&repaired), planned(&afresh), "{repaired}");
+        assert_eq!(names, afresh_names);
+        assert_ne!(
+            entries("discovery-"),
+            kept,
+            "the damaged plan was not replanned"
+        );
     }
 }

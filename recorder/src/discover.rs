@@ -177,8 +177,35 @@ pub fn plan_discovery(path: &Path) -> Result<DiscoveryPlan> {
 }
 
 /// [`plan_discovery`] with the Rust lock sites planned already (a recording plans
-/// them anyway: decoding a Rust binary twice was a good part of its start).
+/// them anyway: decoding a Rust binary twice was a good part of its start), which
+/// must be those of the same file. Kept on disk between runs
+/// ([`crate::plan_cache`]).
 pub fn plan_discovery_with(
+    path: &Path,
+    locks: &crate::rust_locks::RustLockPlan,
+) -> Result<DiscoveryPlan> {
+    crate::plan_cache::cached(
+        "discovery",
+        path,
+        || plan_discovery_afresh(path, locks),
+        |plan| crate::plan_cache::Entry {
+            numbers: vec![plan.functions as u64, plan.skipped as u64],
+            sites: plan.sites.clone(),
+            strings: Vec::new(),
+        },
+        |entry| match entry.numbers[..] {
+            [functions, skipped] => Some(DiscoveryPlan {
+                sites: entry.sites,
+                functions: usize::try_from(functions).ok()?,
+                skipped: usize::try_from(skipped).ok()?,
+            }),
+            _ => None,
+        },
+    )
+}
+
+/// [`plan_discovery_with`], decoding the binary.
+fn plan_discovery_afresh(
     path: &Path,
     locks: &crate::rust_locks::RustLockPlan,
 ) -> Result<DiscoveryPlan> {

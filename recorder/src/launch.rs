@@ -284,71 +284,181 @@ pub fn is_setuid(path: &Path) -> bool {
     std::fs::metadata(path).is_ok_and(|m| m.permissions().mode() & 0o6000 != 0)
 }
 
-/// Whether `path` is a dynamically linked ELF (has an interpreter): statically linked
-/// programs do not use libc.so.6, so the pthread probes cannot see them.
-pub fn is_dynamic(path: &Path) -> bool {
-    use object::Object;
-    let Ok(data) = crate::file_bytes::read(path) else {
-        return true;
-    };
-    match object::File::parse(&data[..]) {
-        Ok(file) => {
-            file.section_by_name(".interp").is_some() || file.kind() == object::ObjectKind::Dynamic
+/// What launching needs of a 64-bit ELF executable, read from its headers and
+/// dynamic section alone (a Rust binary is ~5 MB, and these answers decide which
+/// probes start loading and what is preloaded).
+#[derive(Debug, Default, PartialEq)]
+struct ElfHead {
+    /// It has an interpreter, or is position-independent.
+    dynamic: bool,
+    /// `ET_DYN`: position-independent.
+    pie: bool,
+    /// `DT_NEEDED` names, in order.
+    needed: Vec<String>,
+    /// `DT_RUNPATH` and `DT_RPATH` strings, in order.
+    run_paths: Vec<String>,
+}
+
+impl ElfHead {
+    /// Reads the headers of the file at `path`; `None` when it is not a
+    /// little-endian 64-bit ELF or its headers do not hold together.
+    fn read(path: &Path) -> Option<ElfHead> {
+        use object::read::elf::{Dyn, FileHeader, ProgramHeader};
+        use std::os::unix::fs::FileExt;
+        let file = std::fs::File::open(path).ok()?;
+        let at = |offset: u64, len: u64| -> Option<Vec<u8>> {
+            let mut bytes = vec![0; usize::try_from(len).ok().filter(|&n| n <= 64 << 20)?];
+            file.read_exact_at(&mut bytes, offset).ok()?;
+            Some(bytes)
+        };
+        let mut head = vec![0u8; 4096];
+        let n = file.read_at(&mut head, 0).ok()?;
+        head.truncate(n);
+        let header = object::elf::FileHeader64::<object::Endianness>::parse(&head[..]).ok()?;
+        let endian = header.endian().ok()?;
+        let wanted = header.e_phoff(endian)
+            + u64::from(header.e_phnum(endian)) * u64::from(header.e_phentsize(endian));
+        if wanted > head.len() as u64 {
+            head = at(0, wanted)?;
         }
-        Err(_) => true,
+        let header = object::elf::FileHeader64::<object::Endianness>::parse(&head[..]).ok()?;
+        let segments = header.program_headers(endian, &head[..]).ok()?;
+        let pie = header.e_type(endian) == object::elf::ET_DYN;
+        let mut elf = ElfHead {
+            dynamic: pie
+                || segments
+                    .iter()
+                    .any(|s| s.p_type(endian) == object::elf::PT_INTERP),
+            pie,
+            ..ElfHead::default()
+        };
+        let Some(dynamic) = segments
+            .iter()
+            .find(|s| s.p_type(endian) == object::elf::PT_DYNAMIC)
+        else {
+            return Some(elf);
+        };
+        let dynamic = at(dynamic.p_offset(endian), dynamic.p_filesz(endian))?;
+        let entries: &[object::elf::Dyn64<object::Endianness>] =
+            object::pod::slice_from_all_bytes(&dynamic[..dynamic.len() / 16 * 16]).ok()?;
+        let value = |tag: u32| {
+            entries
+                .iter()
+                .find(|d| d.d_tag(endian) == u64::from(tag))
+                .map(|d| d.d_val(endian))
+        };
+        let (table, size) = (
+            value(object::elf::DT_STRTAB)?,
+            value(object::elf::DT_STRSZ)?,
+        );
+        let load = segments.iter().find(|s| {
+            s.p_type(endian) == object::elf::PT_LOAD
+                && s.p_vaddr(endian) <= table
+                && table + size <= s.p_vaddr(endian) + s.p_filesz(endian)
+        })?;
+        let strings = at(table - load.p_vaddr(endian) + load.p_offset(endian), size)?;
+        let string = |offset: u64| -> Option<String> {
+            let rest = strings.get(usize::try_from(offset).ok()?..)?;
+            let end = rest.iter().position(|&b| b == 0)?;
+            Some(String::from_utf8_lossy(&rest[..end]).into_owned())
+        };
+        for d in entries {
+            let tag = d.d_tag(endian);
+            if tag == u64::from(object::elf::DT_NULL) {
+                break;
+            }
+            let Ok(tag) = u32::try_from(tag) else {
+                continue;
+            };
+            match tag {
+                object::elf::DT_NEEDED => elf.needed.extend(string(d.d_val(endian))),
+                object::elf::DT_RUNPATH | object::elf::DT_RPATH => {
+                    elf.run_paths.extend(string(d.d_val(endian)))
+                }
+                _ => {}
+            }
+        }
+        Some(elf)
     }
+
+    /// As [`ElfHead::read`], from the whole file (section headers and all): for
+    /// what the headers alone did not answer.
+    fn read_whole(path: &Path) -> Option<ElfHead> {
+        use object::read::elf::{Dyn, ElfFile64, FileHeader};
+        use object::Object;
+        let data = crate::file_bytes::read(path).ok()?;
+        let parsed = object::File::parse(&data[..]).ok()?;
+        let pie = parsed.kind() == object::ObjectKind::Dynamic;
+        let mut elf = ElfHead {
+            dynamic: pie || parsed.section_by_name(".interp").is_some(),
+            pie,
+            ..ElfHead::default()
+        };
+        let Ok(file) = ElfFile64::<object::Endianness>::parse(&data[..]) else {
+            return Some(elf);
+        };
+        let endian = file.endian();
+        let header = file.elf_header();
+        let Ok(Some((dynamic, index))) = header
+            .sections(endian, &data[..])
+            .map(|s| s.dynamic(endian, &data[..]).ok().flatten())
+        else {
+            return Some(elf);
+        };
+        let sections = header.sections(endian, &data[..]).ok()?;
+        let strings = sections.strings(endian, &data[..], index).ok()?;
+        for d in dynamic {
+            let Ok(value) = d.string(endian, strings) else {
+                continue;
+            };
+            let value = String::from_utf8_lossy(value).into_owned();
+            match d.d_tag(endian) as u32 {
+                object::elf::DT_NEEDED => elf.needed.push(value),
+                object::elf::DT_RUNPATH | object::elf::DT_RPATH => elf.run_paths.push(value),
+                _ => {}
+            }
+        }
+        Some(elf)
+    }
+
+    /// The headers of `path`, cheaply when they can be.
+    fn of(path: &Path) -> Option<ElfHead> {
+        Self::read(path).or_else(|| Self::read_whole(path))
+    }
+}
+
+/// Whether `path` is a dynamically linked ELF (has an interpreter): statically linked
+/// programs do not use libc.so.6, so the pthread probes cannot see them. A file
+/// that is not an ELF (a script) counts as dynamic.
+pub fn is_dynamic(path: &Path) -> bool {
+    ElfHead::of(path).is_none_or(|elf| elf.dynamic)
+}
+
+/// Whether `path` is a position-independent executable (`ET_DYN`).
+pub fn is_pie(path: &Path) -> bool {
+    ElfHead::of(path).is_some_and(|elf| elf.pie)
 }
 
 /// The libraries `binary` will load, found the way the dynamic loader looks for them
 /// (LD_LIBRARY_PATH, RUNPATH, the multiarch directories), for resolving watched
 /// variables that live in a library before the program runs.
 pub fn needed_libraries(binary: &Path) -> Vec<PathBuf> {
-    use object::read::elf::{Dyn, ElfFile64, FileHeader};
-    let Ok(data) = crate::file_bytes::read(binary) else {
+    let Some(elf) = ElfHead::of(binary) else {
         return Vec::new();
     };
-    let Ok(file) = ElfFile64::<object::Endianness>::parse(&data[..]) else {
-        return Vec::new();
-    };
-    let endian = file.endian();
-    let header = file.elf_header();
-    let Ok(Some((dynamic, index))) = header
-        .sections(endian, &data[..])
-        .map(|s| s.dynamic(endian, &data[..]).ok().flatten())
-    else {
-        return Vec::new();
-    };
-    let Ok(sections) = header.sections(endian, &data[..]) else {
-        return Vec::new();
-    };
-    let Ok(strings) = sections.strings(endian, &data[..], index) else {
-        return Vec::new();
-    };
-    let mut needed = Vec::new();
     let mut search: Vec<PathBuf> = std::env::var_os("LD_LIBRARY_PATH")
         .map(|p| std::env::split_paths(&p).collect())
         .unwrap_or_default();
-    for d in dynamic {
-        let tag = d.d_tag(endian) as u32;
-        let Ok(value) = d.string(endian, strings) else {
-            continue;
-        };
-        let value = String::from_utf8_lossy(value).into_owned();
-        match tag {
-            object::elf::DT_NEEDED => needed.push(value),
-            object::elf::DT_RUNPATH | object::elf::DT_RPATH => {
-                let origin = binary
-                    .parent()
-                    .map(|p| p.to_string_lossy().into_owned())
-                    .unwrap_or_default();
-                search.extend(
-                    value
-                        .split(':')
-                        .map(|p| PathBuf::from(p.replace("$ORIGIN", &origin))),
-                );
-            }
-            _ => {}
-        }
+    let origin = binary
+        .parent()
+        .map(|p| p.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    for run_path in &elf.run_paths {
+        search.extend(
+            run_path
+                .split(':')
+                .map(|p| PathBuf::from(p.replace("$ORIGIN", &origin))),
+        );
     }
     search.extend(
         [
@@ -360,7 +470,7 @@ pub fn needed_libraries(binary: &Path) -> Vec<PathBuf> {
         ]
         .map(PathBuf::from),
     );
-    needed
+    elf.needed
         .iter()
         .filter_map(|name| search.iter().map(|dir| dir.join(name)).find(|p| p.exists()))
         .collect()
@@ -419,4 +529,53 @@ pub fn is_sanitizer_build(binary: &Path) -> bool {
                 || n.starts_with("__hwasan_init")
         })
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The headers-only reading answers as the whole file does, on programs and
+    /// libraries of this machine, a static binary among them when gcc can link one.
+    #[test]
+    fn headers_alone_answer_as_the_whole_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut files: Vec<PathBuf> = ["/bin/ls", "/bin/sh", "/lib/x86_64-linux-gnu/libc.so.6"]
+            .iter()
+            .map(PathBuf::from)
+            .filter(|p| p.exists())
+            .collect();
+        files.push(std::env::current_exe().unwrap());
+        let source = dir.path().join("s.c");
+        std::fs::write(&source, "int main(void) { return 0; }\n").unwrap();
+        let static_binary = dir.path().join("s");
+        let linked = std::process::Command::new("gcc")
+            .arg("-static")
+            .arg("-o")
+            .arg(&static_binary)
+            .arg(&source)
+            .status()
+            .is_ok_and(|s| s.success());
+        if linked {
+            files.push(static_binary.clone());
+            assert!(!is_dynamic(&static_binary));
+        }
+        assert!(!files.is_empty());
+        for file in &files {
+            let head = ElfHead::read(file).expect("headers read");
+            assert_eq!(
+                Some(&head),
+                ElfHead::read_whole(file).as_ref(),
+                "{}",
+                file.display()
+            );
+        }
+        assert!(is_dynamic(Path::new("/bin/ls")));
+        // Not an ELF: a script runs through its interpreter, which is dynamic.
+        let script = dir.path().join("script");
+        std::fs::write(&script, "#!/bin/sh\n").unwrap();
+        assert!(ElfHead::read(&script).is_none());
+        assert!(is_dynamic(&script) && !is_pie(&script));
+        assert!(needed_libraries(&script).is_empty());
+    }
 }

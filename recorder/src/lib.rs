@@ -7,6 +7,7 @@
 //! - [`inproc`]: the in-process source (the agent's rings) and its merge with eBPF.
 //! - [`empty`]: empty probes, the baseline for measuring a probe site's cost.
 //! - [`file_bytes`]: the program's files, read once per recording.
+//! - `plan_cache`: code plans kept on disk between recordings of one binary.
 //! - [`launch`]: starting a program held before `exec` until probes are attached.
 //! - [`recording`]: a recording session ([`Recording`]).
 //! - [`progress`]: progress bars for long silent phases, on a terminal only.
@@ -21,6 +22,7 @@ pub mod file_bytes;
 pub mod inject;
 pub mod inproc;
 pub mod launch;
+mod plan_cache;
 mod prefault;
 pub mod probes;
 pub mod progress;

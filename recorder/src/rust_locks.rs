@@ -137,8 +137,87 @@ fn is_mutex_fn(demangled: &str, name: &str) -> bool {
 
 /// Plans the Rust `Mutex`, `RwLock` and `Condvar` sites of the executable at
 /// `path`; an empty plan for a binary without std's futex locks (C, C++, a
-/// stripped Rust binary).
+/// stripped Rust binary). Kept on disk between runs ([`crate::plan_cache`]).
 pub fn plan_rust_locks(path: &Path) -> Result<RustLockPlan> {
+    crate::plan_cache::cached(
+        "rust-locks",
+        path,
+        || plan_rust_locks_afresh(path),
+        RustLockPlan::to_entry,
+        RustLockPlan::from_entry,
+    )
+}
+
+impl RustLockPlan {
+    /// Number of counts and flags in a kept plan.
+    const COUNTS: usize = 22;
+
+    /// The plan as the cache keeps it.
+    fn to_entry(&self) -> crate::plan_cache::Entry {
+        let counts: [usize; Self::COUNTS] = [
+            self.locks,
+            self.unlocks,
+            self.condvars,
+            self.barriers,
+            self.rw_locks,
+            self.rw_unlocks,
+            self.once_checks,
+            self.once_call as usize,
+            self.try_locks,
+            self.rw_tries,
+            self.parking_lot_locks,
+            self.parking_lot_unlocks,
+            self.parking_lot_tries,
+            self.parking_lot_notifies,
+            self.parking_lot_condvars,
+            self.unparks,
+            self.parks,
+            self.sends,
+            self.receives,
+            self.stripped_rust as usize,
+            // Room for counts to come without a new entry format.
+            0,
+            0,
+        ];
+        crate::plan_cache::Entry {
+            numbers: counts.iter().map(|&n| n as u64).collect(),
+            sites: self.sites.clone(),
+            strings: Vec::new(),
+        }
+    }
+
+    /// The plan a cache entry keeps.
+    fn from_entry(entry: crate::plan_cache::Entry) -> Option<RustLockPlan> {
+        let counts: [u64; Self::COUNTS] = entry.numbers.try_into().ok()?;
+        let n = counts.map(|c| usize::try_from(c).unwrap_or(usize::MAX));
+        Some(RustLockPlan {
+            sites: entry.sites,
+            locks: n[0],
+            unlocks: n[1],
+            condvars: n[2],
+            barriers: n[3],
+            rw_locks: n[4],
+            rw_unlocks: n[5],
+            once_checks: n[6],
+            once_call: n[7] != 0,
+            try_locks: n[8],
+            rw_tries: n[9],
+            parking_lot_locks: n[10],
+            parking_lot_unlocks: n[11],
+            parking_lot_tries: n[12],
+            parking_lot_notifies: n[13],
+            parking_lot_condvars: n[14],
+            unparks: n[15],
+            parks: n[16],
+            sends: n[17],
+            receives: n[18],
+            stripped_rust: n[19] != 0,
+        })
+    }
+}
+
+/// [`plan_rust_locks`], decoding the binary.
+fn plan_rust_locks_afresh(path: &Path) -> Result<RustLockPlan> {
     let data = crate::file_bytes::read(path).with_context(|| format!("read {}", path.display()))?;
     let file = object::File::parse(&data[..])
         .map_err(|e| anyhow!("{}: not an ELF file: {e}", path.display()))?;

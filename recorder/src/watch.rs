@@ -98,7 +98,7 @@ mod tests;
 
 pub use mark::{resolve_mark, ResolvedMark};
 pub use resolve::PointerHop;
-pub use resolve::{resolve, ResolvedWatch, Resolver};
+pub use resolve::{resolve, KeptPartNames, ResolvedWatch, Resolver};
 pub use sites::{
     access_at, access_ending_at, plan_sites, PlannedSite, ProbePoint, Relocate, WatchPlan,
 };

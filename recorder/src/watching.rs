@@ -213,15 +213,7 @@ pub fn plan_marks(marks: &[String], main_binary: &Path) -> Result<(Vec<PlacedSit
 
 /// Whether `path` is a position-independent executable (loaded at a random base).
 pub fn is_pie(path: &Path) -> bool {
-    use object::Object;
-    crate::file_bytes::read(path)
-        .ok()
-        .and_then(|d| {
-            object::File::parse(&d[..])
-                .ok()
-                .map(|f| f.kind() == object::ObjectKind::Dynamic)
-        })
-        .unwrap_or(false)
+    crate::launch::is_pie(path)
 }
 
 /// The load bias of `module` in a running process, from `/proc/PID/maps`.

@@ -367,6 +367,9 @@ pub(crate) struct DrainState {
         PathBuf,
         std::thread::JoinHandle<Option<crate::watch::Resolver>>,
     )>,
+    /// The main binary's part names kept from earlier recordings
+    /// ([`crate::watch::KeptPartNames`]), taken when the recording started.
+    kept_names: Option<(PathBuf, crate::watch::KeptPartNames)>,
 }
 
 /// Most distinct accessed addresses the drain keeps to name (a program touching
@@ -406,6 +409,7 @@ impl DrainState {
             watched: std::collections::HashSet::new(),
             watch_names: HashMap::new(),
             prepared_names: None,
+            kept_names: None,
         })
     }
 
@@ -498,6 +502,16 @@ impl DrainState {
     /// address, name), from the watch specs.
     /// Starts reading `binary`'s DWARF variables on a thread, for [`Self::data_names`].
     pub(crate) fn prepare_data_names(&mut self, binary: &std::path::Path) {
+        let kept = crate::watch::KeptPartNames::of(binary);
+        let complete = kept.as_ref().is_some_and(|k| !k.is_empty());
+        if let Some(kept) = kept {
+            self.kept_names = Some((binary.to_path_buf(), kept));
+        }
+        if complete {
+            // Earlier recordings named this binary's addresses: the file is read
+            // again only if this one reaches others (in `data_names`).
+            return;
+        }
         let path = binary.to_path_buf();
         let reading = std::thread::Builder::new()
             .name("ordo-names".into())
@@ -506,7 +520,7 @@ impl DrainState {
                 // one of the binary's variables (`part_name`), which most
                 // programs' discovered accesses (heap, stacks) never do, and a
                 // Rust binary's DWARF variables (std's) take ~30 ms to read.
-                crate::watch::Resolver::new(&path, &[]).ok()
+                crate::watch::Resolver::for_data_names(&path).ok()
             });
         if let Ok(reading) = reading {
             self.prepared_names = Some((binary.to_path_buf(), reading));
@@ -558,29 +572,57 @@ impl DrainState {
         }
         let main = self.modules.first().map(|m| m.path.clone());
         let addresses = main.as_ref().and_then(|m| by_module.remove(m));
-        let prepared = self.prepared_names.take().and_then(|(binary, reading)| {
-            let same = main.as_ref().is_some_and(|m| {
+        let same_as_main = |binary: &PathBuf| {
+            main.as_ref().is_some_and(|m| {
                 std::fs::canonicalize(m)
-                    .is_ok_and(|m| std::fs::canonicalize(&binary).is_ok_and(|b| b == m))
-            });
-            same.then(|| reading.join().ok().flatten()).flatten()
-        });
-        let resolver = main.as_ref().filter(|_| addresses.is_some()).and_then(|m| {
-            prepared.or_else(|| crate::watch::Resolver::new(std::path::Path::new(m), &[]).ok())
-        });
-        if let (Some(addresses), Some(mut resolver)) = (addresses, resolver) {
+                    .is_ok_and(|m| std::fs::canonicalize(binary).is_ok_and(|b| b == m))
+            })
+        };
+        let prepared = self
+            .prepared_names
+            .take()
+            .filter(|(binary, _)| same_as_main(binary))
+            .and_then(|(_, reading)| reading.join().ok().flatten());
+        let mut kept = self
+            .kept_names
+            .take()
+            .filter(|(binary, _)| same_as_main(binary))
+            .map(|(_, kept)| kept)
+            .or_else(|| crate::watch::KeptPartNames::of(std::path::Path::new(main.as_ref()?)));
+        crate::phase("names: resolver");
+        if let (Some(addresses), Some(main)) = (addresses, main.as_ref()) {
             let vaddrs: Vec<u64> = addresses.iter().map(|&(_, vaddr)| vaddr).collect();
-            let parts = resolver.part_names(&vaddrs);
-            names.extend(
-                addresses
-                    .into_iter()
-                    .zip(parts)
-                    .filter_map(|((addr, _), name)| {
-                        Some(ordo_trace::schema::DataName { addr, name: name? })
-                    }),
-            );
+            let missing: Vec<u64> = vaddrs
+                .iter()
+                .copied()
+                .filter(|v| kept.as_ref().is_none_or(|k| k.get(*v).is_none()))
+                .collect();
+            let mut found: HashMap<u64, Option<String>> = HashMap::new();
+            if !missing.is_empty() {
+                let resolver = prepared.or_else(|| {
+                    crate::watch::Resolver::for_data_names(std::path::Path::new(main)).ok()
+                });
+                if let Some(mut resolver) = resolver {
+                    found = missing
+                        .iter()
+                        .copied()
+                        .zip(resolver.part_names(&missing))
+                        .collect();
+                    if let Some(kept) = kept.as_mut() {
+                        kept.add(&found);
+                    }
+                }
+            }
+            names.extend(addresses.into_iter().filter_map(|(addr, vaddr)| {
+                let name = match found.get(&vaddr) {
+                    Some(name) => name.clone(),
+                    None => kept.as_ref()?.get(vaddr)?.map(str::to_string),
+                }?;
+                Some(ordo_trace::schema::DataName { addr, name })
+            }));
         }
         names.sort_by_key(|d| d.addr);
+        crate::phase("names: named");
         names
     }
 

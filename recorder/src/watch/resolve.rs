@@ -116,6 +116,74 @@ struct Candidate {
     atomic: bool,
 }
 
+/// What [`Resolver::part_names`] said of one binary's addresses in earlier
+/// recordings, kept on disk with its plans ([`crate::plan_cache`]): a hunt's
+/// recordings reach the same variables run after run, and naming them anew read
+/// the whole binary (~5 MB for a Rust one, ~10 ms on the CPU the recorded
+/// program wanted) and walked its DWARF.
+pub struct KeptPartNames {
+    slot: crate::plan_cache::Slot,
+    names: HashMap<u64, Option<String>>,
+}
+
+impl KeptPartNames {
+    /// Most addresses kept for one binary.
+    const MOST: usize = 1 << 16;
+
+    /// The names kept for `binary` as it is now (none yet: empty); `None` when
+    /// the cache is off.
+    pub fn of(binary: &Path) -> Option<KeptPartNames> {
+        let slot = crate::plan_cache::Slot::of("part-names", binary)?;
+        let names = slot
+            .load()
+            .and_then(|entry| {
+                let mut strings = entry.strings.into_iter();
+                let pairs = entry.numbers.chunks_exact(2);
+                if !pairs.remainder().is_empty() {
+                    return None;
+                }
+                pairs
+                    .map(|p| match p[1] {
+                        0 => Some((p[0], None)),
+                        _ => Some((p[0], Some(strings.next()?))),
+                    })
+                    .collect::<Option<HashMap<_, _>>>()
+            })
+            .unwrap_or_default();
+        Some(KeptPartNames { slot, names })
+    }
+
+    /// Whether nothing is kept.
+    pub fn is_empty(&self) -> bool {
+        self.names.is_empty()
+    }
+
+    /// What was said of `vaddr`: `None` if nothing, `Some(None)` if it has no
+    /// part name.
+    pub fn get(&self, vaddr: u64) -> Option<Option<&str>> {
+        self.names.get(&vaddr).map(Option::as_deref)
+    }
+
+    /// Adds what was found now and keeps the whole (up to [`Self::MOST`]).
+    pub fn add(&mut self, found: &HashMap<u64, Option<String>>) {
+        for (&vaddr, name) in found {
+            if self.names.len() < Self::MOST {
+                self.names.insert(vaddr, name.clone());
+            }
+        }
+        let mut sorted: Vec<(&u64, &Option<String>)> = self.names.iter().collect();
+        sorted.sort();
+        self.slot.save(&crate::plan_cache::Entry {
+            numbers: sorted
+                .iter()
+                .flat_map(|(&vaddr, name)| [vaddr, name.is_some() as u64])
+                .collect(),
+            sites: Vec::new(),
+            strings: sorted.iter().filter_map(|(_, n)| (*n).clone()).collect(),
+        });
+    }
+}
+
 /// A DWARF type: its unit (by offset in .debug_info) and its entry in the unit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct TypeRef {
@@ -213,6 +281,13 @@ struct Module {
 
 impl Module {
     fn load(path: &Path) -> Result<Module, String> {
+        Self::load_with(path, true)
+    }
+
+    /// As [`Module::load`]; without `functions`, only the data symbols (what
+    /// naming data addresses needs: a Rust binary's ~20 000 function names took
+    /// ~10 ms to demangle, on a CPU the recorded program wanted).
+    fn load_with(path: &Path, functions: bool) -> Result<Module, String> {
         let data = crate::file_bytes::read(path)
             .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
         let file = object::File::parse(&data[..])
@@ -225,7 +300,7 @@ impl Module {
             let nature = match sym.kind() {
                 SymbolKind::Data => Nature::Variable,
                 SymbolKind::Tls => Nature::ThreadLocal,
-                SymbolKind::Text => Nature::Function,
+                SymbolKind::Text if functions => Nature::Function,
                 _ => continue,
             };
             let Ok(raw) = sym.name() else { continue };
@@ -325,49 +400,47 @@ impl Module {
             }
             return;
         }
-        let found = with_dwarf(&self.data[..], |dwarf| {
-            let mut found = HashMap::new();
-            let mut units = dwarf.units();
-            while let Some(header) = units.next()? {
-                if wanted.is_empty() {
-                    break;
-                }
-                let unit = dwarf.unit(header)?;
-                let Some(unit_offset) = unit.header.offset().as_debug_info_offset() else {
-                    continue;
-                };
-                let mut entries = unit.entries();
-                while let Some((_, entry)) = entries.next_dfs()? {
-                    if entry.tag() != gimli::DW_TAG_variable {
-                        continue;
-                    }
-                    let Some((vaddr, false)) = static_location(dwarf, &unit, entry)? else {
-                        continue;
-                    };
-                    if !wanted.remove(&vaddr) {
-                        continue;
-                    }
-                    // A C++ static member's definition may leave the type to its declaration.
-                    let ty = type_attr(entry).or_else(|| {
-                        let gimli::AttributeValue::UnitRef(declared) =
-                            entry.attr_value(gimli::DW_AT_specification).ok()??
-                        else {
-                            return None;
-                        };
-                        type_attr(&unit.entry(declared).ok()?)
-                    });
-                    found.insert(
-                        vaddr,
-                        ty.map(|entry| TypeRef {
-                            unit: unit_offset,
-                            entry,
-                        }),
-                    );
-                }
-            }
-            Ok(found)
-        });
-        let found = found.ok().flatten().unwrap_or_default();
+        // Every static variable's type, indexed in one walk of the DWARF (~12 ms
+        // for a Rust binary, whose std variables come first) and kept on disk
+        // with the binary's plans: a hunt names the same variables run after run.
+        let data = self.data.clone();
+        let index = crate::plan_cache::cached(
+            "variable-types",
+            &self.path,
+            || Ok(variable_types(&data[..])),
+            |index| crate::plan_cache::Entry {
+                numbers: index
+                    .iter()
+                    .flat_map(|(&vaddr, ty)| {
+                        let (unit, entry) = ty.map_or((u64::MAX, u64::MAX), |t| {
+                            (t.unit.0 as u64, t.entry.0 as u64)
+                        });
+                        [vaddr, unit, entry]
+                    })
+                    .collect(),
+                sites: Vec::new(),
+                strings: Vec::new(),
+            },
+            |entry| {
+                let triples = entry.numbers.chunks_exact(3);
+                (triples.remainder().is_empty()).then(|| {
+                    triples
+                        .map(|t| {
+                            let ty = (t[1] != u64::MAX).then(|| TypeRef {
+                                unit: gimli::DebugInfoOffset(t[1] as usize),
+                                entry: gimli::UnitOffset(t[2] as usize),
+                            });
+                            (t[0], ty)
+                        })
+                        .collect()
+                })
+            },
+        );
+        let found: HashMap<u64, Option<TypeRef>> = index
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|(vaddr, _)| wanted.remove(vaddr))
+            .collect();
         for vaddr in wanted {
             self.types.insert(vaddr, None);
         }
@@ -441,6 +514,16 @@ impl Resolver {
         Ok(Resolver { paths, modules })
     }
 
+    /// A resolver for [`Resolver::part_names`] alone: the main binary's data
+    /// symbols only.
+    pub fn for_data_names(main_binary: &Path) -> Result<Resolver, String> {
+        let main = Module::load_with(main_binary, false)?;
+        Ok(Resolver {
+            paths: vec![main_binary.to_path_buf()],
+            modules: vec![Some(main)],
+        })
+    }
+
     fn module(&mut self, index: usize) -> Option<&mut Module> {
         if self.modules[index].is_none() {
             self.modules[index] = Module::load(&self.paths[index]).ok();
@@ -478,7 +561,7 @@ impl Resolver {
             .map(|&v| main.data_symbol_at(v).map(|(c, o)| (c.clone(), o)))
             .collect();
         main.find_types(symbols.iter().flatten().map(|(c, _)| c));
-        symbols
+        let wanted: Vec<Option<(String, TypeRef, u64)>> = symbols
             .into_iter()
             .map(|found| {
                 let (symbol, offset) = found?;
@@ -486,13 +569,33 @@ impl Resolver {
                     Some(ty) => ty,
                     None => (*main.types.get(&symbol.vaddr)?)?,
                 };
-                let path = with_dwarf(&main.data[..], |dwarf| Ok(part_path(dwarf, ty, offset)))
-                    .ok()
-                    .flatten()
-                    .flatten()?;
-                (!path.is_empty()).then(|| format!("{}{path}", symbol.name))
+                Some((symbol.name, ty, offset))
             })
-            .collect()
+            .collect();
+        if wanted.iter().all(Option::is_none) {
+            return vec![None; vaddrs.len()];
+        }
+        // One parse of the DWARF and one walk of each unit for all the addresses
+        // (a Rust crate's unit holds std's generics: ~1 ms a walk).
+        let named = with_dwarf(&main.data[..], |dwarf| {
+            let mut units: HashMap<gimli::DebugInfoOffset, Option<UnitNames<'_>>> = HashMap::new();
+            Ok(wanted
+                .iter()
+                .map(|want| {
+                    let (name, ty, offset) = want.as_ref()?;
+                    let unit = units
+                        .entry(ty.unit)
+                        .or_insert_with(|| UnitNames::read(dwarf, ty.unit))
+                        .as_ref()?;
+                    let path = part_path(dwarf, unit, ty.entry, *offset)?;
+                    (!path.is_empty()).then(|| format!("{name}{path}"))
+                })
+                .collect::<Vec<_>>())
+        });
+        named
+            .ok()
+            .flatten()
+            .unwrap_or_else(|| vec![None; vaddrs.len()])
     }
 
     fn resolve_address(&mut self, addr: u64, spec: &WatchSpec) -> Result<ResolvedWatch, String> {
@@ -848,28 +951,31 @@ fn follow_in(
 /// The members and elements (`.inner.count`, `[2]`) from the start of a value of
 /// type `ty` to the scalar at `offset` in it; `None` if `offset` is in padding,
 /// inside a scalar or a bit-field, or the type cannot be read.
-fn part_path(dwarf: &gimli::Dwarf<Reader<'_>>, ty: TypeRef, mut offset: u64) -> Option<String> {
-    let header = dwarf.debug_info.header_from_offset(ty.unit).ok()?;
-    let unit = dwarf.unit(header).ok()?;
-    let qualified = qualified_names(dwarf, &unit).ok()?;
-    let mut current = ty.entry;
+fn part_path(
+    dwarf: &gimli::Dwarf<Reader<'_>>,
+    names: &UnitNames<'_>,
+    ty: gimli::UnitOffset,
+    mut offset: u64,
+) -> Option<String> {
+    let UnitNames { unit, qualified } = names;
+    let mut current = ty;
     let mut path = String::new();
     // Nesting deeper than this is not a program's data structure.
     for _ in 0..32 {
-        if is_atomic_type(&unit, current, &qualified, 0) {
+        if is_atomic_type(unit, current, qualified, 0) {
             // `refs`, not `refs._M_i`: an atomic is one thing to its users.
             return (offset == 0).then_some(path);
         }
-        if is_sync_type(dwarf, &unit, current) {
+        if is_sync_type(dwarf, unit, current) {
             // A lock, condition variable or semaphore is named by schedules as its
             // variable and offset (`locks+40`), in sync events and accesses alike.
             return None;
         }
-        let concrete = strip_qualifiers(&unit, current);
+        let concrete = strip_qualifiers(unit, current);
         let entry = unit.entry(concrete).ok()?;
         match entry.tag() {
             gimli::DW_TAG_structure_type | gimli::DW_TAG_class_type | gimli::DW_TAG_union_type => {
-                let (name, at, member) = member_at(dwarf, &unit, concrete, offset)?;
+                let (name, at, member) = member_at(dwarf, unit, concrete, offset)?;
                 // Anonymous structs and unions and base classes add no name: a
                 // spec reaches their members directly (`find_member`).
                 if let Some(name) = name {
@@ -881,10 +987,10 @@ fn part_path(dwarf: &gimli::Dwarf<Reader<'_>>, ty: TypeRef, mut offset: u64) -> 
             }
             gimli::DW_TAG_array_type => {
                 let element = type_attr(&entry)?;
-                let total = type_size(&unit, concrete, 0);
-                let stride = match first_dimension(&unit, concrete) {
+                let total = type_size(unit, concrete, 0);
+                let stride = match first_dimension(unit, concrete) {
                     Some(n) if n > 0 && total > 0 => total / n,
-                    _ => type_size(&unit, element, 0),
+                    _ => type_size(unit, element, 0),
                 };
                 if stride == 0 || (total > 0 && offset >= total) {
                     return None;
@@ -1158,6 +1264,22 @@ fn is_atomic_type(
     }
 }
 
+/// A DWARF unit and its entries' path-qualified names.
+struct UnitNames<'d> {
+    unit: gimli::Unit<Reader<'d>>,
+    qualified: HashMap<gimli::UnitOffset, String>,
+}
+
+impl<'d> UnitNames<'d> {
+    /// The unit at `offset` in `.debug_info`, walked once.
+    fn read(dwarf: &gimli::Dwarf<Reader<'d>>, offset: gimli::DebugInfoOffset) -> Option<Self> {
+        let header = dwarf.debug_info.header_from_offset(offset).ok()?;
+        let unit = dwarf.unit(header).ok()?;
+        let qualified = qualified_names(dwarf, &unit).ok()?;
+        Some(UnitNames { unit, qualified })
+    }
+}
+
 /// Every named entry of a unit by its path-qualified name.
 fn qualified_names(
     dwarf: &gimli::Dwarf<Reader<'_>>,
@@ -1221,6 +1343,51 @@ fn with_dwarf<T>(
     let (sections, endian) = dwarf_sections(&file)?;
     let dwarf = sections.borrow(|section| gimli::EndianSlice::new(section, endian));
     f(&dwarf).map(Some)
+}
+
+/// The DWARF type of every static variable of the ELF file `data` (the first
+/// definition at an address), by address; empty without DWARF.
+fn variable_types(data: &[u8]) -> HashMap<u64, Option<TypeRef>> {
+    let walked = with_dwarf(data, |dwarf| {
+        let mut found = HashMap::new();
+        let mut units = dwarf.units();
+        while let Some(header) = units.next()? {
+            let unit = dwarf.unit(header)?;
+            let Some(unit_offset) = unit.header.offset().as_debug_info_offset() else {
+                continue;
+            };
+            let mut entries = unit.entries();
+            while let Some((_, entry)) = entries.next_dfs()? {
+                if entry.tag() != gimli::DW_TAG_variable {
+                    continue;
+                }
+                let Some((vaddr, false)) = static_location(dwarf, &unit, entry)? else {
+                    continue;
+                };
+                if found.contains_key(&vaddr) {
+                    continue;
+                }
+                // A C++ static member's definition may leave the type to its declaration.
+                let ty = type_attr(entry).or_else(|| {
+                    let gimli::AttributeValue::UnitRef(declared) =
+                        entry.attr_value(gimli::DW_AT_specification).ok()??
+                    else {
+                        return None;
+                    };
+                    type_attr(&unit.entry(declared).ok()?)
+                });
+                found.insert(
+                    vaddr,
+                    ty.map(|entry| TypeRef {
+                        unit: unit_offset,
+                        entry,
+                    }),
+                );
+            }
+        }
+        Ok(found)
+    });
+    walked.ok().flatten().unwrap_or_default()
 }
 
 fn dwarf_variables(dwarf: &gimli::Dwarf<Reader<'_>>) -> Result<Vec<Candidate>, gimli::Error> {
