@@ -134,7 +134,7 @@ pub fn bench_tools() -> Result<()> {
 
 /// `apt-get install`s the packages of `wanted` that are not installed. Waits for the
 /// dpkg lock (other sessions on the machine may be installing too).
-fn apt_install(wanted: &[&str]) -> Result<()> {
+pub(crate) fn apt_install(wanted: &[&str]) -> Result<()> {
     let missing: Vec<&str> = wanted.iter().copied().filter(|p| !installed(p)).collect();
     if missing.is_empty() {
         return Ok(());
