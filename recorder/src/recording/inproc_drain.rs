@@ -413,20 +413,29 @@ pub(super) fn drain(
     crate::phase("drain: last passes");
     let _ = to_converter.send(ToConverter::Finish { dropped, exit });
     drop(sources);
+    // The detach hands the probes to a forked process, and a fork copies the page
+    // tables of what this process holds: while that is little (a short run), the
+    // fork overlaps the converter's end (naming, the footer, its fsync: ~2 ms);
+    // after a large backlog it waits until the backlog is freed and given back.
+    let early = resident_bytes().is_some_and(|b| b <= EARLY_HANDOFF_RESIDENT);
+    let mut handoff = early.then(super::detach::hand_off).flatten();
+    if early {
+        crate::phase("drain: forked early");
+    }
     let mut summary = converter
         .join()
         .map_err(|_| anyhow!("the trace converter panicked"))?;
     crate::phase("drain: converter joined");
-    // Only now: the detach hands the probes to a forked process, and a fork copies
-    // the page tables of the backlog, which must be freed and given back first.
     drop(pass);
     drop(spare);
     // SAFETY: malloc_trim only returns free memory to the kernel.
     unsafe { libc::malloc_trim(0) };
     let kernel_notes = probes.notes(true, mapping.forks());
     crate::phase("drain: trimmed");
-    let handoff = super::detach::hand_off();
-    crate::phase("drain: forked");
+    if !early {
+        handoff = super::detach::hand_off();
+        crate::phase("drain: forked");
+    }
     drop(probes);
     drop(handoff);
     crate::phase("drain: probes dropped");
@@ -435,6 +444,18 @@ pub(super) fn drain(
         summary.notes.extend(kernel_notes);
     }
     summary
+}
+
+/// Most resident memory at which the detach is handed off before the trace is
+/// finished (a fork's copy of the page tables of 64 MiB is well under the ~2 ms
+/// the converter's end takes).
+const EARLY_HANDOFF_RESIDENT: u64 = 64 << 20;
+
+/// This process's resident memory, from `/proc/self/statm`.
+fn resident_bytes() -> Option<u64> {
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    Some(pages * 4096)
 }
 
 /// The converter's body: merges and takes the passes in order, at idle priority
