@@ -13,7 +13,9 @@
 //! a checksum, and is planned afresh when either does not match: a torn, stale or
 //! damaged entry costs one planning, never a wrong plan. Failures to read or
 //! write the cache are not errors (the plan is computed as without it); the
-//! directory keeps at most [`KEPT`] entries, the oldest removed first.
+//! directory keeps at most [`KEPT`] entries, the oldest removed first. Entries
+//! are trusted only in a directory and files this user owns and nobody else can
+//! write: a plan's sites are instruction bytes the agent runs in the program.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -30,7 +32,7 @@ const SITE_BYTES: usize = std::mem::size_of::<SoftSite>();
 const _: () = assert!(SITE_BYTES == 8 + 8 + 16 + 8 + 4 + 4);
 
 /// A plan as kept: numbers and sites.
-#[derive(Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Entry {
     /// The plan's numbers (counts, flags, index entries), in an order its owner fixes.
     pub numbers: Vec<u64>,
@@ -141,8 +143,12 @@ impl Slot {
         })
     }
 
-    /// The entry kept, if there is a whole one.
+    /// The entry kept, if there is a whole one that only this user could have
+    /// written.
     pub(crate) fn load(&self) -> Option<Entry> {
+        if !(private(&self.dir) && private(&self.file)) {
+            return None;
+        }
         decode(&std::fs::read(&self.file).ok()?, &self.key)
     }
 
@@ -156,18 +162,31 @@ impl Slot {
 }
 
 /// Writes an entry under a temporary name and renames it into place; then
-/// trims the directory to [`KEPT`] entries.
+/// trims the directory to [`KEPT`] entries. The directory is made private to
+/// this user (an entry's sites are instructions the agent runs).
 fn store(dir: &Path, file: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    std::fs::create_dir_all(dir)?;
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)?;
     let temporary = dir.join(format!(
         ".{}.{}",
         file.file_name().unwrap_or_default().to_string_lossy(),
         std::process::id()
     ));
-    let mut out = std::fs::File::create(&temporary)?;
-    out.write_all(bytes)?;
-    drop(out);
-    std::fs::rename(&temporary, file)?;
+    let written = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&temporary)
+        .and_then(|mut out| out.write_all(bytes))
+        .and_then(|()| std::fs::rename(&temporary, file));
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&temporary);
+        return Err(e);
+    }
     let mut entries: Vec<(std::time::SystemTime, PathBuf)> = std::fs::read_dir(dir)?
         .filter_map(|e| e.ok())
         .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
@@ -180,6 +199,16 @@ fn store(dir: &Path, file: &Path, bytes: &[u8]) -> std::io::Result<()> {
         }
     }
     Ok(())
+}
+
+/// Whether `path` (an entry or its directory) is this user's and writable by
+/// nobody else: an entry someone else could have written is not trusted, since
+/// the agent copies its sites' bytes into the program and runs them.
+fn private(path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    std::fs::symlink_metadata(path).is_ok_and(|m| m.uid() == me && m.mode() & 0o022 == 0)
 }
 
 /// Magic, key length and key, numbers, sites, then a CRC-32 of all before it.
@@ -349,6 +378,29 @@ mod tests {
         assert_eq!(plan(&cache).numbers, [6]);
         assert_eq!(plan(&cache).numbers, [6]);
         assert_eq!(plans.get(), 2);
+    }
+
+    /// An entry in a directory others can write to is not read (its sites'
+    /// bytes would run in the program).
+    #[test]
+    fn an_entry_others_could_write_is_not_trusted() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let cache = dir.path().join("cache");
+        let program = dir.path().join("program");
+        std::fs::write(&program, b"bytes").unwrap();
+        let slot = Slot::in_dir(cache.clone(), "test", &program).unwrap();
+        let entry = Entry {
+            sites: vec![site(0x1000)],
+            ..Entry::default()
+        };
+        slot.save(&entry);
+        assert_eq!(slot.load(), Some(entry.clone()));
+        std::fs::set_permissions(&cache, std::fs::Permissions::from_mode(0o777)).unwrap();
+        assert_eq!(slot.load(), None, "a world-writable directory was trusted");
+        std::fs::set_permissions(&cache, std::fs::Permissions::from_mode(0o700)).unwrap();
+        std::fs::set_permissions(&slot.file, std::fs::Permissions::from_mode(0o666)).unwrap();
+        assert_eq!(slot.load(), None, "a world-writable entry was trusted");
     }
 
     /// The directory keeps at most `KEPT` entries, the oldest removed.
