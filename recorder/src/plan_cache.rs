@@ -13,7 +13,8 @@
 //! a checksum, and is planned afresh when either does not match: a torn, stale or
 //! damaged entry costs one planning, never a wrong plan. Failures to read or
 //! write the cache are not errors (the plan is computed as without it); the
-//! directory keeps at most [`KEPT`] entries, the oldest removed first. Entries
+//! directory keeps at most [`KEPT`] entries and [`KEPT_BYTES`], the oldest
+//! removed first. Entries
 //! are trusted only in a directory and files this user owns and nobody else can
 //! write: a plan's sites are instruction bytes the agent runs in the program.
 
@@ -24,6 +25,9 @@ use ordo_probe_common::inproc::SoftSite;
 
 /// Entries kept in the directory at most.
 const KEPT: usize = 256;
+/// Bytes of entries kept in the directory at most (a large program's discovery
+/// plan is 48 bytes an instruction: ~25 MB for a 50-MB server).
+const KEPT_BYTES: u64 = 512 << 20;
 const MAGIC: &[u8; 8] = b"ORDOPLN2";
 const SITE_BYTES: usize = std::mem::size_of::<SoftSite>();
 
@@ -187,16 +191,30 @@ fn store(dir: &Path, file: &Path, bytes: &[u8]) -> std::io::Result<()> {
         let _ = std::fs::remove_file(&temporary);
         return Err(e);
     }
-    let mut entries: Vec<(std::time::SystemTime, PathBuf)> = std::fs::read_dir(dir)?
+    trim(dir, KEPT, KEPT_BYTES)
+}
+
+/// Removes the oldest entries of `dir` until at most `most` are left, holding at
+/// most `most_bytes` together.
+fn trim(dir: &Path, most: usize, most_bytes: u64) -> std::io::Result<()> {
+    let mut entries: Vec<(std::time::SystemTime, u64, PathBuf)> = std::fs::read_dir(dir)?
         .filter_map(|e| e.ok())
         .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
-        .filter_map(|e| Some((e.metadata().ok()?.modified().ok()?, e.path())))
+        .filter_map(|e| {
+            let meta = e.metadata().ok()?;
+            Some((meta.modified().ok()?, meta.len(), e.path()))
+        })
         .collect();
-    if entries.len() > KEPT {
-        entries.sort();
-        for (_, old) in &entries[..entries.len() - KEPT] {
-            let _ = std::fs::remove_file(old);
+    entries.sort();
+    let mut bytes: u64 = entries.iter().map(|e| e.1).sum();
+    let mut left = entries.len();
+    for (_, len, old) in &entries {
+        if left <= most && bytes <= most_bytes {
+            break;
         }
+        let _ = std::fs::remove_file(old);
+        left -= 1;
+        bytes -= len;
     }
     Ok(())
 }
@@ -401,6 +419,30 @@ mod tests {
         std::fs::set_permissions(&cache, std::fs::Permissions::from_mode(0o700)).unwrap();
         std::fs::set_permissions(&slot.file, std::fs::Permissions::from_mode(0o666)).unwrap();
         assert_eq!(slot.load(), None, "a world-writable entry was trusted");
+    }
+
+    /// The oldest entries go first when the directory holds too many bytes.
+    #[test]
+    fn the_directory_keeps_its_bytes_bounded() {
+        let dir = tempfile::tempdir().unwrap();
+        for i in 0..10u64 {
+            let file = dir.path().join(format!("e{i}"));
+            std::fs::write(&file, vec![0u8; 1000]).unwrap();
+            let age = std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1000 + i);
+            std::fs::File::options()
+                .write(true)
+                .open(&file)
+                .unwrap()
+                .set_modified(age)
+                .unwrap();
+        }
+        trim(dir.path(), 100, 4500).unwrap();
+        let mut left: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(left, ["e6", "e7", "e8", "e9"]);
     }
 
     /// The directory keeps at most `KEPT` entries, the oldest removed.
