@@ -149,6 +149,56 @@ pub fn plan_rust_locks(path: &Path) -> Result<RustLockPlan> {
 }
 
 impl RustLockPlan {
+    /// Adds what another pass over the same binary found: its sites after these,
+    /// its counts to these.
+    fn absorb(&mut self, other: RustLockPlan) {
+        // Destructured whole: a count added to the plan must be added here too.
+        let RustLockPlan {
+            sites,
+            locks,
+            unlocks,
+            condvars,
+            barriers,
+            rw_locks,
+            rw_unlocks,
+            once_checks,
+            once_call,
+            try_locks,
+            rw_tries,
+            parking_lot_locks,
+            parking_lot_unlocks,
+            parking_lot_tries,
+            parking_lot_notifies,
+            parking_lot_condvars,
+            unparks,
+            parks,
+            sends,
+            receives,
+            stripped_rust,
+        } = other;
+        self.sites.extend(sites);
+        self.locks += locks;
+        self.unlocks += unlocks;
+        self.condvars += condvars;
+        self.barriers += barriers;
+        self.rw_locks += rw_locks;
+        self.rw_unlocks += rw_unlocks;
+        self.once_checks += once_checks;
+        self.once_call |= once_call;
+        self.try_locks += try_locks;
+        self.rw_tries += rw_tries;
+        self.parking_lot_locks += parking_lot_locks;
+        self.parking_lot_unlocks += parking_lot_unlocks;
+        self.parking_lot_tries += parking_lot_tries;
+        self.parking_lot_notifies += parking_lot_notifies;
+        self.parking_lot_condvars += parking_lot_condvars;
+        self.unparks += unparks;
+        self.parks += parks;
+        self.sends += sends;
+        self.receives += receives;
+        self.stripped_rust |= stripped_rust;
+    }
+
     /// Number of counts and flags in a kept plan.
     const COUNTS: usize = 22;
 
@@ -255,8 +305,6 @@ fn plan_rust_locks_afresh(path: &Path) -> Result<RustLockPlan> {
                 .iter()
                 .any(|&(start, end)| (site.disp as u64) >= start && (site.disp as u64) < end)
     };
-    let mut info = InstructionInfoFactory::new();
-    let mut plan = RustLockPlan::default();
     // std's own locked I/O (stdout's reentrant lock, taken in `print!`) locks in
     // shapes of its own: half-seen, it would look held forever. Left to std, as
     // its static locks are.
@@ -273,194 +321,241 @@ fn plan_rust_locks_afresh(path: &Path) -> Result<RustLockPlan> {
         .collect();
     functions.sort_unstable();
     functions.dedup_by_key(|f| f.0);
-    for &(start, size) in &functions {
-        let Some(code) = code_at(&file, start, size) else {
-            continue;
-        };
-        // A loop that locks hoists the slot's load out of it (`mov r13,
-        // [rip+slot]` … `call r13`): the registers this function loads each slow
-        // path into.
-        let held = Held {
-            contended: registers_loaded_from(code, start, &slow.contended_slots),
-            wake: registers_loaded_from(code, start, &slow.wake_slots),
-        };
-        let targets = branch_targets(code, start);
-        let mut decoder = Decoder::with_ip(64, code, start, DecoderOptions::NONE);
-        let mut window: Vec<(Instruction, usize)> = Vec::with_capacity(3);
-        let mut instr = Instruction::default();
-        while decoder.can_decode() {
-            let offset = (decoder.ip() - start) as usize;
-            decoder.decode_out(&mut instr);
-            if instr.is_invalid() {
-                break;
-            }
-            window.push((instr, offset));
-            if window.len() > 4 {
-                window.remove(0);
-            }
-            let n = window.len();
-            // `lock cmpxchg [m32], r32` then `jne T` (T the slow path), or `je S`
-            // falling through to it (S the critical section).
-            if n >= 2 && matches!(instr.mnemonic(), Mnemonic::Jne | Mnemonic::Je) {
-                let (cas, cas_at) = &window[n - 2];
-                let target = if instr.mnemonic() == Mnemonic::Jne {
-                    instr.near_branch_target()
-                } else {
-                    instr.next_ip()
-                };
-                if cas.mnemonic() == Mnemonic::Cmpxchg
-                    && cas.has_lock_prefix()
-                    && cas.op0_kind() == OpKind::Memory
-                    && cas.memory_size().size() == 4
-                    && calls_within(
-                        &file,
-                        target,
-                        &slow.contended_slots,
-                        &held.contended,
-                        slow.contended.0,
-                    )
-                {
-                    let offsets = constant_offsets(&code[*cas_at..*cas_at + cas.len()], cas.ip());
-                    if let Some(operand) = site_of(
-                        cas,
-                        &code[*cas_at..*cas_at + cas.len()],
-                        &offsets,
-                        &read_only,
-                        &mut info,
-                    ) {
-                        if is_std_static(&operand) {
-                            continue;
+    // The passes each decode every function (~10 ms apiece for a Rust binary's
+    // std): they run on two threads, and their sites are put together in the
+    // order one thread would have found them (the sort below keeps the first
+    // site of an address).
+    let mutexes = || {
+        let mut info = InstructionInfoFactory::new();
+        let mut plan = RustLockPlan::default();
+        for &(start, size) in &functions {
+            let Some(code) = code_at(&file, start, size) else {
+                continue;
+            };
+            // A loop that locks hoists the slot's load out of it (`mov r13,
+            // [rip+slot]` … `call r13`): the registers this function loads each slow
+            // path into.
+            let held = Held {
+                contended: registers_loaded_from(code, start, &slow.contended_slots),
+                wake: registers_loaded_from(code, start, &slow.wake_slots),
+            };
+            let targets = branch_targets(code, start);
+            let mut decoder = Decoder::with_ip(64, code, start, DecoderOptions::NONE);
+            let mut window: Vec<(Instruction, usize)> = Vec::with_capacity(3);
+            let mut instr = Instruction::default();
+            while decoder.can_decode() {
+                let offset = (decoder.ip() - start) as usize;
+                decoder.decode_out(&mut instr);
+                if instr.is_invalid() {
+                    break;
+                }
+                window.push((instr, offset));
+                if window.len() > 4 {
+                    window.remove(0);
+                }
+                let n = window.len();
+                // `lock cmpxchg [m32], r32` then `jne T` (T the slow path), or `je S`
+                // falling through to it (S the critical section).
+                if n >= 2 && matches!(instr.mnemonic(), Mnemonic::Jne | Mnemonic::Je) {
+                    let (cas, cas_at) = &window[n - 2];
+                    let target = if instr.mnemonic() == Mnemonic::Jne {
+                        instr.near_branch_target()
+                    } else {
+                        instr.next_ip()
+                    };
+                    if cas.mnemonic() == Mnemonic::Cmpxchg
+                        && cas.has_lock_prefix()
+                        && cas.op0_kind() == OpKind::Memory
+                        && cas.memory_size().size() == 4
+                        && calls_within(
+                            &file,
+                            target,
+                            &slow.contended_slots,
+                            &held.contended,
+                            slow.contended.0,
+                        )
+                    {
+                        let offsets =
+                            constant_offsets(&code[*cas_at..*cas_at + cas.len()], cas.ip());
+                        if let Some(operand) = site_of(
+                            cas,
+                            &code[*cas_at..*cas_at + cas.len()],
+                            &offsets,
+                            &read_only,
+                            &mut info,
+                        ) {
+                            if is_std_static(&operand) {
+                                continue;
+                            }
+                            let branch = &code[offset..offset + instr.len()];
+                            let mut sites = acquisition_sites(
+                                operand,
+                                &instr,
+                                branch,
+                                SOFT_RUST_LOCK_GATE,
+                                SOFT_RUST_LOCK_FAST,
+                            );
+                            sites[1].patch = acquisition_patch(cas, &instr, &targets);
+                            plan.sites.extend(sites);
+                            plan.locks += 1;
                         }
-                        let branch = &code[offset..offset + instr.len()];
-                        let mut sites = acquisition_sites(
-                            operand,
-                            &instr,
-                            branch,
-                            SOFT_RUST_LOCK_GATE,
-                            SOFT_RUST_LOCK_FAST,
-                        );
-                        sites[1].patch = acquisition_patch(cas, &instr, &targets);
-                        plan.sites.extend(sites);
-                        plan.locks += 1;
                     }
                 }
-            }
-            // `xchg [m32], r32`, `cmp r32, 2`, `je T` (T wakes a waiter), or `jne
-            // S` falling through to the wake; a register move may sit between the
-            // `xchg` and the `cmp` (a result kept for after the unlock).
-            if n >= 3 && matches!(instr.mnemonic(), Mnemonic::Je | Mnemonic::Jne) {
-                let (cmp, _) = &window[n - 2];
-                let wake_at = if instr.mnemonic() == Mnemonic::Je {
-                    instr.near_branch_target()
-                } else {
-                    instr.next_ip()
-                };
-                let swap = window[..n - 2].iter().rev().find(|(w, _)| {
-                    w.mnemonic() == Mnemonic::Xchg
-                        && w.memory_size().size() == 4
-                        && (0..2).any(|i| w.op_kind(i) == OpKind::Memory)
-                });
-                let between_is_plain = swap.is_some_and(|(sw, _)| {
-                    window
-                        .iter()
-                        .filter(|(w, _)| w.ip() > sw.ip() && w.ip() < cmp.ip())
-                        .all(|(w, _)| {
-                            w.mnemonic() == Mnemonic::Mov
-                                && w.op0_kind() == OpKind::Register
-                                && w.op1_kind() != OpKind::Memory
-                        })
-                });
-                if let (Some((swap, swap_at)), true) = (swap, between_is_plain) {
-                    if cmp.mnemonic() == Mnemonic::Cmp
-                        && cmp.op0_kind() == OpKind::Register
-                        && (0..2).any(|i| {
-                            swap.op_kind(i) == OpKind::Register
-                                && swap.op_register(i) == cmp.op0_register()
-                        })
-                        && cmp.op1_kind() == OpKind::Immediate8to32
-                        && cmp.immediate(1) == 2
-                        && wakes_within(&file, wake_at, &slow.wake_slots, &held.wake, slow.wake)
-                    {
-                        let bytes = &code[*swap_at..*swap_at + swap.len()];
-                        let offsets = constant_offsets(bytes, swap.ip());
-                        if let Some(mut site) =
-                            site_of(swap, bytes, &offsets, &read_only, &mut info)
-                                .filter(|site| !is_std_static(site))
+                // `xchg [m32], r32`, `cmp r32, 2`, `je T` (T wakes a waiter), or `jne
+                // S` falling through to the wake; a register move may sit between the
+                // `xchg` and the `cmp` (a result kept for after the unlock).
+                if n >= 3 && matches!(instr.mnemonic(), Mnemonic::Je | Mnemonic::Jne) {
+                    let (cmp, _) = &window[n - 2];
+                    let wake_at = if instr.mnemonic() == Mnemonic::Je {
+                        instr.near_branch_target()
+                    } else {
+                        instr.next_ip()
+                    };
+                    let swap = window[..n - 2].iter().rev().find(|(w, _)| {
+                        w.mnemonic() == Mnemonic::Xchg
+                            && w.memory_size().size() == 4
+                            && (0..2).any(|i| w.op_kind(i) == OpKind::Memory)
+                    });
+                    let between_is_plain = swap.is_some_and(|(sw, _)| {
+                        window
+                            .iter()
+                            .filter(|(w, _)| w.ip() > sw.ip() && w.ip() < cmp.ip())
+                            .all(|(w, _)| {
+                                w.mnemonic() == Mnemonic::Mov
+                                    && w.op0_kind() == OpKind::Register
+                                    && w.op1_kind() != OpKind::Memory
+                            })
+                    });
+                    if let (Some((swap, swap_at)), true) = (swap, between_is_plain) {
+                        if cmp.mnemonic() == Mnemonic::Cmp
+                            && cmp.op0_kind() == OpKind::Register
+                            && (0..2).any(|i| {
+                                swap.op_kind(i) == OpKind::Register
+                                    && swap.op_register(i) == cmp.op0_register()
+                            })
+                            && cmp.op1_kind() == OpKind::Immediate8to32
+                            && cmp.immediate(1) == 2
+                            && wakes_within(&file, wake_at, &slow.wake_slots, &held.wake, slow.wake)
                         {
-                            site.access = SOFT_RUST_UNLOCK;
-                            site.via = via::PLAIN;
-                            site.patch = release_patch(code, start, swap, &targets);
-                            plan.sites.push(site);
-                            plan.unlocks += 1;
+                            let bytes = &code[*swap_at..*swap_at + swap.len()];
+                            let offsets = constant_offsets(bytes, swap.ip());
+                            if let Some(mut site) =
+                                site_of(swap, bytes, &offsets, &read_only, &mut info)
+                                    .filter(|site| !is_std_static(site))
+                            {
+                                site.access = SOFT_RUST_UNLOCK;
+                                site.via = via::PLAIN;
+                                site.patch = release_patch(code, start, swap, &targets);
+                                plan.sites.push(site);
+                                plan.unlocks += 1;
+                            }
                         }
                     }
                 }
             }
         }
+        if slow.contended.0 != 0 {
+            plan_try_locks(
+                &file,
+                &functions,
+                &slow,
+                &read_only,
+                &is_std_static,
+                &mut info,
+                &mut plan,
+            );
+            plan.sites.extend(returns_of(
+                &file,
+                slow.contended.0,
+                slow.contended.1,
+                SOFT_RUST_LOCK_SLOW,
+            ));
+        }
+        plan
+    };
+    let rw_locks = || {
+        let mut info = InstructionInfoFactory::new();
+        let mut plan = RustLockPlan::default();
+        if let Some(rw) = rw {
+            plan_rwlocks(
+                &file,
+                &functions,
+                &rw,
+                &read_only,
+                &is_std_static,
+                &mut info,
+                &mut plan,
+            );
+        }
+        plan
+    };
+    let onces = || {
+        let mut info = InstructionInfoFactory::new();
+        let mut plan = RustLockPlan::default();
+        if let Some(once) = once {
+            plan_onces(
+                &file,
+                &functions,
+                &once,
+                &read_only,
+                &is_std_static,
+                &mut info,
+                &mut plan,
+            );
+        }
+        plan
+    };
+    let parkings = || {
+        let mut info = InstructionInfoFactory::new();
+        let mut plan = RustLockPlan::default();
+        if let Some(parking) = parking {
+            plan_parking(
+                &file, &functions, &parking, &read_only, &mut info, &mut plan,
+            );
+        }
+        plan
+    };
+    let parking_lots = || {
+        let mut info = InstructionInfoFactory::new();
+        let mut plan = RustLockPlan::default();
+        if let Some(parking_lot) = parking_lot {
+            plan_parking_lot(
+                &file,
+                &functions,
+                &parking_lot,
+                &read_only,
+                &mut info,
+                &mut plan,
+            );
+        }
+        plan
+    };
+    let (mut plan, [rw_locks, onces, parkings, parking_lots]) = std::thread::scope(|scope| {
+        let others = scope.spawn(|| [rw_locks(), onces(), parkings(), parking_lots()]);
+        let plan = mutexes();
+        let others = others
+            .join()
+            .unwrap_or_else(|e| std::panic::resume_unwind(e));
+        (plan, others)
+    });
+    plan.absorb(rw_locks);
+    plan.absorb(onces);
+    plan.absorb(parkings);
+    let mut barriers_plan = RustLockPlan::default();
+    {
+        let plan = &mut barriers_plan;
+        for (address, size) in barrier_waits(&file) {
+            let Some(entry) = entry_site(&file, address, SOFT_RUST_BARRIER_WAIT) else {
+                continue;
+            };
+            plan.sites.push(entry);
+            plan.sites
+                .extend(returns_of(&file, address, size, SOFT_RUST_BARRIER_LEAVE));
+            plan.barriers += 1;
+        }
     }
-    if slow.contended.0 != 0 {
-        plan_try_locks(
-            &file,
-            &functions,
-            &slow,
-            &read_only,
-            &is_std_static,
-            &mut info,
-            &mut plan,
-        );
-        plan.sites.extend(returns_of(
-            &file,
-            slow.contended.0,
-            slow.contended.1,
-            SOFT_RUST_LOCK_SLOW,
-        ));
-    }
-    if let Some(rw) = rw {
-        plan_rwlocks(
-            &file,
-            &functions,
-            &rw,
-            &read_only,
-            &is_std_static,
-            &mut info,
-            &mut plan,
-        );
-    }
-    if let Some(once) = once {
-        plan_onces(
-            &file,
-            &functions,
-            &once,
-            &read_only,
-            &is_std_static,
-            &mut info,
-            &mut plan,
-        );
-    }
-    if let Some(parking) = parking {
-        plan_parking(
-            &file, &functions, &parking, &read_only, &mut info, &mut plan,
-        );
-    }
-    for (address, size) in barrier_waits(&file) {
-        let Some(entry) = entry_site(&file, address, SOFT_RUST_BARRIER_WAIT) else {
-            continue;
-        };
-        plan.sites.push(entry);
-        plan.sites
-            .extend(returns_of(&file, address, size, SOFT_RUST_BARRIER_LEAVE));
-        plan.barriers += 1;
-    }
-    if let Some(parking_lot) = parking_lot {
-        plan_parking_lot(
-            &file,
-            &functions,
-            &parking_lot,
-            &read_only,
-            &mut info,
-            &mut plan,
-        );
-    }
+    plan.absorb(barriers_plan);
+    plan.absorb(parking_lots);
     for &(address, size, send) in &channels {
         let (entry, leave) = if send {
             (SOFT_RUST_CHAN_SEND, None)

@@ -411,6 +411,8 @@ impl Module {
             |index| crate::plan_cache::Entry {
                 numbers: index
                     .iter()
+                    .collect::<std::collections::BTreeMap<_, _>>()
+                    .into_iter()
                     .flat_map(|(&vaddr, ty)| {
                         let (unit, entry) = ty.map_or((u64::MAX, u64::MAX), |t| {
                             (t.unit.0 as u64, t.entry.0 as u64)
