@@ -319,6 +319,17 @@ impl<'a> Reader<'a> {
 mod tests {
     use super::*;
 
+    /// Sets `file`'s modification time to `seconds` after the epoch.
+    fn set_age(file: &Path, seconds: u64) {
+        let age = std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(seconds);
+        std::fs::File::options()
+            .write(true)
+            .open(file)
+            .unwrap()
+            .set_modified(age)
+            .unwrap();
+    }
+
     fn site(ip: u64) -> SoftSite {
         SoftSite {
             ip,
@@ -428,13 +439,7 @@ mod tests {
         for i in 0..10u64 {
             let file = dir.path().join(format!("e{i}"));
             std::fs::write(&file, vec![0u8; 1000]).unwrap();
-            let age = std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1000 + i);
-            std::fs::File::options()
-                .write(true)
-                .open(&file)
-                .unwrap()
-                .set_modified(age)
-                .unwrap();
+            set_age(&file, 1000 + i);
         }
         trim(dir.path(), 100, 4500).unwrap();
         let mut left: Vec<String> = std::fs::read_dir(dir.path())
@@ -452,14 +457,7 @@ mod tests {
         for i in 0..KEPT + 5 {
             let file = dir.path().join(format!("e{i:03}"));
             store(dir.path(), &file, b"x").unwrap();
-            let age = std::time::SystemTime::UNIX_EPOCH
-                + std::time::Duration::from_secs(1_000_000 + i as u64);
-            std::fs::File::options()
-                .write(true)
-                .open(&file)
-                .unwrap()
-                .set_modified(age)
-                .unwrap();
+            set_age(&file, 1_000_000 + i as u64);
         }
         let left: Vec<String> = std::fs::read_dir(dir.path())
             .unwrap()

@@ -266,6 +266,13 @@ impl RustLockPlan {
     }
 }
 
+/// The plan one pass over a binary's functions makes (`pass` adds to it).
+fn one_pass(pass: impl FnOnce(&mut InstructionInfoFactory, &mut RustLockPlan)) -> RustLockPlan {
+    let mut plan = RustLockPlan::default();
+    pass(&mut InstructionInfoFactory::new(), &mut plan);
+    plan
+}
+
 /// [`plan_rust_locks`], decoding the binary.
 fn plan_rust_locks_afresh(path: &Path) -> Result<RustLockPlan> {
     let data = crate::file_bytes::read(path).with_context(|| format!("read {}", path.display()))?;
@@ -474,61 +481,48 @@ fn plan_rust_locks_afresh(path: &Path) -> Result<RustLockPlan> {
         plan
     };
     let rw_locks = || {
-        let mut info = InstructionInfoFactory::new();
-        let mut plan = RustLockPlan::default();
-        if let Some(rw) = rw {
-            plan_rwlocks(
-                &file,
-                &functions,
-                &rw,
-                &read_only,
-                &is_std_static,
-                &mut info,
-                &mut plan,
-            );
-        }
-        plan
+        one_pass(|info, plan| {
+            if let Some(rw) = &rw {
+                plan_rwlocks(
+                    &file,
+                    &functions,
+                    rw,
+                    &read_only,
+                    &is_std_static,
+                    info,
+                    plan,
+                );
+            }
+        })
     };
     let onces = || {
-        let mut info = InstructionInfoFactory::new();
-        let mut plan = RustLockPlan::default();
-        if let Some(once) = once {
-            plan_onces(
-                &file,
-                &functions,
-                &once,
-                &read_only,
-                &is_std_static,
-                &mut info,
-                &mut plan,
-            );
-        }
-        plan
+        one_pass(|info, plan| {
+            if let Some(once) = &once {
+                plan_onces(
+                    &file,
+                    &functions,
+                    once,
+                    &read_only,
+                    &is_std_static,
+                    info,
+                    plan,
+                );
+            }
+        })
     };
     let parkings = || {
-        let mut info = InstructionInfoFactory::new();
-        let mut plan = RustLockPlan::default();
-        if let Some(parking) = parking {
-            plan_parking(
-                &file, &functions, &parking, &read_only, &mut info, &mut plan,
-            );
-        }
-        plan
+        one_pass(|info, plan| {
+            if let Some(parking) = &parking {
+                plan_parking(&file, &functions, parking, &read_only, info, plan);
+            }
+        })
     };
     let parking_lots = || {
-        let mut info = InstructionInfoFactory::new();
-        let mut plan = RustLockPlan::default();
-        if let Some(parking_lot) = parking_lot {
-            plan_parking_lot(
-                &file,
-                &functions,
-                &parking_lot,
-                &read_only,
-                &mut info,
-                &mut plan,
-            );
-        }
-        plan
+        one_pass(|info, plan| {
+            if let Some(parking_lot) = &parking_lot {
+                plan_parking_lot(&file, &functions, parking_lot, &read_only, info, plan);
+            }
+        })
     };
     let (mut plan, [rw_locks, onces, parkings, parking_lots]) = std::thread::scope(|scope| {
         let others = scope.spawn(|| [rw_locks(), onces(), parkings(), parking_lots()]);
@@ -541,20 +535,18 @@ fn plan_rust_locks_afresh(path: &Path) -> Result<RustLockPlan> {
     plan.absorb(rw_locks);
     plan.absorb(onces);
     plan.absorb(parkings);
-    let mut barriers_plan = RustLockPlan::default();
-    {
-        let plan = &mut barriers_plan;
-        for (address, size) in barrier_waits(&file) {
-            let Some(entry) = entry_site(&file, address, SOFT_RUST_BARRIER_WAIT) else {
-                continue;
-            };
-            plan.sites.push(entry);
-            plan.sites
-                .extend(returns_of(&file, address, size, SOFT_RUST_BARRIER_LEAVE));
-            plan.barriers += 1;
-        }
+    let mut barriers = RustLockPlan::default();
+    for (address, size) in barrier_waits(&file) {
+        let Some(entry) = entry_site(&file, address, SOFT_RUST_BARRIER_WAIT) else {
+            continue;
+        };
+        barriers.sites.push(entry);
+        barriers
+            .sites
+            .extend(returns_of(&file, address, size, SOFT_RUST_BARRIER_LEAVE));
+        barriers.barriers += 1;
     }
-    plan.absorb(barriers_plan);
+    plan.absorb(barriers);
     plan.absorb(parking_lots);
     for &(address, size, send) in &channels {
         let (entry, leave) = if send {

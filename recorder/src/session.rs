@@ -213,7 +213,7 @@ pub fn record_launched(
     refuse_output(&mut record, options.force)?;
     // Hardware watchpoints need runtime addresses before the program starts: run a
     // position-independent program without ASLR, so its load address is known.
-    let pie = watching::is_pie(&program);
+    let pie = launch::is_pie(&program);
     let main_binary = std::fs::canonicalize(&program).unwrap_or(program.clone());
     let bias = |module: &Path| -> Option<u64> {
         (std::fs::canonicalize(module).ok()? == main_binary).then_some(if pie {

@@ -211,11 +211,6 @@ pub fn plan_marks(marks: &[String], main_binary: &Path) -> Result<(Vec<PlacedSit
     Ok((sites, notes))
 }
 
-/// Whether `path` is a position-independent executable (loaded at a random base).
-pub fn is_pie(path: &Path) -> bool {
-    crate::launch::is_pie(path)
-}
-
 /// The load bias of `module` in a running process, from `/proc/PID/maps`.
 pub fn load_bias_in(pid: u32, module: &Path) -> Option<u64> {
     let canonical = std::fs::canonicalize(module).ok()?;

@@ -657,7 +657,7 @@ fn record_accesses(
         }
     }
     let libs = launch::needed_libraries(program);
-    let pie = watching::is_pie(program);
+    let pie = launch::is_pie(program);
     let main_binary = std::fs::canonicalize(program).unwrap_or(program.to_path_buf());
     let bias = |module: &Path| -> Option<u64> {
         (std::fs::canonicalize(module).ok()? == main_binary).then_some(if pie {

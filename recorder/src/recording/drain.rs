@@ -503,11 +503,11 @@ impl DrainState {
     /// Starts reading `binary`'s DWARF variables on a thread, for [`Self::data_names`].
     pub(crate) fn prepare_data_names(&mut self, binary: &std::path::Path) {
         let kept = crate::watch::KeptPartNames::of(binary);
-        let complete = kept.as_ref().is_some_and(|k| !k.is_empty());
+        let named_before = kept.as_ref().is_some_and(|k| !k.is_empty());
         if let Some(kept) = kept {
             self.kept_names = Some((binary.to_path_buf(), kept));
         }
-        if complete {
+        if named_before {
             // Earlier recordings named this binary's addresses: the file is read
             // again only if this one reaches others (in `data_names`).
             return;
