@@ -129,6 +129,145 @@ fn analysis_findings_are_the_same_on_both_paths() {
     }
 }
 
+/// Records `program` in process with the rings' encoding `units` (`short` or
+/// `wide`, `ORDO_RING_UNITS`), and returns how many events and ring units the
+/// recording read (from `ORDO_PHASES`).
+fn record_units(units: &str, extra: &[&str], trace: &Path, program: &Path) -> (u64, u64) {
+    let out = Command::new(ordo())
+        .env("ORDO_RING_UNITS", units)
+        .env("ORDO_PHASES", "1")
+        .args(["record", "--probes", "inproc"])
+        .args(extra)
+        .arg("-o")
+        .arg(trace)
+        .arg("--")
+        .arg(program)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "ORDO_RING_UNITS={units}: {stderr}");
+    // "ring units: N events in M units of 16 bytes"
+    let line = stderr
+        .lines()
+        .find_map(|l| l.split("ring units: ").nth(1))
+        .unwrap_or_else(|| panic!("no ring units line: {stderr}"));
+    let words: Vec<&str> = line.split(' ').collect();
+    (words[0].parse().unwrap(), words[3].parse().unwrap())
+}
+
+/// A trace's events as `ordo dump --json` gives them, thread by thread (how
+/// threads interleave may differ between two runs; each thread's events and
+/// their sequence numbers may not), without what differs from run to run of the
+/// same program: times, kernel tids, and addresses (ASLR), which become the
+/// order in which they first appear.
+fn comparable_events(trace: &Path) -> Vec<String> {
+    let mut addresses = std::collections::HashMap::new();
+    let mut events = dump_json(trace);
+    events.sort_by_key(|e| {
+        e["thread"]
+            .as_str()
+            .unwrap_or("")
+            .parse::<u32>()
+            .unwrap_or(0)
+    });
+    events
+        .into_iter()
+        .map(|mut e| {
+            let object = e.as_object_mut().unwrap();
+            for key in ["ts_ns", "tid", "child_tid"] {
+                object.remove(key);
+            }
+            for value in object.values_mut() {
+                if let Some(text) = value.as_str().filter(|t| t.starts_with("0x")) {
+                    let n = addresses.len();
+                    let n = *addresses.entry(text.to_string()).or_insert(n);
+                    *value = Value::String(format!("object {n}"));
+                }
+            }
+            serde_json::to_string(&e).unwrap()
+        })
+        .collect()
+}
+
+/// Short ring units (an event that repeats a call site its ring knows takes 16
+/// bytes, not 32) change what the agent stores and the drain copies, not what
+/// is recorded: the same program recorded both ways gives the same events in the
+/// same order with the same sequence numbers, objects, sites and results, the
+/// same findings and the same schedules.
+#[test]
+fn short_ring_units_record_what_wide_ones_do() {
+    if !have_root("short_ring_units_record_what_wide_ones_do") {
+        return;
+    }
+    let dir = scratch("inproc-units");
+    let program = build_program("record_units");
+    for extra in [&[][..], &["--sparse-times"][..]] {
+        let tag = if extra.is_empty() { "exact" } else { "sparse" };
+        let (short, wide) = (
+            dir.join(format!("units-{tag}-short.ordo")),
+            dir.join(format!("units-{tag}-wide.ordo")),
+        );
+        let (short_events, short_units) = record_units("short", extra, &short, &program);
+        let (wide_events, wide_units) = record_units("wide", extra, &wide, &program);
+        assert_eq!(short_events, wide_events, "{tag}");
+        // 5 threads × ~12 000 pair events; each of the 300 sites' first use per
+        // ring and the cache's collisions take two units, the results and
+        // condvar waits more.
+        assert!(short_events > 60_000, "{tag}: {short_events} events");
+        assert!(wide_units >= 2 * wide_events, "{tag}: {wide_units}");
+        assert!(
+            short_units * 10 < wide_units * 7,
+            "{tag}: short units did not shrink the rings ({short_units} against {wide_units})"
+        );
+        let (a, b) = (comparable_events(&short), comparable_events(&wide));
+        assert_eq!(a.len(), b.len(), "{tag}");
+        for (i, (x, y)) in a.iter().zip(&b).enumerate() {
+            assert_eq!(x, y, "{tag}: event {i} differs");
+        }
+        assert_eq!(findings(&short), findings(&wide), "{tag}");
+    }
+    for name in [
+        "analyze_deadlock",
+        "analyze_lost_wakeup",
+        "analyze_atomicity",
+    ] {
+        let program = build_program(name);
+        let (short, wide) = (
+            dir.join(format!("{name}-short.ordo")),
+            dir.join(format!("{name}-wide.ordo")),
+        );
+        record_units("short", &[], &short, &program);
+        record_units("wide", &[], &wide, &program);
+        let found = findings(&short);
+        assert!(!found.is_empty(), "{name}: no findings");
+        assert_eq!(
+            found,
+            findings(&wide),
+            "{name}: findings or schedules differ"
+        );
+        assert_eq!(
+            comparable_events(&short),
+            comparable_events(&wide),
+            "{name}"
+        );
+    }
+    // A wrong value is refused in one line, before anything runs.
+    let out = Command::new(ordo())
+        .env("ORDO_RING_UNITS", "narrow")
+        .args(["record", "--probes", "inproc", "-o"])
+        .arg(dir.join("refused.ordo"))
+        .arg("--")
+        .arg(&program)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("ORDO_RING_UNITS=narrow: expected `short` or `wide`"),
+        "{stderr}"
+    );
+}
+
 /// With `--sparse-times` an unlock takes its thread's previous stamp plus a tick
 /// without reading the clock; the converter raises it to when the drain last found
 /// it not yet written, so a lock held through a second of computation shows as
@@ -341,14 +480,15 @@ fn a_full_ring_waits_for_the_drain_and_loses_nothing() {
     let program = build_program("record_sync");
     let trace = dir.join("t.ordo");
     // 2 threads × 300 000 lock/unlock: 600 000 events a thread, more than a ring holds
-    // (ordo_probe_common::inproc::RING_RECORDS), so threads wait for the drain.
+    // (ordo_probe_common::inproc::RING_UNITS, an event taking at least one), so
+    // threads wait for the drain.
     let out = record_probes("inproc", &trace, &program, &["contention", "2", "300000"]);
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    const { assert!(600_000 > ordo_probe_common::inproc::RING_RECORDS) };
+    const { assert!(600_000 > ordo_probe_common::inproc::RING_UNITS) };
     let s = dump_stats(&trace);
     assert_eq!(s["lost"], 0, "{s}");
     assert_eq!(s["by_kind"]["mutex_lock"], 600_000, "{s}");

@@ -41,9 +41,9 @@ use std::time::Duration;
 
 use anyhow::{bail, Result};
 use ordo_probe_common::inproc::{
-    decode, mapping_size, ring_header_offset, ring_records_offset, seq_table_offset, Event, Header,
-    Record, RingHeader, CLOCK_MONOTONIC_NS, CLOCK_SPARSE, CLOCK_TSC, ENV_FD, MAGIC, MAX_RINGS,
-    RING_FREE, RING_RECORDS, RING_START_RECORDS, VERSION,
+    decode, encode, mapping_size, ring_header_offset, ring_records_offset, seq_table_offset,
+    DecodeState, Event, Header, RingHeader, Unit, CLOCK_MONOTONIC_NS, CLOCK_SPARSE, CLOCK_TSC,
+    ENV_FD, MAGIC, MAX_RINGS, RING_FREE, RING_START_UNITS, RING_UNITS, VERSION,
 };
 use ordo_probe_common::{kind, RawEvent};
 
@@ -97,6 +97,7 @@ impl InprocMapping {
     /// As [`InprocMapping::create`], over an empty memfd made elsewhere (in a
     /// process being attached to, which keeps its own descriptor of it).
     pub fn over(fd: OwnedFd, tsc_allowed: bool, sparse: bool) -> Result<InprocMapping> {
+        let short_units = short_units_wanted()?;
         let size = mapping_size();
         // SAFETY: plain syscalls on values we own; results are checked.
         unsafe {
@@ -127,6 +128,7 @@ impl InprocMapping {
             (*header).clock = if tsc { CLOCK_TSC } else { CLOCK_MONOTONIC_NS }
                 | if sparse { CLOCK_SPARSE } else { 0 };
             (*header).recorder_pid = std::process::id();
+            (*header).short_units = short_units as u32;
             let mapping = InprocMapping {
                 fd,
                 base: p.cast(),
@@ -154,7 +156,7 @@ impl InprocMapping {
         self.prefault_starts(used + RINGS_AHEAD);
         for (i, whole) in self.whole.iter().enumerate().take(used) {
             if !whole.load(Ordering::Relaxed)
-                && self.ring(i).head.0.load(Ordering::Relaxed) >= RING_START_RECORDS as u64 / 2
+                && self.ring(i).head.0.load(Ordering::Relaxed) >= RING_START_UNITS as u64 / 2
             {
                 let start = ring_records_offset(i);
                 self.populate(start, ring_records_offset(i + 1) - start);
@@ -163,14 +165,14 @@ impl InprocMapping {
         }
     }
 
-    /// Allocates the start of the rings below `upto` (see [`RING_START_RECORDS`]).
+    /// Allocates the start of the rings below `upto` (see [`RING_START_UNITS`]).
     fn prefault_starts(&self, upto: usize) {
         let upto = upto.min(MAX_RINGS);
         let from = self.prefaulted.load(Ordering::Relaxed);
         for i in from..upto {
             self.populate(
                 ring_records_offset(i),
-                RING_START_RECORDS * std::mem::size_of::<Record>(),
+                RING_START_UNITS * std::mem::size_of::<Unit>(),
             );
         }
         self.prefaulted.store(upto.max(from), Ordering::Relaxed);
@@ -250,7 +252,7 @@ impl InprocMapping {
         exited: &HashSet<u32>,
         first_seen: &mut [(u32, u64)],
         pass_number: u64,
-        pool: Option<&PrefaultPool<Record>>,
+        pool: Option<&PrefaultPool<Unit>>,
     ) {
         let used = (self.header().rings_used.load(Ordering::Acquire) as usize).min(MAX_RINGS);
         // Heads first, so the whole pass is reserved at once (`PassBuf` never grows
@@ -291,24 +293,28 @@ impl InprocMapping {
                 *seen = (tid, pass_number);
             }
             if head > tail {
-                // SAFETY: records in [tail, head) are published and not rewritten
-                // until `tail` moves past them; the ring is RING_RECORDS long.
-                let records = unsafe {
+                // SAFETY: units in [tail, head) are published and not rewritten
+                // until `tail` moves past them; the ring is RING_UNITS long.
+                let units = unsafe {
                     std::slice::from_raw_parts(
-                        self.base.add(ring_records_offset(i)) as *const Record,
-                        RING_RECORDS,
+                        self.base.add(ring_records_offset(i)) as *const Unit,
+                        RING_UNITS,
                     )
                 };
-                let from = tail as usize & (RING_RECORDS - 1);
+                let from = tail as usize & (RING_UNITS - 1);
                 let n = (head - tail) as usize;
-                if from + n <= RING_RECORDS {
-                    pass.records.extend_from_slice(&records[from..from + n]);
+                if from + n <= RING_UNITS {
+                    pass.records.extend_from_slice(&units[from..from + n]);
                 } else {
-                    pass.records.extend_from_slice(&records[from..]);
+                    pass.records.extend_from_slice(&units[from..]);
                     pass.records
-                        .extend_from_slice(&records[..from + n - RING_RECORDS]);
+                        .extend_from_slice(&units[..from + n - RING_UNITS]);
                 }
-                pass.batches.push((tid, pass.records.len()));
+                pass.batches.push(Batch {
+                    tid,
+                    ring: i as u32,
+                    end: pass.records.len(),
+                });
                 ring.tail.0.store(head, Ordering::Release);
                 if ring.waiting.swap(0, Ordering::AcqRel) != 0 {
                     // SAFETY: a futex word in the shared mapping.
@@ -348,18 +354,13 @@ impl InprocMapping {
         if waited == 0 {
             return None;
         }
-        let head = ring.head.0.load(Ordering::Acquire);
-        let ts = if head == 0 {
+        // The owner stores its last event's time stamp before publishing the
+        // event (`head`'s release store), and not again while it is inside the
+        // blocking call.
+        let ts = if ring.head.0.load(Ordering::Acquire) == 0 {
             now
         } else {
-            // SAFETY: the owner published the slot before `head`; it is not
-            // rewritten while the owner is inside the blocking call. Every slot,
-            // the second of a two-slot event too, carries its event's time stamp.
-            unsafe {
-                (*(self.base.add(ring_records_offset(i)) as *const Record)
-                    .add((head - 1) as usize & (RING_RECORDS - 1)))
-                .ts
-            }
+            ring.codec.0.last_ts.load(Ordering::Relaxed)
         };
         Some(Event {
             ts,
@@ -558,23 +559,33 @@ unsafe fn futex_wake(word: *mut u32) {
 }
 
 /// Appends one event of thread `tid` as its own batch (a `blocked` event, outside
-/// the pass's reserved copy: rare, so it may grow the buffer).
+/// the pass's reserved copy: rare, so it may grow the buffer). It is no ring's:
+/// encoded without short units, and decoded without touching a ring's state.
 fn push_event(pass: &mut RawPass, tid: u32, event: Event) {
-    let (first, second) = event.slots();
-    let slots = [first, second.unwrap_or_default()];
-    let slots = &slots[..1 + second.is_some() as usize];
-    if pass.records.reserve_total(pass.records.len() + slots.len()) {
-        pass.records.extend_from_slice(slots);
-        pass.batches.push((tid, pass.records.len()));
+    let (units, n) = encode(&event, None);
+    if pass.records.reserve_total(pass.records.len() + n) {
+        pass.records.extend_from_slice(&units[..n]);
+        pass.batches.push(Batch {
+            tid,
+            ring: NOT_A_RING,
+            end: pass.records.len(),
+        });
     }
 }
 
-/// The events of a run of whole ring slots, in order (a batch ends with an event:
-/// the agent publishes both slots of an event at once).
-fn events(mut slots: &[Record]) -> impl Iterator<Item = Event> + '_ {
+/// [`Batch::ring`] of events the recorder made itself.
+const NOT_A_RING: u32 = u32::MAX;
+
+/// The events of a run of whole ring units, in order (a batch ends with an event:
+/// the agent publishes all units of an event at once). `state` follows the ring
+/// they come from (see [`decode`]).
+fn events<'a>(
+    mut units: &'a [Unit],
+    mut state: Option<&'a mut DecodeState>,
+) -> impl Iterator<Item = Event> + 'a {
     std::iter::from_fn(move || {
-        let (event, n) = decode(slots)?;
-        slots = &slots[n..];
+        let (event, n) = decode(units, state.as_deref_mut())?;
+        units = &units[n..];
         Some(event)
     })
 }
@@ -616,6 +627,26 @@ fn expand(r: &Event, tid: u32) -> RawEvent {
 // Keep the table offset in use here too: the recorder never touches the counters,
 // but the layout check below covers them.
 const _: () = assert!(seq_table_offset() > ring_header_offset(MAX_RINGS - 1));
+
+/// Environment variable choosing the rings' encoding: `short` (the default: an
+/// event that repeats a call site its ring knows takes one 16-byte unit) or
+/// `wide` (every event two units or four, as before short units). The trace is
+/// the same either way (tests/record_inproc.rs compares them); `wide` is there
+/// to show it and for the bench to measure what short units save.
+pub const ENV_RING_UNITS: &str = "ORDO_RING_UNITS";
+
+/// Whether the agent is to write short units ([`ENV_RING_UNITS`]).
+fn short_units_wanted() -> Result<bool> {
+    match std::env::var_os(ENV_RING_UNITS) {
+        None => Ok(true),
+        Some(v) if v == "short" || v.is_empty() => Ok(true),
+        Some(v) if v == "wide" => Ok(false),
+        Some(v) => bail!(
+            "{ENV_RING_UNITS}={}: expected `short` or `wide`",
+            v.to_string_lossy()
+        ),
+    }
+}
 
 /// Rings kept allocated ahead of the ones in use.
 const RINGS_AHEAD: usize = 2;
@@ -665,6 +696,13 @@ pub(crate) struct Merger {
     /// how early a stamp taken without reading the clock can be by the passes'
     /// interval (5–20 ms) rather than by the time since its thread last read it.
     floor: Option<u64>,
+    /// Per ring: the copy of its encoding state (short units name call sites
+    /// and time stamps by it), kept across passes and across the ring's owners.
+    codecs: HashMap<u32, Box<DecodeState>>,
+    /// Ring units and the events they held, so far (`ORDO_PHASES` shows them).
+    pub(crate) units_read: u64,
+    /// See `units_read`.
+    pub(crate) events_read: u64,
 }
 
 impl Merger {
@@ -713,8 +751,17 @@ impl Merger {
         if let (Some(clock), Some(point)) = (&mut self.tsc, pass.clock) {
             clock.advance(point);
         }
-        for &(tid, end) in &pass.batches {
-            scratch.extend(events(&pass.records[start..end]).map(|e| expand(&e, tid)));
+        for &Batch { tid, ring, end } in &pass.batches {
+            let mut own = DecodeState::default();
+            let state = if ring == NOT_A_RING {
+                &mut own
+            } else {
+                self.codecs.entry(ring).or_default()
+            };
+            let before = scratch.len();
+            scratch.extend(events(&pass.records[start..end], Some(state)).map(|e| expand(&e, tid)));
+            self.events_read += (scratch.len() - before) as u64;
+            self.units_read += (end - start) as u64;
             if self.floor.is_some() || self.tsc.is_some() {
                 for e in &mut scratch {
                     e.ts_ns = e.ts_ns.max(self.floor.unwrap_or(0));
@@ -871,15 +918,26 @@ impl Merger {
     }
 }
 
+/// One ring's units in a [`RawPass`], or an event the recorder added.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Batch {
+    /// The thread that owned the ring.
+    pub(crate) tid: u32,
+    /// The ring ([`NOT_A_RING`] for an event the recorder added).
+    pub(crate) ring: u32,
+    /// Where its units end in [`RawPass::records`].
+    pub(crate) end: usize,
+}
+
 /// What one drain pass copied, in the order it was read: the agent rings (one
 /// batch per ring), then the eBPF ring buffer. [`Merger::take_pass`] turns it into
 /// events later; the copy is all the drain does while the program runs.
 #[derive(Default)]
 pub(crate) struct RawPass {
-    /// Per ring batch: the owning thread and where its records end in `records`.
-    pub(crate) batches: Vec<(u32, usize)>,
-    /// The agents' records (see `crate::prefault`).
-    pub(crate) records: PassBuf<Record>,
+    /// One per ring read, and one per event the recorder added.
+    pub(crate) batches: Vec<Batch>,
+    /// The agents' ring units (see `crate::prefault`).
+    pub(crate) records: PassBuf<Unit>,
     pub(crate) kernel: Vec<RawEvent>,
     /// Scratch for the rings' heads at the start of the copy.
     pub(crate) heads: Vec<(usize, u64)>,
@@ -910,17 +968,24 @@ impl RawPass {
         self.all = false;
     }
 
+    /// The agents' events it holds.
+    pub(crate) fn agent_events(&self) -> u64 {
+        events(&self.records, None).count() as u64
+    }
+
     /// Memory its events take.
     pub(crate) fn bytes(&self) -> usize {
-        self.records.len() * std::mem::size_of::<Record>()
+        self.records.len() * std::mem::size_of::<Unit>()
             + self.kernel.len() * std::mem::size_of::<RawEvent>()
     }
 
     /// Whether some event's call site lies outside every range `known` knows
-    /// (consecutive events mostly share their site: each is looked up once).
+    /// (consecutive events mostly share their site: each is looked up once). A
+    /// short unit's site is one an earlier event of its ring carried in full, in
+    /// this pass or an earlier one: only those are looked at.
     pub(crate) fn has_site_outside(&self, known: &mut impl FnMut(u64) -> bool) -> bool {
         let mut last = 0;
-        for site in events(&self.records)
+        for site in events(&self.records, None)
             .map(|e| e.site)
             .chain(self.kernel.iter().map(|e| e.site))
         {
@@ -955,7 +1020,7 @@ pub(crate) struct RingReader {
     first_seen: Vec<(u32, u64)>,
     pass: u64,
     /// Memory faulted in ahead for the copies (see `crate::prefault`).
-    prefaulted: Option<PrefaultPool<Record>>,
+    prefaulted: Option<PrefaultPool<Unit>>,
 }
 
 impl Default for RingReader {
@@ -972,7 +1037,7 @@ impl Default for RingReader {
 
 impl RingReader {
     /// A reader that copies into memory `pool` faulted in ahead, when it has some.
-    pub(crate) fn with_pool(pool: Option<PrefaultPool<Record>>) -> RingReader {
+    pub(crate) fn with_pool(pool: Option<PrefaultPool<Unit>>) -> RingReader {
         RingReader {
             prefaulted: pool,
             ..RingReader::default()
@@ -1018,5 +1083,120 @@ impl RingReader {
                 .push((e.tid, e.kind == kind::THREAD_EXIT));
         }
         pass.kernel.push(e);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ordo_probe_common::inproc::{site_index, Against, SITE_CACHE};
+
+    /// A ring's owner as the agent runs it (`agent/preload/src/record.rs`,
+    /// `emit`): encodes against the ring's state, then updates it.
+    struct Owner {
+        last_ts: u64,
+        sites: Vec<u64>,
+        short: bool,
+    }
+
+    impl Owner {
+        fn emit(&mut self, e: &Event, out: &mut Vec<Unit>) {
+            let against = self.short.then(|| Against {
+                last_ts: self.last_ts,
+                cached_site: self.sites[site_index(e.site)],
+            });
+            let (units, n) = encode(e, against);
+            out.extend_from_slice(&units[..n]);
+            self.last_ts = e.ts;
+            if self.short && n == 2 {
+                self.sites[site_index(e.site)] = e.site;
+            }
+        }
+    }
+
+    /// The events the merger releases for passes that carry `events` (ring,
+    /// tid, event), each pass cut after every `cut`th event, a `blocked` event
+    /// the recorder adds in the middle.
+    fn merged(events: &[(u32, u32, Event)], short: bool, cut: usize) -> Vec<RawEvent> {
+        let mut owners: HashMap<u32, Owner> = HashMap::new();
+        let mut merger = Merger::default();
+        let mut out = Vec::new();
+        for (k, chunk) in events.chunks(cut).enumerate() {
+            let mut pass = RawPass::default();
+            // One batch per ring, in ring order, as the drain copies them.
+            let mut rings: Vec<u32> = chunk.iter().map(|e| e.0).collect();
+            rings.sort();
+            rings.dedup();
+            for ring in rings {
+                let mut units = Vec::new();
+                let mut tid = 0;
+                for (_, t, e) in chunk.iter().filter(|e| e.0 == ring) {
+                    let owner = owners.entry(ring).or_insert_with(|| Owner {
+                        last_ts: 0,
+                        sites: vec![0; SITE_CACHE],
+                        short,
+                    });
+                    owner.emit(e, &mut units);
+                    tid = *t;
+                }
+                assert!(pass.records.reserve_total(pass.records.len() + units.len()));
+                pass.records.extend_from_slice(&units);
+                pass.batches.push(Batch {
+                    tid,
+                    ring,
+                    end: pass.records.len(),
+                });
+            }
+            if k == events.len().div_ceil(cut) / 2 {
+                push_event(
+                    &mut pass,
+                    99,
+                    Event {
+                        ts: 5,
+                        addr: 0x10,
+                        site: chunk[0].2.site,
+                        extra: kind::MUTEX_LOCK as u64,
+                        kind: kind::BLOCKED as u8,
+                        ..Event::default()
+                    },
+                );
+            }
+            pass.all = k == events.len().div_ceil(cut) - 1;
+            merger.take_pass(&pass, &mut |e| out.push(*e));
+        }
+        out
+    }
+
+    #[test]
+    fn short_units_merge_into_the_events_wide_ones_do() {
+        let mut events = Vec::new();
+        let mut ts = 1_000u64;
+        for i in 0..3_000u64 {
+            // Ring 0 is thread 7's, then (from event 2 000) thread 8's, which
+            // takes the ring over with its state; ring 3 is thread 9's.
+            let (ring, tid) = match i % 3 {
+                0 | 1 => (0, if i < 2_000 { 7 } else { 8 }),
+                _ => (3, 9),
+            };
+            ts += if i % 500 == 499 { 1 << 31 } else { 1 + i % 4 };
+            events.push((
+                ring,
+                tid,
+                Event {
+                    ts,
+                    seq: i,
+                    addr: 0x7f00_0000_0000 + (i % 17) * 64,
+                    site: 0x5555_0000_0000 + (i % 300) * 24,
+                    kind: [kind::MUTEX_LOCK, kind::MUTEX_UNLOCK][i as usize % 2] as u8,
+                    result: if i % 97 == 0 { 16 } else { 0 },
+                    ..Event::default()
+                },
+            ));
+        }
+        for cut in [1, 7, 700, 3_000] {
+            let wide = merged(&events, false, cut);
+            assert_eq!(wide.len(), events.len() + 1);
+            assert_eq!(merged(&events, true, cut), wide, "passes of {cut}");
+        }
     }
 }

@@ -114,6 +114,9 @@ enum Recorder {
     /// `ordo record --sparse-times` (in process, the clock read sparsely), launch
     /// mode only.
     OrdoSparse,
+    /// Plain `ordo record` with the rings' short units off (`ORDO_RING_UNITS=wide`):
+    /// what short units save, side by side.
+    OrdoWide,
     Bpftrace,
     EmptyProbe,
     Tsan,
@@ -129,6 +132,7 @@ impl Recorder {
             Recorder::Ordo(Some(p)) => format!("ordo --probes {p}"),
             Recorder::OrdoBaseline(_) => "ordo baseline".into(),
             Recorder::OrdoSparse => "ordo --sparse-times".into(),
+            Recorder::OrdoWide => "ordo wide units".into(),
             Recorder::Bpftrace => "bpftrace".into(),
             Recorder::EmptyProbe => "empty probe".into(),
             Recorder::Tsan => "tsan".into(),
@@ -141,7 +145,10 @@ impl Recorder {
     fn is_ordo(&self) -> bool {
         matches!(
             self,
-            Recorder::Ordo(_) | Recorder::OrdoBaseline(_) | Recorder::OrdoSparse
+            Recorder::Ordo(_)
+                | Recorder::OrdoBaseline(_)
+                | Recorder::OrdoSparse
+                | Recorder::OrdoWide
         )
     }
 
@@ -154,7 +161,7 @@ impl Recorder {
             // and TSan would need a nightly rebuild of std.
             return matches!(
                 self,
-                Recorder::Native | Recorder::Ordo(_) | Recorder::OrdoSparse
+                Recorder::Native | Recorder::Ordo(_) | Recorder::OrdoSparse | Recorder::OrdoWide
             );
         }
         match self {
@@ -628,6 +635,14 @@ impl Bench {
                 c.arg("--").arg(program).args(args);
                 c
             }
+            Recorder::OrdoWide => {
+                let _ = std::fs::remove_file(trace);
+                let mut c = Command::new(&self.ordo);
+                c.env("ORDO_RING_UNITS", "wide");
+                c.arg("record").arg("-o").arg(trace);
+                c.arg("--").arg(program).args(args);
+                c
+            }
             Recorder::Ordo(probes) => {
                 let _ = std::fs::remove_file(trace);
                 let mut c = Command::new(&self.ordo);
@@ -1042,6 +1057,10 @@ impl Bench {
         })();
         let pid = instance.find_pid();
         let stopped = mono();
+        // The load generator is reaped already: what the children's CPU time
+        // gains from here on is the server's and its recorder's, both counted
+        // when the recorder (or the native server) is reaped below.
+        let cpu_before = children_cpu_s();
         match pid {
             Some(pid) => signal(pid, libc::SIGTERM),
             None => {
@@ -1050,11 +1069,16 @@ impl Bench {
         }
         let status = wait_bounded(&mut child, Duration::from_secs(120), &recorder.label());
         let returned = mono();
+        let cpu_s = children_cpu_s() - cpu_before;
         let lttng = session.map(|s| self.end_lttng(&s, last_rep));
         let (tps, avg, p99) = result?;
         status?;
         let mut sample =
             self.server_sample(server.name(), recorder, (tps, avg, p99), returned - spawned);
+        // LTTng's session daemon is not the server's child: its CPU is not counted.
+        if *recorder != Recorder::Lttng {
+            sample.cpu_us_per_op = per_op_us(cpu_s, tps, self.sizes.server_s);
+        }
         self.collect(
             recorder,
             &mut sample,
@@ -1095,6 +1119,13 @@ impl Bench {
                     if let Some(p) = probes {
                         c.args(["--probes", p]);
                     }
+                    c
+                }
+                Recorder::OrdoWide => {
+                    let _ = std::fs::remove_file(&trace);
+                    let mut c = Command::new(&self.ordo);
+                    c.env("ORDO_RING_UNITS", "wide");
+                    c.args(["record", "--pid", &pid, "-o"]).arg(&trace);
                     c
                 }
                 Recorder::Bpftrace => {
@@ -1147,7 +1178,7 @@ impl Bench {
                     );
                 }
                 let seen = match recorder {
-                    Recorder::Ordo(_) => Command::new(&self.ordo)
+                    Recorder::Ordo(_) | Recorder::OrdoWide => Command::new(&self.ordo)
                         .args(["dump", "--stats", "--json", "--salvage"])
                         .arg(&trace)
                         .stderr(Stdio::null())
@@ -1171,11 +1202,18 @@ impl Bench {
                 }
                 std::thread::sleep(Duration::from_millis(50));
             }
+            let server_cpu = || process_cpu_s(running.id()).unwrap_or(f64::NAN);
+            let server_before = server_cpu();
             let load = instance.load(self.sizes.server_s);
+            let server_s = server_cpu() - server_before;
             let stopped = mono();
+            let recorder_before = children_cpu_s();
             signal(rec.id(), libc::SIGINT);
             let status = wait_bounded(&mut rec, Duration::from_secs(120), &recorder.label());
             let returned = mono();
+            // The recorder's whole life (its attach and conversion too) and the
+            // server's CPU over the load.
+            let cpu_s = server_s + (children_cpu_s() - recorder_before);
             let (tps, avg, p99) = load?;
             let status = status?;
             if !status.success()
@@ -1192,6 +1230,7 @@ impl Bench {
             }
             let mut sample =
                 self.server_sample(&workload, recorder, (tps, avg, p99), returned - spawned);
+            sample.cpu_us_per_op = per_op_us(cpu_s, tps, self.sizes.server_s);
             self.collect(
                 recorder,
                 &mut sample,
@@ -1328,6 +1367,38 @@ fn metric_of(workload: &str) -> Metric {
     }
 }
 
+/// CPU seconds (user and system) of this process's reaped children so far.
+fn children_cpu_s() -> f64 {
+    // SAFETY: getrusage fills the struct it is given.
+    let usage = unsafe {
+        let mut u: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_CHILDREN, &mut u);
+        u
+    };
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
+    secs(usage.ru_utime) + secs(usage.ru_stime)
+}
+
+/// CPU seconds (user and system, all threads) process `pid` has used so far,
+/// from `/proc/PID/stat`.
+fn process_cpu_s(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name (which may hold spaces): utime is the 14th
+    // field of the line, stime the 15th.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let fields: Vec<&str> = rest.split(' ').collect();
+    let ticks: f64 = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    Some(ticks / hz)
+}
+
+/// CPU µs per operation served, for `cpu_s` over a load of `seconds` at `tps`.
+fn per_op_us(cpu_s: f64, tps: f64, seconds: u64) -> Option<f64> {
+    let ops = tps * seconds as f64;
+    (cpu_s.is_finite() && ops > 0.0).then(|| cpu_s / ops * 1e6)
+}
+
 /// UTC now as `YYYYMMDD-HHMMSS`, for result file names.
 pub(crate) fn timestamp() -> String {
     let out = Command::new("date").args(["-u", "+%Y%m%d-%H%M%S"]).output();
@@ -1353,6 +1424,7 @@ pub fn run_record(args: &[String]) -> Result<()> {
     if sparse_times {
         recorders.push(Recorder::OrdoSparse);
     }
+    recorders.push(Recorder::OrdoWide);
     if let Some(b) = &options.baseline {
         recorders.push(Recorder::OrdoBaseline(b.clone()));
     }

@@ -1,6 +1,7 @@
 //! In-process recording: each interposed call becomes one [`Event`] — one
-//! 32-byte ring slot, two for the rare event that does not fit one — in the
-//! calling thread's ring, in a mapping the recorder owns.
+//! 16-byte ring unit when the event repeats a call site the ring knows, two
+//! when it is otherwise compact, four for the rare event that is not
+//! ([`encode`]) — in the calling thread's ring, in a mapping the recorder owns.
 //!
 //! - **Rings**: a thread claims a free ring on its first event (compare-exchange on
 //!   the ring's state) and is its only producer; the recorder's drain is the only
@@ -43,6 +44,8 @@ static RECORDING: AtomicBool = AtomicBool::new(false);
 static USE_TSC: AtomicBool = AtomicBool::new(false);
 /// The clock is read sparsely ([`CLOCK_SPARSE`]).
 static SPARSE: AtomicBool = AtomicBool::new(false);
+/// Events are written as short units where they can be (`Header::short_units`).
+static SHORT_UNITS: AtomicBool = AtomicBool::new(false);
 
 const NO_RING: u32 = u32::MAX;
 
@@ -125,6 +128,7 @@ pub(crate) unsafe fn start(fd: c_int) {
     SEQ_TABLE.store(private_seq_table().unwrap_or(shared_table), Release);
     USE_TSC.store(header.clock & CLOCK_UNIT == CLOCK_TSC, Relaxed);
     SPARSE.store(header.clock & CLOCK_SPARSE != 0, Relaxed);
+    SHORT_UNITS.store(header.short_units != 0, Relaxed);
     // SAFETY: registers a child handler that only touches atomics.
     unsafe { pthread_atfork(None, None, Some(after_fork_in_child)) };
     RECORDING.store(true, Release);
@@ -277,7 +281,7 @@ fn ring_header(i: u32) -> &'static RingHeader {
 }
 
 #[inline(always)]
-fn ring_records(i: u32) -> *mut Record {
+fn ring_units(i: u32) -> *mut Unit {
     // SAFETY: as above.
     unsafe { base().add(ring_records_offset(i as usize)).cast() }
 }
@@ -449,8 +453,8 @@ fn claim_ring() -> u32 {
             // SAFETY: the ring lies inside our mapping.
             unsafe {
                 crate::madvise(
-                    ring_records(i).cast(),
-                    RING_RECORDS.min(RING_START_RECORDS) * std::mem::size_of::<Record>(),
+                    ring_units(i).cast(),
+                    RING_UNITS.min(RING_START_UNITS) * std::mem::size_of::<Unit>(),
                     23, /* MADV_POPULATE_WRITE */
                 )
             };
@@ -534,11 +538,11 @@ fn ring_doorbell() {
     }
 }
 
-/// The ring has no room for `slots` more: wake the drain and wait for room
+/// The ring has no room for `units` more: wake the drain and wait for room
 /// ([`wait_for_drain`]).
 #[cold]
-fn wait_for_room(r: &RingHeader, head: u64, slots: u64) -> bool {
-    let room = || head + slots - r.tail.0.load(Acquire) <= RING_RECORDS as u64;
+fn wait_for_room(r: &RingHeader, head: u64, units: u64) -> bool {
+    let room = || head + units - r.tail.0.load(Acquire) <= RING_UNITS as u64;
     wait_for_drain(room, || {
         // Set before the last look, so the drain's clear-and-wake cannot fall
         // between that look and the sleep.
@@ -551,8 +555,9 @@ fn wait_for_room(r: &RingHeader, head: u64, slots: u64) -> bool {
     })
 }
 
-/// Appends one event to the calling thread's ring: one slot, or two when it does
-/// not fit one ([`Event::slots`]).
+/// Appends one event to the calling thread's ring, in one, two or four units
+/// ([`encode`]), and updates the ring's [`Codec`] as the recorder's copy of it
+/// expects (`DecodeState::note`).
 #[inline(always)]
 pub(crate) fn emit(kind: u16, via: u8, addr: u64, site: u64, seq: u64, extra: u64, result: i32) {
     let mut i = my_ring();
@@ -564,7 +569,7 @@ pub(crate) fn emit(kind: u16, via: u8, addr: u64, site: u64, seq: u64, extra: u6
         }
         set_my_ring(i);
     }
-    let (first, second) = Event {
+    let event = Event {
         ts: event_stamp(kind, via, addr),
         seq,
         addr,
@@ -573,33 +578,44 @@ pub(crate) fn emit(kind: u16, via: u8, addr: u64, site: u64, seq: u64, extra: u6
         result,
         kind: kind as u8,
         via,
-    }
-    .slots();
-    let slots = 1 + second.is_some() as u64;
+    };
     let r = ring_header(i);
+    let codec = &r.codec.0;
+    let cached = &codec.sites[site_index(site)];
+    let short = SHORT_UNITS.load(Relaxed);
+    let against = short.then(|| Against {
+        last_ts: codec.last_ts.load(Relaxed),
+        cached_site: cached.load(Relaxed),
+    });
+    let (units, n) = encode(&event, against);
     let head = r.head.0.load(Relaxed);
     let used = head - r.tail.0.load(Acquire);
-    if used + slots > RING_RECORDS as u64 {
-        if !wait_for_room(r, head, slots) {
+    if used + n as u64 > RING_UNITS as u64 {
+        if !wait_for_room(r, head, n as u64) {
             r.dropped.fetch_add(1, Relaxed);
             return;
         }
     } else if GAVE_UP.with(|g| g.get()) {
         GAVE_UP.with(|g| g.set(false));
     }
-    let ring = ring_records(i);
-    // SAFETY: the slots lie in this thread's ring and the drain does not read them
+    let ring = ring_units(i);
+    // SAFETY: the units lie in this thread's ring and the drain does not read them
     // until `head` is published below.
     unsafe {
-        ring.add(head as usize & (RING_RECORDS - 1)).write(first);
-        if let Some(second) = second {
-            ring.add((head + 1) as usize & (RING_RECORDS - 1))
-                .write(second);
+        for (k, unit) in units.iter().enumerate().take(n) {
+            ring.add((head as usize + k) & (RING_UNITS - 1))
+                .write(*unit);
         }
     }
-    r.head.0.store(head + slots, Release);
-    let half = RING_RECORDS as u64 / 2;
-    if used < half && used + slots >= half {
+    // The owner's own state (the drain reads only `last_ts`, for a thread found
+    // blocked): plain stores, ordered before the records by the release below.
+    codec.last_ts.store(event.ts, Relaxed);
+    if short && n == 2 {
+        cached.store(site, Relaxed);
+    }
+    r.head.0.store(head + n as u64, Release);
+    let half = RING_UNITS as u64 / 2;
+    if used < half && used + n as u64 >= half {
         ring_doorbell();
     }
 }

@@ -530,22 +530,22 @@ pub mod inproc {
     /// "ORDO_REC".
     pub const MAGIC: u64 = 0x4f52_444f_5f52_4543;
     /// Bumped whenever the layout changes.
-    pub const VERSION: u32 = 6;
+    pub const VERSION: u32 = 7;
     /// Rings in the mapping: threads recording at the same time (a ring is reused
     /// once its thread has exited and the ring is drained).
     pub const MAX_RINGS: usize = 1024;
-    /// Slots per ring (a power of two): 2 MiB. The drain only copies records
-    /// out, at high priority, when a ring is half full and every few milliseconds;
-    /// 65 536 compact events cover a thread making several million a second. Small enough
-    /// that the pages a thread writes stay few (allocating them is the expensive
-    /// part: ~6 µs a page).
-    pub const RING_RECORDS: usize = 1 << 16;
-    /// Slots at the start of a ring allocated before a thread writes them (64 KiB):
+    /// Units ([`Unit`], 16 bytes) per ring (a power of two): 2 MiB. The drain
+    /// only copies records out, at high priority, when a ring is half full and
+    /// every few milliseconds; 65 536 to 131 072 events cover a thread making
+    /// several million a second. Small enough that the pages a thread writes stay
+    /// few (allocating them is the expensive part: ~6 µs a page).
+    pub const RING_UNITS: usize = 1 << 17;
+    /// Units at the start of a ring allocated before a thread writes them (64 KiB):
     /// the agent faults them in when its thread claims the ring, the recorder
     /// allocates them ahead. The rest of a ring is allocated only for a thread
     /// that gets busy: a program's many short threads (60 clients that record a
     /// few accesses each) each cost 64 KiB, not the whole 2 MiB.
-    pub const RING_START_RECORDS: usize = 1 << 11;
+    pub const RING_START_UNITS: usize = 1 << 12;
     /// Entries of the sequence counter table (a power of two).
     pub const SEQ_SLOTS: usize = 1 << 20;
     /// A thread whose ring is full waits for the drain as long as the drain makes
@@ -553,50 +553,98 @@ pub mod inproc {
     /// or stopped) it counts the event as dropped instead.
     pub const FULL_WAIT_NS: u64 = 1_000_000_000;
 
-    /// One ring slot, 32 bytes: a whole event when the event is compact — no
-    /// second object, a result that fits 16 bits, an object and a call site below
-    /// 2^48 (every lock, unlock, post and wait of an ordinary program) — or else the
-    /// first of the event's two slots. Two thirds of the 48-byte record it replaced:
-    /// the agent stores, the drain copies and the backlog faults in a third fewer
-    /// bytes (see docs/ARCHITECTURE.md, "the ring record"). [`Event::slots`] and
+    /// One 16-byte unit of a ring. An event takes one unit (short), two
+    /// (compact) or four (extended); the first unit says which. [`encode`] and
     /// [`decode`] are the only code that knows the packing.
     ///
-    /// - compact: `ts`, `seq`, `addr | kind << 48 | via << 56`,
+    /// - short (the ring's [`Codec`] knows the call site and the time stamp is
+    ///   close to the thread's previous one): `addr | kind << 48 | via << 53 |
+    ///   site_index << 56`, `seq | (ts - last_ts) << 32 |` [`SHORT`]; no second
+    ///   object, result 0, the kind below 32, `via` below 8, `seq` below 2^32;
+    /// - compact (no second object, a result that fits 16 bits, an object and a
+    ///   call site below 2^48): `ts`, `seq`; `addr | kind << 48 | via << 56`,
     ///   `site | (result as u16) << 48`;
-    /// - extended: `ts`, `seq |` [`EXTENDED`], `(result as u32) | kind << 48 | via << 56`,
-    ///   `extra`; then `ts` again, 0, `addr`, `site`.
+    /// - extended: `ts`, `seq |` [`EXTENDED`]; `(result as u32) | kind << 48 | via
+    ///   << 56`, `extra`; `ts` again, 0; `addr`, `site`.
     ///
-    /// Both slots of an extended event carry its time stamp, so the last slot a
-    /// thread published always tells when its last event happened.
+    /// Short units halve what the agent stores and the drain copies for the
+    /// events a busy program repeats (a lock and unlock at a site it used before);
+    /// see docs/ARCHITECTURE.md, "the ring record".
     #[repr(C)]
     #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-    pub struct Record {
-        /// When: in the unit [`Header::clock`] names — CLOCK_MONOTONIC nanoseconds
-        /// (the clock `bpf_ktime_get_ns` reads) or TSC ticks, which the recorder
-        /// turns into CLOCK_MONOTONIC nanoseconds.
-        pub ts: u64,
-        /// Per-object sequence number, [`EXTENDED`] set on the first slot of a
-        /// two-slot event.
-        pub seq: u64,
-        /// Packed fields (see the type's doc).
-        pub word2: u64,
-        /// Packed fields (see the type's doc).
-        pub word3: u64,
+    pub struct Unit {
+        /// First word (see the type's doc).
+        pub a: u64,
+        /// Second word: the sequence number and the form's flags.
+        pub b: u64,
     }
 
-    // A slot is half a cache line: two per line, none straddling one.
-    const _: () = assert!(core::mem::size_of::<Record>() == 32);
+    // Four units to a cache line.
+    const _: () = assert!(core::mem::size_of::<Unit>() == 16);
 
-    /// [`Record::seq`] bit: the event's second slot follows (sequence numbers
-    /// never come near it).
+    /// [`Unit::b`] bit of an extended event's first unit: three more follow
+    /// (sequence numbers never come near it).
     pub const EXTENDED: u64 = 1 << 63;
+    /// [`Unit::b`] bit of a short event.
+    pub const SHORT: u64 = 1 << 62;
     const LOW48: u64 = (1 << 48) - 1;
+    /// Bits of a short event's time stamp difference.
+    const SHORT_DELTA_BITS: u32 = 30;
+    /// Call sites a ring's [`Codec`] remembers (direct-mapped by address).
+    pub const SITE_CACHE: usize = 256;
+
+    /// A ring's encoding state, kept beside the ring: the owner updates it as it
+    /// publishes events, and the recorder keeps a copy of its own
+    /// ([`DecodeState`]) by applying the same rule to the events it reads, in the
+    /// ring's order ([`DecodeState::note`]): the last event's time stamp, and the
+    /// call site of each compact event, by [`site_index`].
+    #[repr(C)]
+    pub struct Codec {
+        /// The time stamp of the ring's last event (in any form; the recorder reads
+        /// it for a `blocked` event's time).
+        pub last_ts: AtomicU64,
+        /// Call sites by [`site_index`]: those of compact events.
+        pub sites: [AtomicU64; SITE_CACHE],
+    }
+
+    /// Where a call site lives in a ring's [`Codec::sites`].
+    #[inline(always)]
+    pub const fn site_index(site: u64) -> usize {
+        (site.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 56) as usize
+    }
+
+    /// The recorder's copy of a ring's [`Codec`].
+    #[derive(Clone, Debug)]
+    pub struct DecodeState {
+        last_ts: u64,
+        sites: [u64; SITE_CACHE],
+    }
+
+    impl Default for DecodeState {
+        fn default() -> DecodeState {
+            DecodeState {
+                last_ts: 0,
+                sites: [0; SITE_CACHE],
+            }
+        }
+    }
+
+    impl DecodeState {
+        /// Follows the owner's update after it published `event` in `units` units.
+        #[inline(always)]
+        pub fn note(&mut self, event: &Event, units: usize) {
+            self.last_ts = event.ts;
+            if units == 2 {
+                self.sites[site_index(event.site)] = event.site;
+            }
+        }
+    }
 
     /// One event of a ring: what the recorder expands into a [`super::RawEvent`]
     /// (the thread comes from the ring's owner).
     #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
     pub struct Event {
-        /// The time stamp ([`Record::ts`]).
+        /// The time stamp ([`Header::clock`] says in what unit).
         pub ts: u64,
         /// Per-object sequence number (0 for kinds that take none).
         pub seq: u64,
@@ -616,72 +664,140 @@ pub mod inproc {
         pub via: u8,
     }
 
-    impl Event {
-        /// The event as ring slots: the first, and the second when it needs two.
-        #[inline(always)]
-        pub fn slots(&self) -> (Record, Option<Record>) {
-            let tag = (self.kind as u64) << 48 | (self.via as u64) << 56;
-            if self.extra == 0
-                && (self.addr | self.site) >> 48 == 0
-                && self.result as i16 as i32 == self.result
-            {
-                let first = Record {
-                    ts: self.ts,
-                    seq: self.seq,
-                    word2: self.addr | tag,
-                    word3: self.site | (self.result as u16 as u64) << 48,
-                };
-                (first, None)
-            } else {
-                let first = Record {
-                    ts: self.ts,
-                    seq: self.seq | EXTENDED,
-                    word2: self.result as u32 as u64 | tag,
-                    word3: self.extra,
-                };
-                let second = Record {
-                    ts: self.ts,
-                    seq: 0,
-                    word2: self.addr,
-                    word3: self.site,
-                };
-                (first, Some(second))
-            }
-        }
+    /// The ring state an event is encoded against: the ring's last time stamp and
+    /// what its [`Codec`] holds at the event's [`site_index`]. `None`: short units
+    /// are not used (events the recorder adds, or `ORDO_RING_UNITS=wide`).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub struct Against {
+        /// [`Codec::last_ts`].
+        pub last_ts: u64,
+        /// `Codec::sites[site_index(event.site)]`.
+        pub cached_site: u64,
     }
 
-    /// The event starting at `slots[0]` and the number of slots it takes, or
-    /// `None` when `slots` is empty or ends inside a two-slot event.
-    #[inline]
-    pub fn decode(slots: &[Record]) -> Option<(Event, usize)> {
-        let first = slots.first()?;
-        let kind = (first.word2 >> 48) as u8;
-        let via = (first.word2 >> 56) as u8;
-        if first.seq & EXTENDED == 0 {
-            let event = Event {
-                ts: first.ts,
-                seq: first.seq,
-                addr: first.word2 & LOW48,
-                site: first.word3 & LOW48,
-                extra: 0,
-                result: (first.word3 >> 48) as u16 as i16 as i32,
-                kind,
-                via,
-            };
-            return Some((event, 1));
+    /// `event` as ring units and how many it takes (1, 2 or 4). A compact
+    /// event's call site is to be stored at its [`site_index`] (both sides do so:
+    /// [`DecodeState::note`]); every event's time stamp becomes the ring's last.
+    /// Time stamps are below 2^62 (CLOCK_MONOTONIC nanoseconds or TSC ticks since
+    /// boot) and sequence numbers below 2^62.
+    #[inline(always)]
+    pub fn encode(event: &Event, against: Option<Against>) -> ([Unit; 4], usize) {
+        let mut units = [Unit::default(); 4];
+        let plain = event.extra == 0;
+        if let Some(state) = against {
+            let delta = event.ts.wrapping_sub(state.last_ts);
+            if plain
+                && event.result == 0
+                && event.kind < 32
+                && event.via < 8
+                && event.addr >> 48 == 0
+                && event.seq >> 32 == 0
+                && event.ts >= state.last_ts
+                && delta >> SHORT_DELTA_BITS == 0
+                && state.cached_site == event.site
+            {
+                units[0] = Unit {
+                    a: event.addr
+                        | (event.kind as u64) << 48
+                        | (event.via as u64) << 53
+                        | (site_index(event.site) as u64) << 56,
+                    b: event.seq | delta << 32 | SHORT,
+                };
+                return (units, 1);
+            }
         }
-        let second = slots.get(1)?;
-        let event = Event {
-            ts: first.ts,
-            seq: first.seq & !EXTENDED,
-            addr: second.word2,
-            site: second.word3,
-            extra: first.word3,
-            result: first.word2 as u32 as i32,
-            kind,
-            via,
+        let tag = (event.kind as u64) << 48 | (event.via as u64) << 56;
+        if plain
+            && (event.addr | event.site) >> 48 == 0
+            && event.result as i16 as i32 == event.result
+        {
+            units[0] = Unit {
+                a: event.ts,
+                b: event.seq,
+            };
+            units[1] = Unit {
+                a: event.addr | tag,
+                b: event.site | (event.result as u16 as u64) << 48,
+            };
+            return (units, 2);
+        }
+        units[0] = Unit {
+            a: event.ts,
+            b: event.seq | EXTENDED,
         };
-        Some((event, 2))
+        units[1] = Unit {
+            a: event.result as u32 as u64 | tag,
+            b: event.extra,
+        };
+        units[2] = Unit { a: event.ts, b: 0 };
+        units[3] = Unit {
+            a: event.addr,
+            b: event.site,
+        };
+        (units, 4)
+    }
+
+    /// The event starting at `units[0]` and the number of units it takes, or
+    /// `None` when `units` is empty or ends inside an event. `state` follows the
+    /// ring the units come from ([`DecodeState::note`] is applied); without one
+    /// (a walk that only looks at explicit call sites) a short event's site and
+    /// time stamp come back 0.
+    #[inline]
+    pub fn decode(units: &[Unit], state: Option<&mut DecodeState>) -> Option<(Event, usize)> {
+        let first = units.first()?;
+        let (event, n) = if first.b & SHORT != 0 && first.b & EXTENDED == 0 {
+            let index = (first.a >> 56) as usize;
+            let (ts, site) = match &state {
+                Some(s) => (
+                    s.last_ts + ((first.b >> 32) & ((1 << SHORT_DELTA_BITS) - 1)),
+                    s.sites[index],
+                ),
+                None => (0, 0),
+            };
+            let event = Event {
+                ts,
+                seq: first.b & 0xffff_ffff,
+                addr: first.a & LOW48,
+                site,
+                extra: 0,
+                result: 0,
+                kind: (first.a >> 48) as u8 & 0x1f,
+                via: (first.a >> 53) as u8 & 0x7,
+            };
+            (event, 1)
+        } else if first.b & EXTENDED == 0 {
+            let second = units.get(1)?;
+            let event = Event {
+                ts: first.a,
+                seq: first.b,
+                addr: second.a & LOW48,
+                site: second.b & LOW48,
+                extra: 0,
+                result: (second.b >> 48) as u16 as i16 as i32,
+                kind: (second.a >> 48) as u8,
+                via: (second.a >> 56) as u8,
+            };
+            (event, 2)
+        } else {
+            let [_, second, _, fourth] = units.get(..4)? else {
+                return None;
+            };
+            let event = Event {
+                ts: first.a,
+                seq: first.b & !EXTENDED,
+                addr: fourth.a,
+                site: fourth.b,
+                extra: second.b,
+                result: second.a as u32 as i32,
+                kind: (second.a >> 48) as u8,
+                via: (second.a >> 56) as u8,
+            };
+            (event, 4)
+        };
+        if let Some(s) = state {
+            s.note(&event, n);
+        }
+        Some((event, n))
     }
 
     /// The futex command and value packed into [`Event::extra`].
@@ -717,6 +833,8 @@ pub mod inproc {
         pub tail: Line<AtomicU64>,
         /// The blocking call the owner is inside right now, if any.
         pub pending: Line<Pending>,
+        /// The owner's encoding state (see [`Unit`]).
+        pub codec: Line<Codec>,
     }
 
     /// A thread's blocking call in progress (`pthread_mutex_lock`, a rwlock lock,
@@ -774,7 +892,7 @@ pub mod inproc {
         pub seq_full: AtomicU64,
         /// Child processes forked by the target, not followed.
         pub forks: AtomicU64,
-        /// What [`Record::ts`] counts: [`CLOCK_MONOTONIC_NS`] or [`CLOCK_TSC`],
+        /// What [`Event::ts`] counts: [`CLOCK_MONOTONIC_NS`] or [`CLOCK_TSC`],
         /// with [`CLOCK_SPARSE`] when the clock is read sparsely (set by the
         /// recorder before the program starts).
         pub clock: u32,
@@ -785,6 +903,10 @@ pub mod inproc {
         /// went on without it (0: it did not give up): the program's code and data
         /// may then be unsymbolized, which the recorder reports.
         pub modules_waited_out: AtomicU32,
+        /// Nonzero: the agent writes short units where it can ([`SHORT`]); 0: only
+        /// compact and extended ones (`ORDO_RING_UNITS=wide`, which the tests
+        /// and the bench compare against).
+        pub short_units: u32,
     }
 
     /// [`Header::clock`]: records carry CLOCK_MONOTONIC nanoseconds (the vDSO).
@@ -823,7 +945,7 @@ pub mod inproc {
     pub const fn ring_records_offset(i: usize) -> usize {
         seq_table_offset()
             + SEQ_SLOTS * core::mem::size_of::<SeqSlot>()
-            + i * RING_RECORDS * core::mem::size_of::<Record>()
+            + i * RING_UNITS * core::mem::size_of::<Unit>()
     }
 
     /// Size of the whole mapping (sparse: pages are allocated as rings fill).
@@ -1162,38 +1284,34 @@ pub mod inproc {
 
 #[cfg(all(test, not(target_arch = "bpf")))]
 mod tests {
-    use super::inproc::{decode, Event, Record, EXTENDED};
+    extern crate std;
+    use std::{vec, vec::Vec};
+
+    use super::inproc::{decode, encode, site_index, Against, DecodeState, Event, Unit, EXTENDED};
     use super::{kind, via};
 
+    /// Encodes `e` without short units, decodes it back, and checks that a cut
+    /// inside it gives nothing rather than a wrong event; the units it took.
     fn round_trip(e: Event) -> usize {
-        let (first, second) = e.slots();
-        let mut slots = [first, Record::default()];
-        let n = match second {
-            Some(s) => {
-                slots[1] = s;
-                2
-            }
-            None => 1,
-        };
-        assert_eq!(decode(&slots[..n]), Some((e, n)), "{e:?}");
-        // Cut short inside a two-slot event: nothing, not a wrong event.
-        if n == 2 {
-            assert_eq!(decode(&slots[..1]), None);
+        let (units, n) = encode(&e, None);
+        assert_eq!(decode(&units[..n], None), Some((e, n)), "{e:?}");
+        for cut in 1..n {
+            assert_eq!(decode(&units[..cut], None), None);
         }
         n
     }
 
     #[test]
-    fn ring_events_round_trip_in_one_slot_or_two() {
+    fn ring_events_round_trip_in_two_units_or_four() {
         let lock = Event {
-            ts: u64::MAX - 5,
+            ts: (1 << 62) - 5,
             seq: 41,
             addr: 0x7fff_1234_5678,
             site: 0x5555_0000_1234,
             kind: kind::MUTEX_LOCK as u8,
             ..Event::default()
         };
-        assert_eq!(round_trip(lock), 1);
+        assert_eq!(round_trip(lock), 2);
         // Results that fit 16 bits, negative ones too, stay compact.
         for result in [0, 16, -1, i16::MIN as i32, i16::MAX as i32] {
             let failed = Event {
@@ -1202,9 +1320,9 @@ mod tests {
                 via: via::TRY,
                 ..lock
             };
-            assert_eq!(round_trip(failed), 1);
+            assert_eq!(round_trip(failed), 2);
         }
-        // Anything that does not fit takes two slots and comes back whole.
+        // Anything that does not fit takes four units and comes back whole.
         let wide = [
             Event {
                 result: 70_000,
@@ -1228,25 +1346,94 @@ mod tests {
                 ..lock
             },
             Event {
-                seq: EXTENDED - 1,
+                seq: EXTENDED / 2 - 1,
                 extra: 1,
                 ..lock
             },
         ];
         for e in wide {
-            assert_eq!(round_trip(e), 2);
+            assert_eq!(round_trip(e), 4);
+        }
+    }
+
+    /// A ring's owner as the agent runs it: encodes against its codec state and
+    /// updates it as the agent does after publishing.
+    struct Owner {
+        last_ts: u64,
+        sites: Vec<u64>,
+        units: Vec<Unit>,
+    }
+
+    impl Owner {
+        fn emit(&mut self, e: &Event) -> usize {
+            let against = Against {
+                last_ts: self.last_ts,
+                cached_site: self.sites[site_index(e.site)],
+            };
+            let (units, n) = encode(e, Some(against));
+            self.units.extend_from_slice(&units[..n]);
+            self.last_ts = e.ts;
+            if n == 2 {
+                self.sites[site_index(e.site)] = e.site;
+            }
+            n
         }
     }
 
     #[test]
-    fn both_slots_of_a_two_slot_event_carry_its_time() {
-        let e = Event {
-            ts: 99,
-            extra: 3,
-            kind: kind::BLOCKED as u8,
+    fn short_units_decode_to_the_events_the_owner_encoded() {
+        let mut owner = Owner {
+            last_ts: 0,
+            sites: vec![0; super::inproc::SITE_CACHE],
+            units: Vec::new(),
+        };
+        let base = Event {
+            ts: 1_000,
+            seq: 7,
+            addr: 0x7fff_0000_1000,
+            site: 0x5555_0000_2000,
+            kind: kind::MUTEX_LOCK as u8,
             ..Event::default()
         };
-        let (first, second) = e.slots();
-        assert_eq!((first.ts, second.map(|s| s.ts)), (99, Some(99)));
+        let mut events = Vec::new();
+        let mut sizes = Vec::new();
+        let mut ts = base.ts;
+        for i in 0..200u64 {
+            // Two sites that share an index half the time, a gap too long for a
+            // short unit now and then, a result, a time going back, a large
+            // sequence number, a second object.
+            ts = match i % 37 {
+                13 => ts + (1 << 30),
+                29 => ts - 3,
+                _ => ts + 1 + i % 5,
+            };
+            let e = Event {
+                ts,
+                seq: if i % 41 == 40 { 1 << 33 } else { base.seq + i },
+                site: base.site + (i % 3) * 0x10 + if i % 7 == 0 { 0x4000 } else { 0 },
+                kind: if i % 2 == 0 {
+                    kind::MUTEX_LOCK
+                } else {
+                    kind::MUTEX_UNLOCK
+                } as u8,
+                result: if i % 53 == 52 { 16 } else { 0 },
+                extra: if i % 61 == 60 { 0x7fff_0000_4000 } else { 0 },
+                via: (i % 11 == 0) as u8,
+                ..base
+            };
+            sizes.push(owner.emit(&e));
+            events.push(e);
+        }
+        assert!(sizes.iter().filter(|&&n| n == 1).count() > 100, "{sizes:?}");
+        assert!(sizes.contains(&2) && sizes.contains(&4));
+        let mut state = DecodeState::default();
+        let mut rest = &owner.units[..];
+        let mut decoded = Vec::new();
+        while let Some((e, n)) = decode(rest, Some(&mut state)) {
+            decoded.push(e);
+            rest = &rest[n..];
+        }
+        assert!(rest.is_empty());
+        assert_eq!(decoded, events);
     }
 }

@@ -65,8 +65,7 @@ const FEW_EVENTS: usize = 4096;
 /// that a 1-ms program's recording waited for (page faults and the unmaps at the
 /// end contend with the recorder's own).
 const PREFAULT_BUFFERS: usize = 8;
-const PREFAULT_RECORDS: usize =
-    (64 << 10) / std::mem::size_of::<ordo_probe_common::inproc::Record>();
+const PREFAULT_RECORDS: usize = (64 << 10) / std::mem::size_of::<ordo_probe_common::inproc::Unit>();
 
 /// How much unconverted backlog the recording holds, in bytes of ring slots.
 ///
@@ -500,6 +499,10 @@ fn convert(
                 if let Some(e) = failed {
                     return Err(e);
                 }
+                crate::phase(&format!(
+                    "ring units: {} events in {} units of 16 bytes",
+                    merger.events_read, merger.units_read
+                ));
                 return state.finish(total, exit);
             }
         };
@@ -527,7 +530,7 @@ fn convert(
         if state.write_failed() {
             // Nothing more reaches the trace: count the records instead of
             // converting them (at normal priority, with the space running out).
-            state.skip((pass.records.len() + pass.kernel.len()) as u64);
+            state.skip(pass.agent_events() + pass.kernel.len() as u64);
             let _ = give_back.send(pass);
             continue;
         }

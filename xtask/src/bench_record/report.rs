@@ -49,6 +49,10 @@ pub struct Sample {
     pub detach_s: Option<f64>,
     /// Seconds the events/s rate is taken over (the span, or the load's duration).
     pub active_s: Option<f64>,
+    /// CPU time the program and its recorder took (user and system, every
+    /// thread, the recorder's conversion after the load included) per operation
+    /// served, µs (servers launched under the recorder).
+    pub cpu_us_per_op: Option<f64>,
 }
 
 /// The median of each number of the samples of one (workload, recorder).
@@ -68,6 +72,8 @@ pub struct Row {
     pub scale: f64,
     pub avg_us: Option<f64>,
     pub p99_us: Option<f64>,
+    /// See [`Sample::cpu_us_per_op`].
+    pub cpu_us_per_op: Option<f64>,
     pub events: Option<f64>,
     pub events_per_s: Option<f64>,
     pub bytes_per_event: Option<f64>,
@@ -129,6 +135,7 @@ pub fn rows(samples: &[Sample], metric_of: impl Fn(&str) -> Metric) -> Vec<Row> 
                 scale: med(&|s| Some(s.scale)).unwrap_or(1.0),
                 avg_us: med(&|s| s.avg_us),
                 p99_us: med(&|s| s.p99_us),
+                cpu_us_per_op: med(&|s| s.cpu_us_per_op),
                 events,
                 events_per_s: med(&|s| Some(s.events? as f64 / s.active_s?)),
                 bytes_per_event: bytes.zip(events).map(|(b, e)| b / e.max(1.0)),
@@ -494,7 +501,7 @@ fn opt(v: Option<f64>, f: impl Fn(f64) -> String) -> String {
 /// The side-by-side table, one line per (workload, recorder).
 pub fn table(rows: &[Row]) -> String {
     let mut s = format!(
-        "{:<17} {:<19} {:>5} {:>12} {:>12} {:>8} {:>10} {:>10} {:>7} {:>8} {:>7} {:>7} {:>9}\n",
+        "{:<17} {:<19} {:>5} {:>12} {:>12} {:>8} {:>10} {:>10} {:>7} {:>8} {:>7} {:>7} {:>9} {:>9}\n",
         "workload",
         "recorder",
         "runs",
@@ -507,7 +514,8 @@ pub fn table(rows: &[Row]) -> String {
         "lost",
         "attach",
         "detach",
-        "p99 µs"
+        "p99 µs",
+        "CPU µs/op"
     );
     let mut last = String::new();
     for r in rows {
@@ -536,7 +544,7 @@ pub fn table(rows: &[Row]) -> String {
             String::new()
         };
         s.push_str(&format!(
-            "{:<17} {:<19} {:>5} {:>12} {:>12} {:>8.2} {:>10} {:>10} {:>7} {:>8} {:>7} {:>7} {:>9}{}{}\n",
+            "{:<17} {:<19} {:>5} {:>12} {:>12} {:>8.2} {:>10} {:>10} {:>7} {:>8} {:>7} {:>7} {:>9} {:>9}{}{}\n",
             r.workload,
             r.recorder,
             r.runs,
@@ -550,6 +558,7 @@ pub fn table(rows: &[Row]) -> String {
             opt(r.attach_s, |a| format!("{a:.3}")),
             opt(r.detach_s, |a| format!("{a:.3}")),
             opt(r.p99_us, |p| format!("≤{p:.0}")),
+            opt(r.cpu_us_per_op, |c| format!("{c:.2}")),
             scaled,
             spread,
         ));
@@ -581,6 +590,7 @@ pub fn sample_json(s: &Sample) -> Value {
         "ops": s.ops, "scale": s.scale, "avg_us": s.avg_us, "p99_us": s.p99_us,
         "events": s.events, "lost": s.lost, "bytes": s.bytes,
         "attach_s": s.attach_s, "detach_s": s.detach_s, "active_s": s.active_s,
+        "cpu_us_per_op": s.cpu_us_per_op,
     })
 }
 
@@ -596,6 +606,7 @@ pub fn row_json(r: &Row) -> Value {
         "avg_us": r.avg_us, "p99_us_log2_bucket_upper": r.p99_us,
         "events": r.events, "events_per_s": r.events_per_s, "bytes_per_event": r.bytes_per_event,
         "lost_max": r.lost_max, "attach_s": r.attach_s, "detach_s": r.detach_s,
+        "cpu_us_per_op": r.cpu_us_per_op,
     })
 }
 
