@@ -43,7 +43,7 @@ use anyhow::{bail, Result};
 use ordo_probe_common::inproc::{
     decode, encode, mapping_size, ring_header_offset, ring_records_offset, seq_table_offset,
     DecodeState, Event, Header, RingHeader, Unit, CLOCK_MONOTONIC_NS, CLOCK_SPARSE, CLOCK_TSC,
-    ENV_FD, MAGIC, MAX_RINGS, RING_FREE, RING_START_UNITS, RING_UNITS, VERSION,
+    ENV_FD, EXTENDED, MAGIC, MAX_RINGS, RING_FREE, RING_START_UNITS, RING_UNITS, SHORT, VERSION,
 };
 use ordo_probe_common::{kind, RawEvent};
 
@@ -985,18 +985,33 @@ impl RawPass {
     /// this pass or an earlier one: only those are looked at.
     pub(crate) fn has_site_outside(&self, known: &mut impl FnMut(u64) -> bool) -> bool {
         let mut last = 0;
-        for site in events(&self.records, None)
-            .map(|e| e.site)
-            .chain(self.kernel.iter().map(|e| e.site))
-        {
+        let mut check = |site: u64| {
             if site != last && site != 0 {
                 if !known(site) {
                     return true;
                 }
                 last = site;
             }
+            false
+        };
+        // The drain runs this over every unit it copies, at high priority on the
+        // program's CPUs: short units (most of a busy program's) are stepped over
+        // with one load each.
+        let mut units = &self.records[..];
+        while let Some(first) = units.first() {
+            if first.b & SHORT != 0 && first.b & EXTENDED == 0 {
+                units = &units[1..];
+                continue;
+            }
+            let Some((event, n)) = decode(units, None) else {
+                break;
+            };
+            units = &units[n..];
+            if check(event.site) {
+                return true;
+            }
         }
-        false
+        self.kernel.iter().any(|e| check(e.site))
     }
 }
 
