@@ -4,8 +4,8 @@
 //! it first copies the events into eleven column `Vec`s, then walks every column
 //! three more times (the chunk's length, the nested message's length, each packed
 //! field's length) before writing it — most of the writer's time on a busy
-//! recording. Here the events go straight from the slice into packed varints, each
-//! column once, and the chunk comes out byte for byte as prost writes it (a test
+//! recording. Here the events go straight from the slice into packed varints, in
+//! one walk over them (each value into its column's buffer), and the chunk comes out byte for byte as prost writes it (a test
 //! compares them), so readers — prost's and [`crate::decode`]'s fast path — see no
 //! difference. Thread and module records, a handful per chunk, go through prost.
 
@@ -21,9 +21,13 @@ pub(crate) struct ChunkEncoder {
     chunk: Vec<u8>,
     /// The event columns' body (field 1 of `Chunk`).
     body: Vec<u8>,
-    /// One column's packed values.
-    column: Vec<u8>,
+    /// Each column's packed values, written at the front; each is kept at least
+    /// 10 bytes (the longest varint) per event of the largest chunk so far.
+    columns: [Vec<u8>; COLUMNS],
 }
+
+/// Event columns (fields 1 to 11 of `EventColumns`).
+const COLUMNS: usize = 11;
 
 impl ChunkEncoder {
     /// The `Chunk` of these events, thread and module records and drop count, as
@@ -36,22 +40,42 @@ impl ChunkEncoder {
         dropped_so_far: u64,
     ) -> &[u8] {
         self.body.clear();
-        let mut prev = 0u64;
-        self.packed(1, events, |e| {
-            let delta = e.ts_ns.wrapping_sub(prev) as i64;
-            prev = e.ts_ns;
-            zigzag(delta)
-        });
-        self.packed(2, events, |e| u64::from(e.tid));
-        self.packed(3, events, |e| e.kind as u64);
-        self.packed(4, events, |e| u64::from(e.via.code()));
-        self.packed(5, events, |e| e.addr);
-        self.packed(6, events, |e| e.addr2);
-        self.packed(7, events, |e| e.site);
-        self.packed(8, events, |e| e.seq);
-        self.packed(9, events, |e| zigzag(e.result));
-        self.packed(10, events, |e| e.value);
-        self.packed(11, events, |e| u64::from(e.size));
+        if !events.is_empty() {
+            // One walk over the events (a chunk of 65 536 is megabytes: a walk per
+            // column read it eleven times), each value into its column.
+            for column in &mut self.columns {
+                if column.len() < events.len() * 10 {
+                    column.resize(events.len() * 10, 0);
+                }
+            }
+            let mut at = [0usize; COLUMNS];
+            let mut prev = 0u64;
+            for e in events {
+                let delta = e.ts_ns.wrapping_sub(prev) as i64;
+                prev = e.ts_ns;
+                let values = [
+                    zigzag(delta),
+                    u64::from(e.tid),
+                    e.kind as u64,
+                    u64::from(e.via.code()),
+                    e.addr,
+                    e.addr2,
+                    e.site,
+                    e.seq,
+                    zigzag(e.result),
+                    e.value,
+                    u64::from(e.size),
+                ];
+                for ((column, at), v) in self.columns.iter_mut().zip(&mut at).zip(values) {
+                    put_varint(column, at, v);
+                }
+            }
+            for (tag, (column, len)) in (1..).zip(self.columns.iter().zip(at)) {
+                encode_key(tag, WireType::LengthDelimited, &mut self.body);
+                encode_varint(len as u64, &mut self.body);
+                self.body.extend_from_slice(&column[..len]);
+            }
+        }
         let out = &mut self.chunk;
         out.clear();
         encode_key(1, WireType::LengthDelimited, out);
@@ -68,21 +92,6 @@ impl ChunkEncoder {
         }
         out
     }
-
-    /// Appends one packed column (nothing when there are no events, as prost).
-    #[inline(always)]
-    fn packed(&mut self, tag: u32, events: &[Event], mut value: impl FnMut(&Event) -> u64) {
-        if events.is_empty() {
-            return;
-        }
-        self.column.clear();
-        for e in events {
-            put_varint(&mut self.column, value(e));
-        }
-        encode_key(tag, WireType::LengthDelimited, &mut self.body);
-        encode_varint(self.column.len() as u64, &mut self.body);
-        self.body.extend_from_slice(&self.column);
-    }
 }
 
 /// protobuf's `sint64` mapping.
@@ -91,12 +100,14 @@ fn zigzag(v: i64) -> u64 {
     ((v << 1) ^ (v >> 63)) as u64
 }
 
-/// A varint, appended.
+/// A varint, written at `*at` (the buffer has room: 10 bytes a value).
 #[inline(always)]
-fn put_varint(buf: &mut Vec<u8>, mut v: u64) {
+fn put_varint(buf: &mut [u8], at: &mut usize, mut v: u64) {
     while v >= 0x80 {
-        buf.push(v as u8 | 0x80);
+        buf[*at] = v as u8 | 0x80;
+        *at += 1;
         v >>= 7;
     }
-    buf.push(v as u8);
+    buf[*at] = v as u8;
+    *at += 1;
 }

@@ -359,7 +359,7 @@ pub(crate) struct DrainState {
     /// Addresses of synchronization objects (locks, condvars, futex words): named
     /// as the whole variable, as `pthread` objects always are, even when a
     /// discovered access reached them (a Rust mutex's lock word is its first field).
-    objects: std::collections::HashSet<u64>,
+    objects: rustc_hash::FxHashSet<u64>,
     /// Watched members and elements: (module, link-time address) → name.
     watch_names: HashMap<(PathBuf, u64), String>,
     /// The main binary's DWARF variables being read ahead ([`Self::prepare_data_names`]).
@@ -405,7 +405,7 @@ impl DrainState {
             started: Instant::now(),
             attach_time: Duration::ZERO,
             accessed: std::collections::HashSet::new(),
-            objects: std::collections::HashSet::new(),
+            objects: rustc_hash::FxHashSet::default(),
             watched: std::collections::HashSet::new(),
             watch_names: HashMap::new(),
             prepared_names: None,
