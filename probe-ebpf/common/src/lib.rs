@@ -678,8 +678,7 @@ pub mod inproc {
     /// `event` as ring units and how many it takes (1, 2 or 4). A compact
     /// event's call site is to be stored at its [`site_index`] (both sides do so:
     /// [`DecodeState::note`]); every event's time stamp becomes the ring's last.
-    /// Time stamps are below 2^62 (CLOCK_MONOTONIC nanoseconds or TSC ticks since
-    /// boot) and sequence numbers below 2^62.
+    /// Any time stamp and any sequence number below 2^63 comes back whole.
     #[inline(always)]
     pub fn encode(event: &Event, against: Option<Against>) -> ([Unit; 4], usize) {
         let mut units = [Unit::default(); 4];
@@ -710,6 +709,7 @@ pub mod inproc {
         if plain
             && (event.addr | event.site) >> 48 == 0
             && event.result as i16 as i32 == event.result
+            && event.seq & (SHORT | EXTENDED) == 0
         {
             units[0] = Unit {
                 a: event.ts,
@@ -1348,6 +1348,11 @@ mod tests {
             Event {
                 seq: EXTENDED / 2 - 1,
                 extra: 1,
+                ..lock
+            },
+            // A sequence number with the short unit's bit set.
+            Event {
+                seq: EXTENDED / 2 + 5,
                 ..lock
             },
         ];
