@@ -67,11 +67,11 @@ const FEW_EVENTS: usize = 4096;
 const PREFAULT_BUFFERS: usize = 8;
 const PREFAULT_RECORDS: usize = (64 << 10) / std::mem::size_of::<ordo_probe_common::inproc::Unit>();
 
-/// How much unconverted backlog the recording holds, in bytes of ring slots.
+/// How much unconverted backlog the recording holds, in bytes of ring units.
 ///
 /// The longer a busy program's burst the converter can leave for later, the less
 /// of the program's CPU it takes: memcached under memcaslap makes ~3.5 M events
-/// (~120 MB of slots) a second, and with a fixed 1 GiB the converter went to normal
+/// (~120 MB of 32-byte slots, before short units) a second, and with a fixed 1 GiB the converter went to normal
 /// priority ~8 s into a 10-s load (6 s with 48-byte records), visibly in the
 /// throughput. Memory is what bounds it, so the limits scale with the memory
 /// available when the recording starts.
@@ -150,11 +150,11 @@ struct Shared {
 }
 
 /// Whether `free` bytes on the trace's file system may not hold what is still to be
-/// written: [`LOW_SPACE`] plus a quarter of the `backlog` of unconverted records
-/// (a trace takes ~6 bytes an event, a ring slot 32: a quarter leaves a margin for
-/// events that compress badly).
+/// written: [`LOW_SPACE`] plus half the `backlog` of unconverted ring units (a
+/// trace takes ~5–6 bytes an event, a busy program's event one 16-byte unit: half
+/// leaves a margin for events that compress badly).
 fn space_is_low(free: u64, backlog: u64) -> bool {
-    free < LOW_SPACE + backlog / 4
+    free < LOW_SPACE + backlog / 2
 }
 
 /// Checks the free space on `output`'s file system every [`SPACE_CHECK`] until
@@ -608,6 +608,9 @@ mod tests {
         assert!(!space_is_low(LOW_SPACE, 0));
         // 100 MiB free: enough for a small backlog, not for 1 GiB of records.
         assert!(!space_is_low(100 << 20, 64 << 20));
+        // 120 MiB of units hold ~7.5 M events, ~40 MiB of trace: too close to the
+        // 64-MiB reserve with 100 MiB free.
+        assert!(space_is_low(100 << 20, 120 << 20));
         assert!(space_is_low(100 << 20, 1 << 30));
     }
 }
