@@ -43,7 +43,7 @@ use anyhow::{bail, Result};
 use ordo_probe_common::inproc::{
     decode, encode, mapping_size, ring_header_offset, ring_records_offset, seq_table_offset,
     DecodeState, Event, Header, RingHeader, Unit, CLOCK_MONOTONIC_NS, CLOCK_SPARSE, CLOCK_TSC,
-    ENV_FD, EXTENDED, MAGIC, MAX_RINGS, RING_FREE, RING_START_UNITS, RING_UNITS, SHORT, VERSION,
+    ENV_FD, MAGIC, MAX_RINGS, RING_FREE, RING_START_UNITS, RING_UNITS, VERSION,
 };
 use ordo_probe_common::{kind, RawEvent};
 
@@ -770,14 +770,10 @@ impl Merger {
             clock.advance(point);
         }
         for &Batch { tid, ring, end } in &pass.batches {
-            let mut own = DecodeState::default();
-            let state = if ring == NOT_A_RING {
-                &mut own
-            } else {
-                self.codecs.entry(ring).or_default()
-            };
+            // An event the recorder added has no short unit and no ring state.
+            let state = (ring != NOT_A_RING).then(|| &mut **self.codecs.entry(ring).or_default());
             let before = scratch.len();
-            scratch.extend(events(&pass.records[start..end], Some(state)).map(|e| expand(&e, tid)));
+            scratch.extend(events(&pass.records[start..end], state).map(|e| expand(&e, tid)));
             self.events_read += (scratch.len() - before) as u64;
             self.units_read += (end - start) as u64;
             let floor = self.floor.unwrap_or(0);
@@ -1017,7 +1013,7 @@ impl RawPass {
         // with one load each.
         let mut units = &self.records[..];
         while let Some(first) = units.first() {
-            if first.b & SHORT != 0 && first.b & EXTENDED == 0 {
+            if first.is_short() {
                 units = &units[1..];
                 continue;
             }
@@ -1122,36 +1118,13 @@ impl RingReader {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ordo_probe_common::inproc::{site_index, Against, SITE_CACHE};
-
-    /// A ring's owner as the agent runs it (`agent/preload/src/record.rs`,
-    /// `emit`): encodes against the ring's state, then updates it.
-    struct Owner {
-        last_ts: u64,
-        sites: Vec<u64>,
-        short: bool,
-    }
-
-    impl Owner {
-        fn emit(&mut self, e: &Event, out: &mut Vec<Unit>) {
-            let against = self.short.then(|| Against {
-                last_ts: self.last_ts,
-                cached_site: self.sites[site_index(e.site)],
-            });
-            let (units, n) = encode(e, against);
-            out.extend_from_slice(&units[..n]);
-            self.last_ts = e.ts;
-            if self.short && n == 2 {
-                self.sites[site_index(e.site)] = e.site;
-            }
-        }
-    }
+    use ordo_probe_common::inproc::Codec;
 
     /// The events the merger releases for passes that carry `events` (ring,
     /// tid, event), each pass cut after every `cut`th event, a `blocked` event
     /// the recorder adds in the middle.
     fn merged(events: &[(u32, u32, Event)], short: bool, cut: usize) -> Vec<RawEvent> {
-        let mut owners: HashMap<u32, Owner> = HashMap::new();
+        let mut owners: HashMap<u32, Codec> = HashMap::new();
         let mut merger = Merger::default();
         let mut out = Vec::new();
         for (k, chunk) in events.chunks(cut).enumerate() {
@@ -1164,12 +1137,11 @@ mod tests {
                 let mut units = Vec::new();
                 let mut tid = 0;
                 for (_, t, e) in chunk.iter().filter(|e| e.0 == ring) {
-                    let owner = owners.entry(ring).or_insert_with(|| Owner {
-                        last_ts: 0,
-                        sites: vec![0; SITE_CACHE],
-                        short,
-                    });
-                    owner.emit(e, &mut units);
+                    // As the agent's `emit` does.
+                    let codec = owners.entry(ring).or_default();
+                    let (encoded, n) = encode(e, short.then(|| codec.against(e.site)));
+                    units.extend_from_slice(&encoded[..n]);
+                    codec.note(e, n, short);
                     tid = *t;
                 }
                 assert!(pass.records.reserve_total(pass.records.len() + units.len()));

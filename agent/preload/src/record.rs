@@ -581,13 +581,8 @@ pub(crate) fn emit(kind: u16, via: u8, addr: u64, site: u64, seq: u64, extra: u6
     };
     let r = ring_header(i);
     let codec = &r.codec.0;
-    let cached = &codec.sites[site_index(site)];
     let short = SHORT_UNITS.load(Relaxed);
-    let against = short.then(|| Against {
-        last_ts: codec.last_ts.load(Relaxed),
-        cached_site: cached.load(Relaxed),
-    });
-    let (units, n) = encode(&event, against);
+    let (units, n) = encode(&event, short.then(|| codec.against(site)));
     let head = r.head.0.load(Relaxed);
     let used = head - r.tail.0.load(Acquire);
     if used + n as u64 > RING_UNITS as u64 {
@@ -609,10 +604,7 @@ pub(crate) fn emit(kind: u16, via: u8, addr: u64, site: u64, seq: u64, extra: u6
     }
     // The owner's own state (the drain reads only `last_ts`, for a thread found
     // blocked): plain stores, ordered before the records by the release below.
-    codec.last_ts.store(event.ts, Relaxed);
-    if short && n == 2 {
-        cached.store(site, Relaxed);
-    }
+    codec.note(&event, n, short);
     r.head.0.store(head + n as u64, Release);
     let half = RING_UNITS as u64 / 2;
     if used < half && used + n as u64 >= half {

@@ -525,7 +525,7 @@ pub const MAX_WATCH_SITES: u32 = 4096;
 /// moment an event takes effect, like the eBPF `SEQ` map).
 #[cfg(not(target_arch = "bpf"))]
 pub mod inproc {
-    use core::sync::atomic::{AtomicU32, AtomicU64};
+    use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
     /// "ORDO_REC".
     pub const MAGIC: u64 = 0x4f52_444f_5f52_4543;
@@ -582,6 +582,14 @@ pub mod inproc {
     // Four units to a cache line.
     const _: () = assert!(core::mem::size_of::<Unit>() == 16);
 
+    impl Unit {
+        /// Whether this unit, the first of an event, is a whole short event.
+        #[inline(always)]
+        pub const fn is_short(&self) -> bool {
+            self.b & (SHORT | EXTENDED) == SHORT
+        }
+    }
+
     /// [`Unit::b`] bit of an extended event's first unit: three more follow
     /// (sequence numbers never come near it).
     pub const EXTENDED: u64 = 1 << 63;
@@ -605,6 +613,42 @@ pub mod inproc {
         pub last_ts: AtomicU64,
         /// Call sites by [`site_index`]: those of compact events.
         pub sites: [AtomicU64; SITE_CACHE],
+    }
+
+    impl Codec {
+        /// A ring's state before its first event (the mapping's zeroed pages).
+        pub const fn new() -> Codec {
+            Codec {
+                last_ts: AtomicU64::new(0),
+                sites: [const { AtomicU64::new(0) }; SITE_CACHE],
+            }
+        }
+
+        /// What an event at `site` is encoded against ([`encode`]).
+        #[inline(always)]
+        pub fn against(&self, site: u64) -> Against {
+            Against {
+                last_ts: self.last_ts.load(Ordering::Relaxed),
+                cached_site: self.sites[site_index(site)].load(Ordering::Relaxed),
+            }
+        }
+
+        /// The owner's update after it published `event` in `units` units, as
+        /// [`DecodeState::note`] follows it; without `short_units` only the time
+        /// stamp is kept (for a thread found blocked), no site.
+        #[inline(always)]
+        pub fn note(&self, event: &Event, units: usize, short_units: bool) {
+            self.last_ts.store(event.ts, Ordering::Relaxed);
+            if short_units && units == 2 {
+                self.sites[site_index(event.site)].store(event.site, Ordering::Relaxed);
+            }
+        }
+    }
+
+    impl Default for Codec {
+        fn default() -> Codec {
+            Codec::new()
+        }
     }
 
     /// Where a call site lives in a ring's [`Codec::sites`].
@@ -745,7 +789,7 @@ pub mod inproc {
     #[inline]
     pub fn decode(units: &[Unit], state: Option<&mut DecodeState>) -> Option<(Event, usize)> {
         let first = units.first()?;
-        let (event, n) = if first.b & SHORT != 0 && first.b & EXTENDED == 0 {
+        let (event, n) = if first.is_short() {
             let index = (first.a >> 56) as usize;
             let (ts, site) = match &state {
                 Some(s) => (
@@ -1285,9 +1329,9 @@ pub mod inproc {
 #[cfg(all(test, not(target_arch = "bpf")))]
 mod tests {
     extern crate std;
-    use std::{vec, vec::Vec};
+    use std::vec::Vec;
 
-    use super::inproc::{decode, encode, site_index, Against, DecodeState, Event, Unit, EXTENDED};
+    use super::inproc::{decode, encode, Codec, DecodeState, Event, Unit, EXTENDED};
     use super::{kind, via};
 
     /// Encodes `e` without short units, decodes it back, and checks that a cut
@@ -1361,37 +1405,19 @@ mod tests {
         }
     }
 
-    /// A ring's owner as the agent runs it: encodes against its codec state and
-    /// updates it as the agent does after publishing.
-    struct Owner {
-        last_ts: u64,
-        sites: Vec<u64>,
-        units: Vec<Unit>,
-    }
-
-    impl Owner {
-        fn emit(&mut self, e: &Event) -> usize {
-            let against = Against {
-                last_ts: self.last_ts,
-                cached_site: self.sites[site_index(e.site)],
-            };
-            let (units, n) = encode(e, Some(against));
-            self.units.extend_from_slice(&units[..n]);
-            self.last_ts = e.ts;
-            if n == 2 {
-                self.sites[site_index(e.site)] = e.site;
-            }
-            n
-        }
+    /// Encodes `e` as a ring's owner does (`agent/preload/src/record.rs`, `emit`)
+    /// into `units`; the units it took.
+    fn emit(codec: &Codec, e: &Event, units: &mut Vec<Unit>) -> usize {
+        let (encoded, n) = encode(e, Some(codec.against(e.site)));
+        units.extend_from_slice(&encoded[..n]);
+        codec.note(e, n, true);
+        n
     }
 
     #[test]
     fn short_units_decode_to_the_events_the_owner_encoded() {
-        let mut owner = Owner {
-            last_ts: 0,
-            sites: vec![0; super::inproc::SITE_CACHE],
-            units: Vec::new(),
-        };
+        let codec = Codec::new();
+        let mut units = Vec::new();
         let base = Event {
             ts: 1_000,
             seq: 7,
@@ -1426,13 +1452,13 @@ mod tests {
                 via: (i % 11 == 0) as u8,
                 ..base
             };
-            sizes.push(owner.emit(&e));
+            sizes.push(emit(&codec, &e, &mut units));
             events.push(e);
         }
         assert!(sizes.iter().filter(|&&n| n == 1).count() > 100, "{sizes:?}");
         assert!(sizes.contains(&2) && sizes.contains(&4));
         let mut state = DecodeState::default();
-        let mut rest = &owner.units[..];
+        let mut rest = &units[..];
         let mut decoded = Vec::new();
         while let Some((e, n)) = decode(rest, Some(&mut state)) {
             decoded.push(e);
