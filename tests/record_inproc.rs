@@ -251,20 +251,117 @@ fn short_ring_units_record_what_wide_ones_do() {
             "{name}"
         );
     }
-    // A wrong value is refused in one line, before anything runs.
+    refused_in_one_line(
+        ("ORDO_RING_UNITS", "narrow"),
+        "expected `short` or `wide`",
+        &dir,
+        &program,
+    );
+}
+
+/// Recording with the environment variable `var` set to a wrong value fails
+/// before anything runs, with one line naming the variable, the value and `what`
+/// was expected.
+fn refused_in_one_line(var: (&str, &str), what: &str, dir: &Path, program: &Path) {
     let out = Command::new(ordo())
-        .env("ORDO_RING_UNITS", "narrow")
+        .env(var.0, var.1)
         .args(["record", "--probes", "inproc", "-o"])
         .arg(dir.join("refused.ordo"))
         .arg("--")
-        .arg(&program)
+        .arg(program)
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
     assert!(
-        stderr.contains("ORDO_RING_UNITS=narrow: expected `short` or `wide`"),
+        stderr.contains(&format!("{}={}: {what}", var.0, var.1)),
         "{stderr}"
+    );
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    assert!(!dir.join("refused.ordo").exists());
+}
+
+/// Records with `ORDO_CONVERT` set to `mode`, returning ordo's stderr and the
+/// phase line's "deferred N times … M passes held at most".
+fn record_converting(
+    mode: &str,
+    trace: &Path,
+    program: &Path,
+    args: &[&str],
+) -> (String, u64, u64) {
+    let out = Command::new(ordo())
+        .env("ORDO_CONVERT", mode)
+        .env("ORDO_PHASES", "1")
+        .args(["record", "--probes", "inproc", "-o"])
+        .arg(trace)
+        .arg("--")
+        .arg(program)
+        .args(args)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "ORDO_CONVERT={mode}: {stderr}");
+    // "conversion: deferred N times while the program ran, M passes held at most"
+    let words: Vec<&str> = stderr
+        .lines()
+        .find_map(|l| l.split("conversion: deferred ").nth(1))
+        .unwrap_or_else(|| panic!("no conversion line: {stderr}"))
+        .split(' ')
+        .collect();
+    let printed = String::from_utf8_lossy(&out.stdout).into_owned();
+    (
+        printed,
+        words[0].parse().unwrap(),
+        words[6].parse().unwrap(),
+    )
+}
+
+/// While every CPU is busy the converter leaves the passes in the backlog until
+/// the program ends (`ORDO_CONVERT=spare`, the default); with `alongside` it never
+/// defers. Either way the trace holds every event, and the same ones.
+#[test]
+fn conversion_deferred_while_no_cpu_is_spare_records_the_same_trace() {
+    if !have_root("conversion_deferred_while_no_cpu_is_spare_records_the_same_trace") {
+        return;
+    }
+    let dir = scratch("inproc-deferred");
+    // One thread more than there are CPUs, computing between lock/unlock pairs
+    // for 1.5 s: no CPU is spare after the first window of 200 ms.
+    let busy = build_program("record_sync");
+    for mode in ["spare", "alongside"] {
+        let trace = dir.join(format!("busy-{mode}.ordo"));
+        let (stdout, deferrals, most_held) =
+            record_converting(mode, &trace, &busy, &["busy", "1500"]);
+        if mode == "spare" {
+            assert!(
+                deferrals > 0 && most_held >= 10,
+                "{mode}: deferred {deferrals} times, {most_held} passes held"
+            );
+        } else {
+            assert_eq!((deferrals, most_held), (0, 0), "{mode}");
+        }
+        let pairs: u64 = printed(stdout.as_bytes(), "pairs").parse().unwrap();
+        let stats = dump_stats(&trace);
+        assert_eq!(stats["lost"], 0, "{mode}");
+        assert_eq!(stats["by_kind"]["mutex_lock"], pairs, "{mode}");
+        assert_eq!(stats["by_kind"]["mutex_unlock"], pairs, "{mode}");
+    }
+    // The same program recorded both ways gives the same events, thread by thread,
+    // and the same findings with the same schedules.
+    let program = build_program("record_units");
+    let (spare, alongside) = (
+        dir.join("units-spare.ordo"),
+        dir.join("units-alongside.ordo"),
+    );
+    record_converting("spare", &spare, &program, &[]);
+    record_converting("alongside", &alongside, &program, &[]);
+    assert_eq!(comparable_events(&spare), comparable_events(&alongside));
+    assert_eq!(findings(&spare), findings(&alongside));
+    refused_in_one_line(
+        ("ORDO_CONVERT", "later"),
+        "expected `spare` or `alongside`",
+        &dir,
+        &program,
     );
 }
 

@@ -60,6 +60,8 @@ pub struct InprocMapping {
     /// With TSC time stamps: the calibration point taken before the program
     /// started (the first segment's start).
     tsc_start: Option<ClockPoint>,
+    /// When the converter works while the program runs.
+    conversion: Conversion,
 }
 
 // SAFETY: the mapping is shared memory accessed through atomics (headers) and plain
@@ -98,6 +100,7 @@ impl InprocMapping {
     /// process being attached to, which keeps its own descriptor of it).
     pub fn over(fd: OwnedFd, tsc_allowed: bool, sparse: bool) -> Result<InprocMapping> {
         let short_units = short_units_wanted()?;
+        let conversion = conversion_wanted()?;
         let size = mapping_size();
         // SAFETY: plain syscalls on values we own; results are checked.
         unsafe {
@@ -135,10 +138,16 @@ impl InprocMapping {
                 prefaulted: 0.into(),
                 whole: (0..MAX_RINGS).map(|_| false.into()).collect(),
                 tsc_start: tsc.then(ClockPoint::now),
+                conversion,
             };
             mapping.prefault_starts(RINGS_AHEAD);
             Ok(mapping)
         }
+    }
+
+    /// When the converter works while the program runs ([`ENV_CONVERT`]).
+    pub fn conversion(&self) -> Conversion {
+        self.conversion
     }
 
     /// Whether the agent reads the clock sparsely ([`CLOCK_SPARSE`]).
@@ -665,6 +674,36 @@ fn short_units_wanted() -> Result<bool> {
         Some(v) if v == "wide" => Ok(false),
         Some(v) => bail!(
             "{ENV_RING_UNITS}={}: expected `short` or `wide`",
+            v.to_string_lossy()
+        ),
+    }
+}
+
+/// Environment variable choosing when the converter works while the program
+/// runs: `spare` (the default: only while the machine has a CPU the program leaves
+/// unused, else deferred within the backlog's bound until one is, or the program
+/// ends) or `alongside` (whenever a CPU would be idle, at idle priority, as before
+/// `spare`). The trace is the same either way; `alongside` is there for the bench
+/// to measure what deferring saves.
+pub const ENV_CONVERT: &str = "ORDO_CONVERT";
+
+/// When the in-process converter works while the program runs ([`ENV_CONVERT`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Conversion {
+    /// Only on a CPU the program leaves spare; deferred otherwise.
+    OnSpareCpu,
+    /// At idle priority, whenever it gets a CPU.
+    Alongside,
+}
+
+/// The conversion [`ENV_CONVERT`] asks for.
+fn conversion_wanted() -> Result<Conversion> {
+    match std::env::var_os(ENV_CONVERT) {
+        None => Ok(Conversion::OnSpareCpu),
+        Some(v) if v == "spare" || v.is_empty() => Ok(Conversion::OnSpareCpu),
+        Some(v) if v == "alongside" => Ok(Conversion::Alongside),
+        Some(v) => bail!(
+            "{ENV_CONVERT}={}: expected `spare` or `alongside`",
             v.to_string_lossy()
         ),
     }

@@ -220,6 +220,42 @@ static int mode_hold(int ms) {
     return 0;
 }
 
+// Every CPU kept busy for MS milliseconds (one thread more than there are CPUs),
+// each thread locking and unlocking a mutex of its own between short
+// computations. Prints the pairs made.
+static long busy_ms;
+static void *busy(void *arg) {
+    long *pairs = arg;
+    pthread_mutex_t mine = PTHREAD_MUTEX_INITIALIZER;
+    struct timespec t0, t;
+    volatile unsigned x = 1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    do {
+        for (int i = 0; i < 64; i++) {
+            pthread_mutex_lock(&mine);
+            for (int k = 0; k < 2000; k++) x = x * 1664525u + 1013904223u;
+            pthread_mutex_unlock(&mine);
+        }
+        *pairs += 64;
+        clock_gettime(CLOCK_MONOTONIC, &t);
+    } while ((t.tv_sec - t0.tv_sec) * 1000L + (t.tv_nsec - t0.tv_nsec) / 1000000L < busy_ms);
+    return NULL;
+}
+static int mode_busy(int ms) {
+    int n = (int)sysconf(_SC_NPROCESSORS_ONLN) + 1;
+    pthread_t t[257];
+    long pairs[257] = {0}, total = 0;
+    if (n > 257) n = 257;
+    busy_ms = ms;
+    for (int i = 0; i < n; i++) pthread_create(&t[i], NULL, busy, &pairs[i]);
+    for (int i = 0; i < n; i++) {
+        pthread_join(t[i], NULL);
+        total += pairs[i];
+    }
+    printf("pairs %ld\n", total);
+    return 0;
+}
+
 // A binary tree of threads of the given depth.
 static int mode_tree(int depth) {
     spawner((void *)(long)depth);
@@ -300,7 +336,7 @@ static int mode_reuse(int rounds, int threads, int m) {
 
 int main(int argc, char **argv) {
     if (argc < 2) {
-        fprintf(stderr, "usage: %s contention|pingpong|rwlock|trylock|recursive|barrier|tree|timed|hold|reuse ...\n", argv[0]);
+        fprintf(stderr, "usage: %s contention|pingpong|rwlock|trylock|recursive|barrier|tree|timed|hold|busy|reuse ...\n", argv[0]);
         return 2;
     }
     const char *mode = argv[1];
@@ -316,6 +352,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(mode, "exit")) rc = a;
     else if (!strcmp(mode, "timed")) rc = mode_timed(a, b);
     else if (!strcmp(mode, "hold")) rc = mode_hold(a);
+    else if (!strcmp(mode, "busy")) rc = mode_busy(a);
     else if (!strcmp(mode, "reuse")) rc = mode_reuse(a, b, c);
     else { fprintf(stderr, "unknown mode %s\n", mode); return 2; }
     fflush(stdout);

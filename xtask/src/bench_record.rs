@@ -114,14 +114,41 @@ enum Recorder {
     /// `ordo record --sparse-times` (in process, the clock read sparsely), launch
     /// mode only.
     OrdoSparse,
-    /// Plain `ordo record` with the rings' short units off (`ORDO_RING_UNITS=wide`):
-    /// what short units save, side by side.
-    OrdoWide,
+    /// Plain `ordo record` with one of the recorder's own knobs turned the other
+    /// way: what the default saves, side by side.
+    OrdoWith(Knob),
     Bpftrace,
     EmptyProbe,
     Tsan,
     Helgrind,
     Lttng,
+}
+
+/// A recorder knob the bench turns the other way beside plain `ordo record`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Knob {
+    /// `ORDO_RING_UNITS=wide`: no short ring units.
+    WideUnits,
+    /// `ORDO_CONVERT=alongside`: the converter works at idle priority while the
+    /// program runs, rather than only on a spare CPU.
+    ConvertAlongside,
+}
+
+impl Knob {
+    fn label(self) -> &'static str {
+        match self {
+            Knob::WideUnits => "ordo wide units",
+            Knob::ConvertAlongside => "ordo converting alongside",
+        }
+    }
+
+    /// The environment variable and value that turn it.
+    fn env(self) -> (&'static str, &'static str) {
+        match self {
+            Knob::WideUnits => ("ORDO_RING_UNITS", "wide"),
+            Knob::ConvertAlongside => ("ORDO_CONVERT", "alongside"),
+        }
+    }
 }
 
 impl Recorder {
@@ -132,7 +159,7 @@ impl Recorder {
             Recorder::Ordo(Some(p)) => format!("ordo --probes {p}"),
             Recorder::OrdoBaseline(_) => "ordo baseline".into(),
             Recorder::OrdoSparse => "ordo --sparse-times".into(),
-            Recorder::OrdoWide => "ordo wide units".into(),
+            Recorder::OrdoWith(knob) => knob.label().into(),
             Recorder::Bpftrace => "bpftrace".into(),
             Recorder::EmptyProbe => "empty probe".into(),
             Recorder::Tsan => "tsan".into(),
@@ -148,7 +175,7 @@ impl Recorder {
             Recorder::Ordo(_)
                 | Recorder::OrdoBaseline(_)
                 | Recorder::OrdoSparse
-                | Recorder::OrdoWide
+                | Recorder::OrdoWith(_)
         )
     }
 
@@ -161,7 +188,7 @@ impl Recorder {
             // and TSan would need a nightly rebuild of std.
             return matches!(
                 self,
-                Recorder::Native | Recorder::Ordo(_) | Recorder::OrdoSparse | Recorder::OrdoWide
+                Recorder::Native | Recorder::Ordo(_) | Recorder::OrdoSparse | Recorder::OrdoWith(_)
             );
         }
         match self {
@@ -635,10 +662,10 @@ impl Bench {
                 c.arg("--").arg(program).args(args);
                 c
             }
-            Recorder::OrdoWide => {
+            Recorder::OrdoWith(knob) => {
                 let _ = std::fs::remove_file(trace);
                 let mut c = Command::new(&self.ordo);
-                c.env("ORDO_RING_UNITS", "wide");
+                c.env(knob.env().0, knob.env().1);
                 c.arg("record").arg("-o").arg(trace);
                 c.arg("--").arg(program).args(args);
                 c
@@ -1121,10 +1148,10 @@ impl Bench {
                     }
                     c
                 }
-                Recorder::OrdoWide => {
+                Recorder::OrdoWith(knob) => {
                     let _ = std::fs::remove_file(&trace);
                     let mut c = Command::new(&self.ordo);
-                    c.env("ORDO_RING_UNITS", "wide");
+                    c.env(knob.env().0, knob.env().1);
                     c.args(["record", "--pid", &pid, "-o"]).arg(&trace);
                     c
                 }
@@ -1178,7 +1205,7 @@ impl Bench {
                     );
                 }
                 let seen = match recorder {
-                    Recorder::Ordo(_) | Recorder::OrdoWide => Command::new(&self.ordo)
+                    Recorder::Ordo(_) | Recorder::OrdoWith(_) => Command::new(&self.ordo)
                         .args(["dump", "--stats", "--json", "--salvage"])
                         .arg(&trace)
                         .stderr(Stdio::null())
@@ -1424,7 +1451,10 @@ pub fn run_record(args: &[String]) -> Result<()> {
     if sparse_times {
         recorders.push(Recorder::OrdoSparse);
     }
-    recorders.push(Recorder::OrdoWide);
+    recorders.extend([
+        Recorder::OrdoWith(Knob::WideUnits),
+        Recorder::OrdoWith(Knob::ConvertAlongside),
+    ]);
     if let Some(b) = &options.baseline {
         recorders.push(Recorder::OrdoBaseline(b.clone()));
     }

@@ -562,10 +562,20 @@ pub(crate) struct Caller {
 }
 
 /// The calling thread, or `None` when the agent is inactive or re-entered.
+///
+/// Inlined to its first check: every wrapper asks, and while recording (gates off)
+/// a call per event had been ~1 % of a recorded memcached's CPU.
+#[inline(always)]
 pub(crate) fn enter() -> Option<Caller> {
     if !ACTIVE.load(Acquire) {
         return None;
     }
+    enter_gated()
+}
+
+/// [`enter`] once gates are on.
+#[inline(never)]
+fn enter_gated() -> Option<Caller> {
     ME.with(|me| {
         if me.busy.get() {
             return None;

@@ -25,9 +25,10 @@
 //! full ([`LOW_SPACE`]): a write that fails there must fail, and be said, while the
 //! program runs, not when it ends (`watch_free_space`).
 
+use std::collections::VecDeque;
 use std::process::ExitStatus;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
-use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -40,8 +41,9 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::attach::Probes;
 use super::drain::{raise_priority, KnownRanges, FLUSH_INTERVAL};
+use super::spare_cpu::{SpareCpu, SPARE_WINDOW};
 use super::{DrainState, RecordSummary};
-use crate::inproc::{InprocMapping, Merger, RawPass, RingReader};
+use crate::inproc::{Conversion, InprocMapping, Merger, RawPass, RingReader};
 use crate::prefault::PrefaultPool;
 
 /// How long the drain sleeps between passes when no ring fills up, while passes
@@ -489,7 +491,28 @@ fn convert(
     let mut last_flush = Instant::now();
     let mut dropped = 0;
     let mut failed = None;
-    for message in passes {
+    let mut inbox = Inbox::new(passes, mapping, [0, writer]);
+    loop {
+        let backlog = shared.backlog.load(Ordering::Relaxed);
+        let want_idle = !shared.finishing.load(Ordering::Relaxed)
+            && !shared.low_space.load(Ordering::Relaxed)
+            && backlog
+                < if idle {
+                    shared.limits.normal
+                } else {
+                    shared.limits.normal / 4
+                };
+        if want_idle != idle {
+            idle = want_idle;
+            set_idle(0, idle);
+            set_idle(writer, idle);
+            if idle {
+                inbox.restart_spare();
+            }
+        }
+        let Some(message) = inbox.next(!idle || shared.finishing.load(Ordering::Relaxed)) else {
+            break;
+        };
         let pass = match message {
             ToConverter::Pass(pass) => pass,
             ToConverter::Finish {
@@ -503,26 +526,14 @@ fn convert(
                     "ring units: {} events in {} units of 16 bytes",
                     merger.events_read, merger.units_read
                 ));
+                crate::phase(&format!(
+                    "conversion: deferred {} times while the program ran, {} passes held at most",
+                    inbox.deferrals, inbox.most_held
+                ));
                 return state.finish(total, exit);
             }
         };
-        let backlog = shared
-            .backlog
-            .fetch_sub(pass.bytes(), Ordering::Relaxed)
-            .saturating_sub(pass.bytes());
-        let want_idle = !shared.finishing.load(Ordering::Relaxed)
-            && !shared.low_space.load(Ordering::Relaxed)
-            && backlog
-                < if idle {
-                    shared.limits.normal
-                } else {
-                    shared.limits.normal / 4
-                };
-        if want_idle != idle {
-            idle = want_idle;
-            set_idle(0, idle);
-            set_idle(writer, idle);
-        }
+        shared.backlog.fetch_sub(pass.bytes(), Ordering::Relaxed);
         if failed.is_some() {
             // Keep receiving (the drain must not block on us) until Finish.
             continue;
@@ -558,6 +569,90 @@ fn convert(
     match failed {
         Some(e) => Err(e),
         None => Err(anyhow!("the drain stopped without finishing the trace")),
+    }
+}
+
+/// Hands the converter the drain's messages in order, deferring passes while the
+/// program runs and no CPU is spare ([`Conversion::OnSpareCpu`], see
+/// `spare_cpu`): a deferred pass waits in the backlog, whose bound (`Backlog`)
+/// makes the converter urgent.
+struct Inbox<'a> {
+    passes: Receiver<ToConverter>,
+    /// Messages received and not handed out yet, oldest first.
+    held: VecDeque<ToConverter>,
+    /// `None`: [`Conversion::Alongside`], nothing deferred.
+    spare: Option<SpareCpu>,
+    /// The converter's and the writer's tids (their time is spare time).
+    own: [i32; 2],
+    mapping: &'a InprocMapping,
+    closed: bool,
+    /// Waits with passes held back, and the most passes held at once (for
+    /// `ORDO_PHASES`).
+    deferrals: u64,
+    most_held: usize,
+}
+
+impl<'a> Inbox<'a> {
+    fn new(passes: Receiver<ToConverter>, mapping: &'a InprocMapping, own: [i32; 2]) -> Inbox<'a> {
+        // SAFETY: gettid has no preconditions.
+        let own = [unsafe { libc::gettid() }, own[1]];
+        Inbox {
+            passes,
+            held: VecDeque::new(),
+            spare: (mapping.conversion() == Conversion::OnSpareCpu).then(|| SpareCpu::start(&own)),
+            own,
+            mapping,
+            closed: false,
+            deferrals: 0,
+            most_held: 0,
+        }
+    }
+
+    /// Measures spare time afresh (after the converter ran at normal priority).
+    fn restart_spare(&mut self) {
+        if let Some(spare) = &mut self.spare {
+            spare.restart(&self.own);
+        }
+    }
+
+    /// The next message to convert, once it may be converted: at once when
+    /// `urgent` (the program ended, or the backlog is past its bound), when the
+    /// program's end is in sight (`Finish` arrived) or a CPU is spare. `None` once
+    /// the drain is gone and everything was handed out.
+    fn next(&mut self, urgent: bool) -> Option<ToConverter> {
+        loop {
+            while let Ok(message) = self.passes.try_recv() {
+                self.held.push_back(message);
+            }
+            let now = urgent
+                || self.closed
+                || matches!(self.held.back(), Some(ToConverter::Finish { .. }))
+                || self.spare.as_mut().is_none_or(|s| s.spare(&self.own));
+            if now {
+                if let Some(message) = self.held.pop_front() {
+                    return Some(message);
+                }
+                if self.closed {
+                    return None;
+                }
+                match self.passes.recv() {
+                    Ok(message) => return Some(message),
+                    Err(_) => return None,
+                }
+            }
+            // Deferred: wake for the next message (a `Finish` must not wait) or
+            // the next measurement, keeping the next rings' pages ready meanwhile.
+            if !self.held.is_empty() {
+                self.deferrals += 1;
+                self.most_held = self.most_held.max(self.held.len());
+            }
+            match self.passes.recv_timeout(SPARE_WINDOW) {
+                Ok(message) => self.held.push_back(message),
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => self.closed = true,
+            }
+            self.mapping.prefault_ahead();
+        }
     }
 }
 

@@ -32,6 +32,7 @@ mod detach;
 mod drain;
 mod inproc_drain;
 mod multi_uprobe;
+mod spare_cpu;
 
 pub(crate) use drain::DrainState;
 
