@@ -8,13 +8,18 @@
 //! - **the converter** (`ordo-convert`, idle priority while the program runs) takes
 //!   the passes in order and does the expensive part: merging each thread's two
 //!   sources by time ([`Merger`]), the per-event bookkeeping and, in the writer
-//!   thread it feeds (idle priority too), encoding and compression — about a
-//!   microsecond of CPU an event, which a program that keeps every CPU busy would
-//!   otherwise pay for. It runs when a CPU would be idle; what it has not done when
-//!   the program ends it finishes then, at normal priority.
+//!   thread it feeds (idle priority too), encoding and compression — tens of
+//!   nanoseconds of CPU an event, which a program that keeps every CPU busy would
+//!   otherwise pay for. While the program runs it converts only when the machine
+//!   has a CPU to spare (`spare_cpu`; [`Conversion::OnSpareCpu`], the default):
+//!   even at idle priority, converting on CPUs the program fills cost memcached
+//!   ~5 points of throughput (preempted as the program's threads wake, its
+//!   megabytes of passes pushing the program's data out of the caches). Otherwise
+//!   it leaves the passes in the backlog ([`Inbox`]); what it has not done when the
+//!   program ends it finishes then, at normal priority.
 //!
 //! The merge works on the passes exactly as they were read (pass boundaries
-//! included), so the trace is the same as if it ran at once. The backlog is bounded:
+//! included), so the trace is the same whenever it runs. The backlog is bounded:
 //! past [`Backlog::normal`] bytes (an eighth of the memory available when the
 //! recording starts, 256 MiB to 4 GiB) the converter runs at normal priority (it then
 //! takes its share of the CPU, as before), past [`Backlog::full`] (twice that) the
