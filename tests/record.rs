@@ -1099,7 +1099,12 @@ fn spawn_long_recording(
     program: &std::path::Path,
     probes: &str,
 ) -> std::process::Child {
+    // In process, the converter defers its work while no CPU is spare (a test
+    // machine running other tests may have none) and so writes nothing until the
+    // program ends: these tests interrupt and kill a recording whose trace has
+    // chunks already, which converting alongside the program gives.
     Command::new(ordo())
+        .env("ORDO_CONVERT", "alongside")
         .arg("record")
         .args(probe_args(probes))
         .arg("-o")
