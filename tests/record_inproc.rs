@@ -133,8 +133,24 @@ fn analysis_findings_are_the_same_on_both_paths() {
 /// `wide`, `ORDO_RING_UNITS`), and returns how many events and ring units the
 /// recording read (from `ORDO_PHASES`).
 fn record_units(units: &str, extra: &[&str], trace: &Path, program: &Path) -> (u64, u64) {
+    let (_, stderr) = record_phases(("ORDO_RING_UNITS", units), extra, trace, program, &[]);
+    // "ring units: N events in M units of 16 bytes"
+    let words = phase_words(&stderr, "ring units: ");
+    (words[0].parse().unwrap(), words[3].parse().unwrap())
+}
+
+/// Records `program args` in process with the environment variable `var` set and
+/// `ORDO_PHASES` on, `extra` options to `ordo record`; returns the program's
+/// stdout and ordo's stderr.
+fn record_phases(
+    var: (&str, &str),
+    extra: &[&str],
+    trace: &Path,
+    program: &Path,
+    args: &[&str],
+) -> (String, String) {
     let out = Command::new(ordo())
-        .env("ORDO_RING_UNITS", units)
+        .env(var.0, var.1)
         .env("ORDO_PHASES", "1")
         .args(["record", "--probes", "inproc"])
         .args(extra)
@@ -142,17 +158,23 @@ fn record_units(units: &str, extra: &[&str], trace: &Path, program: &Path) -> (u
         .arg(trace)
         .arg("--")
         .arg(program)
+        .args(args)
         .output()
         .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "ORDO_RING_UNITS={units}: {stderr}");
-    // "ring units: N events in M units of 16 bytes"
-    let line = stderr
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{}={}: {stderr}", var.0, var.1);
+    (String::from_utf8_lossy(&out.stdout).into_owned(), stderr)
+}
+
+/// The words after `prefix` on the phase line that has it.
+fn phase_words(stderr: &str, prefix: &str) -> Vec<String> {
+    stderr
         .lines()
-        .find_map(|l| l.split("ring units: ").nth(1))
-        .unwrap_or_else(|| panic!("no ring units line: {stderr}"));
-    let words: Vec<&str> = line.split(' ').collect();
-    (words[0].parse().unwrap(), words[3].parse().unwrap())
+        .find_map(|l| l.split(prefix).nth(1))
+        .unwrap_or_else(|| panic!("no `{prefix}` line: {stderr}"))
+        .split(' ')
+        .map(str::to_string)
+        .collect()
 }
 
 /// A trace's events as `ordo dump --json` gives them, thread by thread (how
@@ -281,39 +303,18 @@ fn refused_in_one_line(var: (&str, &str), what: &str, dir: &Path, program: &Path
     assert!(!dir.join("refused.ordo").exists());
 }
 
-/// Records with `ORDO_CONVERT` set to `mode`, returning ordo's stderr and the
-/// phase line's "deferred N times … M passes held at most".
+/// Records with `ORDO_CONVERT` set to `mode`, returning the program's stdout and
+/// the phase line's "deferred N times … M passes held at most".
 fn record_converting(
     mode: &str,
     trace: &Path,
     program: &Path,
     args: &[&str],
 ) -> (String, u64, u64) {
-    let out = Command::new(ordo())
-        .env("ORDO_CONVERT", mode)
-        .env("ORDO_PHASES", "1")
-        .args(["record", "--probes", "inproc", "-o"])
-        .arg(trace)
-        .arg("--")
-        .arg(program)
-        .args(args)
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(out.status.success(), "ORDO_CONVERT={mode}: {stderr}");
+    let (stdout, stderr) = record_phases(("ORDO_CONVERT", mode), &[], trace, program, args);
     // "conversion: deferred N times while the program ran, M passes held at most"
-    let words: Vec<&str> = stderr
-        .lines()
-        .find_map(|l| l.split("conversion: deferred ").nth(1))
-        .unwrap_or_else(|| panic!("no conversion line: {stderr}"))
-        .split(' ')
-        .collect();
-    let printed = String::from_utf8_lossy(&out.stdout).into_owned();
-    (
-        printed,
-        words[0].parse().unwrap(),
-        words[6].parse().unwrap(),
-    )
+    let words = phase_words(&stderr, "conversion: deferred ");
+    (stdout, words[0].parse().unwrap(), words[6].parse().unwrap())
 }
 
 /// While every CPU is busy the converter leaves the passes in the backlog until

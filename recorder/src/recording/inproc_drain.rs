@@ -12,9 +12,9 @@
 //!   nanoseconds of CPU an event, which a program that keeps every CPU busy would
 //!   otherwise pay for. While the program runs it converts only when the machine
 //!   has a CPU to spare (`spare_cpu`; [`Conversion::OnSpareCpu`], the default):
-//!   even at idle priority, converting on CPUs the program fills cost memcached
-//!   ~5 points of throughput (preempted as the program's threads wake, its
-//!   megabytes of passes pushing the program's data out of the caches). Otherwise
+//!   even at idle priority, converting on CPUs the program fills takes from it
+//!   (preempted as the program's threads wake, its megabytes of passes pushing
+//!   the program's data out of the caches). Otherwise
 //!   it leaves the passes in the backlog ([`Inbox`]); what it has not done when the
 //!   program ends it finishes then, at normal priority.
 //!
@@ -496,7 +496,7 @@ fn convert(
     let mut last_flush = Instant::now();
     let mut dropped = 0;
     let mut failed = None;
-    let mut inbox = Inbox::new(passes, mapping, [0, writer]);
+    let mut inbox = Inbox::new(passes, mapping, writer);
     loop {
         let backlog = shared.backlog.load(Ordering::Relaxed);
         let want_idle = !shared.finishing.load(Ordering::Relaxed)
@@ -515,7 +515,9 @@ fn convert(
                 inbox.restart_spare();
             }
         }
-        let Some(message) = inbox.next(!idle || shared.finishing.load(Ordering::Relaxed)) else {
+        // Not idle: the program ended, the space runs out or the backlog is past
+        // its bound.
+        let Some(message) = inbox.next(!idle) else {
             break;
         };
         let pass = match message {
@@ -598,9 +600,10 @@ struct Inbox<'a> {
 }
 
 impl<'a> Inbox<'a> {
-    fn new(passes: Receiver<ToConverter>, mapping: &'a InprocMapping, own: [i32; 2]) -> Inbox<'a> {
+    /// For the calling thread (the converter) feeding the thread `writer`.
+    fn new(passes: Receiver<ToConverter>, mapping: &'a InprocMapping, writer: i32) -> Inbox<'a> {
         // SAFETY: gettid has no preconditions.
-        let own = [unsafe { libc::gettid() }, own[1]];
+        let own = [unsafe { libc::gettid() }, writer];
         Inbox {
             passes,
             held: VecDeque::new(),
