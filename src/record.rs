@@ -71,12 +71,12 @@ pub struct RecordArgs {
     /// running process; ebpf for static or setuid ones and where loading fails).
     #[arg(long, value_enum, default_value = "auto")]
     pub probes: Probes,
-    /// In process, read the clock only where an event may follow a wait (a
-    /// blocking call, a contended lock) and at least every 16th event of a thread;
-    /// the others get the thread's previous time plus one tick. Order stays exact;
-    /// a time may be early by up to the drain's pass interval (5–20 ms). Costs busy
-    /// lock-heavy programs less (see README).
-    #[arg(long, conflicts_with = "pid")]
+    /// In process (launched, or attached to with --pid), read the clock only where
+    /// an event may follow a wait (a blocking call, a contended lock) and at least
+    /// every 16th event of a thread; the others get the thread's previous time plus
+    /// one tick. Order stays exact; a time may be early by up to the drain's pass
+    /// interval (5–20 ms). Costs busy lock-heavy programs less (see README).
+    #[arg(long)]
     pub sparse_times: bool,
     /// Say which path records what and what it cannot see, and with eBPF where each
     /// libc probe sits (one line per site: function, offset, instruction, emulated

@@ -153,6 +153,54 @@ fn attaching_again_reuses_the_loaded_agent() {
     end(child, out);
 }
 
+/// `--sparse-times` with `--pid` in process, twice on the same target: each
+/// recording is in process, says how its times were taken, loses nothing, has
+/// every time within its own half second (not one carried over from the first
+/// attachment's last stamps), and leaves the GOT as it was.
+#[test]
+fn attaching_in_process_with_sparse_times_stamps_each_attachment_afresh() {
+    if !have_root("attaching_in_process_with_sparse_times_stamps_each_attachment_afresh") {
+        return;
+    }
+    let dir = scratch("attach_in_process_sparse");
+    let (child, out) = target();
+    let pid = child.id();
+    let before = read_only_memory(pid);
+    for i in 0..2 {
+        if i > 0 {
+            std::thread::sleep(Duration::from_millis(1500));
+        }
+        let trace = dir.join(format!("{i}.ordo"));
+        let output = Command::new(ordo())
+            .args(["record", "-v", "--sparse-times", "--pid", &pid.to_string()])
+            .args(["--duration", "0.5", "-o"])
+            .arg(&trace)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(output.status.success(), "{stderr}");
+        assert!(stderr.contains("recording in process"), "{stderr}");
+        assert!(!stderr.contains("every event is stamped"), "{stderr}");
+        let s = stats(&trace);
+        assert!(
+            s["by_kind"]["mutex_lock"].as_u64().unwrap_or(0) > 10,
+            "{i}: {s}"
+        );
+        assert_eq!(s["lost"].as_u64(), Some(0), "{i}: {s}");
+        let span = s["span_ns"].as_u64().unwrap();
+        assert!(span < 1_200_000_000, "{i}: times span {span} ns: {s}");
+        let dump = crate::common::run_ordo(&["dump", trace.to_str().unwrap()]);
+        let text = String::from_utf8_lossy(&dump.stdout);
+        let first = text.lines().next().unwrap_or("");
+        assert!(first.contains("--sparse-times"), "{i}: {first}");
+    }
+    assert_eq!(
+        changed(&before, &read_only_memory(pid)),
+        Vec::<String>::new()
+    );
+    end(child, out);
+}
+
 #[test]
 fn a_killed_recorder_leaves_the_target_restored_and_running() {
     if !have_root("a_killed_recorder_leaves_the_target_restored_and_running") {

@@ -91,7 +91,7 @@ pub struct Detached {
 }
 
 /// Step 1: makes the recording's memfd in `pid` and loads the agent into it.
-pub fn prepare(pid: i32, tsc_allowed: bool) -> Result<Prepared> {
+pub fn prepare(pid: i32, tsc_allowed: bool, sparse_times: bool) -> Result<Prepared> {
     let agent = agent_path()?;
     let [memfd_create, dlopen, dlerror, close] = symbols_in_target(
         pid,
@@ -134,7 +134,7 @@ pub fn prepare(pid: i32, tsc_allowed: bool) -> Result<Prepared> {
     }
     // SAFETY: a descriptor just made for us.
     let local = unsafe { OwnedFd::from_raw_fd(local as i32) };
-    let mapping = InprocMapping::over(local, tsc_allowed, false)?;
+    let mapping = InprocMapping::over(local, tsc_allowed, sparse_times)?;
     // The agent need not wait for its modules to be read: they are read at attach.
     mapping.modules_read();
     Ok(Prepared {

@@ -229,14 +229,7 @@ pub fn record_launched(
     // apart (a store right after a lock returns): they need exact stamps on the
     // kernel's own clock rather than a calibrated TSC.
     let watched = !record.watch_sites.is_empty() || !record.hw_watches.is_empty();
-    if options.sparse_times {
-        if watched {
-            bail!("--sparse-times cannot be used with --watch, --watch-hw or --mark: what they record is placed among the pthread calls by exact time stamps");
-        }
-        if !inproc {
-            say("ordo: --sparse-times applies to the in-process path only: every event is stamped");
-        }
-    }
+    check_sparse_times(options, watched, inproc, say)?;
     if options.verbose {
         say(verbose_note(inproc));
     }
@@ -463,10 +456,16 @@ pub fn record_attached(
     // In process unless asked for eBPF: the agent loaded into the target records
     // into a mapping shared with it (see attach_in_process).
     let watched = !record.watch_sites.is_empty() || !record.hw_watches.is_empty();
+    check_sparse_times(
+        options,
+        watched,
+        !matches!(options.probes, ProbeChoice::Ebpf),
+        say,
+    )?;
     let prepared = match options.probes {
         ProbeChoice::Ebpf => None,
         ProbeChoice::Auto | ProbeChoice::Inproc => {
-            match crate::attach_in_process::prepare(pid as i32, !watched) {
+            match crate::attach_in_process::prepare(pid as i32, !watched, options.sparse_times) {
                 Ok(prepared) => Some(prepared),
                 Err(e) => {
                     say(&format!(
@@ -547,6 +546,26 @@ pub fn record_attached(
 
 /// Refuses the trace path before anything is launched or attached: an existing
 /// file without `--force`, a symlink, or the recorded program itself.
+/// Refuses `--sparse-times` with watches (they are placed among the pthread calls
+/// by exact time stamps) and says it changes nothing on the eBPF path.
+fn check_sparse_times(
+    options: &SessionOptions,
+    watched: bool,
+    inproc: bool,
+    say: &mut dyn FnMut(&str),
+) -> Result<()> {
+    if !options.sparse_times {
+        return Ok(());
+    }
+    if watched {
+        bail!("--sparse-times cannot be used with --watch, --watch-hw or --mark: what they record is placed among the pthread calls by exact time stamps");
+    }
+    if !inproc {
+        say("ordo: --sparse-times applies to the in-process path only: every event is stamped");
+    }
+    Ok(())
+}
+
 fn refuse_output(record: &mut RecordOptions, force: bool) -> Result<()> {
     record.replace_existing = force;
     let inputs: Vec<&Path> = record.inputs.iter().map(PathBuf::as_path).collect();

@@ -78,9 +78,11 @@ thread_local! {
     /// A wait for room timed out (the drain is gone or far behind): drop without
     /// waiting until the ring has room again.
     static GAVE_UP: Cell<bool> = const { Cell::new(false) };
-    /// With sparse time stamps: this thread's last time stamp (0: none yet) and
-    /// how many events in a row have taken it plus one tick since the clock was read.
-    static LAST_STAMP: Cell<(u64, u32)> = const { Cell::new((0, 0)) };
+    /// With sparse time stamps: this thread's last time stamp (0: none yet), how
+    /// many events in a row have taken it plus one tick since the clock was read,
+    /// and the [`ATTACHMENT`] it was taken in (a stamp of an earlier one may be
+    /// minutes old).
+    static LAST_STAMP: Cell<(u64, u32, u32)> = const { Cell::new((0, 0, 0)) };
 }
 
 /// The switch [`on`] reads: an attached recorder clears it to detach
@@ -352,11 +354,16 @@ fn event_stamp(kind: u16, via: u8, addr: u64) -> u64 {
     if !SPARSE.load(Relaxed) {
         return stamp();
     }
-    let (last, run) = LAST_STAMP.with(|s| s.get());
-    let next = if last != 0 && run < SPARSE_RUN && cannot_have_waited(kind, via, addr) {
-        (last + 1, run + 1)
+    let (last, run, attachment) = LAST_STAMP.with(|s| s.get());
+    let now_attached = ATTACHMENT.load(Relaxed);
+    let next = if last != 0
+        && attachment == now_attached
+        && run < SPARSE_RUN
+        && cannot_have_waited(kind, via, addr)
+    {
+        (last + 1, run + 1, now_attached)
     } else {
-        (stamp(), 0)
+        (stamp(), 0, now_attached)
     };
     LAST_STAMP.with(|s| s.set(next));
     next.0
