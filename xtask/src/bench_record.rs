@@ -98,6 +98,7 @@ const WORKLOADS: &[&str] = &[
     "pigz",
     "memcached",
     "memcached-attach",
+    "memcached-windows",
     "mariadb",
     "mariadb-attach",
     "true",
@@ -191,13 +192,12 @@ impl Recorder {
                 Recorder::Native | Recorder::Ordo(_) | Recorder::OrdoSparse | Recorder::OrdoWith(_)
             );
         }
+        let attaches = workload.ends_with("-attach") || workload.ends_with("-windows");
         match self {
             Recorder::Tsan | Recorder::Helgrind => micro,
-            Recorder::Lttng | Recorder::OrdoBaseline(_) | Recorder::OrdoSparse => {
-                !workload.ends_with("-attach")
-            }
+            Recorder::Lttng | Recorder::OrdoBaseline(_) => !attaches,
             // Attaching, plain `ordo` (the `ordo` row) is in process already.
-            Recorder::Ordo(Some(p)) if workload.ends_with("-attach") => p != "inproc",
+            Recorder::Ordo(Some(p)) if attaches => p != "inproc",
             _ => true,
         }
     }
@@ -1137,98 +1137,8 @@ impl Bench {
             .spawn()?;
         let result = (|| -> Result<Sample> {
             instance.wait_ready(Duration::from_secs(60))?;
-            let pid = running.id().to_string();
-            let mut cmd = match recorder {
-                Recorder::Ordo(probes) => {
-                    let _ = std::fs::remove_file(&trace);
-                    let mut c = Command::new(&self.ordo);
-                    c.args(["record", "--pid", &pid, "-o"]).arg(&trace);
-                    if let Some(p) = probes {
-                        c.args(["--probes", p]);
-                    }
-                    c
-                }
-                Recorder::OrdoWith(knob) => {
-                    let _ = std::fs::remove_file(&trace);
-                    let mut c = Command::new(&self.ordo);
-                    c.env(knob.env().0, knob.env().1);
-                    c.args(["record", "--pid", &pid, "-o"]).arg(&trace);
-                    c
-                }
-                Recorder::Bpftrace => {
-                    let mut c = Command::new("bpftrace");
-                    self.bpftrace_script
-                        .as_ref()
-                        .context("no bpftrace script")?;
-                    c.arg("-o")
-                        .arg(self.dir.join(format!("bpftrace-{tag}.out")))
-                        .args(["-p", &pid])
-                        .arg(self.dir.join("same-functions-pid.bt"))
-                        .arg(&pid);
-                    c
-                }
-                Recorder::EmptyProbe => {
-                    let (e, binary) = self
-                        .empty_program
-                        .as_ref()
-                        .context("no empty_probes program")?;
-                    e.attach_command(binary, &pid)
-                }
-                other => bail!("{} cannot attach", other.label()),
-            };
-            // empty_probes says on stdout when its probes are in place.
-            let attached = self.dir.join(format!("{tag}.attached"));
-            let stdout = match recorder {
-                Recorder::EmptyProbe => Stdio::from(std::fs::File::create(&attached)?),
-                _ => Stdio::null(),
-            };
-            let spawned = mono();
-            let mut rec = cmd
-                .stdin(Stdio::null())
-                .stdout(stdout)
-                .stderr(Stdio::piped())
-                .spawn()
-                .with_context(|| format!("run {cmd:?}"))?;
-            // Wait until the recorder sees events (ordo: the trace has some; empty
-            // probes: attached; others: a fixed 2 s), poking the server with connections
-            // so there are events to see.
-            let ready = Instant::now();
-            loop {
-                instance.poke();
-                if let Some(status) = rec.try_wait()? {
-                    let mut err = Vec::new();
-                    rec.stderr.take().unwrap().read_to_end(&mut err)?;
-                    bail!(
-                        "{} exited before the load ({status}): {}",
-                        recorder.label(),
-                        first_line(&err)
-                    );
-                }
-                let seen = match recorder {
-                    Recorder::Ordo(_) | Recorder::OrdoWith(_) => Command::new(&self.ordo)
-                        .args(["dump", "--stats", "--json", "--salvage"])
-                        .arg(&trace)
-                        .stderr(Stdio::null())
-                        .output()
-                        .ok()
-                        .and_then(|o| serde_json::from_slice::<Value>(&o.stdout).ok())
-                        .is_some_and(|v| v["events"].as_u64().unwrap_or(0) > 0),
-                    Recorder::EmptyProbe => {
-                        std::fs::read_to_string(&attached).is_ok_and(|t| t.starts_with("attached"))
-                    }
-                    _ => ready.elapsed() > Duration::from_secs(2),
-                };
-                // empty_probes attaches its ~80 probes at ~0.1 s each.
-                let limit = if *recorder == Recorder::EmptyProbe {
-                    60
-                } else {
-                    20
-                };
-                if seen || ready.elapsed() > Duration::from_secs(limit) {
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(50));
-            }
+            let (mut rec, spawned) =
+                self.attach_recorder(recorder, &instance, running.id(), &trace, &tag)?;
             let server_cpu = || process_cpu_s(running.id()).unwrap_or(f64::NAN);
             let server_before = server_cpu();
             let load = instance.load(self.sizes.server_s);
@@ -1247,8 +1157,7 @@ impl Bench {
                 && *recorder != Recorder::EmptyProbe
                 && *recorder != Recorder::Bpftrace
             {
-                let mut err = Vec::new();
-                rec.stderr.take().unwrap().read_to_end(&mut err)?;
+                let err = std::fs::read(self.stderr_file(&tag)).unwrap_or_default();
                 bail!(
                     "{} failed ({status}): {}",
                     recorder.label(),
@@ -1277,6 +1186,215 @@ impl Bench {
         result
     }
 
+    /// One pair of windows on one memcached under one continuous load: an
+    /// unrecorded window, then the recorder attaches and, once it sees events, a
+    /// recorded window of the same length (for `native`, a second unrecorded one:
+    /// the method's own noise). The server's throughput differs by tens of per
+    /// cent from one start to the next on a 2-CPU machine; within one process and
+    /// one load, adjacent windows differ by a few.
+    fn server_windows(&mut self, server: Server, recorder: &Recorder) -> Result<Sample> {
+        let instance = self.instance(server)?;
+        let workload = format!("{}-windows", server.name());
+        let tag = format!("{workload}-{}", recorder.label().replace(' ', "_"));
+        let trace = self.dir.join(format!("{tag}.ordo"));
+        let window = Duration::from_secs(self.sizes.server_s.div_ceil(2));
+        let mut running = Command::new(server.binary())
+            .args(&instance.args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()?;
+        let mut load = None;
+        let result = (|| -> Result<Sample> {
+            instance.wait_ready(Duration::from_secs(60))?;
+            // Outlasts both windows and the slowest attach (empty probes: ~60 s).
+            load = Some(instance.start_load(2 * window.as_secs() + 120)?);
+            std::thread::sleep(Duration::from_secs(1));
+            let off = instance.rate_over(window)?;
+            let attached = match recorder {
+                Recorder::Native => None,
+                r => Some(self.attach_recorder(r, &instance, running.id(), &trace, &tag)?),
+            };
+            std::thread::sleep(Duration::from_millis(500));
+            let on = instance.rate_over(window)?;
+            let mut sample = Sample {
+                workload: workload.clone(),
+                recorder: recorder.label(),
+                value: on,
+                scale: 1.0,
+                active_s: Some(window.as_secs_f64()),
+                paired_off: Some(off),
+                ..Sample::default()
+            };
+            if let Some((mut rec, spawned)) = attached {
+                let stopped = mono();
+                signal(rec.id(), libc::SIGINT);
+                let status = wait_bounded(&mut rec, Duration::from_secs(120), &recorder.label());
+                let returned = mono();
+                let status = status?;
+                if !status.success()
+                    && *recorder != Recorder::EmptyProbe
+                    && *recorder != Recorder::Bpftrace
+                {
+                    let err = std::fs::read(self.stderr_file(&tag)).unwrap_or_default();
+                    bail!(
+                        "{} failed ({status}): {}",
+                        recorder.label(),
+                        first_line(&err)
+                    );
+                }
+                sample.wall_s = returned - spawned;
+                self.collect(
+                    recorder,
+                    &mut sample,
+                    &trace,
+                    &tag,
+                    spawned,
+                    Some(stopped),
+                    returned,
+                )?;
+                if recorder.is_ordo() {
+                    sample.detach_s = Some(returned - stopped);
+                    // Events over the whole recording, not the window.
+                    sample.active_s = None;
+                }
+            }
+            Ok(sample)
+        })();
+        if let Some(mut load) = load {
+            let _ = load.kill();
+            let _ = load.wait();
+        }
+        signal(running.id(), libc::SIGTERM);
+        let _ = wait_bounded(&mut running, Duration::from_secs(60), server.name());
+        result
+    }
+
+    /// Where an attached recorder's stderr goes.
+    fn stderr_file(&self, tag: &str) -> PathBuf {
+        self.dir.join(format!("{tag}.stderr"))
+    }
+
+    /// Attaches `recorder` to the running server `pid` and waits until it sees
+    /// events (ordo: the trace has some; empty probes: attached; others: a fixed
+    /// 2 s), poking the server with connections so there are events to see.
+    /// Returns the recorder and when it was started.
+    fn attach_recorder(
+        &self,
+        recorder: &Recorder,
+        instance: &Instance,
+        pid: u32,
+        trace: &Path,
+        tag: &str,
+    ) -> Result<(Child, f64)> {
+        let pid = pid.to_string();
+        let mut cmd = match recorder {
+            Recorder::Ordo(probes) => {
+                let _ = std::fs::remove_file(trace);
+                let mut c = Command::new(&self.ordo);
+                c.args(["record", "--pid", &pid, "-o"]).arg(trace);
+                if let Some(p) = probes {
+                    c.args(["--probes", p]);
+                }
+                c
+            }
+            Recorder::OrdoWith(knob) => {
+                let _ = std::fs::remove_file(trace);
+                let mut c = Command::new(&self.ordo);
+                c.env(knob.env().0, knob.env().1);
+                c.args(["record", "--pid", &pid, "-o"]).arg(trace);
+                c
+            }
+            Recorder::OrdoSparse => {
+                let _ = std::fs::remove_file(trace);
+                let mut c = Command::new(&self.ordo);
+                c.args(["record", "--sparse-times", "--pid", &pid, "-o"])
+                    .arg(trace);
+                c
+            }
+            Recorder::Bpftrace => {
+                let mut c = Command::new("bpftrace");
+                self.bpftrace_script
+                    .as_ref()
+                    .context("no bpftrace script")?;
+                c.arg("-o")
+                    .arg(self.dir.join(format!("bpftrace-{tag}.out")))
+                    .args(["-p", &pid])
+                    .arg(self.dir.join("same-functions-pid.bt"))
+                    .arg(&pid);
+                c
+            }
+            Recorder::EmptyProbe => {
+                let (e, binary) = self
+                    .empty_program
+                    .as_ref()
+                    .context("no empty_probes program")?;
+                e.attach_command(binary, &pid)
+            }
+            other => bail!("{} cannot attach", other.label()),
+        };
+        // empty_probes says on stdout when its probes are in place.
+        let attached = self.dir.join(format!("{tag}.attached"));
+        let stdout = match recorder {
+            Recorder::EmptyProbe => Stdio::from(std::fs::File::create(&attached)?),
+            _ => Stdio::null(),
+        };
+        let spawned = mono();
+        let said = self.stderr_file(tag);
+        let mut rec = cmd
+            .stdin(Stdio::null())
+            .stdout(stdout)
+            .stderr(std::fs::File::create(&said)?)
+            .spawn()
+            .with_context(|| format!("run {cmd:?}"))?;
+        // Wait until the recorder records (ordo: it says so, or its trace has
+        // events — a trace does not grow while the conversion waits for a spare
+        // CPU; empty probes: attached; others: a fixed 2 s), poking the server
+        // with connections so there are events to see.
+        let ready = Instant::now();
+        loop {
+            instance.poke();
+            if let Some(status) = rec.try_wait()? {
+                let err = std::fs::read(&said).unwrap_or_default();
+                bail!(
+                    "{} exited before the load ({status}): {}",
+                    recorder.label(),
+                    first_line(&err)
+                );
+            }
+            let seen = match recorder {
+                r if r.is_ordo()
+                    && std::fs::read_to_string(&said)
+                        .is_ok_and(|t| t.contains("Ctrl-C to stop")) =>
+                {
+                    true
+                }
+                r if r.is_ordo() => Command::new(&self.ordo)
+                    .args(["dump", "--stats", "--json", "--salvage"])
+                    .arg(trace)
+                    .stderr(Stdio::null())
+                    .output()
+                    .ok()
+                    .and_then(|o| serde_json::from_slice::<Value>(&o.stdout).ok())
+                    .is_some_and(|v| v["events"].as_u64().unwrap_or(0) > 0),
+                Recorder::EmptyProbe => {
+                    std::fs::read_to_string(&attached).is_ok_and(|t| t.starts_with("attached"))
+                }
+                _ => ready.elapsed() > Duration::from_secs(2),
+            };
+            // empty_probes attaches its ~80 probes at ~0.1 s each.
+            let limit = if *recorder == Recorder::EmptyProbe {
+                60
+            } else {
+                20
+            };
+            if seen || ready.elapsed() > Duration::from_secs(limit) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Ok((rec, spawned))
+    }
+
     /// Ten `ordo record -- true` in a row: mean and max wall time.
     fn true_ten(&self) -> Result<Value> {
         let trace = self.dir.join("true.ordo");
@@ -1303,6 +1421,10 @@ impl Bench {
             "pigz" => self.pigz(recorder, last_rep),
             // Attach mode's baseline is a native launch (used only when the launch
             // workload, whose native run it shares, is not selected).
+            w if w.ends_with("-windows") => {
+                let server = Server::of(w).context("no such server")?;
+                self.server_windows(server, recorder)
+            }
             w if w.ends_with("-attach") => {
                 let server = Server::of(w).context("no such server")?;
                 if *recorder == Recorder::Native {
@@ -1579,7 +1701,7 @@ pub fn run_record(args: &[String]) -> Result<()> {
         s.lock_iters, s.pair_iters, s.pingpong_rounds, s.rwlock_iters, s.pigz_mb,
         Server::Memcached.describe(s.server_s), Server::Mariadb.describe(s.server_s)
     );
-    println!("Times are the program's own span (pigz: from its first to its last MiB read); memcached is ops/s, mariadb transactions/s. Probe sites: {}.", bench.sites.as_ref().map(|s| s.source.as_str()).unwrap_or("not needed"));
+    println!("Times are the program's own span (pigz: from its first to its last MiB read); memcached is ops/s, mariadb transactions/s; memcached-windows is the recorded {} s window's ops/s, its loss against the unrecorded window before it in the same server under the same load. Probe sites: {}.", s.server_s.div_ceil(2), bench.sites.as_ref().map(|s| s.source.as_str()).unwrap_or("not needed"));
     println!("{}", report::table(&rows));
     if let Some((e, _)) = &bench.empty_program {
         println!("{}", empty_note(e, &rows, &kernel_ordo));
@@ -1742,5 +1864,10 @@ Run time: 3.0s Ops: 345836 TPS: 115269 Net_rate: 129.0M/s\n";
         assert!(!Recorder::Lttng.applies("memcached-attach"));
         assert!(!Recorder::Ordo(Some("inproc".into())).applies("memcached-attach"));
         assert!(Recorder::Ordo(Some("ebpf".into())).applies("memcached-attach"));
+        // Windows attach to a running server, as attach mode does.
+        assert!(!Recorder::Lttng.applies("memcached-windows"));
+        assert!(Recorder::Native.applies("memcached-windows"));
+        assert!(Recorder::OrdoSparse.applies("memcached-windows"));
+        assert!(!Recorder::Ordo(Some("inproc".into())).applies("memcached-windows"));
     }
 }

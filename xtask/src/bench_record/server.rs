@@ -6,7 +6,7 @@ use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -26,7 +26,11 @@ const SYSBENCH_ROWS: u32 = 10_000;
 impl Server {
     /// The server of a workload name (`memcached`, `mariadb-attach`, …).
     pub fn of(workload: &str) -> Option<Server> {
-        match workload.strip_suffix("-attach").unwrap_or(workload) {
+        let server = workload
+            .strip_suffix("-attach")
+            .or_else(|| workload.strip_suffix("-windows"))
+            .unwrap_or(workload);
+        match server {
             "memcached" => Some(Server::Memcached),
             "mariadb" => Some(Server::Mariadb),
             _ => None,
@@ -190,6 +194,68 @@ impl Instance {
     }
 }
 
+impl Instance {
+    /// Starts the load in the background for `seconds` (memcached only: its
+    /// `stats` count what it served, [`Instance::rate_over`]).
+    pub fn start_load(&self, seconds: u64) -> Result<Child> {
+        let Endpoint::Tcp(port) = &self.endpoint else {
+            bail!("windows are measured on memcached only");
+        };
+        let t = format!("{seconds}s");
+        Command::new("memcaslap")
+            .args(["-s", &format!("127.0.0.1:{port}"), "-T", "2", "-c", "32"])
+            .args(["-t", &t, "-S", &t])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .context("run memcaslap")
+    }
+
+    /// Operations a second the server served over the next `window` (its own
+    /// `cmd_get` and `cmd_set` counters, read before and after).
+    pub fn rate_over(&self, window: Duration) -> Result<f64> {
+        let (before, start) = (self.served()?, Instant::now());
+        std::thread::sleep(window);
+        let (after, took) = (self.served()?, start.elapsed());
+        Ok(after.saturating_sub(before) as f64 / took.as_secs_f64())
+    }
+
+    /// Gets and sets served so far (memcached's `stats`).
+    fn served(&self) -> Result<u64> {
+        let Endpoint::Tcp(port) = &self.endpoint else {
+            bail!("windows are measured on memcached only");
+        };
+        let mut s = TcpStream::connect(("127.0.0.1", *port)).context("connect for stats")?;
+        s.set_read_timeout(Some(Duration::from_secs(10)))?;
+        s.write_all(b"stats\r\n")?;
+        let mut text = Vec::new();
+        let mut buf = [0u8; 8192];
+        while !text.ends_with(b"END\r\n") {
+            let n = s.read(&mut buf).context("read memcached stats")?;
+            if n == 0 {
+                bail!("memcached closed the stats connection");
+            }
+            text.extend_from_slice(&buf[..n]);
+        }
+        parse_served(&String::from_utf8_lossy(&text))
+            .context("memcached stats without cmd_get and cmd_set")
+    }
+}
+
+/// `cmd_get` + `cmd_set` of memcached's `stats` reply.
+pub fn parse_served(text: &str) -> Option<u64> {
+    let counter = |name: &str| {
+        text.lines().find_map(|l| {
+            let mut w = l.split_whitespace();
+            (w.next() == Some("STAT") && w.next() == Some(name))
+                .then(|| w.next()?.parse::<u64>().ok())
+                .flatten()
+        })
+    };
+    Some(counter("cmd_get")? + counter("cmd_set")?)
+}
+
 trait ReadWrite: Read + Write {}
 impl<T: Read + Write> ReadWrite for T {}
 
@@ -337,6 +403,14 @@ mod tests {
         assert!((avg.unwrap() - 2440.0).abs() < 1e-6);
         assert!((p99.unwrap() - 5470.0).abs() < 1e-6);
         assert!(parse_sysbench("FATAL: no database").is_none());
+    }
+
+    #[test]
+    fn served_is_gets_plus_sets() {
+        let text =
+            "STAT pid 7\r\nSTAT cmd_get 1200\r\nSTAT cmd_set 34\r\nSTAT cmd_flush 0\r\nEND\r\n";
+        assert_eq!(parse_served(text), Some(1234));
+        assert_eq!(parse_served("STAT cmd_get 5\r\nEND\r\n"), None);
     }
 
     #[test]
