@@ -629,6 +629,7 @@ pub fn sample_json(s: &Sample) -> Value {
         "events": s.events, "lost": s.lost, "bytes": s.bytes,
         "attach_s": s.attach_s, "detach_s": s.detach_s, "active_s": s.active_s,
         "cpu_us_per_op": s.cpu_us_per_op,
+        "paired_off": s.paired_off,
     })
 }
 
