@@ -112,8 +112,8 @@ enum Recorder {
     Ordo(Option<String>),
     /// `ordo record` by another ordo binary (`--baseline`), launch mode only.
     OrdoBaseline(PathBuf),
-    /// `ordo record --sparse-times` (in process, the clock read sparsely), launch
-    /// mode only.
+    /// `ordo record --sparse-times` (in process, the clock read sparsely), launched
+    /// or attached.
     OrdoSparse,
     /// Plain `ordo record` with one of the recorder's own knobs turned the other
     /// way: what the default saves, side by side.
