@@ -1145,25 +1145,13 @@ impl Bench {
             let server_s = server_cpu() - server_before;
             let stopped = mono();
             let recorder_before = children_cpu_s();
-            signal(rec.id(), libc::SIGINT);
-            let status = wait_bounded(&mut rec, Duration::from_secs(120), &recorder.label());
+            let stopped_ok = self.stop_attached(&mut rec, recorder, &tag);
             let returned = mono();
             // The recorder's whole life (its attach and conversion too) and the
             // server's CPU over the load.
             let cpu_s = server_s + (children_cpu_s() - recorder_before);
             let (tps, avg, p99) = load?;
-            let status = status?;
-            if !status.success()
-                && *recorder != Recorder::EmptyProbe
-                && *recorder != Recorder::Bpftrace
-            {
-                let err = std::fs::read(self.stderr_file(&tag)).unwrap_or_default();
-                bail!(
-                    "{} failed ({status}): {}",
-                    recorder.label(),
-                    first_line(&err)
-                );
-            }
+            stopped_ok?;
             let mut sample =
                 self.server_sample(&workload, recorder, (tps, avg, p99), returned - spawned);
             sample.cpu_us_per_op = per_op_us(cpu_s, tps, self.sizes.server_s);
@@ -1227,21 +1215,8 @@ impl Bench {
             };
             if let Some((mut rec, spawned)) = attached {
                 let stopped = mono();
-                signal(rec.id(), libc::SIGINT);
-                let status = wait_bounded(&mut rec, Duration::from_secs(120), &recorder.label());
+                self.stop_attached(&mut rec, recorder, &tag)?;
                 let returned = mono();
-                let status = status?;
-                if !status.success()
-                    && *recorder != Recorder::EmptyProbe
-                    && *recorder != Recorder::Bpftrace
-                {
-                    let err = std::fs::read(self.stderr_file(&tag)).unwrap_or_default();
-                    bail!(
-                        "{} failed ({status}): {}",
-                        recorder.label(),
-                        first_line(&err)
-                    );
-                }
                 sample.wall_s = returned - spawned;
                 self.collect(
                     recorder,
@@ -1267,6 +1242,23 @@ impl Bench {
         signal(running.id(), libc::SIGTERM);
         let _ = wait_bounded(&mut running, Duration::from_secs(60), server.name());
         result
+    }
+
+    /// Asks an attached recorder to stop (SIGINT) and waits for it; a failure
+    /// is its stderr's first line (empty probes and bpftrace end on the signal).
+    fn stop_attached(&self, rec: &mut Child, recorder: &Recorder, tag: &str) -> Result<()> {
+        signal(rec.id(), libc::SIGINT);
+        let status = wait_bounded(rec, Duration::from_secs(120), &recorder.label())?;
+        if !status.success() && *recorder != Recorder::EmptyProbe && *recorder != Recorder::Bpftrace
+        {
+            let err = std::fs::read(self.stderr_file(tag)).unwrap_or_default();
+            bail!(
+                "{} failed ({status}): {}",
+                recorder.label(),
+                first_line(&err)
+            );
+        }
+        Ok(())
     }
 
     /// Where an attached recorder's stderr goes.
