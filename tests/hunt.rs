@@ -51,7 +51,15 @@ fn assert_pinned(name: &str, code: i32, json: &serde_json::Value, min_confirmed:
         command.starts_with("ordo replay --schedule ") && command.contains(" -- "),
         "{command}"
     );
-    assert!(json["runs"].as_u64().unwrap() >= 2, "{json}");
+    // A bug the first recorded run already shows is pinned from that run alone
+    // (rare, timing-dependent programs do it now and then); otherwise the hunt
+    // needed at least one run beyond the recording.
+    let runs = json["runs"].as_u64().unwrap();
+    if json["source"] == "recorded" {
+        assert_eq!(runs, 1, "{name}: {json}");
+    } else {
+        assert!(runs >= 2, "{name}: {json}");
+    }
     assert!(json["elapsed_ms"].as_u64().is_some(), "{json}");
     eprintln!(
         "{name}: reproduced in run {} of {} ({} ms), confirmed {confirmed}/20",
