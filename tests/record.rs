@@ -1319,7 +1319,7 @@ fn a_signal_to_an_attached_recording_detaches_and_leaves_the_target_running() {
             .spawn()
             .unwrap();
         let trace = dir.join(format!("{name}.ordo"));
-        let rec = Command::new(ordo())
+        let mut rec = Command::new(ordo())
             .args([
                 "record",
                 "--probes",
@@ -1329,16 +1329,25 @@ fn a_signal_to_an_attached_recording_detaches_and_leaves_the_target_running() {
                 "-o",
             ])
             .arg(&trace)
-            .stdout(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::piped())
             .spawn()
             .unwrap();
-        wait_for_events(&trace);
+        // Recording once it says so (not once the trace grows: on a busy machine
+        // an in-process recording converts only when the program ends or a CPU is
+        // spare), then long enough for the workers' locks to be recorded.
+        let mut said = std::io::BufReader::new(rec.stderr.take().unwrap());
+        let mut stderr = String::new();
+        while !stderr.contains("Ctrl-C to stop") {
+            let n = std::io::BufRead::read_line(&mut said, &mut stderr).unwrap();
+            assert!(n > 0, "{name}: {stderr}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(300));
         // SAFETY: signalling the recorder we started.
         unsafe { libc::kill(rec.id() as i32, sig) };
-        let out = rec.wait_with_output().unwrap();
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(0), "{name}: {stderr}");
+        std::io::Read::read_to_string(&mut said, &mut stderr).unwrap();
+        let status = rec.wait().unwrap();
+        assert_eq!(status.code(), Some(0), "{name}: {stderr}");
         assert!(
             target.try_wait().unwrap().is_none(),
             "{name}: the target keeps running"

@@ -109,7 +109,53 @@ fn a_full_disk_stops_the_writing_not_the_program(probes: &str) {
     )) {
         return;
     }
-    let dir = scratch(&format!("full-disk-{probes}"));
+    full_disk(probes, &format!("full-disk-{probes}"));
+}
+
+/// The same on a machine whose every CPU is busy (a niced spinner per CPU), where
+/// the in-process recording defers its conversion until the program ends: the
+/// space running out must still make it convert, and fail, while the program runs.
+#[test]
+fn a_full_disk_is_said_while_the_program_runs_on_a_machine_with_no_spare_cpu() {
+    if !have_root("a_full_disk_is_said_while_the_program_runs_on_a_machine_with_no_spare_cpu") {
+        return;
+    }
+    let _busy = BusyMachine::start();
+    full_disk("inproc", "full-disk-busy");
+}
+
+/// A spinner at the lowest priority on every CPU while the value lives: no CPU
+/// is idle, so none is spare to a recording, yet everything else still runs.
+struct BusyMachine(Vec<std::process::Child>);
+
+impl BusyMachine {
+    fn start() -> BusyMachine {
+        let cpus = std::thread::available_parallelism().map_or(2, |n| n.get());
+        BusyMachine(
+            (0..cpus)
+                .map(|_| {
+                    Command::new("nice")
+                        .args(["-n", "19", "sh", "-c", "while :; do :; done"])
+                        .spawn()
+                        .expect("start a spinner")
+                })
+                .collect(),
+        )
+    }
+}
+
+impl Drop for BusyMachine {
+    fn drop(&mut self) {
+        for child in &mut self.0 {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// The full-disk check on `probes`, in the scratch directory `name`.
+fn full_disk(probes: &str, name: &str) {
+    let dir = scratch(name);
     let disk = SmallDisk::mount(&dir.join("disk"), "256k");
     let program = build_program("record_trust");
     let trace = disk.0.join("t.ordo");

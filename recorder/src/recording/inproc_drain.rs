@@ -498,15 +498,7 @@ fn convert(
     let mut failed = None;
     let mut inbox = Inbox::new(passes, mapping, writer);
     loop {
-        let backlog = shared.backlog.load(Ordering::Relaxed);
-        let want_idle = !shared.finishing.load(Ordering::Relaxed)
-            && !shared.low_space.load(Ordering::Relaxed)
-            && backlog
-                < if idle {
-                    shared.limits.normal
-                } else {
-                    shared.limits.normal / 4
-                };
+        let want_idle = !must_convert(shared, idle);
         if want_idle != idle {
             idle = want_idle;
             set_idle(0, idle);
@@ -517,7 +509,7 @@ fn convert(
         }
         // Not idle: the program ended, the space runs out or the backlog is past
         // its bound.
-        let Some(message) = inbox.next(!idle) else {
+        let Some(message) = inbox.next(|| !idle || must_convert(shared, idle)) else {
             break;
         };
         let pass = match message {
@@ -579,6 +571,22 @@ fn convert(
     }
 }
 
+/// Whether the converter must convert now, at normal priority: the program ended,
+/// the trace's file system runs out of space, or the backlog is past its bound
+/// (`Backlog::normal` while the converter is `idle`; once it is not, until the
+/// backlog is down to a quarter of that, so it does not flap).
+fn must_convert(shared: &Shared, idle: bool) -> bool {
+    let backlog = shared.backlog.load(Ordering::Relaxed);
+    let bound = if idle {
+        shared.limits.normal
+    } else {
+        shared.limits.normal / 4
+    };
+    shared.finishing.load(Ordering::Relaxed)
+        || shared.low_space.load(Ordering::Relaxed)
+        || backlog >= bound
+}
+
 /// Hands the converter the drain's messages in order, deferring passes while the
 /// program runs and no CPU is spare ([`Conversion::OnSpareCpu`], see
 /// `spare_cpu`): a deferred pass waits in the backlog, whose bound (`Backlog`)
@@ -624,15 +632,17 @@ impl<'a> Inbox<'a> {
     }
 
     /// The next message to convert, once it may be converted: at once when
-    /// `urgent` (the program ended, or the backlog is past its bound), when the
-    /// program's end is in sight (`Finish` arrived) or a CPU is spare. `None` once
+    /// `urgent()` says so ([`must_convert`]), when the program's end is in sight
+    /// (`Finish` arrived) or a CPU is spare. `urgent` is asked again after every
+    /// wait: the space can run low or the backlog pass its bound while passes are
+    /// deferred (the program filling every CPU is what defers them). `None` once
     /// the drain is gone and everything was handed out.
-    fn next(&mut self, urgent: bool) -> Option<ToConverter> {
+    fn next(&mut self, urgent: impl Fn() -> bool) -> Option<ToConverter> {
         loop {
             while let Ok(message) = self.passes.try_recv() {
                 self.held.push_back(message);
             }
-            let now = urgent
+            let now = urgent()
                 || self.closed
                 || matches!(self.held.back(), Some(ToConverter::Finish { .. }))
                 || self.spare.as_mut().is_none_or(|s| s.spare(&self.own));
