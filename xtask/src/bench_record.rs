@@ -89,6 +89,11 @@ fn parse_options(args: &[String]) -> Result<Options> {
     Ok(o)
 }
 
+/// How long a windows workload's load runs before its first window, at least:
+/// until memcached's cache is full and it evicts, as it then does for the rest of
+/// the run.
+const WINDOWS_WARM_UP: Duration = Duration::from_secs(5);
+
 const WORKLOADS: &[&str] = &[
     "lock",
     "rust-lock",
@@ -1174,12 +1179,16 @@ impl Bench {
         result
     }
 
-    /// One pair of windows on one memcached under one continuous load: an
-    /// unrecorded window, then the recorder attaches and, once it sees events, a
-    /// recorded window of the same length (for `native`, a second unrecorded one:
-    /// the method's own noise). The server's throughput differs by tens of per
-    /// cent from one start to the next on a 2-CPU machine; within one process and
-    /// one load, adjacent windows differ by a few.
+    /// Three windows on one memcached under one continuous load, once its cache
+    /// is full (memcaslap fills memcached's 64 MiB in ~4 s, and evicts from then
+    /// on): an unrecorded window; then the recorder attaches and, once it records,
+    /// a recorded window of the same length; then, once the recorder has stopped
+    /// and exited, another unrecorded one. The recorded window is compared with
+    /// the mean of the two around it, which cancels a drift that is linear over
+    /// the three (for `native`, the middle window is unrecorded too: the method's
+    /// own noise). The server's throughput differs by tens of per cent from one
+    /// start to the next on a 2-CPU machine; within one process and one load,
+    /// adjacent windows differ by a few.
     fn server_windows(&mut self, server: Server, recorder: &Recorder) -> Result<Sample> {
         let instance = self.instance(server)?;
         let workload = format!("{}-windows", server.name());
@@ -1194,29 +1203,35 @@ impl Bench {
         let mut load = None;
         let result = (|| -> Result<Sample> {
             instance.wait_ready(Duration::from_secs(60))?;
-            // Outlasts both windows and the slowest attach (empty probes: ~60 s).
-            load = Some(instance.start_load(2 * window.as_secs() + 120)?);
-            std::thread::sleep(Duration::from_secs(1));
-            let off = instance.rate_over(window)?;
-            let attached = match recorder {
+            // Outlasts the warm-up, the three windows and the slowest attach
+            // (empty probes: ~60 s) and detach.
+            load = Some(instance.start_load(4 * window.as_secs() + 240)?);
+            std::thread::sleep(WINDOWS_WARM_UP.max(window));
+            let before = instance.rate_over(window)?;
+            let mut attached = match recorder {
                 Recorder::Native => None,
                 r => Some(self.attach_recorder(r, &instance, running.id(), &trace, &tag)?),
             };
             std::thread::sleep(Duration::from_millis(500));
             let on = instance.rate_over(window)?;
+            let stopped = mono();
+            if let Some((rec, _)) = attached.as_mut() {
+                self.stop_attached(rec, recorder, &tag)?;
+            }
+            let returned = mono();
+            std::thread::sleep(Duration::from_millis(500));
+            let after = instance.rate_over(window)?;
             let mut sample = Sample {
                 workload: workload.clone(),
                 recorder: recorder.label(),
                 value: on,
                 scale: 1.0,
                 active_s: Some(window.as_secs_f64()),
-                paired_off: Some(off),
+                paired_off: Some((before + after) / 2.0),
+                windows_off: Some((before, after)),
                 ..Sample::default()
             };
-            if let Some((mut rec, spawned)) = attached {
-                let stopped = mono();
-                self.stop_attached(&mut rec, recorder, &tag)?;
-                let returned = mono();
+            if let Some((_, spawned)) = attached {
                 sample.wall_s = returned - spawned;
                 self.collect(
                     recorder,
@@ -1693,7 +1708,7 @@ pub fn run_record(args: &[String]) -> Result<()> {
         s.lock_iters, s.pair_iters, s.pingpong_rounds, s.rwlock_iters, s.pigz_mb,
         Server::Memcached.describe(s.server_s), Server::Mariadb.describe(s.server_s)
     );
-    println!("Times are the program's own span (pigz: from its first to its last MiB read); memcached is ops/s, mariadb transactions/s; memcached-windows is the recorded {} s window's ops/s, its loss against the unrecorded window before it in the same server under the same load. Probe sites: {}.", s.server_s.div_ceil(2), bench.sites.as_ref().map(|s| s.source.as_str()).unwrap_or("not needed"));
+    println!("Times are the program's own span (pigz: from its first to its last MiB read); memcached is ops/s, mariadb transactions/s; memcached-windows is the recorded {} s window's ops/s, its loss against the mean of the unrecorded windows before and after it in the same server under the same load. Probe sites: {}.", s.server_s.div_ceil(2), bench.sites.as_ref().map(|s| s.source.as_str()).unwrap_or("not needed"));
     println!("{}", report::table(&rows));
     if let Some((e, _)) = &bench.empty_program {
         println!("{}", empty_note(e, &rows, &kernel_ordo));
