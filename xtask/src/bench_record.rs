@@ -94,6 +94,10 @@ fn parse_options(args: &[String]) -> Result<Options> {
 /// the run.
 const WINDOWS_WARM_UP: Duration = Duration::from_secs(5);
 
+/// Recorded windows in each run of a windows workload, each between two
+/// unrecorded ones.
+const WINDOWS_CYCLES: usize = 3;
+
 const WORKLOADS: &[&str] = &[
     "lock",
     "rust-lock",
@@ -1179,16 +1183,19 @@ impl Bench {
         result
     }
 
-    /// Three windows on one memcached under one continuous load, once its cache
-    /// is full (memcaslap fills memcached's 64 MiB in ~4 s, and evicts from then
-    /// on): an unrecorded window; then the recorder attaches and, once it records,
-    /// a recorded window of the same length; then, once the recorder has stopped
-    /// and exited, another unrecorded one. The recorded window is compared with
-    /// the mean of the two around it, which cancels a drift that is linear over
-    /// the three (for `native`, the middle window is unrecorded too: the method's
-    /// own noise). The server's throughput differs by tens of per cent from one
-    /// start to the next on a 2-CPU machine; within one process and one load,
-    /// adjacent windows differ by a few.
+    /// Alternating windows on one memcached under one continuous load, once its
+    /// cache is full (memcaslap fills memcached's 64 MiB in ~4 s, and evicts from
+    /// then on): an unrecorded window, then [`WINDOWS_CYCLES`] times: the recorder
+    /// attaches and, once it records, a recorded window of the same length; once
+    /// it has stopped and exited, another unrecorded one. Each recorded window is
+    /// compared with the mean of the two around it, which cancels a drift linear
+    /// over the three; the sample is the mean of the recorded windows against the
+    /// mean of those pairs (for `native` the recorded windows are unrecorded too:
+    /// the method's own noise). The first cycle attaches to a process the agent
+    /// was never in, the later ones to one it stayed dormant in. The server's
+    /// throughput differs by tens of per cent from one start to the next on a
+    /// 2-CPU machine; within one process and one load, adjacent windows differ by
+    /// a few.
     fn server_windows(&mut self, server: Server, recorder: &Recorder) -> Result<Sample> {
         let instance = self.instance(server)?;
         let workload = format!("{}-windows", server.name());
@@ -1203,51 +1210,58 @@ impl Bench {
         let mut load = None;
         let result = (|| -> Result<Sample> {
             instance.wait_ready(Duration::from_secs(60))?;
-            // Outlasts the warm-up, the three windows and the slowest attach
-            // (empty probes: ~60 s) and detach.
-            load = Some(instance.start_load(4 * window.as_secs() + 240)?);
+            // Outlasts the warm-up, the windows and the slowest attaches (empty
+            // probes: ~60 s) and detaches.
+            let cycles = WINDOWS_CYCLES as u64;
+            load = Some(instance.start_load((2 * cycles + 2) * window.as_secs() + 150 * cycles)?);
             std::thread::sleep(WINDOWS_WARM_UP.max(window));
-            let before = instance.rate_over(window)?;
-            let mut attached = match recorder {
-                Recorder::Native => None,
-                r => Some(self.attach_recorder(r, &instance, running.id(), &trace, &tag)?),
-            };
-            std::thread::sleep(Duration::from_millis(500));
-            let on = instance.rate_over(window)?;
-            let stopped = mono();
-            if let Some((rec, _)) = attached.as_mut() {
-                self.stop_attached(rec, recorder, &tag)?;
-            }
-            let returned = mono();
-            std::thread::sleep(Duration::from_millis(500));
-            let after = instance.rate_over(window)?;
+            let mut off = vec![instance.rate_over(window)?];
+            let mut on = Vec::new();
             let mut sample = Sample {
                 workload: workload.clone(),
                 recorder: recorder.label(),
-                value: on,
                 scale: 1.0,
                 active_s: Some(window.as_secs_f64()),
-                paired_off: Some((before + after) / 2.0),
-                windows_off: Some((before, after)),
                 ..Sample::default()
             };
-            if let Some((_, spawned)) = attached {
-                sample.wall_s = returned - spawned;
-                self.collect(
-                    recorder,
-                    &mut sample,
-                    &trace,
-                    &tag,
-                    spawned,
-                    Some(stopped),
-                    returned,
-                )?;
-                if recorder.is_ordo() {
-                    sample.detach_s = Some(returned - stopped);
-                    // Events over the whole recording, not the window.
-                    sample.active_s = None;
+            for _ in 0..WINDOWS_CYCLES {
+                let mut attached = match recorder {
+                    Recorder::Native => None,
+                    r => Some(self.attach_recorder(r, &instance, running.id(), &trace, &tag)?),
+                };
+                std::thread::sleep(Duration::from_millis(500));
+                on.push(instance.rate_over(window)?);
+                let stopped = mono();
+                if let Some((rec, _)) = attached.as_mut() {
+                    self.stop_attached(rec, recorder, &tag)?;
                 }
+                let returned = mono();
+                if let Some((_, spawned)) = attached {
+                    let mut cycle = Sample::default();
+                    self.collect(
+                        recorder,
+                        &mut cycle,
+                        &trace,
+                        &tag,
+                        spawned,
+                        Some(stopped),
+                        returned,
+                    )?;
+                    sample.add_cycle(&cycle, returned - spawned);
+                    if recorder.is_ordo() {
+                        let detach = returned - stopped;
+                        sample.detach_s = Some(sample.detach_s.unwrap_or(0.0).max(detach));
+                        // Events over the whole recordings, not the windows.
+                        sample.active_s = None;
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(500));
+                off.push(instance.rate_over(window)?);
             }
+            let around: Vec<f64> = off.windows(2).map(|w| (w[0] + w[1]) / 2.0).collect();
+            sample.value = on.iter().sum::<f64>() / on.len() as f64;
+            sample.paired_off = Some(around.iter().sum::<f64>() / around.len() as f64);
+            sample.windows = Some((off, on));
             Ok(sample)
         })();
         if let Some(mut load) = load {

@@ -54,11 +54,32 @@ pub struct Sample {
     /// served, µs (servers launched under the recorder).
     pub cpu_us_per_op: Option<f64>,
     /// Windows workloads: the same server's throughput in the unrecorded windows
-    /// around the recorded one, under the same load (their mean; `value` is the
-    /// recorded window's): the run's loss is measured within one process.
+    /// around the recorded ones, under the same load (the mean, over the recorded
+    /// windows, of the two around each; `value` is the recorded windows' mean):
+    /// the run's loss is measured within one process.
     pub paired_off: Option<f64>,
-    /// Windows workloads: the unrecorded windows' throughputs, before and after.
-    pub windows_off: Option<(f64, f64)>,
+    /// Windows workloads: every unrecorded window's throughput in order, and every
+    /// recorded one's (recorded window `k` lies between unrecorded `k` and `k+1`).
+    pub windows: Option<(Vec<f64>, Vec<f64>)>,
+}
+
+impl Sample {
+    /// Adds what one recording of several in a run (`cycle`, its wall time
+    /// `wall_s`) saw: events, losses and bytes add up, the slowest attach counts.
+    pub fn add_cycle(&mut self, cycle: &Sample, wall_s: f64) {
+        let add = |a: Option<u64>, b: Option<u64>| match (a, b) {
+            (None, None) => None,
+            (a, b) => Some(a.unwrap_or(0) + b.unwrap_or(0)),
+        };
+        self.events = add(self.events, cycle.events);
+        self.lost = add(self.lost, cycle.lost);
+        self.bytes = add(self.bytes, cycle.bytes);
+        self.attach_s = match (self.attach_s, cycle.attach_s) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        };
+        self.wall_s += wall_s;
+    }
 }
 
 /// The median of each number of the samples of one (workload, recorder).
@@ -632,7 +653,7 @@ pub fn sample_json(s: &Sample) -> Value {
         "attach_s": s.attach_s, "detach_s": s.detach_s, "active_s": s.active_s,
         "cpu_us_per_op": s.cpu_us_per_op,
         "paired_off": s.paired_off,
-        "windows_off": s.windows_off.map(|(before, after)| json!({"before": before, "after": after})),
+        "windows": s.windows.as_ref().map(|(off, on)| json!({"unrecorded": off, "recorded": on})),
     })
 }
 
@@ -712,6 +733,28 @@ mod tests {
         let table = table(&rows);
         assert!(table.contains("201.00×"), "{table}");
         assert!(table.contains("75.0 % loss"), "{table}");
+    }
+
+    /// A windows run's recordings add up: a loss in any one of them shows.
+    #[test]
+    fn a_windows_run_adds_up_its_recordings() {
+        let mut run = Sample::default();
+        assert_eq!(run.lost, None);
+        for (events, lost, attach) in [(100, 0, 0.2), (150, 3, 0.1), (120, 0, 0.3)] {
+            let cycle = Sample {
+                events: Some(events),
+                lost: Some(lost),
+                bytes: Some(events * 4),
+                attach_s: Some(attach),
+                ..Sample::default()
+            };
+            run.add_cycle(&cycle, 8.0);
+        }
+        assert_eq!(run.events, Some(370));
+        assert_eq!(run.lost, Some(3));
+        assert_eq!(run.bytes, Some(1480));
+        assert_eq!(run.attach_s, Some(0.3));
+        assert_eq!(run.wall_s, 24.0);
     }
 
     #[test]
