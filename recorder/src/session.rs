@@ -104,10 +104,10 @@ fn use_inproc(choice: ProbeChoice, program: &Path, say: &mut dyn FnMut(&str)) ->
 /// What `-v` says about the recording path.
 fn verbose_note(inproc: bool) -> &'static str {
     if inproc {
-        "ordo: recording in process: a preloaded agent records the pthread, semaphore, condvar, rwlock, barrier, create/join calls and futex calls through libc's syscall(); eBPF records thread start/exit, clone and watches.\n\
+        "ordo: recording in process: a preloaded agent records the pthread, semaphore, condvar, rwlock, barrier, create/join calls and futex calls through libc's syscall(); eBPF records thread creation, start and exit (no syscall tracepoint) and watches.\n\
          ordo: not seen in process: glibc-internal locks (e.g. the dynamic loader's lock inside pthread_create and dlopen), pthread calls from statically linked code or through pointers resolved before the agent loaded, futex calls made with a raw syscall instruction, child processes, and anything after an exec (use --probes ebpf)."
     } else {
-        "ordo: recording with eBPF: uprobes on libc's pthread API (each call traps into the kernel), raw tracepoints for futex, clone and exit."
+        "ordo: recording with eBPF: uprobes on libc's pthread API (each call traps into the kernel), the futex syscall's tracepoints, and tracepoints for thread creation and exit."
     }
 }
 

@@ -391,6 +391,10 @@ pub mod sysno {
 /// `CLONE_THREAD` from `<linux/sched.h>`.
 pub const CLONE_THREAD: u64 = 0x0001_0000;
 
+/// `CLONE_UNTRACED` from `<linux/sched.h>`: set on the threads the kernel makes
+/// for a process (io_uring's workers), never by libc's thread creation.
+pub const CLONE_UNTRACED: u64 = 0x0080_0000;
+
 /// Name of the ring buffer map.
 pub const EVENTS_MAP: &str = "EVENTS";
 /// Name of the per-CPU drop counter map.

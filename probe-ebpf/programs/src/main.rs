@@ -3,11 +3,13 @@
 //! Two generic uprobe programs (entry and return) serve every probed libc function:
 //! the attach cookie says which operation the function performs (see
 //! `ordo_probe_common::op`), so the probe table lives in user space and probe
-//! placement stays data-driven. The `syscalls:sys_{enter,exit}_{futex,clone,clone3,
-//! execve,execveat}` tracepoints record direct futex calls, thread creation and
-//! execs (raw `sys_enter`/`sys_exit` tracepoints, which run on every syscall, are
-//! the fallback where tracefs is missing), and `sched_process_exit` records thread
-//! exits. Every record goes through one ring
+//! placement stays data-driven. `task:task_newtask` records thread creation (and
+//! counts child processes), the raw `sched_process_exec` and `sched_process_exit`
+//! tracepoints count execs and record thread exits, and on the eBPF path only the
+//! `syscalls:sys_{enter,exit}_futex` tracepoints record direct futex calls: none of
+//! these but the last sends the system's syscalls through the kernel's tracing path.
+//! Raw `sys_enter`/`sys_exit` tracepoints, which run on every syscall, are the
+//! fallback where tracefs is missing (they read clone and exec there). Every record goes through one ring
 //! buffer; a full buffer bumps a per-CPU drop counter instead of losing the event
 //! silently.
 #![cfg_attr(target_arch = "bpf", no_std, no_main)]
@@ -44,8 +46,8 @@ mod programs {
     };
     use ordo_probe_common::{
         config, cookie_op, cookie_via, kind, op, outcome, reg, site_action, stash_key, sysno, via,
-        Outcome, ProbeSite, RawEvent, Stash, WatchSite, CLONE_THREAD, HW_WATCH_ATOMIC,
-        MAX_PROBE_SITES, MAX_WATCH_SITES, SEQ_COUNTERS, STASH_ENTRIES,
+        Outcome, ProbeSite, RawEvent, Stash, WatchSite, CLONE_THREAD, CLONE_UNTRACED,
+        HW_WATCH_ATOMIC, MAX_PROBE_SITES, MAX_WATCH_SITES, SEQ_COUNTERS, STASH_ENTRIES,
     };
 
     /// The event stream. User space sets the real size before loading.
@@ -199,17 +201,29 @@ mod programs {
         }
     }
 
-    /// Writes a thread lifecycle record, which carries the thread's name.
+    /// Writes a thread lifecycle record of the calling thread, which carries the
+    /// thread's name.
     #[inline(always)]
     fn emit_thread(kind: u16, value: u64) {
+        emit_thread_of(
+            current_tid(),
+            kind,
+            value,
+            bpf_get_current_comm().unwrap_or([0; 16]),
+        );
+    }
+
+    /// Writes a thread lifecycle record of thread `tid`, named `name`.
+    #[inline(always)]
+    fn emit_thread_of(tid: u32, kind: u16, value: u64, name: [u8; 16]) {
         match EVENTS.reserve::<RawEvent>(0) {
             Some(mut entry) => {
                 entry.write(RawEvent {
                     ts_ns: unsafe { bpf_ktime_get_ns() },
                     value,
-                    tid: current_tid(),
+                    tid,
                     kind,
-                    name: bpf_get_current_comm().unwrap_or([0; 16]),
+                    name,
                     ..RawEvent::default()
                 });
                 entry.submit(wakeup_flags());
@@ -864,6 +878,58 @@ mod programs {
         let id = unsafe { ctx.read_at::<i32>(8) }.unwrap_or(-1) as u64;
         let ret = unsafe { ctx.read_at::<i64>(16) }.unwrap_or(0);
         on_sys_exit(tid, id, ret);
+        0
+    }
+
+    /// A task the target made (`task:task_newtask`, in the creating thread, once
+    /// the new task exists and before it runs; layout: `pid` at 8, `comm` at 12,
+    /// `clone_flags` at 32). A thread: its creation in the creator's stream and its
+    /// start in its own, both stamped now, which precedes anything the new thread
+    /// does and anything the creator does after its clone. Anything else (fork,
+    /// vfork, posix_spawn): a child process, counted. Threads the kernel makes for
+    /// the process (io_uring's workers: `CLONE_UNTRACED`, never passed by libc's
+    /// thread creation) are left out, as the clone syscall never saw them: they
+    /// come and go with the kernel's load, and would shift the logical ids of
+    /// the program's own threads from one run to the next.
+    ///
+    /// Unlike the syscall tracepoints this sets no per-task flag, so the
+    /// system's other syscalls keep their fast path while recording in process.
+    #[tracepoint]
+    pub fn ordo_task_newtask(ctx: TracePointContext) -> i32 {
+        let Some(tid) = target_thread() else {
+            return 0;
+        };
+        let child = unsafe { ctx.read_at::<i32>(8) }.unwrap_or(0) as u32;
+        let flags = unsafe { ctx.read_at::<u64>(32) }.unwrap_or(0);
+        if flags & CLONE_THREAD == 0 {
+            count_fork();
+            return 0;
+        }
+        if flags & CLONE_UNTRACED != 0 || child == 0 {
+            return 0;
+        }
+        let key = stash_key(tid, op::THREAD_CREATE);
+        match STASH.get_ptr_mut(&key) {
+            // pthread_create's return probe reports it, with the handle.
+            Some(pending) => unsafe { (*pending).value = child as u64 },
+            None => emit(kind::THREAD_CREATE, 0, 0, 0, 0, 0, 0, child as u64),
+        }
+        let name = unsafe { ctx.read_at::<[u8; 16]>(12) }.unwrap_or([0; 16]);
+        emit_thread_of(child, kind::THREAD_START, 0, name);
+        0
+    }
+
+    /// A successful exec by the target, in its new image (`sched_process_exec`):
+    /// counted for the summary.
+    #[raw_tracepoint(tracepoint = "sched_process_exec")]
+    pub fn ordo_process_exec(_ctx: RawTracePointContext) -> i32 {
+        if target_thread().is_none() {
+            return 0;
+        }
+        if let Some(counter) = EXECS.get_ptr_mut(0) {
+            // SAFETY: per-CPU slot, only this CPU writes it while the program runs.
+            unsafe { *counter += 1 };
+        }
         0
     }
 

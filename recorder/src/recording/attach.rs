@@ -122,6 +122,9 @@ fn give_back(loader: EbpfLoader<'static>) {
 /// Map sizes of a recording's probes: what a loaded object is made for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ProbeSizes {
+    /// The pthread API is recorded in process: the kernel side needs no
+    /// syscall tracepoint (`attach_tracepoints`).
+    inproc: bool,
     /// Bytes of the ring buffer (`--buffer-size`).
     buffer: u32,
     /// Entries of the argument stash.
@@ -138,6 +141,7 @@ impl ProbeSizes {
             false => (STASH_ENTRIES, SEQ_COUNTERS),
         };
         ProbeSizes {
+            inproc,
             buffer: buffer as u32,
             stash,
             seq,
@@ -173,7 +177,7 @@ impl Loaded {
         give_back(loader);
         let mut ebpf = loaded.map_err(|e| load_error(e.into()))?;
         crate::phase("preload: object loaded");
-        let raw_syscalls = match attach_tracepoints(&mut ebpf) {
+        let raw_syscalls = match attach_tracepoints(&mut ebpf, sizes.inproc) {
             Ok(()) => None,
             Err(e) => {
                 for (program, tracepoint) in [
@@ -227,59 +231,81 @@ fn take_preloaded(sizes: ProbeSizes) -> Option<Result<Loaded>> {
     (made_for == sizes).then_some(loaded)
 }
 
-/// Loads and attaches the thread-exit raw tracepoint and the futex, clone and
-/// exec syscalls' own tracepoints (`syscalls:sys_{enter,exit}_*`), mounting
-/// tracefs first if it is not. The three programs are verified and attached on
-/// threads of their own (~1 ms each to verify, 7 perf events each to open: the
-/// longest part of a short recording's start). When the syscall tracepoints
-/// fail, none of them stays attached and the error says why: the caller uses
-/// the raw `sys_enter`/`sys_exit` tracepoints instead, which see the same calls
-/// but run on every syscall.
+/// Loads and attaches what the kernel side sees of every recording: thread exits
+/// (raw `sched_process_exit`), thread and process creation (`task:task_newtask`),
+/// execs (raw `sched_process_exec`) and, recording with eBPF (`inproc` false),
+/// direct futex calls (`syscalls:sys_{enter,exit}_futex`), mounting tracefs first
+/// if it is not. The programs are verified and attached on threads of their own
+/// (~1 ms each to verify: the longest part of a short recording's start). When a
+/// tracefs tracepoint fails, none of them stays attached and the error says why:
+/// the caller uses the raw `sys_enter`/`sys_exit` tracepoints instead, which see
+/// the clones, execs and futex calls but run on every syscall.
+///
+/// Why no syscall tracepoint in process: any one of them sets a flag on every
+/// task of the system that sends each of its syscalls through the kernel's
+/// tracing path (`syscall_trace_enter`, `perf_syscall_enter`, …: ~1 % of a
+/// saturated memcached machine's CPU samples, the load generator's syscalls
+/// included), while `task_newtask` and the raw scheduler tracepoints run only
+/// when a task is made, execs or exits.
 ///
 /// `ORDO_SYSCALL_PROBES=raw` forces the fallback (to test it, or to compare).
-fn attach_tracepoints(ebpf: &mut Ebpf) -> Result<()> {
+fn attach_tracepoints(ebpf: &mut Ebpf, inproc: bool) -> Result<()> {
     let forced_raw = std::env::var_os("ORDO_SYSCALL_PROBES").is_some_and(|v| v == "raw");
     if !forced_raw {
         ensure_tracefs();
     }
     let mut exit = None;
-    let mut syscalls = Vec::new();
+    let mut traced = Vec::new();
     for (name, program) in ebpf.programs_mut() {
         match name {
             "ordo_thread_exit" => exit = Some(program),
-            "ordo_syscall_enter" | "ordo_syscall_exit" if !forced_raw => {
-                syscalls.push((name, program))
+            "ordo_task_newtask" if !forced_raw => traced.push((name, program)),
+            "ordo_syscall_enter" | "ordo_syscall_exit" if !forced_raw && !inproc => {
+                traced.push((name, program))
             }
             _ => {}
         }
     }
     let exit = exit.context("ordo_thread_exit")?;
-    let (exit, syscalls) = std::thread::scope(|scope| {
-        let on_syscalls: Vec<_> = syscalls
+    let (exit, traced) = std::thread::scope(|scope| {
+        let on_traced: Vec<_> = traced
             .into_iter()
-            .map(|(name, program)| scope.spawn(move || attach_syscall_program(name, program)))
+            .map(|(name, program)| scope.spawn(move || attach_tracefs_program(name, program)))
             .collect();
         let exit = load_raw(exit, "ordo_thread_exit", "sched_process_exit");
-        let syscalls: Vec<Result<usize>> = on_syscalls
+        let traced: Vec<Result<()>> = on_traced
             .into_iter()
             .map(|t| {
                 t.join()
                     .unwrap_or_else(|_| Err(anyhow!("attaching a tracepoint panicked")))
             })
             .collect();
-        (exit, syscalls)
+        (exit, traced)
     });
     exit?;
     if forced_raw {
         bail!("ORDO_SYSCALL_PROBES=raw");
     }
-    if syscalls.len() != 2 {
-        bail!("the syscall tracepoint programs are missing from the probe object");
-    }
-    if let Some(e) = syscalls.iter().find_map(|r| r.as_ref().err()) {
-        let e = anyhow!("{e:#}");
+    let wanted = if inproc { 1 } else { 3 };
+    let failed = if traced.len() != wanted {
+        Some(anyhow!(
+            "the tracepoint programs are missing from the probe object"
+        ))
+    } else {
+        traced
+            .iter()
+            .find_map(|r| r.as_ref().err())
+            .map(|e| anyhow!("{e:#}"))
+    };
+    let failed = failed
+        .or_else(|| load_raw_tracepoint(ebpf, "ordo_process_exec", "sched_process_exec").err());
+    if let Some(e) = failed {
         // Nothing of them stays attached: unloading detaches every link.
-        for name in ["ordo_syscall_enter", "ordo_syscall_exit"] {
+        for name in [
+            "ordo_task_newtask",
+            "ordo_syscall_enter",
+            "ordo_syscall_exit",
+        ] {
             let program: Option<&mut TracePoint> =
                 ebpf.program_mut(name).and_then(|p| p.try_into().ok());
             if let Some(program) = program {
@@ -291,26 +317,19 @@ fn attach_tracepoints(ebpf: &mut Ebpf) -> Result<()> {
     Ok(())
 }
 
-/// Loads one syscall tracepoint program and attaches it to its tracepoints;
-/// returns how many it attached.
-fn attach_syscall_program(name: &str, program: &mut aya::programs::Program) -> Result<usize> {
-    let phase = if name == "ordo_syscall_enter" {
-        "enter"
-    } else {
-        "exit"
+/// Loads one program of a tracefs tracepoint and attaches it: the creation of
+/// tasks, or the futex syscall's entry or exit.
+fn attach_tracefs_program(name: &str, program: &mut aya::programs::Program) -> Result<()> {
+    let (category, tracepoint) = match name {
+        "ordo_task_newtask" => ("task", "task_newtask"),
+        "ordo_syscall_enter" => ("syscalls", "sys_enter_futex"),
+        _ => ("syscalls", "sys_exit_futex"),
     };
     let prog: &mut TracePoint = program.try_into()?;
     prog.load().map_err(|e| load_error(e.into()))?;
-    // fork and vfork: only counted (child processes are not followed).
-    let calls = [
-        "futex", "clone", "clone3", "execve", "execveat", "fork", "vfork",
-    ];
-    for call in calls {
-        let tracepoint = format!("sys_{phase}_{call}");
-        prog.attach("syscalls", &tracepoint)
-            .with_context(|| format!("attach tracepoint syscalls:{tracepoint}"))?;
-    }
-    Ok(calls.len())
+    prog.attach(category, tracepoint)
+        .with_context(|| format!("attach tracepoint {category}:{tracepoint}"))?;
+    Ok(())
 }
 
 /// Loads the raw tracepoint program `name` and attaches it to `tracepoint`.
@@ -333,8 +352,8 @@ fn load_raw_tracepoint(ebpf: &mut Ebpf, name: &str, tracepoint: &str) -> Result<
 
 /// Entries of the map of arguments saved between a function's entry and its
 /// return (`STASH`) and of the per-object sequence counters (`SEQ`) when the
-/// program is recorded in process: there the eBPF side sees only system calls
-/// (futex, clone, exit) and watched accesses, and the maps, allocated whole when
+/// program is recorded in process: there the eBPF side sees only threads made
+/// and ended and watched accesses, and the maps, allocated whole when
 /// created, cost the start-up of every recording their size.
 const INPROC_STASH_ENTRIES: u32 = 16_384;
 const INPROC_SEQ_ENTRIES: u32 = 32_768;

@@ -39,10 +39,10 @@ pub(crate) use drain::DrainState;
 /// Default ring buffer size.
 pub const DEFAULT_BUFFER_SIZE: usize = 16 << 20;
 /// Default ring buffer size of a launch recorded in process without watches:
-/// the kernel side sees only system calls (futex, clone, exec) there, and the
-/// ring, allocated and mapped whole before the program may start, cost a short
-/// recording ~4 of its ~23 ms at 16 MiB (52 000 records still hold 10 ms of a
-/// futex storm at 5 million calls a second).
+/// the kernel side sees only threads made and ended there, and the ring,
+/// allocated and mapped whole before the program may start, cost a short
+/// recording ~4 of its ~23 ms at 16 MiB (52 000 records still hold a burst of
+/// 26 000 threads made at once).
 pub const INPROC_BUFFER_SIZE: usize = 4 << 20;
 /// One hardware watchpoint to set.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
