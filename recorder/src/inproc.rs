@@ -292,6 +292,7 @@ impl InprocMapping {
             pass.copied = false;
             return;
         }
+        pass.records.populate_to(total);
         pass.copied = true;
         for &(i, head) in &heads {
             let ring = self.ring(i);

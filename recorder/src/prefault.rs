@@ -30,6 +30,8 @@ pub(crate) struct PassBuf<T: Copy> {
     cap: usize,
     /// Bytes mapped.
     mapped: usize,
+    /// Bytes from the start known to be faulted in ([`PassBuf::populate_to`]).
+    faulted: usize,
     _owns: PhantomData<T>,
 }
 
@@ -43,6 +45,7 @@ impl<T: Copy> Default for PassBuf<T> {
             len: 0,
             cap: 0,
             mapped: 0,
+            faulted: 0,
             _owns: PhantomData,
         }
     }
@@ -80,7 +83,32 @@ impl<T: Copy> PassBuf<T> {
         self.ptr = new;
         self.cap = bytes / std::mem::size_of::<T>();
         self.mapped = bytes;
+        self.faulted = 0;
         true
+    }
+
+    /// Faults in the pages `total` records will fill, in one call
+    /// (`MADV_POPULATE_WRITE`), before they are copied: the kernel's loop does
+    /// what a page fault a page would (zero and map each page) without an
+    /// exception, a VMA lookup and a return per page. For the drain copying into
+    /// a buffer no prefault thread made ready (on a machine the program fills,
+    /// the idle-priority one gets no CPU): its page faults were ~0.5 % of a
+    /// recorded memcached machine's CPU samples.
+    pub(crate) fn populate_to(&mut self, total: usize) {
+        let size = std::mem::size_of::<T>();
+        let end = (total * size).next_multiple_of(4096).min(self.mapped);
+        let start = self.faulted.max(self.len * size / 4096 * 4096);
+        if end > start {
+            // SAFETY: a range of our own mapping; populating only allocates its pages.
+            unsafe {
+                libc::madvise(
+                    self.ptr.as_ptr().cast::<u8>().add(start).cast(),
+                    end - start,
+                    23, /* MADV_POPULATE_WRITE */
+                )
+            };
+            self.faulted = end;
+        }
     }
 
     /// Whether `total` records fit without a new reservation.
@@ -109,6 +137,7 @@ impl<T: Copy> PassBuf<T> {
     /// Faults the whole reservation in now (`MADV_POPULATE_WRITE`), so that copying
     /// into it later costs only the copy.
     fn populate(&mut self) {
+        self.faulted = self.mapped;
         if self.mapped > 0 {
             // SAFETY: our own mapping; populating only allocates its pages.
             unsafe {
@@ -132,6 +161,7 @@ impl<T: Copy> PassBuf<T> {
             unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.mapped) };
             self.mapped = 0;
             self.cap = 0;
+            self.faulted = 0;
         }
     }
 }
@@ -313,6 +343,27 @@ mod tests {
         let big = take(GRANULE);
         assert!(big.cap >= GRANULE);
         drop(pool); // joins its thread
+    }
+
+    /// The pages a pass will fill are resident before the copy, and no more.
+    #[test]
+    fn populating_ahead_faults_in_the_pages_to_fill() {
+        let resident = |b: &PassBuf<u64>, pages: usize| -> usize {
+            let mut v = vec![0u8; pages];
+            // SAFETY: the buffer's own mapping, `pages` pages long.
+            let r = unsafe { libc::mincore(b.ptr.as_ptr().cast(), pages * 4096, v.as_mut_ptr()) };
+            assert_eq!(r, 0);
+            v.iter().filter(|&&p| p & 1 != 0).count()
+        };
+        let mut b = PassBuf::<u64>::default();
+        assert!(b.reserve_total(64 * 512));
+        assert_eq!(resident(&b, 16), 0);
+        b.populate_to(3 * 512 + 1);
+        assert_eq!(resident(&b, 16), 4);
+        b.extend_from_slice(&[7; 2048]);
+        b.populate_to(8 * 512);
+        assert_eq!(resident(&b, 16), 8);
+        assert_eq!(b[2047], 7);
     }
 
     #[test]

@@ -334,9 +334,38 @@ static int mode_reuse(int rounds, int threads, int m) {
     return 0;
 }
 
+// errno: every interposed lock, trylock and unlock leaves the thread's errno as
+// the program set it, from a thread's first event (which claims its ring) on.
+static int errno_broken;
+static void *keep_errno(void *arg) {
+    long n = (long)arg;
+    for (long i = 0; i < n; i++) {
+        int mark = 1000 + (int)(i % 1000);
+        errno = mark;
+        pthread_mutex_lock(&counter_lock);
+        if (errno != mark) errno_broken = 1;
+        counter++;
+        pthread_mutex_unlock(&counter_lock);
+        if (errno != mark) errno_broken = 1;
+        if (pthread_mutex_trylock(&counter_lock) == 0) {
+            if (errno != mark) errno_broken = 1;
+            pthread_mutex_unlock(&counter_lock);
+        }
+        if (errno != mark) errno_broken = 1;
+    }
+    return NULL;
+}
+static int mode_errno(int threads, int n) {
+    pthread_t t[16];
+    for (int i = 0; i < threads && i < 16; i++) pthread_create(&t[i], NULL, keep_errno, (void *)(long)n);
+    for (int i = 0; i < threads && i < 16; i++) pthread_join(t[i], NULL);
+    printf("errno %s\n", errno_broken ? "changed" : "kept");
+    return errno_broken ? 3 : 0;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
-        fprintf(stderr, "usage: %s contention|pingpong|rwlock|trylock|recursive|barrier|tree|timed|hold|busy|reuse ...\n", argv[0]);
+        fprintf(stderr, "usage: %s contention|pingpong|rwlock|trylock|recursive|barrier|tree|timed|hold|busy|reuse|errno ...\n", argv[0]);
         return 2;
     }
     const char *mode = argv[1];
@@ -354,6 +383,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(mode, "hold")) rc = mode_hold(a);
     else if (!strcmp(mode, "busy")) rc = mode_busy(a);
     else if (!strcmp(mode, "reuse")) rc = mode_reuse(a, b, c);
+    else if (!strcmp(mode, "errno")) rc = mode_errno(a, b);
     else { fprintf(stderr, "unknown mode %s\n", mode); return 2; }
     fflush(stdout);
     return rc;

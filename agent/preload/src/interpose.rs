@@ -201,7 +201,7 @@ fn acquired(
     r: c_int,
     gate: Option<Caller>,
 ) -> c_int {
-    let saved = errno();
+    // Recording leaves errno as it is (`record::keeping_errno`); the gate may not.
     if record::on() {
         if r == 0 {
             let seq = if ok_kind == kind::MUTEX_LOCK {
@@ -215,9 +215,10 @@ fn acquired(
         }
     }
     if let Some(c) = gate {
+        let saved = errno();
         c.happened(if r == 0 { ok_kind } else { failed_kind }, addr, None);
+        set_errno(saved);
     }
-    set_errno(saved);
     r
 }
 

@@ -253,10 +253,10 @@ fn object_added(table: *const SeqSlot) {
 fn collapse_seq_table(table: *const SeqSlot) {
     let len = SEQ_SLOTS * std::mem::size_of::<SeqSlot>();
     // SAFETY: advice on our own private mapping of `len` bytes.
-    unsafe {
+    keeping_errno(|| unsafe {
         crate::madvise(table.cast_mut().cast(), len, MADV_HUGEPAGE);
         crate::madvise(table.cast_mut().cast(), len, MADV_COLLAPSE);
-    }
+    });
 }
 
 unsafe extern "C" fn after_fork_in_child() {
@@ -462,14 +462,21 @@ fn seq_home(addr: u64) -> usize {
 #[inline(always)]
 fn seq_overflow(addr: u64) -> (usize, usize) {
     let h = addr.wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    ((h >> 44) as usize & (SEQ_SLOTS - 1), (h >> 24) as usize & (SEQ_SLOTS - 1) | 1)
+    (
+        (h >> 44) as usize & (SEQ_SLOTS - 1),
+        (h >> 24) as usize & (SEQ_SLOTS - 1) | 1,
+    )
 }
 
 /// `slot` if it is the object's or was free and is now (claimed with a
 /// compare-exchange, so two threads adding one object agree); `None` if it is
 /// another object's.
 #[inline(always)]
-fn find_or_claim(slot: &'static SeqSlot, addr: u64, table: *const SeqSlot) -> Option<&'static SeqSlot> {
+fn find_or_claim(
+    slot: &'static SeqSlot,
+    addr: u64,
+    table: *const SeqSlot,
+) -> Option<&'static SeqSlot> {
     let key = slot.key.load(Acquire);
     if key == addr {
         return Some(slot);
@@ -512,13 +519,13 @@ fn claim_ring() -> u32 {
             // program creating 200 short threads take 4 s instead of 0.1 s; the rest
             // faults in as a busy thread writes it.
             // SAFETY: the ring lies inside our mapping.
-            unsafe {
+            keeping_errno(|| unsafe {
                 crate::madvise(
                     ring_units(i).cast(),
                     RING_UNITS.min(RING_START_UNITS) * std::mem::size_of::<Unit>(),
                     23, /* MADV_POPULATE_WRITE */
                 )
-            };
+            });
             return i;
         }
     }
@@ -561,7 +568,12 @@ fn claim_ring_waiting() -> u32 {
 /// up when the drain made no pass for [`FULL_WAIT_NS`] (the recorder is gone), and
 /// from then on at once (`GAVE_UP`) until the thread's ring has room again.
 #[cold]
-fn wait_for_drain(mut ready: impl FnMut() -> bool, mut nap: impl FnMut()) -> bool {
+fn wait_for_drain(ready: impl FnMut() -> bool, nap: impl FnMut()) -> bool {
+    keeping_errno(|| wait_for_drain_unguarded(ready, nap))
+}
+
+/// The loop of [`wait_for_drain`], which may change `errno`.
+fn wait_for_drain_unguarded(mut ready: impl FnMut() -> bool, mut nap: impl FnMut()) -> bool {
     if GAVE_UP.with(|g| g.get()) {
         return false;
     }
@@ -595,8 +607,19 @@ fn ring_doorbell() {
     h.doorbell.fetch_add(1, Release);
     if h.drain_sleeping.load(Acquire) != 0 {
         // SAFETY: a futex word in the shared mapping.
-        unsafe { futex(&h.doorbell, FUTEX_WAKE, u32::MAX) };
+        keeping_errno(|| unsafe { futex(&h.doorbell, FUTEX_WAKE, u32::MAX) });
     }
+}
+
+/// Runs `f`, a rare path of the recording that makes system calls, and gives
+/// the program its `errno` back: the wrappers' common paths make none, so they
+/// need not save it (two calls of libc's `__errno_location` an acquisition).
+#[inline(always)]
+fn keeping_errno<T>(f: impl FnOnce() -> T) -> T {
+    let saved = crate::errno();
+    let r = f();
+    crate::set_errno(saved);
+    r
 }
 
 /// The ring has no room for `units` more: wake the drain and wait for room
@@ -711,11 +734,9 @@ mod tests {
     /// its own numbers.
     #[test]
     fn counters_keep_their_objects_layout_and_dense_words_overflow() {
-        let layout = std::alloc::Layout::from_size_align(
-            SEQ_SLOTS * std::mem::size_of::<SeqSlot>(),
-            4096,
-        )
-        .unwrap();
+        let layout =
+            std::alloc::Layout::from_size_align(SEQ_SLOTS * std::mem::size_of::<SeqSlot>(), 4096)
+                .unwrap();
         // SAFETY: zeroed memory is a free table and a header of zero counters
         // (atomics and plain integers only); both stay allocated for the test.
         let table = unsafe { std::alloc::alloc_zeroed(layout) } as *mut SeqSlot;
