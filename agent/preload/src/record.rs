@@ -741,6 +741,7 @@ mod tests {
         // (atomics and plain integers only); both stay allocated for the test.
         let table = unsafe { std::alloc::alloc_zeroed(layout) } as *mut SeqSlot;
         let header_layout = std::alloc::Layout::new::<Header>();
+        // SAFETY: as above.
         let header = unsafe { std::alloc::alloc_zeroed(header_layout) } as *mut Header;
         SEQ_TABLE.store(table, Release);
         HEADER.store(header, Release);
