@@ -314,11 +314,11 @@ impl InprocMapping {
                 let from = tail as usize & (RING_UNITS - 1);
                 let n = (head - tail) as usize;
                 if from + n <= RING_UNITS {
-                    pass.records.extend_from_slice(&units[from..from + n]);
+                    pass.records.extend_streaming(&units[from..from + n]);
                 } else {
-                    pass.records.extend_from_slice(&units[from..]);
+                    pass.records.extend_streaming(&units[from..]);
                     pass.records
-                        .extend_from_slice(&units[..from + n - RING_UNITS]);
+                        .extend_streaming(&units[..from + n - RING_UNITS]);
                 }
                 pass.batches.push(Batch {
                     tid,

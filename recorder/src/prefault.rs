@@ -134,6 +134,40 @@ impl<T: Copy> PassBuf<T> {
         self.len += records.len();
     }
 
+    /// Appends records like [`PassBuf::extend_from_slice`], with non-temporal
+    /// stores where the records are whole 16-byte words: nothing reads a pass until
+    /// the converter, usually seconds later, so its lines need not take cache room
+    /// from the program while the drain fills it (the stores go to memory through
+    /// write-combining buffers, and the `sfence` at the end orders them before the
+    /// pass is handed on).
+    pub(crate) fn extend_streaming(&mut self, records: &[T]) {
+        #[cfg(target_arch = "x86_64")]
+        if std::mem::size_of::<T>().is_multiple_of(16)
+            && (self.ptr.as_ptr() as usize).is_multiple_of(16)
+        {
+            use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_sfence, _mm_stream_si128};
+            assert!(
+                self.len + records.len() <= self.cap,
+                "PassBuf: extend beyond the reservation"
+            );
+            let words = std::mem::size_of_val(records) / 16;
+            let from = records.as_ptr().cast::<__m128i>();
+            // SAFETY: in bounds of the reservation (checked above), 16-byte aligned
+            // (the mapping is page-aligned and T a multiple of 16 bytes); SSE2 is
+            // part of x86_64.
+            unsafe {
+                let to = self.ptr.as_ptr().add(self.len).cast::<__m128i>();
+                for w in 0..words {
+                    _mm_stream_si128(to.add(w), _mm_loadu_si128(from.add(w)));
+                }
+                _mm_sfence();
+            }
+            self.len += records.len();
+            return;
+        }
+        self.extend_from_slice(records);
+    }
+
     /// Faults the whole reservation in now (`MADV_POPULATE_WRITE`), so that copying
     /// into it later costs only the copy.
     fn populate(&mut self) {
@@ -364,6 +398,29 @@ mod tests {
         b.populate_to(8 * 512);
         assert_eq!(resident(&b, 16), 8);
         assert_eq!(b[2047], 7);
+    }
+
+    #[test]
+    fn streaming_copies_keep_every_record_in_order() {
+        #[derive(Clone, Copy, Debug, PartialEq)]
+        #[repr(C)]
+        struct Word(u64, u64);
+        // A source that is not 16-byte aligned (the stores' side must be, the
+        // loads' need not), copied in pieces of odd lengths, as a ring wraps.
+        let words: Vec<u64> = (0..20_001u64).collect();
+        // SAFETY: 10 000 `Word`s of initialized u64 pairs starting one u64 in;
+        // `Word` is two u64s with their alignment.
+        let source: &[Word] =
+            unsafe { std::slice::from_raw_parts(words.as_ptr().add(1).cast(), 10_000) };
+        let mut b = PassBuf::<Word>::default();
+        assert!(b.reserve_total(source.len()));
+        b.extend_streaming(&source[..3]);
+        b.extend_streaming(&source[3..9_999]);
+        b.extend_streaming(&source[9_999..]);
+        assert_eq!(b.len(), 10_000);
+        for (i, w) in b.iter().enumerate() {
+            assert_eq!(*w, Word(2 * i as u64 + 1, 2 * i as u64 + 2));
+        }
     }
 
     #[test]
