@@ -116,12 +116,17 @@ impl<T: Copy> PassBuf<T> {
         total <= self.cap
     }
 
-    /// Appends records; the room must have been reserved.
-    pub(crate) fn extend_from_slice(&mut self, records: &[T]) {
+    /// Panics unless `records` more fit in the reservation.
+    fn check_room(&self, records: usize) {
         assert!(
-            self.len + records.len() <= self.cap,
+            self.len + records <= self.cap,
             "PassBuf: extend beyond the reservation"
         );
+    }
+
+    /// Appends records; the room must have been reserved.
+    pub(crate) fn extend_from_slice(&mut self, records: &[T]) {
+        self.check_room(records.len());
         // SAFETY: in bounds of the reservation (checked above); no overlap with a
         // caller's slice, which cannot point into our unexposed spare room.
         unsafe {
@@ -146,10 +151,7 @@ impl<T: Copy> PassBuf<T> {
             && (self.ptr.as_ptr() as usize).is_multiple_of(16)
         {
             use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_sfence, _mm_stream_si128};
-            assert!(
-                self.len + records.len() <= self.cap,
-                "PassBuf: extend beyond the reservation"
-            );
+            self.check_room(records.len());
             let words = std::mem::size_of_val(records) / 16;
             let from = records.as_ptr().cast::<__m128i>();
             // SAFETY: in bounds of the reservation (checked above), 16-byte aligned
@@ -166,22 +168,6 @@ impl<T: Copy> PassBuf<T> {
             return;
         }
         self.extend_from_slice(records);
-    }
-
-    /// Faults the whole reservation in now (`MADV_POPULATE_WRITE`), so that copying
-    /// into it later costs only the copy.
-    fn populate(&mut self) {
-        self.faulted = self.mapped;
-        if self.mapped > 0 {
-            // SAFETY: our own mapping; populating only allocates its pages.
-            unsafe {
-                libc::madvise(
-                    self.ptr.as_ptr().cast(),
-                    self.mapped,
-                    23, /* MADV_POPULATE_WRITE */
-                )
-            };
-        }
     }
 
     /// Forgets the records, keeping the memory (its pages stay faulted in).
@@ -300,7 +286,8 @@ impl<T: Copy> PoolShared<T> {
             let mut b = PassBuf::default();
             let made = b.reserve_total(want + want / 4);
             if made {
-                b.populate();
+                // The whole reservation, so that copying into it costs only the copy.
+                b.populate_to(b.cap);
             }
             ready = self.ready.lock().unwrap();
             if made {
