@@ -405,6 +405,44 @@ fn sparse_times_are_early_by_at_most_a_drain_interval() {
     }
 }
 
+/// Locks in a library `dlopen`ed after the recording started are symbolized even
+/// while conversion waits for the program's end (every CPU busy): the drain notes
+/// the call sites ring units carry in full as it copies them, finds the library's
+/// in no module it read at the start, and reads the modules again while the
+/// library is still loaded.
+#[test]
+fn locks_in_a_library_loaded_later_are_symbolized() {
+    if !have_root("locks_in_a_library_loaded_later_are_symbolized") {
+        return;
+    }
+    let dir = scratch("inproc-dlopen");
+    let library = build_program_variant("record_plugin", "so", "gcc", &["-shared", "-fPIC"]);
+    let program = build_program("record_dlopen");
+    let trace = dir.join("t.ordo");
+    let (_, deferrals, _) =
+        record_converting("spare", &trace, &program, &[library.to_str().unwrap()]);
+    assert!(
+        deferrals > 0,
+        "conversion was not deferred: the test shows nothing"
+    );
+    let events = dump_json(&trace);
+    let plugin: Vec<&str> = (events.iter())
+        .filter(|e| e["object"] == "plugin_lock" && e["kind"] == "mutex_lock")
+        .map(|e| e["site"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(
+        plugin.len(),
+        1000,
+        "the library's locks: {:?}",
+        &plugin[..plugin.len().min(3)]
+    );
+    let named = plugin
+        .iter()
+        .filter(|s| s.starts_with("plugin_work (record_plugin.c"))
+        .count();
+    assert_eq!(named, 1000, "sites not symbolized: {:?}", &plugin[..3]);
+}
+
 #[test]
 fn a_sigkilled_program_leaves_its_events_readable() {
     if !have_root("a_sigkilled_program_leaves_its_events_readable") {

@@ -144,29 +144,35 @@ impl<T: Copy> PassBuf<T> {
     /// the converter, usually seconds later, so its lines need not take cache room
     /// from the program while the drain fills it (the stores go to memory through
     /// write-combining buffers, and the `sfence` at the end orders them before the
-    /// pass is handed on).
-    pub(crate) fn extend_streaming(&mut self, records: &[T]) {
+    /// pass is handed on). `see` is shown each record as it is copied: whatever
+    /// the drain needs from the records it learns then, from the source's lines,
+    /// because reading the copy back would fetch each line from memory again.
+    pub(crate) fn extend_streaming(&mut self, records: &[T], mut see: impl FnMut(&T)) {
         #[cfg(target_arch = "x86_64")]
         if std::mem::size_of::<T>().is_multiple_of(16)
             && (self.ptr.as_ptr() as usize).is_multiple_of(16)
         {
             use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_sfence, _mm_stream_si128};
             self.check_room(records.len());
-            let words = std::mem::size_of_val(records) / 16;
-            let from = records.as_ptr().cast::<__m128i>();
+            let words = std::mem::size_of::<T>() / 16;
             // SAFETY: in bounds of the reservation (checked above), 16-byte aligned
             // (the mapping is page-aligned and T a multiple of 16 bytes); SSE2 is
             // part of x86_64.
             unsafe {
                 let to = self.ptr.as_ptr().add(self.len).cast::<__m128i>();
-                for w in 0..words {
-                    _mm_stream_si128(to.add(w), _mm_loadu_si128(from.add(w)));
+                for (i, record) in records.iter().enumerate() {
+                    let from = (record as *const T).cast::<__m128i>();
+                    for w in 0..words {
+                        _mm_stream_si128(to.add(i * words + w), _mm_loadu_si128(from.add(w)));
+                    }
+                    see(record);
                 }
                 _mm_sfence();
             }
             self.len += records.len();
             return;
         }
+        records.iter().for_each(&mut see);
         self.extend_from_slice(records);
     }
 
@@ -388,7 +394,7 @@ mod tests {
     }
 
     #[test]
-    fn streaming_copies_keep_every_record_in_order() {
+    fn streaming_copies_keep_and_show_every_record_in_order() {
         #[derive(Clone, Copy, Debug, PartialEq)]
         #[repr(C)]
         struct Word(u64, u64);
@@ -401,10 +407,16 @@ mod tests {
             unsafe { std::slice::from_raw_parts(words.as_ptr().add(1).cast(), 10_000) };
         let mut b = PassBuf::<Word>::default();
         assert!(b.reserve_total(source.len()));
-        b.extend_streaming(&source[..3]);
-        b.extend_streaming(&source[3..9_999]);
-        b.extend_streaming(&source[9_999..]);
+        let mut seen = Vec::new();
+        b.extend_streaming(&source[..3], |w| seen.push(*w));
+        b.extend_streaming(&source[3..9_999], |w| seen.push(*w));
+        b.extend_streaming(&source[9_999..], |w| seen.push(*w));
         assert_eq!(b.len(), 10_000);
+        assert_eq!(
+            &seen[..],
+            &b[..],
+            "each record is shown as it is copied, in order"
+        );
         for (i, w) in b.iter().enumerate() {
             assert_eq!(*w, Word(2 * i as u64 + 1, 2 * i as u64 + 2));
         }

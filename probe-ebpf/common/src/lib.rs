@@ -848,6 +848,42 @@ pub mod inproc {
         Some((event, n))
     }
 
+    /// Finds the call sites that units carry in full, one unit at a time and in
+    /// a ring's order, without decoding: the drain shows it each unit as it copies
+    /// it (a site only a short unit names was carried in full before). A unit run
+    /// must start at an event's first unit, as a ring's published units do.
+    #[derive(Clone, Copy, Debug, Default)]
+    pub struct SiteScan {
+        /// Units of the current event still to come.
+        left: u8,
+        /// The current event is extended (its site is the last unit's whole `b`).
+        extended: bool,
+    }
+
+    impl SiteScan {
+        /// Takes the next unit; returns the call site of the event it completes,
+        /// when that event carries one in full (as [`decode`] reads it).
+        #[inline(always)]
+        pub fn see(&mut self, unit: &Unit) -> Option<u64> {
+            if self.left == 0 {
+                if !unit.is_short() {
+                    self.extended = unit.b & EXTENDED != 0;
+                    self.left = if self.extended { 3 } else { 1 };
+                }
+                return None;
+            }
+            self.left -= 1;
+            if self.left != 0 {
+                return None;
+            }
+            Some(if self.extended {
+                unit.b
+            } else {
+                unit.b & LOW48
+            })
+        }
+    }
+
     /// The futex command and value packed into [`Event::extra`].
     pub const fn futex_extra(cmd: u64, value: u32) -> u64 {
         (cmd & 0xff) | ((value as u64) << 32)
@@ -1335,7 +1371,7 @@ mod tests {
     extern crate std;
     use std::vec::Vec;
 
-    use super::inproc::{decode, encode, Codec, DecodeState, Event, Unit, EXTENDED};
+    use super::inproc::{decode, encode, Codec, DecodeState, Event, SiteScan, Unit, EXTENDED};
     use super::{kind, via};
 
     /// Encodes `e` without short units, decodes it back, and checks that a cut
@@ -1346,6 +1382,9 @@ mod tests {
         for cut in 1..n {
             assert_eq!(decode(&units[..cut], None), None);
         }
+        let mut scan = SiteScan::default();
+        let sites: Vec<u64> = units[..n].iter().filter_map(|u| scan.see(u)).collect();
+        assert_eq!(sites, [e.site], "{e:?}");
         n
     }
 
@@ -1470,5 +1509,14 @@ mod tests {
         }
         assert!(rest.is_empty());
         assert_eq!(decoded, events);
+        // The scan the drain makes as it copies finds the sites carried in full.
+        let mut scan = SiteScan::default();
+        let scanned: Vec<u64> = units.iter().filter_map(|u| scan.see(u)).collect();
+        let full: Vec<u64> = (events.iter().zip(&sizes))
+            .filter(|&(_, &n)| n != 1)
+            .map(|(e, _)| e.site)
+            .collect();
+        assert!(full.len() > 20);
+        assert_eq!(scanned, full);
     }
 }
