@@ -366,6 +366,55 @@ fn conversion_deferred_while_no_cpu_is_spare_records_the_same_trace() {
     );
 }
 
+/// Records `program` with `ORDO_SPILL` set to `mode`; the passes the drain
+/// spilled to its file (the phase line's "spill: N passes, M bytes").
+fn record_spilling(mode: &str, trace: &Path, program: &Path, args: &[&str]) -> u64 {
+    let (_, stderr) = record_phases(("ORDO_SPILL", mode), &[], trace, program, args);
+    phase_words(&stderr, "spill: ")[0].parse().unwrap()
+}
+
+/// Passes the drain spills to a file (`ORDO_SPILL`; by default while the
+/// converter is behind) come back as they went: programs recorded with every
+/// pass spilled and with none give the same events thread by thread, and the
+/// same findings with the same schedules.
+#[test]
+fn spilled_passes_record_the_same_trace() {
+    if !have_root("spilled_passes_record_the_same_trace") {
+        return;
+    }
+    let dir = scratch("inproc-spill");
+    for name in ["record_units", "analyze_lost_wakeup", "analyze_deadlock"] {
+        let program = build_program(name);
+        let (always, never) = (
+            dir.join(format!("{name}-always.ordo")),
+            dir.join(format!("{name}-never.ordo")),
+        );
+        assert!(
+            record_spilling("always", &always, &program, &[]) > 0,
+            "{name}"
+        );
+        assert_eq!(record_spilling("never", &never, &program, &[]), 0, "{name}");
+        let (a, b) = (comparable_events(&always), comparable_events(&never));
+        assert!(a.len() > 10, "{name}: {} events", a.len());
+        assert_eq!(a, b, "{name}");
+        let found = findings(&always);
+        if name != "record_units" {
+            assert!(!found.is_empty(), "{name}: no findings");
+        }
+        assert_eq!(
+            found,
+            findings(&never),
+            "{name}: findings or schedules differ"
+        );
+    }
+    refused_in_one_line(
+        ("ORDO_SPILL", "sometimes"),
+        "expected `auto`, `always` or `never`",
+        &dir,
+        &build_program("record_units"),
+    );
+}
+
 /// With `--sparse-times` an unlock takes its thread's previous stamp plus a tick
 /// without reading the clock; the converter raises it to when the drain last found
 /// it not yet written, so a lock held through a second of computation shows as

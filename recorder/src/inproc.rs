@@ -62,6 +62,8 @@ pub struct InprocMapping {
     tsc_start: Option<ClockPoint>,
     /// When the converter works while the program runs.
     conversion: Conversion,
+    /// When the drain spills passes to a file.
+    spilling: Spilling,
 }
 
 // SAFETY: the mapping is shared memory accessed through atomics (headers) and plain
@@ -101,6 +103,7 @@ impl InprocMapping {
     pub fn over(fd: OwnedFd, tsc_allowed: bool, sparse: bool) -> Result<InprocMapping> {
         let short_units = short_units_wanted()?;
         let conversion = conversion_wanted()?;
+        let spilling = spilling_wanted()?;
         let size = mapping_size();
         // SAFETY: plain syscalls on values we own; results are checked.
         unsafe {
@@ -139,6 +142,7 @@ impl InprocMapping {
                 whole: (0..MAX_RINGS).map(|_| false.into()).collect(),
                 tsc_start: tsc.then(ClockPoint::now),
                 conversion,
+                spilling,
             };
             mapping.prefault_starts(RINGS_AHEAD);
             Ok(mapping)
@@ -148,6 +152,11 @@ impl InprocMapping {
     /// When the converter works while the program runs ([`ENV_CONVERT`]).
     pub fn conversion(&self) -> Conversion {
         self.conversion
+    }
+
+    /// When the drain spills passes to a file ([`ENV_SPILL`]).
+    pub fn spilling(&self) -> Spilling {
+        self.spilling
     }
 
     /// Whether the agent reads the clock sparsely ([`CLOCK_SPARSE`]).
@@ -721,6 +730,39 @@ fn conversion_wanted() -> Result<Conversion> {
     }
 }
 
+/// Environment variable choosing when the drain spills a pass's ring units to a
+/// file instead of handing them on in memory (`crate::spill`): `auto` (the
+/// default: while the converter is far behind, see
+/// `recording::inproc_drain`), `always` (every pass, for tests to compare) or
+/// `never` (memory only, as before spilling, for the bench to measure what it
+/// saves). The trace is the same either way.
+pub const ENV_SPILL: &str = "ORDO_SPILL";
+
+/// When the drain spills ([`ENV_SPILL`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Spilling {
+    /// While the converter is behind by more than the drain keeps in memory.
+    WhileBehind,
+    /// Every pass.
+    Always,
+    /// Never: the backlog stays in memory.
+    Never,
+}
+
+/// The spilling [`ENV_SPILL`] asks for.
+fn spilling_wanted() -> Result<Spilling> {
+    match std::env::var_os(ENV_SPILL) {
+        None => Ok(Spilling::WhileBehind),
+        Some(v) if v == "auto" || v.is_empty() => Ok(Spilling::WhileBehind),
+        Some(v) if v == "always" => Ok(Spilling::Always),
+        Some(v) if v == "never" => Ok(Spilling::Never),
+        Some(v) => bail!(
+            "{ENV_SPILL}={}: expected `auto`, `always` or `never`",
+            v.to_string_lossy()
+        ),
+    }
+}
+
 /// Rings kept allocated ahead of the ones in use.
 const RINGS_AHEAD: usize = 2;
 
@@ -1006,6 +1048,9 @@ pub(crate) struct RawPass {
     /// The call sites `records` carry in full, in order, repeats in a row left
     /// out: noted as the units are copied ([`SiteScan`]).
     pub(crate) full_sites: Vec<u64>,
+    /// Where `records` went when the drain spilled them to a file (`crate::spill`;
+    /// `records` is empty then until the converter reads them back).
+    pub(crate) spilled: Option<crate::spill::Extent>,
     pub(crate) kernel: Vec<RawEvent>,
     /// Scratch for the rings' heads at the start of the copy.
     pub(crate) heads: Vec<(usize, u64)>,
@@ -1029,6 +1074,7 @@ impl RawPass {
         self.batches.clear();
         self.records.clear();
         self.full_sites.clear();
+        self.spilled = None;
         self.kernel.clear();
         self.modules.clear();
         self.dropped = 0;

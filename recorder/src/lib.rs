@@ -29,6 +29,7 @@ pub mod progress;
 pub mod recording;
 pub mod rust_locks;
 pub mod session;
+mod spill;
 pub mod watch;
 pub mod watching;
 

@@ -176,6 +176,51 @@ impl<T: Copy> PassBuf<T> {
         self.extend_from_slice(records);
     }
 
+    /// The records' bytes rounded up to a multiple of `align` (a power of two
+    /// no larger than a page), from the reservation's start, which is page-aligned:
+    /// what a direct write of the records takes (`crate::spill`). The rounding
+    /// stays within the reservation, whose size is a multiple of [`GRANULE`].
+    pub(crate) fn aligned_bytes(&self, align: usize) -> (*const u8, usize) {
+        let bytes = (self.len * std::mem::size_of::<T>()).next_multiple_of(align);
+        assert!(
+            bytes <= self.mapped,
+            "PassBuf: aligned length beyond the mapping"
+        );
+        (self.ptr.as_ptr().cast::<u8>().cast_const(), bytes)
+    }
+
+    /// The start of an empty buffer's reservation, for `bytes` (a multiple of
+    /// `align`, within the reservation) to be read into from a file; the records
+    /// count once [`PassBuf::set_len`] says how many arrived.
+    pub(crate) fn spare_aligned(&mut self, bytes: usize, align: usize) -> *mut u8 {
+        assert!(
+            self.len == 0 && bytes <= self.mapped && bytes.is_multiple_of(align),
+            "PassBuf: {bytes} spare bytes asked of {} mapped, {} held",
+            self.mapped,
+            self.len
+        );
+        self.faulted = self.faulted.max(bytes);
+        self.ptr.as_ptr().cast()
+    }
+
+    /// Counts the first `records` records as held.
+    ///
+    /// # Safety
+    /// They must have been initialized (e.g. read in through
+    /// [`PassBuf::spare_aligned`]).
+    pub(crate) unsafe fn set_len(&mut self, records: usize) {
+        assert!(
+            records <= self.cap,
+            "PassBuf: length beyond the reservation"
+        );
+        self.len = records;
+    }
+
+    /// Records the reservation holds.
+    pub(crate) fn capacity(&self) -> usize {
+        self.cap
+    }
+
     /// Forgets the records, keeping the memory (its pages stay faulted in).
     pub(crate) fn clear(&mut self) {
         self.len = 0;

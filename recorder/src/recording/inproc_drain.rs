@@ -48,8 +48,9 @@ use super::attach::Probes;
 use super::drain::{raise_priority, KnownRanges, FLUSH_INTERVAL};
 use super::spare_cpu::{SpareCpu, SPARE_WINDOW};
 use super::{DrainState, RecordSummary};
-use crate::inproc::{Conversion, InprocMapping, Merger, RawPass, RingReader};
+use crate::inproc::{Conversion, InprocMapping, Merger, RawPass, RingReader, Spilling};
 use crate::prefault::PrefaultPool;
+use crate::spill::{Spill, SpillReader};
 
 /// How long the drain sleeps between passes when no ring fills up, while passes
 /// find events …
@@ -130,6 +131,10 @@ const LOW_SPACE: u64 = 64 << 20;
 const SPACE_CHECK: Duration = Duration::from_millis(200);
 
 /// What the drain hands the converter.
+#[allow(
+    clippy::large_enum_variant,
+    reason = "one message a pass, the pass itself: boxing would allocate for each"
+)]
 enum ToConverter {
     Pass(RawPass),
     /// The last pass was sent: finish the trace.
@@ -154,7 +159,32 @@ struct Shared {
     /// The converter's and the writer's kernel tids (0 until known, -1 none).
     converter_tid: AtomicI32,
     writer_tid: AtomicI32,
+    /// Passes and bytes the drain spilled to the spill file (`ORDO_PHASES`).
+    spilled_passes: AtomicUsize,
+    spilled_bytes: AtomicUsize,
+    /// The part of `backlog` that lies in the spill file, not in memory.
+    spilled_unconverted: AtomicUsize,
 }
+
+impl Shared {
+    /// Unconverted bytes held in memory: what the backlog's bounds limit.
+    fn in_memory(&self) -> usize {
+        let all = self.backlog.load(Ordering::Relaxed);
+        all.saturating_sub(self.spilled_unconverted.load(Ordering::Relaxed))
+    }
+}
+
+/// Unconverted bytes in memory past which the drain spills its passes
+/// ([`Spilling::WhileBehind`]): the converter is deferring (a pass is ~0.1–1 MiB),
+/// and what it holds now stays in memory, already paid for.
+const SPILL_AFTER: usize = 16 << 20;
+
+/// How long the drain sleeps between passes while it spills: each pass is one
+/// write, cheaper a page in larger pieces (0.7 µs against 1.6 µs of the
+/// writer's CPU a page in 1 MiB and 128 KiB pieces), and each wake-up takes a
+/// CPU from the program. A ring holds a busy thread's ~100 ms (2 MiB), and its
+/// doorbell wakes the drain at half full whatever the interval.
+const SPILL_PASS_INTERVAL: Duration = Duration::from_millis(50);
 
 /// Whether `free` bytes on the trace's file system may not hold what is still to be
 /// written: [`LOW_SPACE`] plus half the `backlog` of unconverted ring units (a
@@ -291,13 +321,36 @@ pub(super) fn drain(
     let (to_converter, passes) = channel();
     let (give_back, spare) = channel();
     let output = state.output.clone();
+    let spill_when = mapping.spilling();
+    let mut spill = match spill_when {
+        Spilling::Never => None,
+        _ => match Spill::create_in(output.parent().unwrap_or(std::path::Path::new("."))) {
+            Ok(spill) => Some(spill),
+            Err(e) => {
+                crate::phase(&format!(
+                    "spill: no spill file beside the trace ({e}): memory only"
+                ));
+                None
+            }
+        },
+    };
+    let spill_reader = match spill.as_ref().map(Spill::reader).transpose() {
+        Ok(reader) => reader,
+        Err(e) => {
+            crate::phase(&format!(
+                "spill: no second handle on the spill file ({e}): memory only"
+            ));
+            spill = None;
+            None
+        }
+    };
     let converter = {
         let shared = shared.clone();
         std::thread::Builder::new()
             .name("ordo-convert".into())
             .spawn({
                 let mapping = mapping.clone();
-                move || convert(state, passes, give_back, &shared, &mapping)
+                move || convert(state, passes, give_back, &shared, &mapping, spill_reader)
             })?
     };
     let (stop_space_watch, space_watch_stop) = channel::<()>();
@@ -326,7 +379,7 @@ pub(super) fn drain(
         p
     };
     let mut pass = next_pass(&spare);
-    let run_pass =
+    let mut run_pass =
         |pass: &mut RawPass, sources: &mut Sources, probes: &Probes, all: bool| -> Result<usize> {
             let Sources {
                 reader,
@@ -349,11 +402,47 @@ pub(super) fn drain(
             modules.check(pass);
             pass.dropped = probes.drops() + mapping.dropped();
             pass.all = all;
-            let pass = std::mem::replace(pass, next_pass(&spare));
-            let events = pass.records.len() + pass.kernel.len();
-            shared.backlog.fetch_add(pass.bytes(), Ordering::Relaxed);
+            let spilled = match &mut spill {
+                Some(file) if !pass.records.is_empty() && spilling(spill_when, &shared) => {
+                    match file.write(&pass.records) {
+                        Ok(extent) => Some(extent),
+                        Err(e) => {
+                            // Nothing was appended: this pass and the later ones
+                            // stay in memory.
+                            crate::phase(&format!("spill: write failed ({e}): memory only"));
+                            spill = None;
+                            None
+                        }
+                    }
+                }
+                _ => None,
+            };
+            let mut sent = std::mem::replace(pass, next_pass(&spare));
+            let events = sent.records.len() + sent.kernel.len();
+            if let Some(extent) = spilled {
+                sent.spilled = Some(extent);
+                shared.spilled_passes.fetch_add(1, Ordering::Relaxed);
+                shared
+                    .spilled_bytes
+                    .fetch_add(extent.bytes(), Ordering::Relaxed);
+                // The drain copies the next pass into the same buffer: its pages
+                // are in, and nothing else holds them.
+                let mut kept = std::mem::take(&mut sent.records);
+                kept.clear();
+                if kept.capacity() > pass.records.capacity() {
+                    pass.records = kept;
+                }
+            }
+            let spilled_bytes = sent.spilled.map_or(0, |e| e.bytes());
+            // The spilled part first, so `in_memory` never counts it as memory.
+            shared
+                .spilled_unconverted
+                .fetch_add(spilled_bytes, Ordering::Relaxed);
+            shared
+                .backlog
+                .fetch_add(sent.bytes() + spilled_bytes, Ordering::Relaxed);
             to_converter
-                .send(ToConverter::Pass(pass))
+                .send(ToConverter::Pass(sent))
                 .map_err(|_| anyhow!("the trace converter stopped"))?;
             Ok(events)
         };
@@ -388,15 +477,18 @@ pub(super) fn drain(
             mapping.wait_doorbell(doorbell, interval);
         }
         doorbell = mapping.doorbell();
-        if shared.backlog.load(Ordering::Relaxed) > shared.limits.full {
+        if shared.in_memory() > shared.limits.full {
             // Copying more would only grow the backlog: let the rings hold the
             // events (a full ring waits while passes are counted).
             mapping.count_idle_pass();
             continue;
         }
+        let spilled_before = shared.spilled_passes.load(Ordering::Relaxed);
         let events = run_pass(&mut pass, &mut sources, &probes, false)?;
         interval = if events < FEW_EVENTS {
             (interval * 2).min(IDLE_PASS_INTERVAL)
+        } else if shared.spilled_passes.load(Ordering::Relaxed) > spilled_before {
+            SPILL_PASS_INTERVAL
         } else {
             PASS_INTERVAL
         };
@@ -464,14 +556,32 @@ fn resident_bytes() -> Option<u64> {
     Some(pages * 4096)
 }
 
+/// Whether the drain spills the pass it has just copied: always or never as
+/// asked, else while the converter is [`SPILL_AFTER`] behind and the program
+/// runs — not when the trace's file system runs out of room (the spill file
+/// takes from it until converted) nor at the end (the converter is busy then).
+fn spilling(when: Spilling, shared: &Shared) -> bool {
+    match when {
+        Spilling::Always => true,
+        Spilling::Never => false,
+        Spilling::WhileBehind => {
+            shared.in_memory() >= SPILL_AFTER
+                && !shared.low_space.load(Ordering::Relaxed)
+                && !shared.finishing.load(Ordering::Relaxed)
+        }
+    }
+}
+
 /// The converter's body: merges and takes the passes in order, at idle priority
-/// while the program runs (see the module doc), and finishes the trace.
+/// while the program runs (see the module doc), and finishes the trace. Passes
+/// the drain spilled are read back from `spill` (into one buffer kept for it).
 fn convert(
     mut state: DrainState,
     passes: Receiver<ToConverter>,
     give_back: Sender<RawPass>,
     shared: &Shared,
     mapping: &InprocMapping,
+    spill: Option<SpillReader>,
 ) -> Result<RecordSummary> {
     // -1: no writer thread (it stopped), nothing to change.
     let writer = match state.writer_tid() {
@@ -497,6 +607,8 @@ fn convert(
     let mut dropped = 0;
     let mut failed = None;
     let mut inbox = Inbox::new(passes, mapping, writer);
+    // Spilled passes are read back into this buffer, one after the other.
+    let mut read_back = crate::prefault::PassBuf::default();
     loop {
         let want_idle = !must_convert(shared, idle);
         if want_idle != idle {
@@ -529,10 +641,37 @@ fn convert(
                     "conversion: deferred {} times while the program ran, {} passes held at most",
                     inbox.deferrals, inbox.most_held
                 ));
+                crate::phase(&format!(
+                    "spill: {} passes, {} bytes",
+                    shared.spilled_passes.load(Ordering::Relaxed),
+                    shared.spilled_bytes.load(Ordering::Relaxed)
+                ));
                 return state.finish(total, exit);
             }
         };
-        shared.backlog.fetch_sub(pass.bytes(), Ordering::Relaxed);
+        let mut pass = pass;
+        let from_spill = pass.spilled.take();
+        let spilled_bytes = from_spill.map_or(0, |e| e.bytes());
+        shared
+            .backlog
+            .fetch_sub(pass.bytes() + spilled_bytes, Ordering::Relaxed);
+        shared
+            .spilled_unconverted
+            .fetch_sub(spilled_bytes, Ordering::Relaxed);
+        if let Some(extent) = from_spill {
+            std::mem::swap(&mut pass.records, &mut read_back);
+            let read = match &spill {
+                Some(file) => file.read(extent, &mut pass.records),
+                None => Err(std::io::Error::other("no handle on the spill file")),
+            };
+            if let Err(e) = read {
+                // Its events cannot reach the trace: the recording fails, saying so.
+                failed.get_or_insert(anyhow!(
+                    "reading back {} bytes of events from the spill file: {e}",
+                    extent.bytes()
+                ));
+            }
+        }
         if failed.is_some() {
             // Keep receiving (the drain must not block on us) until Finish.
             continue;
@@ -541,6 +680,9 @@ fn convert(
             // Nothing more reaches the trace: count the records instead of
             // converting them (at normal priority, with the space running out).
             state.skip(pass.agent_events() + pass.kernel.len() as u64);
+            if from_spill.is_some() {
+                std::mem::swap(&mut pass.records, &mut read_back);
+            }
             let _ = give_back.send(pass);
             continue;
         }
@@ -562,6 +704,9 @@ fn convert(
         if let Err(e) = result {
             failed = Some(e);
         }
+        if from_spill.is_some() {
+            std::mem::swap(&mut pass.records, &mut read_back);
+        }
         let _ = give_back.send(pass);
         mapping.prefault_ahead();
     }
@@ -573,10 +718,10 @@ fn convert(
 
 /// Whether the converter must convert now, at normal priority: the program ended,
 /// the trace's file system runs out of space, or the backlog is past its bound
-/// (`Backlog::normal` while the converter is `idle`; once it is not, until the
-/// backlog is down to a quarter of that, so it does not flap).
+/// (`Backlog::normal` in memory, [`SPILL_BOUND`] times that in the spill file,
+/// while the converter is `idle`; once it is not, until the backlog is down to a
+/// quarter of that, so it does not flap).
 fn must_convert(shared: &Shared, idle: bool) -> bool {
-    let backlog = shared.backlog.load(Ordering::Relaxed);
     let bound = if idle {
         shared.limits.normal
     } else {
@@ -584,8 +729,14 @@ fn must_convert(shared: &Shared, idle: bool) -> bool {
     };
     shared.finishing.load(Ordering::Relaxed)
         || shared.low_space.load(Ordering::Relaxed)
-        || backlog >= bound
+        || shared.in_memory() >= bound
+        || shared.spilled_unconverted.load(Ordering::Relaxed) >= SPILL_BOUND * bound
 }
+
+/// The spill file's bound as a multiple of the memory's (`Backlog::normal`):
+/// disk is cheaper than memory, but a recording of hours on a machine that never
+/// has a CPU to spare must not fill it (the free-space watch is the last resort).
+const SPILL_BOUND: usize = 4;
 
 /// Hands the converter the drain's messages in order, deferring passes while the
 /// program runs and no CPU is spare ([`Conversion::OnSpareCpu`], see
