@@ -142,6 +142,9 @@ enum Knob {
     /// `ORDO_CONVERT=alongside`: the converter works at idle priority while the
     /// program runs, rather than only on a spare CPU.
     ConvertAlongside,
+    /// `ORDO_SPILL=never`: the passes the converter is behind on stay in memory
+    /// rather than go to the spill file.
+    MemoryBacklog,
 }
 
 impl Knob {
@@ -149,6 +152,7 @@ impl Knob {
         match self {
             Knob::WideUnits => "ordo wide units",
             Knob::ConvertAlongside => "ordo converting alongside",
+            Knob::MemoryBacklog => "ordo backlog in memory",
         }
     }
 
@@ -157,6 +161,7 @@ impl Knob {
         match self {
             Knob::WideUnits => ("ORDO_RING_UNITS", "wide"),
             Knob::ConvertAlongside => ("ORDO_CONVERT", "alongside"),
+            Knob::MemoryBacklog => ("ORDO_SPILL", "never"),
         }
     }
 }
@@ -1597,6 +1602,7 @@ pub fn run_record(args: &[String]) -> Result<()> {
     recorders.extend([
         Recorder::OrdoWith(Knob::WideUnits),
         Recorder::OrdoWith(Knob::ConvertAlongside),
+        Recorder::OrdoWith(Knob::MemoryBacklog),
     ]);
     if let Some(b) = &options.baseline {
         recorders.push(Recorder::OrdoBaseline(b.clone()));

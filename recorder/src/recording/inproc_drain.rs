@@ -19,11 +19,15 @@
 //!   program ends it finishes then, at normal priority.
 //!
 //! The merge works on the passes exactly as they were read (pass boundaries
-//! included), so the trace is the same whenever it runs. The backlog is bounded:
-//! past [`Backlog::normal`] bytes (an eighth of the memory available when the
-//! recording starts, 256 MiB to 4 GiB) the converter runs at normal priority (it then
-//! takes its share of the CPU, as before), past [`Backlog::full`] (twice that) the
-//! drain stops copying
+//! included), so the trace is the same whenever it runs. Once [`SPILL_AFTER`]
+//! bytes wait in memory, the drain writes each further pass's units to the spill
+//! file (`crate::spill`) and copies the next pass into the same buffer, so a long
+//! deferral allocates no memory; the converter reads them back in order. The
+//! backlog is bounded: past [`Backlog::normal`] bytes in memory (an eighth of the
+//! memory available when the recording starts, 256 MiB to 4 GiB), or
+//! [`SPILL_BOUND`] times that in the spill file, the converter runs at normal
+//! priority (it then takes its share of the CPU, as before), past [`Backlog::full`]
+//! (twice that) in memory the drain stops copying
 //! (still counting passes, so the agents wait for room rather than drop events).
 //! Events not converted yet are lost if the recorder itself is SIGKILLed; what was
 //! written stays readable. Nor does it defer when the trace's file system is nearly
