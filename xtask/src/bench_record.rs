@@ -1092,9 +1092,13 @@ impl Bench {
             .stderr(Stdio::piped())
             .spawn()
             .with_context(|| format!("run {cmd:?}"))?;
+        let mut steal = None;
         let result = (|| -> Result<(f64, Option<f64>, Option<f64>)> {
             instance.wait_ready(Duration::from_secs(60))?;
-            instance.load(self.sizes.server_s)
+            let before = cpu_ticks();
+            let load = instance.load(self.sizes.server_s);
+            steal = before.zip(cpu_ticks()).and_then(|(a, b)| steal_pct(a, b));
+            load
         })();
         let pid = instance.find_pid();
         let stopped = mono();
@@ -1120,6 +1124,7 @@ impl Bench {
         if *recorder != Recorder::Lttng {
             sample.cpu_us_per_op = per_op_us(cpu_s, tps, self.sizes.server_s);
         }
+        sample.steal_pct = steal;
         self.collect(
             recorder,
             &mut sample,
@@ -1569,6 +1574,32 @@ fn process_cpu_s(pid: u32) -> Option<f64> {
 }
 
 /// CPU µs per operation served, for `cpu_s` over a load of `seconds` at `tps`.
+/// The machine's CPU time so far from the first line of /proc/stat: (steal, all),
+/// in clock ticks.
+fn cpu_ticks() -> Option<(u64, u64)> {
+    parse_cpu_ticks(&std::fs::read_to_string("/proc/stat").ok()?)
+}
+
+/// [`cpu_ticks`] of /proc/stat's text: `cpu user nice system idle iowait irq
+/// softirq steal …` (guest time is counted in user already).
+fn parse_cpu_ticks(stat: &str) -> Option<(u64, u64)> {
+    let fields: Vec<u64> = (stat
+        .lines()
+        .next()?
+        .strip_prefix("cpu ")?
+        .split_whitespace())
+    .take(8)
+    .map(|f| f.parse().ok())
+    .collect::<Option<_>>()?;
+    (fields.len() == 8).then(|| (fields[7], fields.iter().sum()))
+}
+
+/// Steal as a share of all CPU time between two [`cpu_ticks`] readings, %.
+fn steal_pct((steal_a, all_a): (u64, u64), (steal_b, all_b): (u64, u64)) -> Option<f64> {
+    let all = all_b.checked_sub(all_a).filter(|&t| t > 0)?;
+    Some(steal_b.checked_sub(steal_a)? as f64 * 100.0 / all as f64)
+}
+
 fn per_op_us(cpu_s: f64, tps: f64, seconds: u64) -> Option<f64> {
     let ops = tps * seconds as f64;
     (cpu_s.is_finite() && ops > 0.0).then(|| cpu_s / ops * 1e6)
@@ -1846,6 +1877,19 @@ mod tests {
 Total Statistics (345804 events)\n   Min:        14\n   Max:     17313\n   Avg:       277\n   Geo:     98.62\n   Std:    718.11\n   Log2 Dist:\n\
        4:      600   113947    61469    20424\n       8:    39527    85496     5220     8887\n      12:     7170     2881      171       12\n\ncmd_get: 311235\n\
 Run time: 3.0s Ops: 345836 TPS: 115269 Net_rate: 129.0M/s\n";
+
+    #[test]
+    fn steal_is_a_share_of_all_cpu_time_between_readings() {
+        let a = parse_cpu_ticks("cpu  100 5 50 800 10 1 2 30 0 0\ncpu0 1 2 3\n").unwrap();
+        assert_eq!(a, (30, 998));
+        let b = parse_cpu_ticks("cpu  150 5 60 1720 10 1 2 52 0 0\n").unwrap();
+        assert_eq!(b, (52, 2000));
+        let pct = steal_pct(a, b).unwrap();
+        assert!((pct - 22.0 * 100.0 / 1002.0).abs() < 1e-9, "{pct}");
+        assert_eq!(steal_pct(b, a), None);
+        assert_eq!(parse_cpu_ticks("intr 5\n"), None);
+        assert_eq!(parse_cpu_ticks("cpu  1 2 x 4 5 6 7 8\n"), None);
+    }
 
     #[test]
     fn memcaslap_throughput_average_and_p99_bucket() {

@@ -61,6 +61,10 @@ pub struct Sample {
     /// Windows workloads: every unrecorded window's throughput in order, and every
     /// recorded one's (recorded window `k` lies between unrecorded `k` and `k+1`).
     pub windows: Option<(Vec<f64>, Vec<f64>)>,
+    /// Server workloads launched under the recorder: the share of the machine's
+    /// CPU time the hypervisor gave other guests during the load (`steal` in
+    /// /proc/stat), %: whether a run's swing came from the neighbours.
+    pub steal_pct: Option<f64>,
 }
 
 impl Sample {
@@ -653,6 +657,7 @@ pub fn sample_json(s: &Sample) -> Value {
         "attach_s": s.attach_s, "detach_s": s.detach_s, "active_s": s.active_s,
         "cpu_us_per_op": s.cpu_us_per_op,
         "paired_off": s.paired_off,
+        "steal_pct": s.steal_pct,
         "windows": s.windows.as_ref().map(|(off, on)| json!({"unrecorded": off, "recorded": on})),
     })
 }
