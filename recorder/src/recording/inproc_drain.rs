@@ -423,12 +423,14 @@ pub(super) fn drain(
             };
             let mut sent = std::mem::replace(pass, next_pass(&spare));
             let events = sent.records.len() + sent.kernel.len();
+            let mut spilled_bytes = 0;
             if let Some(extent) = spilled {
                 sent.spilled = Some(extent);
+                spilled_bytes = extent.bytes();
                 shared.spilled_passes.fetch_add(1, Ordering::Relaxed);
                 shared
                     .spilled_bytes
-                    .fetch_add(extent.bytes(), Ordering::Relaxed);
+                    .fetch_add(spilled_bytes, Ordering::Relaxed);
                 // The drain copies the next pass into the same buffer: its pages
                 // are in, and nothing else holds them.
                 let mut kept = std::mem::take(&mut sent.records);
@@ -437,7 +439,6 @@ pub(super) fn drain(
                     pass.records = kept;
                 }
             }
-            let spilled_bytes = sent.spilled.map_or(0, |e| e.bytes());
             // The spilled part first, so `in_memory` never counts it as memory.
             shared
                 .spilled_unconverted
@@ -628,7 +629,7 @@ fn convert(
         let Some(message) = inbox.next(|| !idle || must_convert(shared, idle)) else {
             break;
         };
-        let pass = match message {
+        let mut pass = match message {
             ToConverter::Pass(pass) => pass,
             ToConverter::Finish {
                 dropped: total,
@@ -653,7 +654,6 @@ fn convert(
                 return state.finish(total, exit);
             }
         };
-        let mut pass = pass;
         let from_spill = pass.spilled.take();
         let spilled_bytes = from_spill.map_or(0, |e| e.bytes());
         shared

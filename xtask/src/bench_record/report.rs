@@ -110,11 +110,41 @@ pub struct Row {
     pub bytes_per_event: Option<f64>,
     /// The largest loss over the runs (one lossy run is not hidden by a median).
     pub lost_max: Option<u64>,
-    /// The smallest and largest `vs_native` of one run against the same
-    /// repetition's native run (how far the machine's noise spreads the median).
-    pub paired_range: Option<(f64, f64)>,
+    /// `vs_native` of each run against the same repetition's native run (how
+    /// far the machine's noise spreads the median).
+    pub per_rep: Option<PerRep>,
     pub attach_s: Option<f64>,
     pub detach_s: Option<f64>,
+}
+
+/// What one number comes to repetition by repetition: its range, and its mean
+/// with the mean's standard error (with two repetitions or more), so a median
+/// that meets a target can be told from one the noise put there.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct PerRep {
+    pub lo: f64,
+    pub hi: f64,
+    pub mean: f64,
+    pub se: Option<f64>,
+}
+
+impl PerRep {
+    /// The repetitions' values (non-finite ones left out); None when none is left.
+    pub fn of(values: &[f64]) -> Option<PerRep> {
+        let v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
+        let n = v.len() as f64;
+        let mean = v.iter().sum::<f64>() / n;
+        let se = (v.len() >= 2).then(|| {
+            let var = v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0);
+            (var / n).sqrt()
+        });
+        Some(PerRep {
+            lo: v.iter().copied().reduce(f64::min)?,
+            hi: v.iter().copied().reduce(f64::max)?,
+            mean,
+            se,
+        })
+    }
 }
 
 /// The median of a list (the upper one for an even count); None when empty.
@@ -171,7 +201,7 @@ pub fn rows(samples: &[Sample], metric_of: impl Fn(&str) -> Metric) -> Vec<Row> 
                 events_per_s: med(&|s| Some(s.events? as f64 / s.active_s?)),
                 bytes_per_event: bytes.zip(events).map(|(b, e)| b / e.max(1.0)),
                 lost_max: group.iter().filter_map(|s| s.lost).max(),
-                paired_range: None,
+                per_rep: None,
                 attach_s: med(&|s| s.attach_s),
                 detach_s: med(&|s| s.detach_s),
             }
@@ -198,7 +228,7 @@ pub fn rows(samples: &[Sample], metric_of: impl Fn(&str) -> Metric) -> Vec<Row> 
             }
             Metric::Throughput => row.vs_native = Some(1.0 - row.value / native),
         }
-        row.paired_range = paired_range(samples, row);
+        row.per_rep = per_rep(samples, row);
     }
     for row in &mut out {
         within_process_loss(samples, row);
@@ -221,18 +251,13 @@ fn within_process_loss(samples: &[Sample], row: &mut Row) {
     let Some(losses) = losses.filter(|l| !l.is_empty()) else {
         return;
     };
-    let losses: Vec<f64> = losses.into_iter().filter(|l| l.is_finite()).collect();
     row.vs_native = median(losses.iter().copied());
-    row.paired_range = losses
-        .iter()
-        .copied()
-        .reduce(f64::min)
-        .zip(losses.iter().copied().reduce(f64::max));
+    row.per_rep = PerRep::of(&losses);
 }
 
-/// The smallest and largest `vs_native` of a row's runs, each against the native
-/// run of its own repetition.
-fn paired_range(samples: &[Sample], row: &Row) -> Option<(f64, f64)> {
+/// The `vs_native` of a row's runs, each against the native run of its own
+/// repetition.
+fn per_rep(samples: &[Sample], row: &Row) -> Option<PerRep> {
     if row.recorder == "native" {
         return None;
     }
@@ -250,11 +275,8 @@ fn paired_range(samples: &[Sample], row: &Row) -> Option<(f64, f64)> {
                 Metric::Throughput => 1.0 - s.value / native.value,
             })
         })
-        .filter(|l| l.is_finite())
         .collect();
-    let min = losses.iter().copied().reduce(f64::min)?;
-    let max = losses.iter().copied().reduce(f64::max)?;
-    Some((min, max))
+    PerRep::of(&losses)
 }
 
 /// The units a target is expressed in, for printing.
@@ -289,6 +311,9 @@ pub struct Target {
     /// None when it could not be measured (`why` says why).
     pub measured: Option<f64>,
     pub why: String,
+    /// For a throughput loss, what the repetitions say on their own
+    /// ([`Row::per_rep`]): the verdict adds whether their mean settles it.
+    pub per_rep: Option<PerRep>,
 }
 
 impl Target {
@@ -307,13 +332,38 @@ impl Target {
         } else {
             show(gap, self.unit)
         };
-        if m <= self.limit {
+        let median = if m <= self.limit {
             format!("met, {gap} under")
         } else if self.limit > 0.0 {
             format!("MISSED by {gap} ({:.1}× the limit)", m / self.limit)
         } else {
             format!("MISSED by {gap}")
+        };
+        match self.repetitions() {
+            Some(reps) => format!("{median}; {reps}"),
+            None => median,
         }
+    }
+
+    /// The repetitions' own verdict on a percentage, where there are two or
+    /// more: their mean ± standard error, and whether the mean two standard
+    /// errors either way lies all under the limit, all over it, or across it.
+    fn repetitions(&self) -> Option<String> {
+        let p = self.per_rep.filter(|_| self.unit == Unit::Percent)?;
+        let se = p.se?;
+        let (low, high) = (p.mean - 2.0 * se, p.mean + 2.0 * se);
+        let settled = if high <= self.limit {
+            "met"
+        } else if low > self.limit {
+            "missed"
+        } else {
+            "not settled"
+        };
+        Some(format!(
+            "per rep {:.1} % ± {:.1} (s.e.): {settled} at 2 s.e.",
+            p.mean * 100.0,
+            se * 100.0
+        ))
     }
 
     pub fn to_json(&self) -> Value {
@@ -323,6 +373,8 @@ impl Target {
             "limit": self.limit,
             "measured": self.measured,
             "met": self.met(),
+            "per_rep_mean": self.per_rep.map(|p| p.mean),
+            "per_rep_standard_error": self.per_rep.and_then(|p| p.se),
             "verdict": self.verdict(),
             "shown": format!("{} (limit {})", self.measured.map(|m| show(m, self.unit)).unwrap_or_else(|| "—".into()), show(self.limit, self.unit)),
         })
@@ -347,7 +399,13 @@ pub fn targets(
 ) -> Vec<Target> {
     let missing = |w: &str, r: &str| format!("no {r} run of {w}");
     let mut out = Vec::new();
-    let mut push = |issue: u32, what: &str, limit: f64, unit: Unit, m: Result<f64, String>| {
+    let per_rep = |w: &str, r: &str| find(rows, w, r).and_then(|row| row.per_rep);
+    let mut push = |issue: u32,
+                    what: &str,
+                    limit: f64,
+                    unit: Unit,
+                    m: Result<f64, String>,
+                    per_rep: Option<PerRep>| {
         let (measured, why) = match m {
             Ok(v) => (Some(v), String::new()),
             Err(e) => (None, e),
@@ -359,6 +417,7 @@ pub fn targets(
             unit,
             measured,
             why,
+            per_rep,
         })
     };
     let loss = |w: &str, r: &str| {
@@ -404,6 +463,7 @@ pub fn targets(
         0.25,
         Unit::Percent,
         loss("memcached-attach", k),
+        per_rep("memcached-attach", k),
     );
     push(
         9,
@@ -411,6 +471,7 @@ pub fn targets(
         0.0,
         Unit::Count,
         lost("memcached-attach", k),
+        None,
     );
     push(
         9,
@@ -418,6 +479,7 @@ pub fn targets(
         0.0,
         Unit::Count,
         lost("memcached", k),
+        None,
     );
     push(
         9,
@@ -425,6 +487,7 @@ pub fn targets(
         0.2,
         Unit::Ratio,
         added_ratio("lock", k, "bpftrace"),
+        None,
     );
     push(
         9,
@@ -432,6 +495,7 @@ pub fn targets(
         0.05,
         Unit::Percent,
         overhead("pigz", k),
+        None,
     );
     let empty = if exact_sites {
         added_ratio("lock", k, "empty probe")
@@ -444,6 +508,7 @@ pub fn targets(
         1.3,
         Unit::Ratio,
         empty,
+        None,
     );
     push(
         9,
@@ -451,6 +516,7 @@ pub fn targets(
         0.3,
         Unit::Seconds,
         worst(|r| r.attach_s),
+        None,
     );
     push(
         9,
@@ -458,6 +524,7 @@ pub fn targets(
         0.5,
         Unit::Seconds,
         worst(|r| r.detach_s),
+        None,
     );
     let d = default_ordo;
     push(
@@ -466,6 +533,7 @@ pub fn targets(
         0.5,
         Unit::Ratio,
         added_ratio("lock", d, "lttng-ust"),
+        None,
     );
     push(
         14,
@@ -473,6 +541,7 @@ pub fn targets(
         1.0,
         Unit::Ratio,
         added_ratio("lock", d, "tsan"),
+        None,
     );
     push(
         26,
@@ -488,6 +557,7 @@ pub fn targets(
             }
             Ok(rust / c)
         }),
+        None,
     );
     push(
         26,
@@ -495,6 +565,7 @@ pub fn targets(
         0.0,
         Unit::Count,
         lost("rust-lock", d),
+        None,
     );
     let pair = find(rows, "pair", d)
         .and_then(|r| Some(r.value / r.ops?))
@@ -506,6 +577,7 @@ pub fn targets(
         100.0,
         Unit::Nanos,
         pair,
+        None,
     );
     push(
         14,
@@ -513,6 +585,7 @@ pub fn targets(
         0.05,
         Unit::Percent,
         loss("memcached", d),
+        per_rep("memcached", d),
     );
     push(
         14,
@@ -520,6 +593,7 @@ pub fn targets(
         0.0,
         Unit::Count,
         lost("memcached", d),
+        None,
     );
     push(
         14,
@@ -527,6 +601,7 @@ pub fn targets(
         0.02,
         Unit::Percent,
         overhead("pigz", d),
+        None,
     );
     push(
         27,
@@ -534,6 +609,7 @@ pub fn targets(
         0.10,
         Unit::Percent,
         loss("memcached-attach", d),
+        per_rep("memcached-attach", d),
     );
     push(
         27,
@@ -541,6 +617,7 @@ pub fn targets(
         0.0,
         Unit::Count,
         lost("memcached-attach", d),
+        None,
     );
     push(
         27,
@@ -548,6 +625,7 @@ pub fn targets(
         0.10,
         Unit::Percent,
         loss("memcached-windows", d),
+        per_rep("memcached-windows", d),
     );
     push(
         27,
@@ -555,6 +633,7 @@ pub fn targets(
         0.05,
         Unit::Percent,
         loss("memcached", d),
+        per_rep("memcached", d),
     );
     out
 }
@@ -596,11 +675,15 @@ pub fn table(rows: &[Row]) -> String {
             Metric::Time => opt(r.vs_native, |x| format!("{x:.2}×")),
             Metric::Throughput => opt(r.vs_native, |x| format!("{:.1} % loss", x * 100.0)),
         };
-        let spread = match (r.paired_range, r.metric) {
-            (Some((lo, hi)), Metric::Throughput) => {
-                format!(" (per rep {:.0}–{:.0} %)", lo * 100.0, hi * 100.0)
+        let spread = match (r.per_rep, r.metric) {
+            (Some(p), Metric::Throughput) => {
+                let mean = match p.se {
+                    Some(se) => format!(", mean {:.1} % ± {:.1}", p.mean * 100.0, se * 100.0),
+                    None => String::new(),
+                };
+                format!(" (per rep {:.0}–{:.0} %{mean})", p.lo * 100.0, p.hi * 100.0)
             }
-            (Some((lo, hi)), Metric::Time) => format!(" (per rep {lo:.2}–{hi:.2}×)"),
+            (Some(p), Metric::Time) => format!(" (per rep {:.2}–{:.2}×)", p.lo, p.hi),
             _ => String::new(),
         };
         let scaled = if r.scale < 1.0 {
@@ -669,7 +752,9 @@ pub fn row_json(r: &Row) -> Value {
         "runs": r.runs, "median": r.value,
         "ratio_to_native": if r.metric == Metric::Time { r.vs_native } else { None },
         "throughput_loss": if r.metric == Metric::Throughput { r.vs_native } else { None },
-        "per_rep_range": r.paired_range.map(|(lo, hi)| [lo, hi]),
+        "per_rep_range": r.per_rep.map(|p| [p.lo, p.hi]),
+        "per_rep_mean": r.per_rep.map(|p| p.mean),
+        "per_rep_standard_error": r.per_rep.and_then(|p| p.se),
         "added_s": r.added_s, "wall_s": r.wall_s, "ops": r.ops, "scale": r.scale,
         "avg_us": r.avg_us, "p99_us_log2_bucket_upper": r.p99_us,
         "events": r.events, "events_per_s": r.events_per_s, "bytes_per_event": r.bytes_per_event,
@@ -782,7 +867,7 @@ mod tests {
         let rows = rows(&samples, metric);
         let (native, ordo) = (&rows[0], &rows[1]);
         assert!((ordo.vs_native.unwrap() - 0.10).abs() < 1e-9, "{ordo:?}");
-        let (lo, hi) = ordo.paired_range.unwrap();
+        let PerRep { lo, hi, .. } = ordo.per_rep.unwrap();
         assert!(
             (lo - 0.05).abs() < 1e-9 && (hi - 0.20).abs() < 1e-9,
             "{lo} {hi}"
@@ -815,15 +900,27 @@ mod tests {
         ];
         let rows = rows(&samples, metric);
         let ordo = &rows[1];
-        let (lo, hi) = ordo.paired_range.unwrap();
+        let PerRep { lo, hi, .. } = ordo.per_rep.unwrap();
         assert!((lo + 0.5).abs() < 1e-9, "{lo}");
         assert!((hi - 0.4).abs() < 1e-9, "{hi}");
+        // Their mean is 0 % and its standard error 26.5 points (s.d. 45.8 over √3).
+        let shown = table(&rows);
+        assert!(shown.contains("(per rep -50–40 %, mean "), "{shown}");
+        assert!(shown.contains("0.0 % ± 26.5)"), "{shown}");
+        let t = targets(&rows, "ordo --probes ebpf", "ordo", true);
+        let launched = t
+            .iter()
+            .find(|t| t.issue == 27 && t.what.contains("memcached launched"))
+            .unwrap();
+        assert_eq!(launched.met(), Some(false));
         assert!(
-            table(&rows).contains("(per rep -50–40 %)"),
+            launched
+                .verdict()
+                .ends_with("per rep 0.0 % ± 26.5 (s.e.): not settled at 2 s.e."),
             "{}",
-            table(&rows)
+            launched.verdict()
         );
-        assert_eq!(rows[0].paired_range, None, "native against itself");
+        assert_eq!(rows[0].per_rep, None, "native against itself");
         // A time is a ratio per repetition: 11/10 and 30/20 ms.
         let timed = |recorder: &str, rep: usize, value: f64| Sample {
             rep,
@@ -836,7 +933,7 @@ mod tests {
             timed("ordo", 1, 0.030),
         ];
         let timed_rows = super::rows(&samples, metric);
-        let (lo, hi) = timed_rows[1].paired_range.unwrap();
+        let PerRep { lo, hi, .. } = timed_rows[1].per_rep.unwrap();
         assert!(
             (lo - 1.1).abs() < 1e-9 && (hi - 1.5).abs() < 1e-9,
             "{lo} {hi}"
@@ -889,6 +986,33 @@ mod tests {
             mc.verdict()
         );
         assert!(target_lines(&t).contains("MISSED"));
+    }
+
+    #[test]
+    fn repetitions_settle_a_loss_target_only_when_their_mean_is_clear_of_it() {
+        let verdict = |losses: &[f64]| {
+            let per_rep = PerRep::of(losses);
+            Target {
+                issue: 27,
+                what: "loss ≤ 5 %".into(),
+                limit: 0.05,
+                unit: Unit::Percent,
+                measured: median(losses.iter().copied()),
+                why: String::new(),
+                per_rep,
+            }
+            .verdict()
+        };
+        // Means 2 % ± 0.6, 11 % ± 0.6, 4 % ± 3.
+        assert!(verdict(&[0.01, 0.02, 0.03]).ends_with("per rep 2.0 % ± 0.6 (s.e.): met at 2 s.e."));
+        assert!(
+            verdict(&[0.10, 0.11, 0.12]).ends_with("per rep 11.0 % ± 0.6 (s.e.): missed at 2 s.e.")
+        );
+        assert!(verdict(&[-0.02, 0.04, 0.10])
+            .ends_with("per rep 4.0 % ± 3.5 (s.e.): not settled at 2 s.e."));
+        // One repetition has no standard error: the median's verdict alone.
+        assert_eq!(verdict(&[0.03]), "met, 2.0 points under");
+        assert_eq!(PerRep::of(&[f64::NAN]), None);
     }
 
     #[test]
