@@ -664,72 +664,52 @@ pub(crate) fn emit(kind: u16, via: u8, addr: u64, site: u64, seq: u64, extra: u6
         via,
     };
     let r = ring_header(i);
-    let codec = &r.codec.0;
     let short = SHORT_UNITS.load(Relaxed);
-    if short {
-        if let Some(unit) = encode_short(&event, codec.against(site)) {
-            emit_short(i, r, unit, event.ts);
-            return;
+    // The common case, one short unit, goes without `encode`'s four zeroed
+    // units (their stores showed in a `perf` of the recorded lock/unlock pair).
+    match short
+        .then(|| r.codec.0.against(site))
+        .and_then(|against| encode_short(&event, against))
+    {
+        Some(unit) => publish(i, r, &[unit], &event, short),
+        None => {
+            let (units, n) = encode_long(&event);
+            publish(i, r, &units[..n], &event, short);
         }
     }
-    let (units, n) = encode(&event, short.then(|| codec.against(site)));
-    let Some((head, used)) = room_for(r, n as u64) else {
-        return;
-    };
+}
+
+/// Writes `units`, the encoding of `event`, into ring `i` (`r`) and publishes
+/// them, waiting for room as [`emit`] says.
+#[inline(always)]
+fn publish(i: u32, r: &RingHeader, units: &[Unit], event: &Event, short: bool) {
+    let n = units.len();
+    let head = r.head.0.load(Relaxed);
+    let used = head - r.tail.0.load(Acquire);
+    if used + n as u64 > RING_UNITS as u64 {
+        if !wait_for_room(r, head, n as u64) {
+            r.dropped.fetch_add(1, Relaxed);
+            return;
+        }
+    } else if GAVE_UP.with(|g| g.get()) {
+        GAVE_UP.with(|g| g.set(false));
+    }
     let ring = ring_units(i);
+    let codec = &r.codec.0;
     // SAFETY: the units lie in this thread's ring and the drain does not read them
     // until `head` is published below.
     unsafe {
-        for (k, unit) in units.iter().enumerate().take(n) {
+        for (k, unit) in units.iter().enumerate() {
             ring.add((head as usize + k) & (RING_UNITS - 1))
                 .write(*unit);
         }
     }
     // The owner's own state (the drain reads only `last_ts`, for a thread found
     // blocked): plain stores, ordered before the records by the release below.
-    codec.note(&event, n, short);
+    codec.note(event, n, short);
     r.head.0.store(head + n as u64, Release);
     let half = RING_UNITS as u64 / 2;
     if used < half && used + n as u64 >= half {
-        ring_doorbell();
-    }
-}
-
-/// Room for `units` more in ring `r`: its `head` and the units it holds, after
-/// waiting for the drain if it is full; `None` (the event counted as dropped)
-/// when the wait gave up.
-#[inline(always)]
-fn room_for(r: &RingHeader, units: u64) -> Option<(u64, u64)> {
-    let head = r.head.0.load(Relaxed);
-    let used = head - r.tail.0.load(Acquire);
-    if used + units > RING_UNITS as u64 {
-        if !wait_for_room(r, head, units) {
-            r.dropped.fetch_add(1, Relaxed);
-            return None;
-        }
-    } else if GAVE_UP.with(|g| g.get()) {
-        GAVE_UP.with(|g| g.set(false));
-    }
-    Some((head, used))
-}
-
-/// [`emit`]'s common case: one short unit, stamped `ts`, into ring `i` (`r`).
-#[inline(always)]
-fn emit_short(i: u32, r: &RingHeader, unit: Unit, ts: u64) {
-    let Some((head, used)) = room_for(r, 1) else {
-        return;
-    };
-    // SAFETY: the unit lies in this thread's ring and the drain does not read it
-    // until `head` is published below.
-    unsafe {
-        ring_units(i)
-            .add(head as usize & (RING_UNITS - 1))
-            .write(unit)
-    };
-    // A short unit leaves the site cache as it was (`Codec::note`).
-    r.codec.0.last_ts.store(ts, Relaxed);
-    r.head.0.store(head + 1, Release);
-    if used + 1 == RING_UNITS as u64 / 2 {
         ring_doorbell();
     }
 }

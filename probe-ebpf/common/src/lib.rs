@@ -754,11 +754,21 @@ pub mod inproc {
     /// Any time stamp and any sequence number below 2^63 comes back whole.
     #[inline(always)]
     pub fn encode(event: &Event, against: Option<Against>) -> ([Unit; 4], usize) {
-        let mut units = [Unit::default(); 4];
-        if let Some(unit) = against.and_then(|state| encode_short(event, state)) {
-            units[0] = unit;
-            return (units, 1);
+        match against.and_then(|state| encode_short(event, state)) {
+            Some(unit) => {
+                let mut units = [Unit::default(); 4];
+                units[0] = unit;
+                (units, 1)
+            }
+            None => encode_long(event),
         }
+    }
+
+    /// `event` as two units, or four for one that does not fit two: what
+    /// [`encode`] does once [`encode_short`] did not apply.
+    #[inline(always)]
+    pub fn encode_long(event: &Event) -> ([Unit; 4], usize) {
+        let mut units = [Unit::default(); 4];
         let plain = event.extra == 0;
         let tag = (event.kind as u64) << 48 | (event.via as u64) << 56;
         if plain
