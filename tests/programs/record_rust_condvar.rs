@@ -1,6 +1,8 @@
 // Rust std::sync::Condvar: a producer hands 2000 items to two consumers through
 // a Mutex<VecDeque> and notify_one, then ends them with notify_all. Every call
-// of wait, notify_one and notify_all is counted by the program and printed.
+// of wait, notify_one and notify_all is counted by the program and printed. The
+// producer pauses before it starts and every 100 items, so the consumers find the
+// queue empty and wait: on a fast machine they could otherwise never have to.
 use std::collections::VecDeque;
 use std::sync::{Condvar, Mutex};
 
@@ -27,9 +29,13 @@ fn main() {
             })
         })
         .collect();
+    std::thread::sleep(std::time::Duration::from_millis(20));
     for i in 1..=ITEMS {
         QUEUE.lock().unwrap().0.push_back(i);
         READY.notify_one();
+        if i % 100 == 0 {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
     }
     QUEUE.lock().unwrap().1 = true;
     READY.notify_all();
