@@ -96,11 +96,25 @@ fn cpu_ticks(pid: u32) -> u64 {
     fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
 }
 
-/// A memcached (`-t 2`, loopback) listening on a free port.
+/// A memcached (`-t 2`, loopback) listening on a free port, with room for everything the
+/// test's loads store (at the default 64 MiB a fast machine fills it, and memcached
+/// answers `SERVER_ERROR out of memory storing object`, its own limit, not a fault).
 fn memcached() -> (Child, u16) {
     let port = free_port();
     let server = Command::new("/usr/bin/memcached")
-        .args(["-t", "2", "-U", "0", "-l", "127.0.0.1", "-u", "root", "-p"])
+        .args([
+            "-t",
+            "2",
+            "-m",
+            "1024",
+            "-U",
+            "0",
+            "-l",
+            "127.0.0.1",
+            "-u",
+            "root",
+            "-p",
+        ])
         .arg(port.to_string())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
