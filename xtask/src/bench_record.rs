@@ -142,9 +142,10 @@ enum Knob {
     /// `ORDO_CONVERT=alongside`: the converter works at idle priority while the
     /// program runs, rather than only on a spare CPU.
     ConvertAlongside,
-    /// `ORDO_SPILL=never`: the passes the converter is behind on stay in memory
-    /// rather than go to the spill file.
-    MemoryBacklog,
+    /// `ORDO_SPILL=always`: every pass goes to the spill file, where plain `ordo`
+    /// keeps the passes the converter is behind on in memory up to half the
+    /// backlog's bound.
+    SpillEveryPass,
 }
 
 impl Knob {
@@ -152,7 +153,7 @@ impl Knob {
         match self {
             Knob::WideUnits => "ordo wide units",
             Knob::ConvertAlongside => "ordo converting alongside",
-            Knob::MemoryBacklog => "ordo backlog in memory",
+            Knob::SpillEveryPass => "ordo spilling every pass",
         }
     }
 
@@ -161,7 +162,7 @@ impl Knob {
         match self {
             Knob::WideUnits => ("ORDO_RING_UNITS", "wide"),
             Knob::ConvertAlongside => ("ORDO_CONVERT", "alongside"),
-            Knob::MemoryBacklog => ("ORDO_SPILL", "never"),
+            Knob::SpillEveryPass => ("ORDO_SPILL", "always"),
         }
     }
 }
@@ -1633,7 +1634,7 @@ pub fn run_record(args: &[String]) -> Result<()> {
     recorders.extend([
         Recorder::OrdoWith(Knob::WideUnits),
         Recorder::OrdoWith(Knob::ConvertAlongside),
-        Recorder::OrdoWith(Knob::MemoryBacklog),
+        Recorder::OrdoWith(Knob::SpillEveryPass),
     ]);
     if let Some(b) = &options.baseline {
         recorders.push(Recorder::OrdoBaseline(b.clone()));

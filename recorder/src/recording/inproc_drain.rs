@@ -19,7 +19,7 @@
 //!   program ends it finishes then, at normal priority.
 //!
 //! The merge works on the passes exactly as they were read (pass boundaries
-//! included), so the trace is the same whenever it runs. Once [`SPILL_AFTER`]
+//! included), so the trace is the same whenever it runs. Once [`spill_after`]
 //! bytes wait in memory, the drain writes each further pass's units to the spill
 //! file (`crate::spill`) and copies the next pass into the same buffer, so a long
 //! deferral allocates no memory; the converter reads them back in order. The
@@ -179,16 +179,34 @@ impl Shared {
 }
 
 /// Unconverted bytes in memory past which the drain spills its passes
-/// ([`Spilling::WhileBehind`]): the converter is deferring (a pass is ~0.1–1 MiB),
-/// and what it holds now stays in memory, already paid for.
-const SPILL_AFTER: usize = 16 << 20;
+/// ([`Spilling::WhileBehind`]): half the backlog's bound in memory
+/// ([`Backlog::normal`]), so the spill file takes over before the converter
+/// would have to run at normal priority, and not before: on the 2-vCPU VMs
+/// here the spill's disk writes cost the machine more than the memory does. In
+/// 10 interleaved pairs of 8-s windows of memcached's load (AMD EPYC VM,
+/// 2026-12-02), spilling every pass past 16 MiB (the former rule) took
+/// 0.011–0.016 CPU in the drain and 0.041–0.080 CPU of the hypervisor's steal,
+/// which a process's own CPU time does not show (native: 0.001–0.006); keeping
+/// the passes in memory took 0.024–0.032 in the drain, 0.005–0.012 prefaulting
+/// and 0.002–0.005 of steal, and served more in every pair.
+fn spill_after(limits: &Backlog) -> usize {
+    limits.normal / 2
+}
 
-/// How long the drain sleeps between passes while it spills: each pass is one
-/// write, cheaper a page in larger pieces (0.7 µs against 1.6 µs of the
-/// writer's CPU a page in 1 MiB and 128 KiB pieces), and each wake-up takes a
-/// CPU from the program. A ring holds a busy thread's ~100 ms (2 MiB), and its
-/// doorbell wakes the drain at half full whatever the interval.
-const SPILL_PASS_INTERVAL: Duration = Duration::from_millis(50);
+/// How long the drain sleeps between passes while the converter is behind
+/// ([`BEHIND`]) or it spills: each wake-up takes a CPU from the program, and a
+/// spilled pass is one write, cheaper a page in larger pieces (0.7 µs against
+/// 1.6 µs of the writer's CPU a page in 1 MiB and 128 KiB pieces). A ring holds
+/// a busy thread's ~100 ms (2 MiB), and its doorbell wakes the drain at half
+/// full whatever the interval. With the backlog in memory, 50-ms passes took the
+/// drain 0.014–0.019 CPU under memcached's load against 0.022–0.040 with 5-ms
+/// ones (4 interleaved 8-s windows each).
+const BEHIND_PASS_INTERVAL: Duration = Duration::from_millis(50);
+
+/// Unconverted bytes in memory past which the converter counts as behind (it
+/// defers while the program keeps every CPU busy), and the drain passes every
+/// [`BEHIND_PASS_INTERVAL`].
+const BEHIND: usize = 16 << 20;
 
 /// Whether `free` bytes on the trace's file system may not hold what is still to be
 /// written: [`LOW_SPACE`] plus half the `backlog` of unconverted ring units (a
@@ -492,8 +510,10 @@ pub(super) fn drain(
         let events = run_pass(&mut pass, &mut sources, &probes, false)?;
         interval = if events < FEW_EVENTS {
             (interval * 2).min(IDLE_PASS_INTERVAL)
-        } else if shared.spilled_passes.load(Ordering::Relaxed) > spilled_before {
-            SPILL_PASS_INTERVAL
+        } else if shared.spilled_passes.load(Ordering::Relaxed) > spilled_before
+            || shared.in_memory() >= BEHIND
+        {
+            BEHIND_PASS_INTERVAL
         } else {
             PASS_INTERVAL
         };
@@ -562,7 +582,7 @@ fn resident_bytes() -> Option<u64> {
 }
 
 /// Whether the drain spills the pass it has just copied: always or never as
-/// asked, else while the converter is [`SPILL_AFTER`] behind and the program
+/// asked, else while the converter is [`spill_after`] behind and the program
 /// runs — not when the trace's file system runs out of room (the spill file
 /// takes from it until converted) nor at the end (the converter is busy then).
 fn spilling(when: Spilling, shared: &Shared) -> bool {
@@ -570,7 +590,7 @@ fn spilling(when: Spilling, shared: &Shared) -> bool {
         Spilling::Always => true,
         Spilling::Never => false,
         Spilling::WhileBehind => {
-            shared.in_memory() >= SPILL_AFTER
+            shared.in_memory() >= spill_after(&shared.limits)
                 && !shared.low_space.load(Ordering::Relaxed)
                 && !shared.finishing.load(Ordering::Relaxed)
         }
