@@ -185,7 +185,7 @@ impl Shared {
 /// here the spill's disk writes cost the machine more than the memory does. In
 /// 10 interleaved pairs of 8-s windows of memcached's load (AMD EPYC VM,
 /// 2026-12-02), spilling every pass past 16 MiB (the former rule) took
-/// 0.011–0.016 CPU in the drain and 0.041–0.080 CPU of the hypervisor's steal,
+/// 0.011–0.016 CPU in the drain and 0.041–0.085 CPU of the hypervisor's steal,
 /// which a process's own CPU time does not show (native: 0.001–0.006); keeping
 /// the passes in memory took 0.024–0.032 in the drain, 0.005–0.012 prefaulting
 /// and 0.002–0.005 of steal, and served more in every pair.
