@@ -1647,8 +1647,10 @@ pub fn run_record(args: &[String]) -> Result<()> {
         Recorder::Lttng,
     ]);
     if let Some(chosen) = &options.recorders {
+        // `--baseline` asked for its row: no filter drops it.
         recorders.retain(|r| {
             r.label() == "native"
+                || matches!(r, Recorder::OrdoBaseline(_))
                 || chosen.iter().any(|c| match c.strip_suffix('$') {
                     // `ordo$`: that row only, not `ordo --probes ...`.
                     Some(exact) => exact == r.label(),

@@ -7,7 +7,10 @@
 //!   the ring's state) and is its only producer; the recorder's drain is the only
 //!   consumer. Publishing is a release store of `head`; the drain's acquire load of
 //!   it makes the record visible, so whatever a crashing or SIGKILLed program
-//!   published stays readable in the recorder's mapping.
+//!   published stays readable in the recorder's mapping. Each publication fetches
+//!   the ring's line two lines ahead for writing ([`prefetch_for_write`]), so an
+//!   event's store does not miss where the program's next locked instruction
+//!   would wait for it.
 //! - **Order**: a per-object sequence number from a shared table of atomic counters
 //!   (open addressing keyed by address), taken at the moment the call takes effect —
 //!   a release or wake before the real call, an acquisition after it returns — the
