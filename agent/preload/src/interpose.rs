@@ -248,6 +248,10 @@ fn try_acquire(
     if let Some(c) = gate {
         c.gate(failed_kind, addr, GateObject::Addr);
     }
+    // As in `acquire` (memcached's LRU maintainer tries item locks all over).
+    if record::on() {
+        record::prefetch_counter(addr);
+    }
     let mut r = call();
     if let Some(c) = gate {
         if r == 0 && c.would_wait(ok_kind, addr) {
