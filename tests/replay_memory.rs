@@ -288,6 +288,38 @@ fn more_access_sites_than_debug_registers_are_gated_in_software() {
     assert_eq!(json["verdict"], "passed", "{json}");
     assert_eq!(json["schedule_held"], true, "{json}");
     assert_eq!(json["verified_by"], "recording", "{json}");
+    // Against the program's own order: main's write (a hardware gate) waits for the
+    // reader's fifth read (a software one), recorded. Until 2026-12-03 the
+    // recording's uprobes on the reads took their `int3` first, the software gates
+    // never ran, and the write waited for ever (the first schedule held 99 times
+    // in 100, by timing).
+    std::fs::write(&schedule, "1:read(level)#5 -> 0:write(level)#1\n").unwrap();
+    let (code, json) = replay_json(&["--record", trace.to_str().unwrap()], &schedule, &program);
+    assert_eq!(code, 0, "{json}");
+    assert_eq!(json["verdict"], "passed", "{json}");
+    assert_eq!(json["schedule_held"], true, "{json}");
+    assert_eq!(json["verified_by"], "recording", "{json}");
+    // The recording names the gated accesses as the variable's: five reads of the
+    // reader's, before main's write.
+    let events = common::dump_json(&trace);
+    let level: Vec<(&str, &str)> = events
+        .iter()
+        .filter(|e| e["object"] == "level")
+        .map(|e| (e["thread"].as_str().unwrap(), e["kind"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        level,
+        [
+            ("1", "read"),
+            ("1", "read"),
+            ("1", "read"),
+            ("1", "read"),
+            ("1", "read"),
+            ("0", "write"),
+            ("0", "read")
+        ],
+        "{events:?}"
+    );
 }
 
 /// The cost model: a counted access is one trap, an access after the thread's last

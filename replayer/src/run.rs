@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use ordo_probe_common::inproc::SoftSite;
+use ordo_probe_common::inproc::{SoftSite, SOFT_NO_GATE};
 use ordo_recorder::discover::SoftTable;
 use ordo_recorder::inproc::InprocMapping;
 use ordo_recorder::launch::{self, ChildOutput};
@@ -345,6 +345,7 @@ pub fn replay(options: &ReplayOptions) -> Result<ReplayOutcome> {
     // `ordo record --watch/--mark` does.
     let mut record_options = None;
     let mut inherit = Vec::new();
+    let mut record_only_soft = Vec::new();
     if let Some(out) = &options.record {
         ordo_recorder::recording::prepare_loader();
         let mut record = RecordOptions::new(
@@ -363,7 +364,14 @@ pub fn replay(options: &ReplayOptions) -> Result<ReplayOutcome> {
             .flat_map(|sites| sites.iter().map(|s| s.ip))
             .chain(plan.soft.iter().map(|s| s.ip))
             .collect();
-        record_accesses(&mut record, &plan, &path, &options.watches, &discovered)?;
+        record_only_soft = record_accesses(
+            &mut record,
+            &plan,
+            &path,
+            &options.watches,
+            &discovered,
+            options.discover.is_none(),
+        )?;
         // Watched accesses stay on the kernel's clock (see the recorder's inproc).
         let watched = !record.watch_sites.is_empty() || !record.hw_watches.is_empty();
         record.buffer_size = options.buffer_size.unwrap_or(if watched {
@@ -392,6 +400,15 @@ pub fn replay(options: &ReplayOptions) -> Result<ReplayOutcome> {
         match soft_sites.iter_mut().find(|s| s.ip == gate.ip) {
             Some(s) => s.gate = gate.gate,
             None => soft_sites.push(*gate),
+        }
+    }
+    // Without discovery every software breakpoint stays for the whole run: the
+    // accesses they record are named as their variables' too (`read(level)#N`).
+    let points_are_accesses =
+        options.record.is_some() && options.discover.is_none() && !plan.soft.is_empty();
+    for site in record_only_soft {
+        if !soft_sites.iter().any(|s| s.ip == site.ip) {
+            soft_sites.push(site);
         }
     }
     soft_sites.sort_by_key(|s| s.ip);
@@ -483,6 +500,9 @@ pub fn replay(options: &ReplayOptions) -> Result<ReplayOutcome> {
         }
         let symbolizer = Symbolizer::of_trace(&reader);
         let mut namer = EventNamer::new(&reader.threads, &symbolizer);
+        if points_are_accesses {
+            namer = namer.counting_points_as_accesses();
+        }
         let ordered = global_order(events);
         report = ordo_schedule::check(&as_recorded(&options.schedule, &plan), &ordered, &mut namer);
         verified_by_recording = true;
@@ -628,13 +648,24 @@ pub fn replay(options: &ReplayOptions) -> Result<ReplayOutcome> {
 /// recording sees the accesses it orders: the `--watch` specs, the variables the
 /// schedule names (as `--watch`), and the `--watch-hw` specs (hardware watchpoints,
 /// at the addresses of a run without ASLR).
+///
+/// Returns the software breakpoints that record, without gating, the main
+/// executable's other accesses of the schedule's variables when some of their
+/// instructions are gated in software (`soft_may_record`: not with discovery,
+/// which records them already). A uprobe on a gated instruction would take its
+/// `int3` first and step the instruction itself, so the agent's breakpoint, and
+/// the gate, would never run (seen: `--record` let a gated read through 1 time in
+/// 100, and a write waiting for a gated read hung); and one variable's accesses
+/// must all come from one recorder, or their sequence numbers — the agent's and
+/// the kernel's, counted apart — would not order them.
 fn record_accesses(
     record: &mut RecordOptions,
     plan: &Plan,
     program: &Path,
     watches: &AccessWatches,
     discovered: &std::collections::HashSet<u64>,
-) -> Result<()> {
+    soft_may_record: bool,
+) -> Result<Vec<SoftSite>> {
     let mut watch = watches.watch.clone();
     for s in &plan.symbols {
         let named = plan
@@ -669,6 +700,30 @@ fn record_accesses(
     let setup = watching::plan(&watch, &watches.watch_hw, program, &libs, &bias)
         .context("watch the schedule's variables in the recording")?;
     record.watch_sites = setup.sites;
+    let in_main = |module: &Path| std::fs::canonicalize(module).is_ok_and(|m| m == main_binary);
+    record
+        .watch_sites
+        .retain(|(module, _, site)| !(discovered.contains(&site.ip) && in_main(module)));
+    let mut record_only = Vec::new();
+    if soft_may_record && !plan.soft.is_empty() {
+        let eligible: HashMap<u64, SoftSite> = ordo_recorder::discover::plan_discovery(program)?
+            .sites
+            .into_iter()
+            .map(|s| (s.ip, s))
+            .collect();
+        record.watch_sites.retain(|(module, _, site)| {
+            match eligible.get(&site.ip).filter(|_| in_main(module)) {
+                Some(soft) => {
+                    record_only.push(SoftSite {
+                        gate: SOFT_NO_GATE,
+                        ..*soft
+                    });
+                    false
+                }
+                None => true,
+            }
+        });
+    }
     record.hw_watches = setup.hw;
     // The schedule's program points, recorded as `at` events — but those discovery
     // records already: their accesses are named `at(function+OFFSET)#N` too, and two
@@ -688,7 +743,7 @@ fn record_accesses(
     let (sites, _) =
         watching::plan_marks(&marks, program).context("record the schedule's program points")?;
     record.watch_sites.extend(sites);
-    Ok(())
+    Ok(record_only)
 }
 
 /// The schedule with its `at(SPEC)` objects renamed as a recording names them

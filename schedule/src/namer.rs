@@ -57,6 +57,7 @@ pub struct EventNamer<'a> {
     counts: HashMap<u32, ThreadCounts>,
     internal_site: HashMap<u64, bool>,
     data_names: HashMap<u64, Option<String>>,
+    points_as_accesses: bool,
 }
 
 impl<'a> EventNamer<'a> {
@@ -68,7 +69,20 @@ impl<'a> EventNamer<'a> {
             counts: HashMap::new(),
             internal_site: HashMap::new(),
             data_names: HashMap::new(),
+            points_as_accesses: false,
         }
+    }
+
+    /// Also names each access recorded at a software breakpoint (`via` discovered)
+    /// as its variable's access, `read(level)#N`, counted with the thread's other
+    /// accesses of it, in [`EventNamer::name_all`]. Only for a trace in which every
+    /// such breakpoint stayed for the whole run (a replay's software gates and the
+    /// breakpoints that record the same variables beside them): discovery removes a
+    /// breakpoint after its budget of traps, and the counts would then skip the
+    /// accesses it no longer saw.
+    pub fn counting_points_as_accesses(mut self) -> Self {
+        self.points_as_accesses = true;
+        self
     }
 
     fn logical_of(&self, e: &Event) -> Option<LogicalId> {
@@ -121,6 +135,11 @@ impl<'a> EventNamer<'a> {
                 after: false,
             });
         }
+        Some(self.name_by_object(e, thread))
+    }
+
+    /// The event's name by its kind, object and occurrence (counted).
+    fn name_by_object(&mut self, e: &Event, thread: LogicalId) -> EventRef {
         let family = Family::of(e.kind);
         let symbol = if family == Family::NoObject || family == Family::Thread {
             None
@@ -149,13 +168,13 @@ impl<'a> EventNamer<'a> {
         };
         let occ = counts.occurrences.entry((e.kind, key)).or_insert(0);
         *occ += 1;
-        Some(EventRef {
+        EventRef {
             thread: ThreadRef::Id(thread),
             kind: e.kind,
             object,
             occurrence: *occ,
             after: false,
-        })
+        }
     }
 
     /// Every spelling of the event's name ([`EventNamer::name`]'s, then, for an
@@ -164,14 +183,27 @@ impl<'a> EventNamer<'a> {
         let Some(name) = self.name(e) else {
             return Vec::new();
         };
-        let alias = match name.object {
-            ObjectRef::Symbol(_) => self.nth_of(e.tid, e.kind, e.addr).map(|k| EventRef {
-                object: ObjectRef::Nth(k),
-                ..name.clone()
-            }),
-            _ => None,
-        };
-        std::iter::once(name).chain(alias).collect()
+        let mut names = Vec::with_capacity(3);
+        if self.points_as_accesses && e.kind.is_access() && e.via.is_point() {
+            if let ThreadRef::Id(thread) = &name.thread {
+                let by_object = self.name_by_object(e, thread.clone());
+                names.push(name);
+                names.push(by_object);
+            }
+        } else {
+            names.push(name);
+        }
+        let last = names.len() - 1;
+        if let ObjectRef::Symbol(_) = names[last].object {
+            if let Some(k) = self.nth_of(e.tid, e.kind, e.addr) {
+                let alias = EventRef {
+                    object: ObjectRef::Nth(k),
+                    ..names[last].clone()
+                };
+                names.push(alias);
+            }
+        }
+        names
     }
 
     /// The `@K` name of an object for a thread, if the thread has acted on it (useful
@@ -340,6 +372,59 @@ pub(crate) mod tests {
         let mut internal = ev(101, Kind::MutexLock, addr);
         internal.site = libc_site;
         assert!(namer.name(&internal).is_none());
+    }
+
+    /// A replay's software-gated accesses (`via` discovered) are named by their
+    /// instruction, and with `counting_points_as_accesses` by their variable too,
+    /// counted per thread: `read(LEVEL)#2` is the thread's second read of it
+    /// whichever instruction made it.
+    #[test]
+    fn points_count_as_their_variables_accesses_when_asked() {
+        static LEVEL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let modules = ordo_trace::symbolize::modules_of_process(std::process::id());
+        let sym = Symbolizer::new(&modules);
+        let threads = table();
+        let addr = &LEVEL as *const _ as u64;
+        let point = |site: u64| Event {
+            via: Via::Point,
+            site,
+            result: 1,
+            ..ev(101, Kind::Read, addr)
+        };
+        let sites = [
+            points_count_as_their_variables_accesses_when_asked as *const () as u64,
+            names_globals_of_this_process_by_symbol as *const () as u64,
+        ];
+        let spellings = |namer: &mut EventNamer| -> Vec<Vec<String>> {
+            sites
+                .iter()
+                .map(|&site| {
+                    namer
+                        .name_all(&point(site))
+                        .iter()
+                        .map(|n| n.to_string())
+                        .collect()
+                })
+                .collect()
+        };
+        let plain = spellings(&mut EventNamer::new(&threads, &sym));
+        assert!(
+            plain
+                .iter()
+                .all(|names| names.len() == 1 && names[0].starts_with("1:at(")),
+            "{plain:?}"
+        );
+        let counted = spellings(&mut EventNamer::new(&threads, &sym).counting_points_as_accesses());
+        for (n, names) in counted.iter().enumerate() {
+            assert_eq!(names.len(), 3, "{names:?}");
+            assert!(names[0].starts_with("1:at("), "{names:?}");
+            assert!(
+                names[1].starts_with("1:read(") && names[1].contains("LEVEL"),
+                "{names:?}"
+            );
+            assert!(names[1].ends_with(&format!("#{}", n + 1)), "{names:?}");
+            assert_eq!(names[2], format!("1:read(@1)#{}", n + 1));
+        }
     }
 
     fn libc_function_address(modules: &[ordo_trace::schema::ModuleRecord]) -> u64 {
