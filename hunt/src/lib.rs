@@ -447,13 +447,17 @@ pub fn hunt(options: &HuntOptions, progress: &mut dyn FnMut(&Status)) -> Result<
     let mut replay_command = None;
     if let Some(f) = &mut found {
         let mut reproduced = hunter.confirm(&f.schedule)?;
-        if reproduced < pinned_threshold(options.confirm_runs) {
+        // A pin that let even one replay pass is tightened where that costs a
+        // confirmation a schedule tried (the batch's other failing candidates, the
+        // orders the failing run took): a schedule that reproduces 19 times in 20
+        // fails its user one time in 20. Hunting for more runs is for worse pins.
+        if reproduced < options.confirm_runs {
             // Another candidate that failed in the same batch may hold better.
             if let Some(better) = hunter.try_alternatives(f, reproduced)? {
                 reproduced = better;
             }
         }
-        if reproduced < pinned_threshold(options.confirm_runs) {
+        if reproduced < options.confirm_runs {
             // What the schedule leaves free made some replays pass: the order the
             // failing run's discovered accesses took pins it further.
             if let Some(better) = hunter.strengthen_with_accesses(f, reproduced)? {
@@ -477,7 +481,7 @@ pub fn hunt(options: &HuntOptions, progress: &mut dyn FnMut(&Status)) -> Result<
                 }
             }
         }
-        if reproduced < pinned_threshold(options.confirm_runs) && matches!(f.source, "predict") {
+        if reproduced < options.confirm_runs && matches!(f.source, "predict") {
             // The candidate's orderings were not all that made the run fail (it
             // failed by luck of the timing the schedule left free): the order the
             // failing run's recording shows may hold it better.
