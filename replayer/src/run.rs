@@ -346,6 +346,10 @@ pub fn replay(options: &ReplayOptions) -> Result<ReplayOutcome> {
     let mut record_options = None;
     let mut inherit = Vec::new();
     let mut record_only_soft = Vec::new();
+    // Without discovery every software breakpoint stays for the whole run, so the
+    // schedule's variables can be recorded at them and their records named as the
+    // variables' accesses (`read(level)#N`).
+    let soft_records_variables = options.discover.is_none() && !plan.soft.is_empty();
     if let Some(out) = &options.record {
         ordo_recorder::recording::prepare_loader();
         let mut record = RecordOptions::new(
@@ -370,7 +374,7 @@ pub fn replay(options: &ReplayOptions) -> Result<ReplayOutcome> {
             &path,
             &options.watches,
             &discovered,
-            options.discover.is_none(),
+            soft_records_variables,
         )?;
         // Watched accesses stay on the kernel's clock (see the recorder's inproc).
         let watched = !record.watch_sites.is_empty() || !record.hw_watches.is_empty();
@@ -402,10 +406,6 @@ pub fn replay(options: &ReplayOptions) -> Result<ReplayOutcome> {
             None => soft_sites.push(*gate),
         }
     }
-    // Without discovery every software breakpoint stays for the whole run: the
-    // accesses they record are named as their variables' too (`read(level)#N`).
-    let points_are_accesses =
-        options.record.is_some() && options.discover.is_none() && !plan.soft.is_empty();
     for site in record_only_soft {
         if !soft_sites.iter().any(|s| s.ip == site.ip) {
             soft_sites.push(site);
@@ -500,7 +500,7 @@ pub fn replay(options: &ReplayOptions) -> Result<ReplayOutcome> {
         }
         let symbolizer = Symbolizer::of_trace(&reader);
         let mut namer = EventNamer::new(&reader.threads, &symbolizer);
-        if points_are_accesses {
+        if soft_records_variables {
             namer = namer.counting_points_as_accesses();
         }
         let ordered = global_order(events);
@@ -651,8 +651,8 @@ pub fn replay(options: &ReplayOptions) -> Result<ReplayOutcome> {
 ///
 /// Returns the software breakpoints that record, without gating, the main
 /// executable's other accesses of the schedule's variables when some of their
-/// instructions are gated in software (`soft_may_record`: not with discovery,
-/// which records them already). A uprobe on a gated instruction would take its
+/// instructions are gated in software (`soft_records_variables`: not with
+/// discovery, which records them already). A uprobe on a gated instruction would take its
 /// `int3` first and step the instruction itself, so the agent's breakpoint, and
 /// the gate, would never run (seen: `--record` let a gated read through 1 time in
 /// 100, and a write waiting for a gated read hung); and one variable's accesses
@@ -664,7 +664,7 @@ fn record_accesses(
     program: &Path,
     watches: &AccessWatches,
     discovered: &std::collections::HashSet<u64>,
-    soft_may_record: bool,
+    soft_records_variables: bool,
 ) -> Result<Vec<SoftSite>> {
     let mut watch = watches.watch.clone();
     for s in &plan.symbols {
@@ -705,7 +705,7 @@ fn record_accesses(
         .watch_sites
         .retain(|(module, _, site)| !(discovered.contains(&site.ip) && in_main(module)));
     let mut record_only = Vec::new();
-    if soft_may_record && !plan.soft.is_empty() {
+    if soft_records_variables {
         let eligible: HashMap<u64, SoftSite> = ordo_recorder::discover::plan_discovery(program)?
             .sites
             .into_iter()

@@ -183,24 +183,20 @@ impl<'a> EventNamer<'a> {
         let Some(name) = self.name(e) else {
             return Vec::new();
         };
-        let mut names = Vec::with_capacity(3);
+        let mut names = vec![name];
         if self.points_as_accesses && e.kind.is_access() && e.via.is_point() {
-            if let ThreadRef::Id(thread) = &name.thread {
-                let by_object = self.name_by_object(e, thread.clone());
-                names.push(name);
+            if let Some(thread) = self.logical_of(e) {
+                let by_object = self.name_by_object(e, thread);
                 names.push(by_object);
             }
-        } else {
-            names.push(name);
         }
-        let last = names.len() - 1;
-        if let ObjectRef::Symbol(_) = names[last].object {
+        let last = names[names.len() - 1].clone();
+        if let ObjectRef::Symbol(_) = last.object {
             if let Some(k) = self.nth_of(e.tid, e.kind, e.addr) {
-                let alias = EventRef {
+                names.push(EventRef {
                     object: ObjectRef::Nth(k),
-                    ..names[last].clone()
-                };
-                names.push(alias);
+                    ..last
+                });
             }
         }
         names
