@@ -1101,10 +1101,12 @@ fn spawn_long_recording(
 ) -> std::process::Child {
     // In process, the converter defers its work while no CPU is spare (a test
     // machine running other tests may have none) and so writes nothing until the
-    // program ends: these tests interrupt and kill a recording whose trace has
-    // chunks already, which converting alongside the program gives.
+    // program ends; converting alongside, at idle priority, it may still write
+    // nothing for a minute on a loaded machine (CI once waited past 60 s). These
+    // tests interrupt and kill a recording whose trace has chunks already, which
+    // converting live, at normal priority, gives whatever the load.
     Command::new(ordo())
-        .env("ORDO_CONVERT", "alongside")
+        .env("ORDO_CONVERT", "live")
         .arg("record")
         .args(probe_args(probes))
         .arg("-o")

@@ -318,8 +318,9 @@ fn record_converting(
 }
 
 /// While every CPU is busy the converter leaves the passes in the backlog until
-/// the program ends (`ORDO_CONVERT=spare`, the default); with `alongside` it never
-/// defers. Either way the trace holds every event, and the same ones.
+/// the program ends (`ORDO_CONVERT=spare`, the default); with `alongside` or
+/// `live` it never defers. Either way the trace holds every event, and the same
+/// ones.
 #[test]
 fn conversion_deferred_while_no_cpu_is_spare_records_the_same_trace() {
     if !have_root("conversion_deferred_while_no_cpu_is_spare_records_the_same_trace") {
@@ -329,7 +330,7 @@ fn conversion_deferred_while_no_cpu_is_spare_records_the_same_trace() {
     // One thread more than there are CPUs, computing between lock/unlock pairs
     // for 1.5 s: no CPU is spare after the first window of 200 ms.
     let busy = build_program("record_sync");
-    for mode in ["spare", "alongside"] {
+    for mode in ["spare", "alongside", "live"] {
         let trace = dir.join(format!("busy-{mode}.ordo"));
         let (stdout, deferrals, most_held) =
             record_converting(mode, &trace, &busy, &["busy", "1500"]);
@@ -350,17 +351,21 @@ fn conversion_deferred_while_no_cpu_is_spare_records_the_same_trace() {
     // The same program recorded both ways gives the same events, thread by thread,
     // and the same findings with the same schedules.
     let program = build_program("record_units");
-    let (spare, alongside) = (
+    let (spare, alongside, live) = (
         dir.join("units-spare.ordo"),
         dir.join("units-alongside.ordo"),
+        dir.join("units-live.ordo"),
     );
     record_converting("spare", &spare, &program, &[]);
     record_converting("alongside", &alongside, &program, &[]);
+    record_converting("live", &live, &program, &[]);
     assert_eq!(comparable_events(&spare), comparable_events(&alongside));
+    assert_eq!(comparable_events(&spare), comparable_events(&live));
     assert_eq!(findings(&spare), findings(&alongside));
+    assert_eq!(findings(&spare), findings(&live));
     refused_in_one_line(
         ("ORDO_CONVERT", "later"),
-        "expected `spare` or `alongside`",
+        "expected `spare`, `alongside` or `live`",
         &dir,
         &program,
     );

@@ -703,8 +703,11 @@ fn short_units_wanted() -> Result<bool> {
 /// Environment variable choosing when the converter works while the program
 /// runs: `spare` (the default: only while the machine has a CPU the program leaves
 /// unused, else deferred within the backlog's bound until one is, or the program
-/// ends) or `alongside` (whenever a CPU would be idle, at idle priority, as before
-/// `spare`). The trace is the same either way; `alongside` is there for the bench
+/// ends), `alongside` (whenever a CPU would be idle, at idle priority, as before
+/// `spare`) or `live` (at normal priority throughout: the trace on disk keeps up
+/// with the program whatever the load, so a recorder that is itself killed, by the
+/// OOM killer or a job's time limit, leaves what was recorded until shortly
+/// before). The trace is the same either way; `alongside` is there for the bench
 /// to measure what deferring saves.
 pub const ENV_CONVERT: &str = "ORDO_CONVERT";
 
@@ -715,6 +718,8 @@ pub enum Conversion {
     OnSpareCpu,
     /// At idle priority, whenever it gets a CPU.
     Alongside,
+    /// At normal priority, as the passes come.
+    Live,
 }
 
 /// The conversion [`ENV_CONVERT`] asks for.
@@ -723,8 +728,9 @@ fn conversion_wanted() -> Result<Conversion> {
         None => Ok(Conversion::OnSpareCpu),
         Some(v) if v == "spare" || v.is_empty() => Ok(Conversion::OnSpareCpu),
         Some(v) if v == "alongside" => Ok(Conversion::Alongside),
+        Some(v) if v == "live" => Ok(Conversion::Live),
         Some(v) => bail!(
-            "{ENV_CONVERT}={}: expected `spare` or `alongside`",
+            "{ENV_CONVERT}={}: expected `spare`, `alongside` or `live`",
             v.to_string_lossy()
         ),
     }

@@ -16,7 +16,8 @@
 //!   (preempted as the program's threads wake, its megabytes of passes pushing
 //!   the program's data out of the caches). Otherwise
 //!   it leaves the passes in the backlog ([`Inbox`]); what it has not done when the
-//!   program ends it finishes then, at normal priority.
+//!   program ends it finishes then, at normal priority. [`Conversion::Live`]
+//!   converts at normal priority throughout instead.
 //!
 //! The merge works on the passes exactly as they were read (pass boundaries
 //! included), so the trace is the same whenever it runs. Once [`spill_after`]
@@ -613,9 +614,11 @@ fn convert(
         0 => -1,
         tid => tid,
     };
-    let mut idle = true;
-    set_idle(0, true);
-    set_idle(writer, true);
+    // `live`: normal priority throughout, never idle.
+    let live = mapping.conversion() == Conversion::Live;
+    let mut idle = !live;
+    set_idle(0, idle);
+    set_idle(writer, idle);
     // SAFETY: gettid has no preconditions.
     shared
         .converter_tid
@@ -635,7 +638,7 @@ fn convert(
     // Spilled passes are read back into this buffer, one after the other.
     let mut read_back = crate::prefault::PassBuf::default();
     loop {
-        let want_idle = !must_convert(shared, idle);
+        let want_idle = !live && !must_convert(shared, idle);
         if want_idle != idle {
             idle = want_idle;
             set_idle(0, idle);
