@@ -328,10 +328,10 @@ fn hunt_finds_and_pins_rust_condvar_and_deadlock_bugs() {
         );
         let schedule = std::fs::read_to_string(json["schedule"].as_str().unwrap()).unwrap();
         assert!(schedule.contains(object), "{bug}: {schedule}");
-        if bug == "rust_deadlock" {
-            // Ordering only the second locks left the first ones free (19/20 most
-            // times, 18 once): a pin below 20/20 takes the batch's deadlock
-            // candidate, which orders both.
+        if bug == "rust_deadlock" && json["confirm"]["reproduced"] != 20 {
+            // Ordering only the second locks leaves the first ones free (19/20 most
+            // times, 18 once; 20/20 at times, when it is kept): a pin below 20/20
+            // takes the batch's deadlock candidate, which orders both.
             assert!(
                 schedule.contains("rust_deadlock::CHECKING")
                     && schedule.contains("rust_deadlock::SAVINGS"),
