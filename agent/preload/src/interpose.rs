@@ -175,17 +175,17 @@ fn acquire(
     }
     // The counter is taken once the call returns; fetched now, its line's miss
     // (memcached's 8 192 item locks) overlaps the mutex's own.
-    if record::on() {
+    let recording = record::on();
+    if recording {
         record::prefetch_counter(addr);
     }
-    let recording = blocking == STATE_BLOCKED && record::on();
-    if recording {
-        record::block_begin(ok_kind, addr, site);
-    }
+    let pending = if recording && blocking == STATE_BLOCKED {
+        record::block_begin(ok_kind, addr, site)
+    } else {
+        None
+    };
     let r = call();
-    if recording {
-        record::block_end();
-    }
+    record::block_end(pending);
     if let Some(c) = gate {
         if blocking != STATE_RUNNING {
             c.set_state(STATE_RUNNING, 0);
@@ -362,13 +362,13 @@ unsafe fn cond_wait(
     if let Some(me) = gate {
         me.set_state(blocking, kind::COND_WAIT as u32);
     }
-    if recording && blocking == STATE_BLOCKED {
-        record::block_begin(kind::COND_WAIT, cond, site);
-    }
+    let pending = if recording && blocking == STATE_BLOCKED {
+        record::block_begin(kind::COND_WAIT, cond, site)
+    } else {
+        None
+    };
     let r = call();
-    if recording && blocking == STATE_BLOCKED {
-        record::block_end();
-    }
+    record::block_end(pending);
     let saved = errno();
     if let Some(me) = gate {
         me.set_state(STATE_RUNNING, 0);
@@ -672,13 +672,15 @@ pub unsafe extern "C-unwind" fn pthread_barrier_wait(b: P) -> c_int {
         );
     }
     let recording = record::on();
-    if recording {
-        record::block_begin(kind::BARRIER_WAIT, addr, site);
-    }
+    let pending = if recording {
+        record::block_begin(kind::BARRIER_WAIT, addr, site)
+    } else {
+        None
+    };
     // SAFETY: the caller's argument, forwarded (module doc).
     let r = unsafe { real(b) };
+    record::block_end(pending);
     if recording {
-        record::block_end();
         record::emit(
             kind::BARRIER_WAIT,
             via::PLAIN,
@@ -849,14 +851,13 @@ unsafe fn join(th: u64, via_: u8, blocking: u32, site: u64, call: impl FnOnce() 
         c.gate(kind::THREAD_JOIN, th, GateObject::Addr);
         c.set_state(blocking, kind::THREAD_JOIN as u32);
     }
-    let recording = blocking == STATE_BLOCKED && record::on();
-    if recording {
-        record::block_begin(kind::THREAD_JOIN, th, site);
-    }
+    let pending = if blocking == STATE_BLOCKED && record::on() {
+        record::block_begin(kind::THREAD_JOIN, th, site)
+    } else {
+        None
+    };
     let r = call();
-    if recording {
-        record::block_end();
-    }
+    record::block_end(pending);
     if record::on() {
         let saved = errno();
         record::emit(kind::THREAD_JOIN, via_, th, site, 0, 0, r);

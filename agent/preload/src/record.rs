@@ -31,7 +31,7 @@
 use std::cell::Cell;
 use std::ffi::c_int;
 use std::ptr::null_mut;
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, Ordering::*};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU8, Ordering::*};
 
 use crate::probe_common::inproc::*;
 use crate::probe_common::{kind, via};
@@ -43,12 +43,17 @@ static HEADER: AtomicPtr<Header> = AtomicPtr::new(null_mut());
 /// the recorder's mapping.
 static SEQ_TABLE: AtomicPtr<SeqSlot> = AtomicPtr::new(null_mut());
 static RECORDING: AtomicBool = AtomicBool::new(false);
+/// How this recording writes events ([`WRITES_TSC`], [`WRITES_SPARSE`],
+/// [`WRITES_SHORT`]), set before [`RECORDING`]: one byte, so [`emit`] reads all
+/// three with one load (each atomic load is an instruction the compiler may not
+/// merge with another).
+static WRITES: AtomicU8 = AtomicU8::new(0);
 /// Records carry TSC ticks rather than nanoseconds (`Header::clock`).
-static USE_TSC: AtomicBool = AtomicBool::new(false);
+const WRITES_TSC: u8 = 1;
 /// The clock is read sparsely ([`CLOCK_SPARSE`]).
-static SPARSE: AtomicBool = AtomicBool::new(false);
+const WRITES_SPARSE: u8 = 2;
 /// Events are written as short units where they can be (`Header::short_units`).
-static SHORT_UNITS: AtomicBool = AtomicBool::new(false);
+const WRITES_SHORT: u8 = 4;
 
 const NO_RING: u32 = u32::MAX;
 
@@ -131,9 +136,17 @@ pub(crate) unsafe fn start(fd: c_int) {
     // SAFETY: the table lies inside the mapping, which is never unmapped.
     let shared_table = unsafe { (p as *mut u8).add(seq_table_offset()) as *mut SeqSlot };
     SEQ_TABLE.store(private_seq_table().unwrap_or(shared_table), Release);
-    USE_TSC.store(header.clock & CLOCK_UNIT == CLOCK_TSC, Relaxed);
-    SPARSE.store(header.clock & CLOCK_SPARSE != 0, Relaxed);
-    SHORT_UNITS.store(header.short_units != 0, Relaxed);
+    let mut writes = 0;
+    if header.clock & CLOCK_UNIT == CLOCK_TSC {
+        writes |= WRITES_TSC;
+    }
+    if header.clock & CLOCK_SPARSE != 0 {
+        writes |= WRITES_SPARSE;
+    }
+    if header.short_units != 0 {
+        writes |= WRITES_SHORT;
+    }
+    WRITES.store(writes, Relaxed);
     // SAFETY: registers a child handler that only touches atomics.
     unsafe { pthread_atfork(None, None, Some(after_fork_in_child)) };
     RECORDING.store(true, Release);
@@ -302,10 +315,10 @@ pub(crate) fn now_ns() -> u64 {
     ts[0] as u64 * 1_000_000_000 + ts[1] as u64
 }
 
-/// A record's time stamp, in the unit of `Header::clock`.
+/// A record's time stamp, in the unit of `Header::clock` (`writes`: [`WRITES`]).
 #[inline(always)]
-fn stamp() -> u64 {
-    if USE_TSC.load(Relaxed) {
+fn stamp(writes: u8) -> u64 {
+    if writes & WRITES_TSC != 0 {
         // SAFETY: rdtsc has no preconditions (the recorder chose this clock only
         // where the kernel itself uses the TSC).
         unsafe { std::arch::x86_64::_rdtsc() }
@@ -353,9 +366,9 @@ fn cannot_have_waited(kind: u16, via: u8, addr: u64) -> bool {
 /// stamp plus one tick when the event cannot have waited and the run of such
 /// stamps is shorter than [`SPARSE_RUN`].
 #[inline(always)]
-fn event_stamp(kind: u16, via: u8, addr: u64) -> u64 {
-    if !SPARSE.load(Relaxed) {
-        return stamp();
+fn event_stamp(writes: u8, kind: u16, via: u8, addr: u64) -> u64 {
+    if writes & WRITES_SPARSE == 0 {
+        return stamp(writes);
     }
     let (last, run, attachment) = LAST_STAMP.with(|s| s.get());
     let now_attached = ATTACHMENT.load(Relaxed);
@@ -366,7 +379,7 @@ fn event_stamp(kind: u16, via: u8, addr: u64) -> u64 {
     {
         (last + 1, run + 1, now_attached)
     } else {
-        (stamp(), 0, now_attached)
+        (stamp(writes), 0, now_attached)
     };
     LAST_STAMP.with(|s| s.set(next));
     next.0
@@ -663,8 +676,9 @@ pub(crate) fn emit(kind: u16, via: u8, addr: u64, site: u64, seq: u64, extra: u6
         }
         set_my_ring(i);
     }
+    let writes = WRITES.load(Relaxed);
     let event = Event {
-        ts: event_stamp(kind, via, addr),
+        ts: event_stamp(writes, kind, via, addr),
         seq,
         addr,
         site,
@@ -674,7 +688,7 @@ pub(crate) fn emit(kind: u16, via: u8, addr: u64, site: u64, seq: u64, extra: u6
         via,
     };
     let r = ring_header(i);
-    let short = SHORT_UNITS.load(Relaxed);
+    let short = writes & WRITES_SHORT != 0;
     // The common case, one short unit, goes without `encode`'s four zeroed
     // units (their stores showed in a `perf` of the recorded lock/unlock pair).
     match short
@@ -682,11 +696,18 @@ pub(crate) fn emit(kind: u16, via: u8, addr: u64, site: u64, seq: u64, extra: u6
         .and_then(|against| encode_short(&event, against))
     {
         Some(unit) => publish(i, r, &[unit], &event, short),
-        None => {
-            let (units, n) = encode_long(&event);
-            publish(i, r, &units[..n], &event, short);
-        }
+        None => publish_long(i, r, event, short),
     }
+}
+
+/// [`publish`] of an event that takes two or four units: out of line, so that
+/// the wrappers' common path (one unit) keeps its registers, and taking the
+/// event by value: given a reference, every event stored its fields to the
+/// stack.
+#[inline(never)]
+fn publish_long(i: u32, r: &RingHeader, event: Event, short: bool) {
+    let (units, n) = encode_long(&event);
+    publish(i, r, &units[..n], &event, short);
 }
 
 /// Writes `units`, the encoding of `event`, into ring `i` (`r`) and publishes
@@ -752,28 +773,33 @@ pub(crate) fn prefetch_for_write<T>(p: *const T) {
 /// what the call records when it returns): two plain stores into its ring's
 /// pending slot, no event. The recorder turns a slot still set when the recording
 /// ends into a `blocked` event (a deadlock or hang shows who waited for what).
+/// Returns the ring noted in, for [`block_end`] (`None`: none could be claimed).
 #[inline(always)]
-pub(crate) fn block_begin(kind: u16, addr: u64, site: u64) {
+pub(crate) fn block_begin(kind: u16, addr: u64, site: u64) -> Option<&'static RingHeader> {
     let mut i = my_ring();
     if i == NO_RING {
         i = claim_ring();
         if i == NO_RING {
-            return;
+            return None;
         }
         set_my_ring(i);
     }
-    let p = &ring_header(i).pending.0;
+    let r = ring_header(i);
+    let p = &r.pending.0;
     p.addr.store(addr, Relaxed);
     p.site.store(site, Relaxed);
     p.kind.store(kind as u32, Relaxed);
+    Some(r)
 }
 
-/// The blocking call noted by [`block_begin`] returned.
+/// The blocking call noted by [`block_begin`] in `ring` returned. The ring is
+/// the one noted in even if the recorder detached and another attached
+/// meanwhile: mappings are never unmapped, so clearing an earlier
+/// recording's slot is harmless, and this one's was never set.
 #[inline(always)]
-pub(crate) fn block_end() {
-    let i = my_ring();
-    if i != NO_RING {
-        ring_header(i).pending.0.kind.store(0, Relaxed);
+pub(crate) fn block_end(ring: Option<&'static RingHeader>) {
+    if let Some(r) = ring {
+        r.pending.0.kind.store(0, Relaxed);
     }
 }
 
