@@ -127,6 +127,10 @@ enum Recorder {
     /// Plain `ordo record` with one of the recorder's own knobs turned the other
     /// way: what the default saves, side by side.
     OrdoWith(Knob),
+    /// The program with ordo's agent preloaded and no recorder: every pthread
+    /// call through a wrapper that forwards it (the in-process path's floor, as
+    /// the empty probe is the eBPF path's).
+    DormantAgent,
     Bpftrace,
     EmptyProbe,
     Tsan,
@@ -178,6 +182,7 @@ impl Recorder {
             Recorder::OrdoWith(knob) => knob.label().into(),
             Recorder::Bpftrace => "bpftrace".into(),
             Recorder::EmptyProbe => "empty probe".into(),
+            Recorder::DormantAgent => "dormant agent".into(),
             Recorder::Tsan => "tsan".into(),
             Recorder::Helgrind => "helgrind".into(),
             Recorder::Lttng => "lttng-ust".into(),
@@ -210,7 +215,7 @@ impl Recorder {
         let attaches = workload.ends_with("-attach") || workload.ends_with("-windows");
         match self {
             Recorder::Tsan | Recorder::Helgrind => micro,
-            Recorder::Lttng | Recorder::OrdoBaseline(_) => !attaches,
+            Recorder::Lttng | Recorder::OrdoBaseline(_) | Recorder::DormantAgent => !attaches,
             // Attaching, plain `ordo` (the `ordo` row) is in process already.
             Recorder::Ordo(Some(p)) if attaches => p != "inproc",
             _ => true,
@@ -327,6 +332,8 @@ struct Bench {
     /// `ordo_empty` at ordo's instruction sites, and the `empty_probes` binary that
     /// launches a program under it or attaches it to a process.
     empty_program: Option<(EmptyProgram, PathBuf)>,
+    /// The agent written out for the `dormant agent` row.
+    dormant_agent: Option<PathBuf>,
     bpftrace_script: Option<PathBuf>,
     sessiond: Option<Child>,
     pigz_input: Option<PathBuf>,
@@ -356,6 +363,24 @@ fn empty_program(sites: &[sites::Site]) -> Result<(EmptyProgram, PathBuf)> {
         e,
         crate::root().join("target/release/examples/empty_probes"),
     ))
+}
+
+/// The agent `ordo` embeds, written to `dir` by the agent crate's `write_agent`
+/// example (built in release, as `ordo` is).
+fn dormant_agent(dir: &Path) -> Result<PathBuf> {
+    crate::run(Command::new("cargo").args([
+        "build",
+        "--release",
+        "-p",
+        "ordo-agent",
+        "--example",
+        "write_agent",
+    ]))?;
+    let path = dir.join("libordo_preload_dormant.so");
+    crate::run(
+        Command::new(crate::root().join("target/release/examples/write_agent")).arg(&path),
+    )?;
+    Ok(path)
 }
 
 /// What the `empty probe` row measured, and the per-event costs on `lock`: added
@@ -485,6 +510,7 @@ impl Bench {
             tsan_program: None,
             sites: None,
             empty_program: None,
+            dormant_agent: None,
             bpftrace_script: None,
             sessiond: None,
             pigz_input: None,
@@ -578,6 +604,14 @@ impl Bench {
                         .unavailable
                         .push(("empty probe".into(), format!("{e:#}"))),
                 }
+            }
+        }
+        if wants(&Recorder::DormantAgent) {
+            match dormant_agent(&dir) {
+                Ok(path) => bench.dormant_agent = Some(path),
+                Err(e) => bench
+                    .unavailable
+                    .push(("dormant agent".into(), format!("{e:#}"))),
             }
         }
         if wants(&Recorder::Helgrind) && !have("valgrind") {
@@ -712,6 +746,12 @@ impl Bench {
                     .as_ref()
                     .context("no empty_probes program")?;
                 e.command(binary, program, args)
+            }
+            Recorder::DormantAgent => {
+                let agent = self.dormant_agent.as_ref().context("no agent written")?;
+                let mut c = Command::new(program);
+                c.args(args).env("LD_PRELOAD", agent);
+                c
             }
             Recorder::Tsan => {
                 let mut c = Command::new(self.tsan_program.as_ref().context("no TSan build")?);
@@ -1640,6 +1680,7 @@ pub fn run_record(args: &[String]) -> Result<()> {
         recorders.push(Recorder::OrdoBaseline(b.clone()));
     }
     recorders.extend([
+        Recorder::DormantAgent,
         Recorder::Bpftrace,
         Recorder::EmptyProbe,
         Recorder::Tsan,
@@ -1943,5 +1984,10 @@ Run time: 3.0s Ops: 345836 TPS: 115269 Net_rate: 129.0M/s\n";
         assert!(Recorder::Native.applies("memcached-windows"));
         assert!(Recorder::OrdoSparse.applies("memcached-windows"));
         assert!(!Recorder::Ordo(Some("inproc".into())).applies("memcached-windows"));
+        // The dormant agent is preloaded at launch: no attach, no Rust std locks.
+        assert!(Recorder::DormantAgent.applies("memcached"));
+        assert!(Recorder::DormantAgent.applies("pair"));
+        assert!(!Recorder::DormantAgent.applies("memcached-attach"));
+        assert!(!Recorder::DormantAgent.applies("rust-lock"));
     }
 }
