@@ -347,39 +347,32 @@ struct Bench {
     mariadb_data: Option<std::result::Result<PathBuf, String>>,
 }
 
+/// A workspace crate's example built in release (as `ordo` is): its binary.
+fn release_example(package: &str, example: &str) -> Result<PathBuf> {
+    crate::run(Command::new("cargo").args([
+        "build",
+        "--release",
+        "-p",
+        package,
+        "--example",
+        example,
+    ]))?;
+    Ok(crate::root().join("target/release/examples").join(example))
+}
+
 /// The launch-mode empty probe: ordo's instruction sites, and `empty_probes` built
 /// in release (the recorder's example attaching `ordo_empty`).
 fn empty_program(sites: &[sites::Site]) -> Result<(EmptyProgram, PathBuf)> {
     let e = EmptyProgram::from_sites(sites)?;
-    crate::run(Command::new("cargo").args([
-        "build",
-        "--release",
-        "-p",
-        "ordo-recorder",
-        "--example",
-        "empty_probes",
-    ]))?;
-    Ok((
-        e,
-        crate::root().join("target/release/examples/empty_probes"),
-    ))
+    Ok((e, release_example("ordo-recorder", "empty_probes")?))
 }
 
 /// The agent `ordo` embeds, written to `dir` by the agent crate's `write_agent`
-/// example (built in release, as `ordo` is).
+/// example.
 fn dormant_agent(dir: &Path) -> Result<PathBuf> {
-    crate::run(Command::new("cargo").args([
-        "build",
-        "--release",
-        "-p",
-        "ordo-agent",
-        "--example",
-        "write_agent",
-    ]))?;
+    let write_agent = release_example("ordo-agent", "write_agent")?;
     let path = dir.join("libordo_preload_dormant.so");
-    crate::run(
-        Command::new(crate::root().join("target/release/examples/write_agent")).arg(&path),
-    )?;
+    crate::run(Command::new(write_agent).arg(&path))?;
     Ok(path)
 }
 
