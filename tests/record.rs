@@ -545,6 +545,13 @@ fn rust_std_mutex_contention_shows_as_futex_events(probes: &str) {
         // The inlined paths call nothing a uprobe sees.
         assert_eq!(on_m.len(), 0);
     } else {
+        // Every contended acquisition noted itself pending while it waited, and
+        // every one returned: none is left as `blocked`.
+        let blocked: Vec<&Value> = events.iter().filter(|e| e["kind"] == "blocked").collect();
+        assert!(
+            blocked.is_empty(),
+            "a run that ended blocked nowhere: {blocked:?}"
+        );
         // 4 workers × 20 000, and main's final read.
         let locks = on_m.iter().filter(|e| e["kind"] == "mutex_lock").count();
         let unlocks = on_m.len() - locks;
@@ -616,6 +623,12 @@ fn rust_std_condvar_waits_and_notifies_are_condvar_events(probes: &str) {
     }
     let (signals, broadcasts) = (of("cond_signal"), of("cond_broadcast"));
     assert_eq!((signals.len(), broadcasts.len()), (2000, 1));
+    // Each wait noted itself pending and each returned: nothing is left `blocked`.
+    assert_eq!(
+        of("blocked"),
+        Vec::<&Value>::new(),
+        "a run that ended blocked nowhere"
+    );
     let cv = signals[0]["addr"].clone();
     assert!(signals.iter().chain(&broadcasts).all(|e| e["addr"] == cv));
     let (begins, ends) = (of("cond_wait_begin"), of("cond_wait"));

@@ -7,7 +7,9 @@ use crate::common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::{build_program, dump_json, have_root, ordo, record, replay_json, scratch};
+use common::{
+    build_program, build_rust_program, dump_json, have_root, ordo, record, replay_json, scratch,
+};
 
 fn programs_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/programs")
@@ -334,4 +336,52 @@ fn a_deadlocked_recording_shows_the_blocked_lock_calls() {
             .any(|f| f["kind"] == "deadlock"),
         "no deadlock finding: {report}"
     );
+}
+
+/// The same for a Rust program, whose std locks and condvar are inlined (no pthread
+/// call to wrap): a lock acquisition that went the slow way and a condvar wait are
+/// noted pending while they wait, so a recorded replay that deadlocks shows each
+/// thread's `blocked` attempt, and `ordo hunt` can pin a deadlock's whole cycle from
+/// its recording (`pin::schedule_of_run`).
+#[test]
+fn a_deadlocked_rust_recording_shows_the_blocked_lock_and_condvar_calls() {
+    if !have_root("a_deadlocked_rust_recording_shows_the_blocked_lock_and_condvar_calls") {
+        return;
+    }
+    let dir = scratch("replay_record_rust_blocked");
+    let eval = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/eval");
+    let blocked_of = |name: &str| -> Vec<serde_json::Value> {
+        let trace = dir.join(format!("{name}.ordo"));
+        let (_, outcome) = replay_json(
+            &["--record", trace.to_str().unwrap()],
+            &eval.join(format!("{name}.sched")),
+            &build_rust_program(name),
+        );
+        assert_eq!(outcome["verdict"], "reproduced", "{name}: {outcome}");
+        dump_json(&trace)
+            .into_iter()
+            .filter(|e| e["kind"] == "blocked")
+            .collect()
+    };
+    let waits = |blocked: &[serde_json::Value], thread: &str, call: &str| -> (String, String) {
+        let e = blocked
+            .iter()
+            .find(|e| e["thread"] == thread && e["waiting_in"] == call)
+            .unwrap_or_else(|| panic!("no blocked {call} of thread {thread}: {blocked:?}"));
+        (
+            e["object"].as_str().unwrap_or("").to_string(),
+            e["site"].as_str().unwrap_or("").to_string(),
+        )
+    };
+    // Each transfer holds its first lock and waits for its second, at line 16.
+    let blocked = blocked_of("rust_deadlock");
+    let (object, site) = waits(&blocked, "1", "mutex_lock");
+    assert!(object.starts_with("rust_deadlock::SAVINGS"), "{blocked:?}");
+    assert!(site.contains("rust_deadlock.rs:16"), "{blocked:?}");
+    let (object, _) = waits(&blocked, "2", "mutex_lock");
+    assert!(object.starts_with("rust_deadlock::CHECKING"), "{blocked:?}");
+    // The waiter missed the notify and waits for good on the condvar.
+    let blocked = blocked_of("rust_lost_wakeup");
+    let (object, _) = waits(&blocked, "1", "cond_wait");
+    assert!(object.starts_with("rust_lost_wakeup::START"), "{blocked:?}");
 }

@@ -36,6 +36,7 @@ use std::ffi::{c_int, c_void};
 use std::ptr::null_mut;
 use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering::*};
 
+use crate::probe_common::inproc::RingHeader;
 use crate::probe_common::inproc::{
     SoftHeader, SoftSite, SOFT_MAGIC, SOFT_NO_GATE, SOFT_PL_COND_LEAVE, SOFT_PL_COND_WAIT,
     SOFT_PL_LOCK_LEAVE, SOFT_PL_NOTIFY_ALL_CHECK, SOFT_PL_NOTIFY_ALL_SLOW,
@@ -95,6 +96,12 @@ thread_local! {
     /// slow path is taking ([`SOFT_RUST_LOCK_SLOW`]), with the kind of the
     /// acquisition (`mutex_lock`, `rwlock_rdlock`, `rwlock_wrlock`).
     static CONTENDED: Cell<(u64, u16)> = const { Cell::new((0, 0)) };
+    /// The ring whose pending slot notes [`CONTENDED`]'s acquisition while it
+    /// waits (`crate::record::block_begin`), cleared with it.
+    static LOCK_PENDING: Cell<Option<&'static RingHeader>> = const { Cell::new(None) };
+    /// The same for an untimed condvar wait ([`COND_WAITING`]), cleared when the
+    /// wait has retaken its mutex.
+    static COND_PENDING: Cell<Option<&'static RingHeader>> = const { Cell::new(None) };
     /// Replaying: the gate this thread passed at a Rust mutex's `cmpxchg`, told
     /// when the acquisition happened (at the branch, or the slow path's return).
     static GATED: Cell<Option<crate::gate::Caller>> = const { Cell::new(None) };
@@ -461,6 +468,7 @@ fn acquired(addr: u64, which: u16, site: u64, recording: bool, how: u8) {
     let gated = GATED.with(|g| g.take());
     if let Some(w) = waiting_on(addr).filter(|_| which == kind::MUTEX_LOCK) {
         COND_WAITING.with(|c| c.set(CondWait::NONE));
+        crate::record::block_end(COND_PENDING.with(|p| p.take()));
         if recording {
             crate::interpose::record_cond_pair(
                 kind::COND_WAIT,
@@ -537,7 +545,7 @@ unsafe fn rust_lock(t: &Table, s: &SoftSite, i: usize, ip: u64, ctx: *mut c_void
             if acquired {
                 self::acquired(addr, which, ip, recording, via::PLAIN);
             } else {
-                contended(addr, which);
+                contended(addr, which, ip, recording);
             }
             // SAFETY: as above.
             unsafe { *greg(ctx, GREG_RIP) = branch_destination(s, ip, acquired) as i64 };
@@ -894,6 +902,7 @@ unsafe fn rust_lock(t: &Table, s: &SoftSite, i: usize, ip: u64, ctx: *mut c_void
             let ret = unsafe { emulate_ret(ctx) };
             parking_lot_leaves();
             let (addr, which) = CONTENDED.with(|c| c.replace((0, 0)));
+            crate::record::block_end(LOCK_PENDING.with(|p| p.take()));
             if addr != 0 {
                 if ok {
                     acquired(addr, which, ret, recording, via::PLAIN);
@@ -920,6 +929,7 @@ unsafe fn rust_lock(t: &Table, s: &SoftSite, i: usize, ip: u64, ctx: *mut c_void
             let ret = unsafe { emulate_ret(ctx) };
             parking_lot_leaves();
             let (addr, which) = CONTENDED.with(|c| c.replace((0, 0)));
+            crate::record::block_end(LOCK_PENDING.with(|p| p.take()));
             if addr != 0 {
                 // The site is the caller's: where its slow path returns.
                 acquired(addr, which, ret, recording, via::PLAIN);
@@ -952,6 +962,12 @@ unsafe fn rust_lock(t: &Table, s: &SoftSite, i: usize, ip: u64, ctx: *mut c_void
             };
             let caller = crate::gate::enter();
             crate::interpose::cond_wait_begins(caller, cond, mutex, via_, site, recording);
+            if recording && untimed {
+                // As `pthread_cond_wait`'s: a run that ends with the thread still
+                // waiting shows it `blocked` on the condvar (a lost wakeup).
+                COND_PENDING
+                    .with(|p| p.set(crate::record::block_begin(kind::COND_WAIT, cond, site)));
+            }
             COND_WAITING.with(|w| {
                 w.set(CondWait {
                     cond,
@@ -975,8 +991,13 @@ unsafe fn rust_lock(t: &Table, s: &SoftSite, i: usize, ip: u64, ctx: *mut c_void
                 parking_lot_enters();
             }
             // SAFETY: the trap's context (the caller's contract): the lock in `rdi`
-            // (first instruction).
-            let addr = unsafe { *greg(ctx, GREG_OF_REG[reg::RDI as usize]) as u64 };
+            // and the caller at `rsp` (first instruction).
+            let (addr, site) = unsafe {
+                (
+                    *greg(ctx, GREG_OF_REG[reg::RDI as usize]) as u64,
+                    *(*greg(ctx, GREG_RSP) as u64 as *const u64),
+                )
+            };
             let which = acquisition_of(s.access);
             // A read that found the lock not readable comes here without trying
             // the fast path (and its gate): a replay gates it here.
@@ -986,7 +1007,7 @@ unsafe fn rust_lock(t: &Table, s: &SoftSite, i: usize, ip: u64, ctx: *mut c_void
                     GATED.with(|g| g.set(Some(c)));
                 }
             }
-            contended(addr, which);
+            contended(addr, which, site, recording);
             // SAFETY: as above.
             unsafe { *greg(ctx, GREG_RIP) = t.xol.add(i * SLOT) as i64 };
         }
@@ -1159,7 +1180,7 @@ pub(crate) fn patched_operation(index: usize, acquired: bool, reg: &dyn Fn(u8) -
             if acquired {
                 self::acquired(addr, which, ip, recording, via::PLAIN);
             } else {
-                contended(addr, which);
+                contended(addr, which, ip, recording);
             }
         }
         SOFT_RUST_RW_UNLOCK => rw_released(addr, ip, recording),
@@ -1173,9 +1194,16 @@ pub(crate) fn patched_operation(index: usize, acquired: bool, reg: &dyn Fn(u8) -
 
 /// The thread's acquisition (`which`) of the Rust lock at `addr` goes the slow
 /// way, which may sleep for good (a deadlock): its slow path's return records it,
-/// and the driver sees the thread blocked, as in `pthread_mutex_lock`.
-fn contended(addr: u64, which: u16) {
+/// and the driver sees the thread blocked, as in `pthread_mutex_lock`. Recording,
+/// the ring's pending slot says so meanwhile (`site`: where the program locks),
+/// so a run that ends with the thread still waiting shows a `blocked` event on
+/// the lock, as a pthread lock's does — but not for a condvar wait's
+/// reacquisition of its mutex, which is the wait's.
+fn contended(addr: u64, which: u16, site: u64, recording: bool) {
     CONTENDED.with(|c| c.set((addr, which)));
+    if recording && waiting_on(addr).is_none() {
+        LOCK_PENDING.with(|p| p.set(crate::record::block_begin(which, addr, site)));
+    }
     if let Some(c) = crate::gate::enter() {
         c.set_state(crate::shm::STATE_BLOCKED, which as u32);
     }
