@@ -457,14 +457,19 @@ pub fn hunt(options: &HuntOptions, progress: &mut dyn FnMut(&Status)) -> Result<
                 reproduced = better;
             }
         }
-        let mut pinned_from_recording = false;
-        if reproduced < options.confirm_runs && f.reason.starts_with("deadlock") {
+        // The run whose recording was pinned already (a baseline run's schedule is
+        // its recording's from the start).
+        let mut pinned_run = None;
+        if reproduced < options.confirm_runs
+            && f.source == "predict"
+            && f.reason.starts_with("deadlock")
+        {
             // A deadlock's recording shows its whole cycle — each thread's held lock
             // and its `blocked` attempt on another's — which `schedule_of_run` pins
             // whole, where a candidate that ordered one of the acquisitions left
             // the other to timing (rust_deadlock's one-ordering pin: 17/20 in one
             // CI run, its batch holding no two-ordering candidate to fall back on).
-            pinned_from_recording = true;
+            pinned_run = Some(f.run);
             if let Some(better) = hunter.pin_from_recording(f, reproduced)? {
                 reproduced = better;
             }
@@ -485,8 +490,6 @@ pub fn hunt(options: &HuntOptions, progress: &mut dyn FnMut(&Status)) -> Result<
             }
             if let Some(better) = hunter.search_better_pin(f, reproduced)? {
                 reproduced = better;
-                // Another run's finding: its recording was not pinned yet.
-                pinned_from_recording = false;
                 if reproduced < pinned_threshold(options.confirm_runs) {
                     // The better pin is another run's: its own accesses may hold it.
                     if let Some(better) = hunter.strengthen_with_accesses(f, reproduced)? {
@@ -497,7 +500,7 @@ pub fn hunt(options: &HuntOptions, progress: &mut dyn FnMut(&Status)) -> Result<
         }
         if reproduced < options.confirm_runs
             && matches!(f.source, "predict")
-            && !pinned_from_recording
+            && pinned_run != Some(f.run)
         {
             // The candidate's orderings were not all that made the run fail (it
             // failed by luck of the timing the schedule left free): the order the
