@@ -129,9 +129,9 @@ fn analysis_findings_are_the_same_on_both_paths() {
     }
 }
 
-/// Records `program` in process with the rings' encoding `units` (`short` or
-/// `wide`, `ORDO_RING_UNITS`), and returns how many events and ring units the
-/// recording read (from `ORDO_PHASES`).
+/// Records `program` in process with the rings' encoding `units` (`short`,
+/// `unfolded` or `wide`, `ORDO_RING_UNITS`), and returns how many events and
+/// ring units the recording read (from `ORDO_PHASES`).
 fn record_units(units: &str, extra: &[&str], trace: &Path, program: &Path) -> (u64, u64) {
     let (_, stderr) = record_phases(("ORDO_RING_UNITS", units), extra, trace, program, &[]);
     // "ring units: N events in M units of 16 bytes"
@@ -212,10 +212,11 @@ fn comparable_events(trace: &Path) -> Vec<String> {
 }
 
 /// Short ring units (an event that repeats a call site its ring knows takes 16
-/// bytes, not 32) change what the agent stores and the drain copies, not what
-/// is recorded: the same program recorded both ways gives the same events in the
-/// same order with the same sequence numbers, objects, sites and results, the
-/// same findings and the same schedules.
+/// bytes, not 32) and the drain's folding of a lock and its release into one
+/// change what the agent stores and the drain copies, not what is recorded: the
+/// same program recorded all three ways gives the same events in the same order
+/// with the same sequence numbers, objects, sites and results, the same findings
+/// and the same schedules.
 #[test]
 fn short_ring_units_record_what_wide_ones_do() {
     if !have_root("short_ring_units_record_what_wide_ones_do") {
@@ -225,28 +226,40 @@ fn short_ring_units_record_what_wide_ones_do() {
     let program = build_program("record_units");
     for extra in [&[][..], &["--sparse-times"][..]] {
         let tag = if extra.is_empty() { "exact" } else { "sparse" };
-        let (short, wide) = (
+        let (short, unfolded, wide) = (
             dir.join(format!("units-{tag}-short.ordo")),
+            dir.join(format!("units-{tag}-unfolded.ordo")),
             dir.join(format!("units-{tag}-wide.ordo")),
         );
         let (short_events, short_units) = record_units("short", extra, &short, &program);
+        let (unfolded_events, unfolded_units) =
+            record_units("unfolded", extra, &unfolded, &program);
         let (wide_events, wide_units) = record_units("wide", extra, &wide, &program);
         assert_eq!(short_events, wide_events, "{tag}");
+        assert_eq!(unfolded_events, wide_events, "{tag}");
         // 5 threads × ~12 000 pair events; each of the 300 sites' first use per
         // ring and the cache's collisions take two units, the results and
         // condvar waits more.
         assert!(short_events > 60_000, "{tag}: {short_events} events");
         assert!(wide_units >= 2 * wide_events, "{tag}: {wide_units}");
         assert!(
-            short_units * 10 < wide_units * 7,
-            "{tag}: short units did not shrink the rings ({short_units} against {wide_units})"
+            unfolded_units * 10 < wide_units * 7,
+            "{tag}: short units did not shrink the rings ({unfolded_units} against {wide_units})"
         );
-        let (a, b) = (comparable_events(&short), comparable_events(&wide));
-        assert_eq!(a.len(), b.len(), "{tag}");
-        for (i, (x, y)) in a.iter().zip(&b).enumerate() {
-            assert_eq!(x, y, "{tag}: event {i} differs");
+        // Most of the program's events are a lock and its unlock.
+        assert!(
+            short_units * 10 < unfolded_units * 7,
+            "{tag}: folding did not shrink the copy ({short_units} against {unfolded_units})"
+        );
+        let wide_seen = comparable_events(&wide);
+        for (name, trace) in [("short", &short), ("unfolded", &unfolded)] {
+            let seen = comparable_events(trace);
+            assert_eq!(seen.len(), wide_seen.len(), "{tag} {name}");
+            for (i, (x, y)) in seen.iter().zip(&wide_seen).enumerate() {
+                assert_eq!(x, y, "{tag} {name}: event {i} differs");
+            }
+            assert_eq!(findings(trace), findings(&wide), "{tag} {name}");
         }
-        assert_eq!(findings(&short), findings(&wide), "{tag}");
     }
     for name in [
         "analyze_deadlock",
@@ -275,7 +288,7 @@ fn short_ring_units_record_what_wide_ones_do() {
     }
     refused_in_one_line(
         ("ORDO_RING_UNITS", "narrow"),
-        "expected `short` or `wide`",
+        "expected `short`, `unfolded` or `wide`",
         &dir,
         &program,
     );

@@ -41,7 +41,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Result};
 use ordo_probe_common::inproc::{
-    decode, encode, mapping_size, ring_header_offset, ring_records_offset, seq_table_offset,
+    decode, encode, fold_pair, mapping_size, ring_header_offset, ring_records_offset, seq_table_offset,
     DecodeState, Event, Header, RingHeader, SiteScan, Unit, CLOCK_MONOTONIC_NS, CLOCK_SPARSE,
     CLOCK_TSC, ENV_FD, MAGIC, MAX_RINGS, RING_FREE, RING_START_UNITS, RING_UNITS, VERSION,
 };
@@ -64,6 +64,8 @@ pub struct InprocMapping {
     conversion: Conversion,
     /// When the drain spills passes to a file.
     spilling: Spilling,
+    /// The drain folds lock/release pairs as it copies ([`ENV_RING_UNITS`]).
+    fold: bool,
 }
 
 // SAFETY: the mapping is shared memory accessed through atomics (headers) and plain
@@ -101,7 +103,7 @@ impl InprocMapping {
     /// As [`InprocMapping::create`], over an empty memfd made elsewhere (in a
     /// process being attached to, which keeps its own descriptor of it).
     pub fn over(fd: OwnedFd, tsc_allowed: bool, sparse: bool) -> Result<InprocMapping> {
-        let short_units = short_units_wanted()?;
+        let ring_units = ring_units_wanted()?;
         let conversion = conversion_wanted()?;
         let spilling = spilling_wanted()?;
         let size = mapping_size();
@@ -134,7 +136,7 @@ impl InprocMapping {
             (*header).clock = if tsc { CLOCK_TSC } else { CLOCK_MONOTONIC_NS }
                 | if sparse { CLOCK_SPARSE } else { 0 };
             (*header).recorder_pid = std::process::id();
-            (*header).short_units = short_units as u32;
+            (*header).short_units = (ring_units != RingUnits::Wide) as u32;
             let mapping = InprocMapping {
                 fd,
                 base: p.cast(),
@@ -143,6 +145,7 @@ impl InprocMapping {
                 tsc_start: tsc.then(ClockPoint::now),
                 conversion,
                 spilling,
+                fold: ring_units == RingUnits::Folded,
             };
             mapping.prefault_starts(RINGS_AHEAD);
             Ok(mapping)
@@ -324,20 +327,36 @@ impl InprocMapping {
                 let n = (head - tail) as usize;
                 let mut scan = SiteScan::default();
                 let sites = &mut pass.full_sites;
+                // Whether the unit last shown to `see` started an event: the
+                // copy shows each unit before it asks to fold it with the next.
+                let started = std::cell::Cell::new(false);
                 let mut see = |u: &Unit| {
+                    started.set(scan.at_event_start());
                     if let Some(site) = scan.see(u) {
                         if sites.last() != Some(&site) {
                             sites.push(site);
                         }
                     }
                 };
+                let folds = self.fold;
+                let mut fold = |a: &Unit, b: &Unit| {
+                    if folds && started.get() {
+                        fold_pair(a, b)
+                    } else {
+                        None
+                    }
+                };
                 if from + n <= RING_UNITS {
                     pass.records
-                        .extend_streaming(&units[from..from + n], &mut see);
+                        .extend_streaming(&units[from..from + n], &mut see, &mut fold);
                 } else {
-                    pass.records.extend_streaming(&units[from..], &mut see);
                     pass.records
-                        .extend_streaming(&units[..from + n - RING_UNITS], &mut see);
+                        .extend_streaming(&units[from..], &mut see, &mut fold);
+                    pass.records.extend_streaming(
+                        &units[..from + n - RING_UNITS],
+                        &mut see,
+                        &mut fold,
+                    );
                 }
                 pass.batches.push(Batch {
                     tid,
@@ -635,10 +654,18 @@ fn events<'a>(
     mut units: &'a [Unit],
     mut state: Option<&'a mut DecodeState>,
 ) -> impl Iterator<Item = Event> + 'a {
+    // A folded pair's second event, to give next.
+    let mut held: Option<Event> = None;
     std::iter::from_fn(move || {
-        let (event, n) = decode(units, state.as_deref_mut())?;
-        units = &units[n..];
-        Some(event)
+        if let Some(e) = held.take() {
+            return Some(e);
+        }
+        let decoded = decode(units, state.as_deref_mut())?;
+        units = &units[decoded.units..];
+        if let [_, second] = decoded.events() {
+            held = Some(*second);
+        }
+        Some(decoded.events()[0])
     })
 }
 
@@ -681,20 +708,35 @@ fn expand(r: &Event, tid: u32) -> RawEvent {
 const _: () = assert!(seq_table_offset() > ring_header_offset(MAX_RINGS - 1));
 
 /// Environment variable choosing the rings' encoding: `short` (the default: an
-/// event that repeats a call site its ring knows takes one 16-byte unit) or
-/// `wide` (every event two units or four, as before short units). The trace is
-/// the same either way (tests/record_inproc.rs compares them); `wide` is there
-/// to show it and for the bench to measure what short units save.
+/// event that repeats a call site its ring knows takes one 16-byte unit, and
+/// the drain folds a lock and its release into one as it copies them:
+/// `ordo_probe_common::inproc::fold_pair`), `unfolded` (short units, copied as
+/// they are) or `wide` (every event two units or four, as before short units).
+/// The trace is the same in every case (tests/record_inproc.rs compares them);
+/// the others are there to show it and for the bench to measure what short
+/// units and folding save.
 pub const ENV_RING_UNITS: &str = "ORDO_RING_UNITS";
 
-/// Whether the agent is to write short units ([`ENV_RING_UNITS`]).
-fn short_units_wanted() -> Result<bool> {
+/// The rings' encoding ([`ENV_RING_UNITS`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum RingUnits {
+    /// Short units, pairs folded in the drain's copy.
+    Folded,
+    /// Short units, copied as they are.
+    Short,
+    /// Two units or four an event.
+    Wide,
+}
+
+/// The encoding [`ENV_RING_UNITS`] asks for.
+fn ring_units_wanted() -> Result<RingUnits> {
     match std::env::var_os(ENV_RING_UNITS) {
-        None => Ok(true),
-        Some(v) if v == "short" || v.is_empty() => Ok(true),
-        Some(v) if v == "wide" => Ok(false),
+        None => Ok(RingUnits::Folded),
+        Some(v) if v == "short" || v.is_empty() => Ok(RingUnits::Folded),
+        Some(v) if v == "unfolded" => Ok(RingUnits::Short),
+        Some(v) if v == "wide" => Ok(RingUnits::Wide),
         Some(v) => bail!(
-            "{ENV_RING_UNITS}={}: expected `short` or `wide`",
+            "{ENV_RING_UNITS}={}: expected `short`, `unfolded` or `wide`",
             v.to_string_lossy()
         ),
     }

@@ -147,7 +147,15 @@ impl<T: Copy> PassBuf<T> {
     /// pass is handed on). `see` is shown each record as it is copied: whatever
     /// the drain needs from the records it learns then, from the source's lines,
     /// because reading the copy back would fetch each line from memory again.
-    pub(crate) fn extend_streaming(&mut self, records: &[T], mut see: impl FnMut(&T)) {
+    /// Where `fold` makes one record of two that follow each other, that one is
+    /// stored instead of both (both are still shown to `see`); the buffer then
+    /// holds fewer records than it was given.
+    pub(crate) fn extend_streaming(
+        &mut self,
+        records: &[T],
+        mut see: impl FnMut(&T),
+        mut fold: impl FnMut(&T, &T) -> Option<T>,
+    ) {
         #[cfg(target_arch = "x86_64")]
         if std::mem::size_of::<T>().is_multiple_of(16)
             && (self.ptr.as_ptr() as usize).is_multiple_of(16)
@@ -155,25 +163,66 @@ impl<T: Copy> PassBuf<T> {
             use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_sfence, _mm_stream_si128};
             self.check_room(records.len());
             let words = std::mem::size_of::<T>() / 16;
-            // SAFETY: in bounds of the reservation (checked above), 16-byte aligned
-            // (the mapping is page-aligned and T a multiple of 16 bytes); SSE2 is
-            // part of x86_64.
+            let mut stored = 0;
+            let mut i = 0;
+            // SAFETY: at most `records.len()` records stored, in bounds of the
+            // reservation (checked above), 16-byte aligned (the mapping is
+            // page-aligned and T a multiple of 16 bytes); SSE2 is part of x86_64.
             unsafe {
                 let to = self.ptr.as_ptr().add(self.len).cast::<__m128i>();
-                for (i, record) in records.iter().enumerate() {
-                    let from = (record as *const T).cast::<__m128i>();
-                    for w in 0..words {
-                        _mm_stream_si128(to.add(i * words + w), _mm_loadu_si128(from.add(w)));
-                    }
+                while i < records.len() {
+                    let record = &records[i];
                     see(record);
+                    let folded = records.get(i + 1).and_then(|next| {
+                        let one = fold(record, next)?;
+                        see(next);
+                        Some(one)
+                    });
+                    let from = match &folded {
+                        Some(one) => {
+                            i += 2;
+                            one as *const T
+                        }
+                        None => {
+                            i += 1;
+                            record as *const T
+                        }
+                    }
+                    .cast::<__m128i>();
+                    for w in 0..words {
+                        _mm_stream_si128(to.add(stored * words + w), _mm_loadu_si128(from.add(w)));
+                    }
+                    stored += 1;
                 }
                 _mm_sfence();
             }
-            self.len += records.len();
+            self.len += stored;
             return;
         }
-        records.iter().for_each(&mut see);
-        self.extend_from_slice(records);
+        self.check_room(records.len());
+        let mut i = 0;
+        while i < records.len() {
+            see(&records[i]);
+            let folded = records.get(i + 1).and_then(|next| {
+                let one = fold(&records[i], next)?;
+                see(next);
+                Some(one)
+            });
+            let one = match folded {
+                Some(one) => {
+                    i += 2;
+                    one
+                }
+                None => {
+                    i += 1;
+                    records[i - 1]
+                }
+            };
+            // SAFETY: in bounds of the reservation (checked above: at most
+            // `records.len()` more); T is Copy.
+            unsafe { self.ptr.as_ptr().add(self.len).write(one) };
+            self.len += 1;
+        }
     }
 
     /// The records' bytes rounded up to a multiple of `align` (a power of two
@@ -453,9 +502,9 @@ mod tests {
         let mut b = PassBuf::<Word>::default();
         assert!(b.reserve_total(source.len()));
         let mut seen = Vec::new();
-        b.extend_streaming(&source[..3], |w| seen.push(*w));
-        b.extend_streaming(&source[3..9_999], |w| seen.push(*w));
-        b.extend_streaming(&source[9_999..], |w| seen.push(*w));
+        b.extend_streaming(&source[..3], |w| seen.push(*w), |_, _| None);
+        b.extend_streaming(&source[3..9_999], |w| seen.push(*w), |_, _| None);
+        b.extend_streaming(&source[9_999..], |w| seen.push(*w), |_, _| None);
         assert_eq!(b.len(), 10_000);
         assert_eq!(
             &seen[..],
@@ -465,6 +514,29 @@ mod tests {
         for (i, w) in b.iter().enumerate() {
             assert_eq!(*w, Word(2 * i as u64 + 1, 2 * i as u64 + 2));
         }
+
+        // Folding: a record whose first word is a multiple of 6 and the one after
+        // it become one (their sum); every record is still shown, once, in order.
+        let mut f = PassBuf::<Word>::default();
+        assert!(f.reserve_total(source.len()));
+        let mut seen = Vec::new();
+        let fold = |a: &Word, b: &Word| (a.0 % 6 == 1).then(|| Word(a.0 + b.0, 0));
+        f.extend_streaming(&source[..5], |w| seen.push(*w), fold);
+        f.extend_streaming(&source[5..], |w| seen.push(*w), fold);
+        assert_eq!(&seen[..], source, "every record shown once, in order");
+        let mut expected = Vec::new();
+        let mut i = 0;
+        while i < source.len() {
+            if source[i].0 % 6 == 1 && i + 1 < source.len() && i + 1 != 5 {
+                expected.push(Word(source[i].0 + source[i + 1].0, 0));
+                i += 2;
+            } else {
+                expected.push(source[i]);
+                i += 1;
+            }
+        }
+        assert!(expected.len() < 7_000, "{}", expected.len());
+        assert_eq!(&f[..], &expected[..]);
     }
 
     #[test]

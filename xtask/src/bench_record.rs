@@ -143,6 +143,9 @@ enum Recorder {
 enum Knob {
     /// `ORDO_RING_UNITS=wide`: no short ring units.
     WideUnits,
+    /// `ORDO_RING_UNITS=unfolded`: short units, but the drain does not fold a
+    /// lock and its release into one as it copies them.
+    Unfolded,
     /// `ORDO_CONVERT=alongside`: the converter works at idle priority while the
     /// program runs, rather than only on a spare CPU.
     ConvertAlongside,
@@ -156,6 +159,7 @@ impl Knob {
     fn label(self) -> &'static str {
         match self {
             Knob::WideUnits => "ordo wide units",
+            Knob::Unfolded => "ordo unfolded",
             Knob::ConvertAlongside => "ordo converting alongside",
             Knob::SpillEveryPass => "ordo spilling every pass",
         }
@@ -165,6 +169,7 @@ impl Knob {
     fn env(self) -> (&'static str, &'static str) {
         match self {
             Knob::WideUnits => ("ORDO_RING_UNITS", "wide"),
+            Knob::Unfolded => ("ORDO_RING_UNITS", "unfolded"),
             Knob::ConvertAlongside => ("ORDO_CONVERT", "alongside"),
             Knob::SpillEveryPass => ("ORDO_SPILL", "always"),
         }
@@ -1666,6 +1671,7 @@ pub fn run_record(args: &[String]) -> Result<()> {
     }
     recorders.extend([
         Recorder::OrdoWith(Knob::WideUnits),
+        Recorder::OrdoWith(Knob::Unfolded),
         Recorder::OrdoWith(Knob::ConvertAlongside),
         Recorder::OrdoWith(Knob::SpillEveryPass),
     ]);
