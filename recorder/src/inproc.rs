@@ -41,9 +41,10 @@ use std::time::Duration;
 
 use anyhow::{bail, Result};
 use ordo_probe_common::inproc::{
-    decode, encode, fold_pair, mapping_size, ring_header_offset, ring_records_offset, seq_table_offset,
-    DecodeState, Event, Header, RingHeader, SiteScan, Unit, CLOCK_MONOTONIC_NS, CLOCK_SPARSE,
-    CLOCK_TSC, ENV_FD, MAGIC, MAX_RINGS, RING_FREE, RING_START_UNITS, RING_UNITS, VERSION,
+    decode, encode, fold_pair, mapping_size, ring_header_offset, ring_records_offset,
+    seq_table_offset, DecodeState, Event, Header, RingHeader, SiteScan, Unit, CLOCK_MONOTONIC_NS,
+    CLOCK_SPARSE, CLOCK_TSC, ENV_FD, MAGIC, MAX_RINGS, RING_FREE, RING_START_UNITS, RING_UNITS,
+    VERSION,
 };
 use ordo_probe_common::{kind, RawEvent};
 
