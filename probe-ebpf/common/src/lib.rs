@@ -792,7 +792,10 @@ pub mod inproc {
             && event.ts >= state.last_ts
             && delta >> SHORT_DELTA_BITS == 0;
         let slot = state.slot?;
-        fits.then(|| Unit {
+        if !fits {
+            return None;
+        }
+        Some(Unit {
             a: event.addr
                 | (event.kind as u64) << 48
                 | (event.via as u64) << 53
@@ -1003,7 +1006,10 @@ pub mod inproc {
             && second.b & 0xffff_ffff == seq + 1
             && before >> PAIR_BEFORE_BITS == 0
             && held >> PAIR_HELD_BITS == 0;
-        fits.then(|| Unit {
+        if !fits {
+            return None;
+        }
+        Some(Unit {
             a: addr >> 3
                 | (first.a >> 56) << 44
                 | (second.a >> 56) << 52
@@ -1677,6 +1683,20 @@ mod tests {
         }
     }
 
+    /// Every event of one ring's units, decoded in order as the recorder does;
+    /// panics if the units end inside an event.
+    fn decode_all(units: &[Unit]) -> Vec<Event> {
+        let mut state = DecodeState::default();
+        let mut rest = units;
+        let mut decoded = Vec::new();
+        while let Some(d) = decode(rest, Some(&mut state)) {
+            decoded.extend_from_slice(d.events());
+            rest = &rest[d.units..];
+        }
+        assert!(rest.is_empty(), "{} units left over", rest.len());
+        decoded
+    }
+
     /// Encodes `e` as a ring's owner does (`agent/preload/src/record.rs`, `emit`)
     /// into `units`; the units it took.
     fn emit(codec: &Codec, e: &Event, units: &mut Vec<Unit>) -> usize {
@@ -1729,15 +1749,7 @@ mod tests {
         }
         assert!(sizes.iter().filter(|&&n| n == 1).count() > 100, "{sizes:?}");
         assert!(sizes.contains(&2) && sizes.contains(&4));
-        let mut state = DecodeState::default();
-        let mut rest = &units[..];
-        let mut decoded = Vec::new();
-        while let Some(d) = decode(rest, Some(&mut state)) {
-            decoded.extend_from_slice(d.events());
-            rest = &rest[d.units..];
-        }
-        assert!(rest.is_empty());
-        assert_eq!(decoded, events);
+        assert_eq!(decode_all(&units), events);
         // The scan the drain makes as it copies finds the sites carried in full.
         let mut scan = SiteScan::default();
         let scanned: Vec<u64> = units.iter().filter_map(|u| scan.see(u)).collect();
@@ -1863,15 +1875,7 @@ mod tests {
         let pairs = folded.iter().filter(|u| u.is_pair()).count();
         assert!(pairs > 300, "{pairs} pairs of 400");
         assert!(folded.len() > pairs + 100, "some were not folded");
-        let mut state = DecodeState::default();
-        let mut rest = &folded[..];
-        let mut decoded = Vec::new();
-        while let Some(d) = decode(rest, Some(&mut state)) {
-            decoded.extend_from_slice(d.events());
-            rest = &rest[d.units..];
-        }
-        assert!(rest.is_empty());
-        assert_eq!(decoded, events);
+        assert_eq!(decode_all(&folded), events);
         // The scan sees a pair as one unit that carries no site.
         let mut scan = SiteScan::default();
         let scanned: Vec<u64> = units.iter().filter_map(|u| scan.see(u)).collect();
@@ -1937,13 +1941,6 @@ mod tests {
             events.push(e);
             assert_eq!(sizes[i], expected, "event {i} at {site:#x}");
         }
-        let mut state = DecodeState::default();
-        let mut rest = &units[..];
-        let mut decoded = Vec::new();
-        while let Some(d) = decode(rest, Some(&mut state)) {
-            decoded.extend_from_slice(d.events());
-            rest = &rest[d.units..];
-        }
-        assert_eq!(decoded, events);
+        assert_eq!(decode_all(&units), events);
     }
 }
