@@ -328,11 +328,7 @@ impl InprocMapping {
                 let n = (head - tail) as usize;
                 let mut scan = SiteScan::default();
                 let sites = &mut pass.full_sites;
-                // Whether the unit last shown to `see` started an event: the
-                // copy shows each unit before it asks to fold it with the next.
-                let started = std::cell::Cell::new(false);
-                let mut see = |u: &Unit| {
-                    started.set(scan.at_event_start());
+                let mut see = |scan: &mut SiteScan, u: &Unit| {
                     if let Some(site) = scan.see(u) {
                         if sites.last() != Some(&site) {
                             sites.push(site);
@@ -340,24 +336,23 @@ impl InprocMapping {
                     }
                 };
                 let folds = self.fold;
-                let mut fold = |a: &Unit, b: &Unit| {
-                    if folds && started.get() {
-                        fold_pair(a, b)
-                    } else {
-                        None
-                    }
+                // A later unit of a longer event can look like a short one: only
+                // a unit that starts an event may start a pair.
+                let mut take = |u: &Unit, next: Option<&Unit>| {
+                    let starts_event = scan.at_event_start();
+                    see(&mut scan, u);
+                    let next = next.filter(|_| folds && starts_event)?;
+                    let pair = fold_pair(u, next)?;
+                    see(&mut scan, next);
+                    Some(pair)
                 };
                 if from + n <= RING_UNITS {
                     pass.records
-                        .extend_streaming(&units[from..from + n], &mut see, &mut fold);
+                        .extend_streaming(&units[from..from + n], &mut take);
                 } else {
+                    pass.records.extend_streaming(&units[from..], &mut take);
                     pass.records
-                        .extend_streaming(&units[from..], &mut see, &mut fold);
-                    pass.records.extend_streaming(
-                        &units[..from + n - RING_UNITS],
-                        &mut see,
-                        &mut fold,
-                    );
+                        .extend_streaming(&units[..from + n - RING_UNITS], &mut take);
                 }
                 pass.batches.push(Batch {
                     tid,

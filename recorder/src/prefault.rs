@@ -144,71 +144,24 @@ impl<T: Copy> PassBuf<T> {
     /// the converter, usually seconds later, so its lines need not take cache room
     /// from the program while the drain fills it (the stores go to memory through
     /// write-combining buffers, and the `sfence` at the end orders them before the
-    /// pass is handed on). `see` is shown each record as it is copied: whatever
-    /// the drain needs from the records it learns then, from the source's lines,
-    /// because reading the copy back would fetch each line from memory again.
-    /// Where `fold` makes one record of two that follow each other, that one is
-    /// stored instead of both (both are still shown to `see`); the buffer then
+    /// pass is handed on). `take` is shown each record with the one after it, as
+    /// it is copied: whatever the drain needs from the records it learns then,
+    /// from the source's lines, because reading the copy back would fetch each
+    /// line from memory again. Where `take` makes one record of the two, that one
+    /// is stored instead of both and the next is not shown again; the buffer then
     /// holds fewer records than it was given.
     pub(crate) fn extend_streaming(
         &mut self,
         records: &[T],
-        mut see: impl FnMut(&T),
-        mut fold: impl FnMut(&T, &T) -> Option<T>,
+        mut take: impl FnMut(&T, Option<&T>) -> Option<T>,
     ) {
-        #[cfg(target_arch = "x86_64")]
-        if std::mem::size_of::<T>().is_multiple_of(16)
-            && (self.ptr.as_ptr() as usize).is_multiple_of(16)
-        {
-            use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_sfence, _mm_stream_si128};
-            self.check_room(records.len());
-            let words = std::mem::size_of::<T>() / 16;
-            let mut stored = 0;
-            let mut i = 0;
-            // SAFETY: at most `records.len()` records stored, in bounds of the
-            // reservation (checked above), 16-byte aligned (the mapping is
-            // page-aligned and T a multiple of 16 bytes); SSE2 is part of x86_64.
-            unsafe {
-                let to = self.ptr.as_ptr().add(self.len).cast::<__m128i>();
-                while i < records.len() {
-                    let record = &records[i];
-                    see(record);
-                    let folded = records.get(i + 1).and_then(|next| {
-                        let one = fold(record, next)?;
-                        see(next);
-                        Some(one)
-                    });
-                    let from = match &folded {
-                        Some(one) => {
-                            i += 2;
-                            one as *const T
-                        }
-                        None => {
-                            i += 1;
-                            record as *const T
-                        }
-                    }
-                    .cast::<__m128i>();
-                    for w in 0..words {
-                        _mm_stream_si128(to.add(stored * words + w), _mm_loadu_si128(from.add(w)));
-                    }
-                    stored += 1;
-                }
-                _mm_sfence();
-            }
-            self.len += stored;
-            return;
-        }
         self.check_room(records.len());
+        #[cfg(target_arch = "x86_64")]
+        let streaming = std::mem::size_of::<T>().is_multiple_of(16)
+            && (self.ptr.as_ptr() as usize).is_multiple_of(16);
         let mut i = 0;
         while i < records.len() {
-            see(&records[i]);
-            let folded = records.get(i + 1).and_then(|next| {
-                let one = fold(&records[i], next)?;
-                see(next);
-                Some(one)
-            });
-            let one = match folded {
+            let one = match take(&records[i], records.get(i + 1)) {
                 Some(one) => {
                     i += 2;
                     one
@@ -218,10 +171,32 @@ impl<T: Copy> PassBuf<T> {
                     records[i - 1]
                 }
             };
-            // SAFETY: in bounds of the reservation (checked above: at most
-            // `records.len()` more); T is Copy.
+            // SAFETY (both stores): at most `records.len()` records stored, in
+            // bounds of the reservation (checked above).
+            #[cfg(target_arch = "x86_64")]
+            if streaming {
+                use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_stream_si128};
+                let words = std::mem::size_of::<T>() / 16;
+                // SAFETY: as above; 16-byte aligned (the mapping is page-aligned
+                // and T a multiple of 16 bytes); SSE2 is part of x86_64.
+                unsafe {
+                    let to = self.ptr.as_ptr().add(self.len).cast::<__m128i>();
+                    let from = (&one as *const T).cast::<__m128i>();
+                    for w in 0..words {
+                        _mm_stream_si128(to.add(w), _mm_loadu_si128(from.add(w)));
+                    }
+                }
+                self.len += 1;
+                continue;
+            }
+            // SAFETY: as above; T is Copy.
             unsafe { self.ptr.as_ptr().add(self.len).write(one) };
             self.len += 1;
+        }
+        #[cfg(target_arch = "x86_64")]
+        if streaming {
+            // SAFETY: SSE2 is part of x86_64.
+            unsafe { std::arch::x86_64::_mm_sfence() };
         }
     }
 
@@ -502,9 +477,13 @@ mod tests {
         let mut b = PassBuf::<Word>::default();
         assert!(b.reserve_total(source.len()));
         let mut seen = Vec::new();
-        b.extend_streaming(&source[..3], |w| seen.push(*w), |_, _| None);
-        b.extend_streaming(&source[3..9_999], |w| seen.push(*w), |_, _| None);
-        b.extend_streaming(&source[9_999..], |w| seen.push(*w), |_, _| None);
+        let mut see = |w: &Word, _: Option<&Word>| {
+            seen.push(*w);
+            None
+        };
+        b.extend_streaming(&source[..3], &mut see);
+        b.extend_streaming(&source[3..9_999], &mut see);
+        b.extend_streaming(&source[9_999..], &mut see);
         assert_eq!(b.len(), 10_000);
         assert_eq!(
             &seen[..],
@@ -520,9 +499,14 @@ mod tests {
         let mut f = PassBuf::<Word>::default();
         assert!(f.reserve_total(source.len()));
         let mut seen = Vec::new();
-        let fold = |a: &Word, b: &Word| (a.0 % 6 == 1).then(|| Word(a.0 + b.0, 0));
-        f.extend_streaming(&source[..5], |w| seen.push(*w), fold);
-        f.extend_streaming(&source[5..], |w| seen.push(*w), fold);
+        let mut fold = |a: &Word, next: Option<&Word>| {
+            seen.push(*a);
+            let b = next.filter(|_| a.0 % 6 == 1)?;
+            seen.push(*b);
+            Some(Word(a.0 + b.0, 0))
+        };
+        f.extend_streaming(&source[..5], &mut fold);
+        f.extend_streaming(&source[5..], &mut fold);
         assert_eq!(&seen[..], source, "every record shown once, in order");
         let mut expected = Vec::new();
         let mut i = 0;
