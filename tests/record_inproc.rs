@@ -343,11 +343,11 @@ fn conversion_deferred_while_no_cpu_is_spare_records_the_same_trace() {
     // One thread more than there are CPUs, computing between lock/unlock pairs
     // for 1.5 s: no CPU is spare after the first window of 200 ms.
     let busy = build_program("record_sync");
-    for mode in ["spare", "alongside", "live"] {
+    for mode in ["spare", "alongside", "live", "end"] {
         let trace = dir.join(format!("busy-{mode}.ordo"));
         let (stdout, deferrals, most_held) =
             record_converting(mode, &trace, &busy, &["busy", "1500"]);
-        if mode == "spare" {
+        if mode == "spare" || mode == "end" {
             assert!(
                 deferrals > 0 && most_held >= 10,
                 "{mode}: deferred {deferrals} times, {most_held} passes held"
@@ -364,21 +364,23 @@ fn conversion_deferred_while_no_cpu_is_spare_records_the_same_trace() {
     // The same program recorded both ways gives the same events, thread by thread,
     // and the same findings with the same schedules.
     let program = build_program("record_units");
-    let (spare, alongside, live) = (
+    let (spare, alongside, live, end) = (
         dir.join("units-spare.ordo"),
         dir.join("units-alongside.ordo"),
         dir.join("units-live.ordo"),
+        dir.join("units-end.ordo"),
     );
     record_converting("spare", &spare, &program, &[]);
     record_converting("alongside", &alongside, &program, &[]);
     record_converting("live", &live, &program, &[]);
-    assert_eq!(comparable_events(&spare), comparable_events(&alongside));
-    assert_eq!(comparable_events(&spare), comparable_events(&live));
-    assert_eq!(findings(&spare), findings(&alongside));
-    assert_eq!(findings(&spare), findings(&live));
+    record_converting("end", &end, &program, &[]);
+    for other in [&alongside, &live, &end] {
+        assert_eq!(comparable_events(&spare), comparable_events(other), "{other:?}");
+        assert_eq!(findings(&spare), findings(other), "{other:?}");
+    }
     refused_in_one_line(
         ("ORDO_CONVERT", "later"),
-        "expected `spare`, `alongside` or `live`",
+        "expected `spare`, `alongside`, `live` or `end`",
         &dir,
         &program,
     );

@@ -59,3 +59,20 @@ pub fn phase(name: &str) {
         );
     }
 }
+
+/// The recorder's own CPU time so far, all its threads (its children's not
+/// counted), in words: what [`phase`]'s last line says a recording cost it.
+fn own_cpu() -> String {
+    // SAFETY: getrusage fills the zeroed struct.
+    let usage = unsafe {
+        let mut u: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_SELF, &mut u);
+        u
+    };
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    format!(
+        "recorder CPU {:.3} s user, {:.3} s system",
+        secs(usage.ru_utime),
+        secs(usage.ru_stime)
+    )
+}

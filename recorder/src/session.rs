@@ -392,7 +392,7 @@ pub fn record_launched(
     crate::phase("child exited");
     CHILD.store(0, Ordering::SeqCst);
     let summary = recording.finish(Some(status))?;
-    crate::phase("finished");
+    crate::phase(&format!("finished ({})", crate::own_cpu()));
     drop(agent);
     drop(discovery);
     Ok(SessionEnd::new(summary, exit_code(status)))

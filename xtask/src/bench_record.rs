@@ -149,6 +149,9 @@ enum Knob {
     /// `ORDO_CONVERT=alongside`: the converter works at idle priority while the
     /// program runs, rather than only on a spare CPU.
     ConvertAlongside,
+    /// `ORDO_CONVERT=end`: the converter waits for the program's end (within
+    /// the backlog's bound) rather than converting on a spare CPU.
+    ConvertAtEnd,
     /// `ORDO_SPILL=always`: every pass goes to the spill file, where plain `ordo`
     /// keeps the passes the converter is behind on in memory up to half the
     /// backlog's bound.
@@ -161,6 +164,7 @@ impl Knob {
             Knob::WideUnits => "ordo wide units",
             Knob::Unfolded => "ordo unfolded",
             Knob::ConvertAlongside => "ordo converting alongside",
+            Knob::ConvertAtEnd => "ordo converting at the end",
             Knob::SpillEveryPass => "ordo spilling every pass",
         }
     }
@@ -171,6 +175,7 @@ impl Knob {
             Knob::WideUnits => ("ORDO_RING_UNITS", "wide"),
             Knob::Unfolded => ("ORDO_RING_UNITS", "unfolded"),
             Knob::ConvertAlongside => ("ORDO_CONVERT", "alongside"),
+            Knob::ConvertAtEnd => ("ORDO_CONVERT", "end"),
             Knob::SpillEveryPass => ("ORDO_SPILL", "always"),
         }
     }
@@ -1673,6 +1678,7 @@ pub fn run_record(args: &[String]) -> Result<()> {
         Recorder::OrdoWith(Knob::WideUnits),
         Recorder::OrdoWith(Knob::Unfolded),
         Recorder::OrdoWith(Knob::ConvertAlongside),
+        Recorder::OrdoWith(Knob::ConvertAtEnd),
         Recorder::OrdoWith(Knob::SpillEveryPass),
     ]);
     if let Some(b) = &options.baseline {

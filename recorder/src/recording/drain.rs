@@ -98,6 +98,10 @@ struct ThreadKeys {
 impl ThreadKeys {
     /// The key of the live thread with `tid`.
     fn key(&self, tid: u32) -> u32 {
+        // Asked for every event: most recordings never see a tid reused.
+        if self.reused.is_empty() {
+            return tid;
+        }
         self.reused.get(&tid).copied().unwrap_or(tid)
     }
 
@@ -360,6 +364,8 @@ pub(crate) struct DrainState {
     /// as the whole variable, as `pthread` objects always are, even when a
     /// discovered access reached them (a Rust mutex's lock word is its first field).
     objects: rustc_hash::FxHashSet<u64>,
+    /// The object last put in `objects`.
+    last_object: u64,
     /// Watched members and elements: (module, link-time address) → name.
     watch_names: HashMap<(PathBuf, u64), String>,
     /// The main binary's DWARF variables being read ahead ([`Self::prepare_data_names`]).
@@ -406,6 +412,7 @@ impl DrainState {
             attach_time: Duration::ZERO,
             accessed: std::collections::HashSet::new(),
             objects: rustc_hash::FxHashSet::default(),
+            last_object: 0,
             watched: std::collections::HashSet::new(),
             watch_names: HashMap::new(),
             prepared_names: None,
@@ -489,10 +496,13 @@ impl DrainState {
                 set.insert(event.addr);
             }
         } else if event.addr != 0
+            && event.addr != self.last_object
             && !event.kind.is_lifecycle()
             && event.kind != Kind::At
             && self.objects.len() < MAX_NAMED_ADDRESSES
         {
+            // A lock's release follows its acquisition: one lookup for both.
+            self.last_object = event.addr;
             self.objects.insert(event.addr);
         }
         self.pending.push(event);

@@ -775,6 +775,8 @@ struct Inbox<'a> {
     held: VecDeque<ToConverter>,
     /// `None`: [`Conversion::Alongside`], nothing deferred.
     spare: Option<SpareCpu>,
+    /// [`Conversion::AtEnd`]: no CPU counts as spare.
+    at_end: bool,
     /// The converter's and the writer's tids (their time is spare time).
     own: [i32; 2],
     mapping: &'a InprocMapping,
@@ -794,6 +796,7 @@ impl<'a> Inbox<'a> {
             passes,
             held: VecDeque::new(),
             spare: (mapping.conversion() == Conversion::OnSpareCpu).then(|| SpareCpu::start(&own)),
+            at_end: mapping.conversion() == Conversion::AtEnd,
             own,
             mapping,
             closed: false,
@@ -823,7 +826,7 @@ impl<'a> Inbox<'a> {
             let now = urgent()
                 || self.closed
                 || matches!(self.held.back(), Some(ToConverter::Finish { .. }))
-                || self.spare.as_mut().is_none_or(|s| s.spare(&self.own));
+                || (!self.at_end && self.spare.as_mut().is_none_or(|s| s.spare(&self.own)));
             if now {
                 if let Some(message) = self.held.pop_front() {
                     return Some(message);
