@@ -750,8 +750,10 @@ fn ring_units_wanted() -> Result<RingUnits> {
 /// `spare`) or `live` (at normal priority throughout: the trace on disk keeps up
 /// with the program whatever the load, so a recorder that is itself killed, by the
 /// OOM killer or a job's time limit, leaves what was recorded until shortly
-/// before). The trace is the same either way; `alongside` is there for the bench
-/// to measure what deferring saves.
+/// before) or `end` (not while the program runs, within the backlog's bound: all
+/// of it at its end). The trace is the same either way; `alongside` and `end` are
+/// there for the bench to measure what deferring saves and what deferring all of
+/// it costs.
 pub const ENV_CONVERT: &str = "ORDO_CONVERT";
 
 /// When the in-process converter works while the program runs ([`ENV_CONVERT`]).
