@@ -375,7 +375,11 @@ fn conversion_deferred_while_no_cpu_is_spare_records_the_same_trace() {
     record_converting("live", &live, &program, &[]);
     record_converting("end", &end, &program, &[]);
     for other in [&alongside, &live, &end] {
-        assert_eq!(comparable_events(&spare), comparable_events(other), "{other:?}");
+        assert_eq!(
+            comparable_events(&spare),
+            comparable_events(other),
+            "{other:?}"
+        );
         assert_eq!(findings(&spare), findings(other), "{other:?}");
     }
     refused_in_one_line(
