@@ -852,7 +852,7 @@ pub(crate) struct Merger {
     /// Threads whose creation was released (and the main thread).
     pub(crate) created: HashSet<u32>,
     pass: u64,
-    /// Events released in one pass, before they are sorted by time.
+    /// Events released in one pass, before they are put in time order.
     batch: Vec<RawEvent>,
     /// `batch`'s runs of one thread's events (start, end).
     runs: Vec<(usize, usize)>,
@@ -912,8 +912,8 @@ impl Merger {
         for &Batch { tid, ring, end } in &pass.batches {
             // An event the recorder added has no short unit and no ring state.
             let state = (ring != NOT_A_RING).then(|| &mut **self.codecs.entry(ring).or_default());
-            // Decoded straight into the thread's queue (each event is ~80 bytes:
-            // a copy less is a tenth of the converter's time), then stamped there.
+            // Decoded straight into the thread's queue and stamped there: each
+            // event is ~80 bytes, and a scratch buffer in between copied it once more.
             let queue = &mut self.threads.entry(tid).or_default().agent;
             let before = queue.len();
             queue.extend(events(&pass.records[start..end], state).map(|e| expand(&e, tid)));

@@ -4,9 +4,9 @@
 //! it first copies the events into eleven column `Vec`s, then walks every column
 //! three more times (the chunk's length, the nested message's length, each packed
 //! field's length) before writing it — most of the writer's time on a busy
-//! recording. Here the events go straight from the slice into packed varints, in
-//! one walk over them (each value into its column's buffer), and the chunk comes out byte for byte as prost writes it (a test
-//! compares them), so readers — prost's and [`crate::decode`]'s fast path — see no
+//! recording. Here the events go straight from the slice into packed varints, a
+//! block of them at a time (each value into its column's buffer), and the chunk
+//! comes out byte for byte as prost writes it (a test compares them), so readers — prost's and [`crate::decode`]'s fast path — see no
 //! difference. Thread and module records, a handful per chunk, go through prost.
 
 use prost::encoding::{encode_key, encode_varint, WireType};
