@@ -316,24 +316,32 @@ fn refused_in_one_line(var: (&str, &str), what: &str, dir: &Path, program: &Path
     assert!(!dir.join("refused.ordo").exists());
 }
 
-/// Records with `ORDO_CONVERT` set to `mode`, returning the program's stdout and
-/// the phase line's "deferred N times … M passes held at most".
+/// Records with `ORDO_CONVERT` set to `mode`, returning the program's stdout, the
+/// phase line's "deferred N times … M passes held at most" and the passes the
+/// drain spilled ("spill: N passes").
 fn record_converting(
     mode: &str,
     trace: &Path,
     program: &Path,
     args: &[&str],
-) -> (String, u64, u64) {
+) -> (String, u64, u64, u64) {
     let (stdout, stderr) = record_phases(("ORDO_CONVERT", mode), &[], trace, program, args);
     // "conversion: deferred N times while the program ran, M passes held at most"
     let words = phase_words(&stderr, "conversion: deferred ");
-    (stdout, words[0].parse().unwrap(), words[6].parse().unwrap())
+    let spilled = phase_words(&stderr, "spill: ")[0].parse().unwrap();
+    (
+        stdout,
+        words[0].parse().unwrap(),
+        words[6].parse().unwrap(),
+        spilled,
+    )
 }
 
-/// While every CPU is busy the converter leaves the passes in the backlog until
-/// the program ends (`ORDO_CONVERT=spare`, the default); with `alongside` or
-/// `live` it never defers. Either way the trace holds every event, and the same
-/// ones.
+/// By default (`auto`) the drain spills every pass and the converter waits for
+/// the program's end; with `spare`, while every CPU is busy, it leaves the
+/// passes in the backlog until the program ends, and `end` always does; with
+/// `alongside` or `live` it never defers. Either way the trace holds every
+/// event, and the same ones.
 #[test]
 fn conversion_deferred_while_no_cpu_is_spare_records_the_same_trace() {
     if !have_root("conversion_deferred_while_no_cpu_is_spare_records_the_same_trace") {
@@ -343,17 +351,25 @@ fn conversion_deferred_while_no_cpu_is_spare_records_the_same_trace() {
     // One thread more than there are CPUs, computing between lock/unlock pairs
     // for 1.5 s: no CPU is spare after the first window of 200 ms.
     let busy = build_program("record_sync");
-    for mode in ["spare", "alongside", "live", "end"] {
+    for mode in ["auto", "spare", "alongside", "live", "end"] {
         let trace = dir.join(format!("busy-{mode}.ordo"));
-        let (stdout, deferrals, most_held) =
+        let (stdout, deferrals, most_held, spilled) =
             record_converting(mode, &trace, &busy, &["busy", "1500"]);
-        if mode == "spare" || mode == "end" {
+        if mode == "alongside" || mode == "live" {
+            assert_eq!((deferrals, most_held), (0, 0), "{mode}");
+        } else {
             assert!(
                 deferrals > 0 && most_held >= 10,
                 "{mode}: deferred {deferrals} times, {most_held} passes held"
             );
-        } else {
-            assert_eq!((deferrals, most_held), (0, 0), "{mode}");
+        }
+        // The default's passes wait in the spill file (the scratch directory
+        // takes one), all of them: the converter took none while the program ran.
+        if mode == "auto" {
+            assert!(
+                spilled >= most_held,
+                "{mode}: {spilled} passes spilled, {most_held} held"
+            );
         }
         let pairs: u64 = printed(stdout.as_bytes(), "pairs").parse().unwrap();
         let stats = dump_stats(&trace);
@@ -361,30 +377,28 @@ fn conversion_deferred_while_no_cpu_is_spare_records_the_same_trace() {
         assert_eq!(stats["by_kind"]["mutex_lock"], pairs, "{mode}");
         assert_eq!(stats["by_kind"]["mutex_unlock"], pairs, "{mode}");
     }
-    // The same program recorded both ways gives the same events, thread by thread,
-    // and the same findings with the same schedules.
+    // The same program recorded every way gives the same events, thread by
+    // thread, and the same findings with the same schedules.
     let program = build_program("record_units");
-    let (spare, alongside, live, end) = (
-        dir.join("units-spare.ordo"),
-        dir.join("units-alongside.ordo"),
-        dir.join("units-live.ordo"),
-        dir.join("units-end.ordo"),
-    );
-    record_converting("spare", &spare, &program, &[]);
-    record_converting("alongside", &alongside, &program, &[]);
-    record_converting("live", &live, &program, &[]);
-    record_converting("end", &end, &program, &[]);
-    for other in [&alongside, &live, &end] {
+    let traces: Vec<_> = ["auto", "spare", "alongside", "live", "end"]
+        .into_iter()
+        .map(|mode| {
+            let trace = dir.join(format!("units-{mode}.ordo"));
+            record_converting(mode, &trace, &program, &[]);
+            trace
+        })
+        .collect();
+    for other in &traces[1..] {
         assert_eq!(
-            comparable_events(&spare),
+            comparable_events(&traces[0]),
             comparable_events(other),
             "{other:?}"
         );
-        assert_eq!(findings(&spare), findings(other), "{other:?}");
+        assert_eq!(findings(&traces[0]), findings(other), "{other:?}");
     }
     refused_in_one_line(
         ("ORDO_CONVERT", "later"),
-        "expected `spare`, `alongside`, `live` or `end`",
+        "expected `auto`, `spare`, `alongside`, `live` or `end`",
         &dir,
         &program,
     );
@@ -479,7 +493,7 @@ fn sparse_times_are_early_by_at_most_a_drain_interval() {
 }
 
 /// Locks in a library `dlopen`ed after the recording started are symbolized even
-/// while conversion waits for the program's end (every CPU busy): the drain notes
+/// though conversion waits for the program's end (the default): the drain notes
 /// the call sites ring units carry in full as it copies them, finds the library's
 /// in no module it read at the start, and reads the modules again while the
 /// library is still loaded.
@@ -492,8 +506,8 @@ fn locks_in_a_library_loaded_later_are_symbolized() {
     let library = build_program_variant("record_plugin", "so", "gcc", &["-shared", "-fPIC"]);
     let program = build_program("record_dlopen");
     let trace = dir.join("t.ordo");
-    let (_, deferrals, _) =
-        record_converting("spare", &trace, &program, &[library.to_str().unwrap()]);
+    let (_, deferrals, _, _) =
+        record_converting("auto", &trace, &program, &[library.to_str().unwrap()]);
     assert!(
         deferrals > 0,
         "conversion was not deferred: the test shows nothing"

@@ -744,21 +744,28 @@ fn ring_units_wanted() -> Result<RingUnits> {
 }
 
 /// Environment variable choosing when the converter works while the program
-/// runs: `spare` (the default: only while the machine has a CPU the program leaves
-/// unused, else deferred within the backlog's bound until one is, or the program
-/// ends), `alongside` (whenever a CPU would be idle, at idle priority, as before
-/// `spare`) or `live` (at normal priority throughout: the trace on disk keeps up
-/// with the program whatever the load, so a recorder that is itself killed, by the
-/// OOM killer or a job's time limit, leaves what was recorded until shortly
-/// before) or `end` (not while the program runs, within the backlog's bound: all
-/// of it at its end). The trace is the same either way; `alongside` and `end` are
-/// there for the bench to measure what deferring saves and what deferring all of
-/// it costs.
+/// runs: `auto` (the default: when the trace's file system takes a spill file,
+/// the drain spills every pass to it and the converter waits for the program's
+/// end, within the spill's bound; without one, as `spare`), `spare` (only while
+/// the machine has a CPU the program leaves unused, else deferred within the
+/// backlog's bound until one is, or the program ends), `alongside` (whenever a
+/// CPU would be idle, at idle priority) or `live` (at normal priority
+/// throughout: the trace on disk keeps up with the program whatever the load, so
+/// a recorder that is itself killed, by the OOM killer or a job's time limit,
+/// leaves what was recorded until shortly before) or `end` (not while the
+/// program runs, within the backlog's bound: all of it at its end, the passes
+/// in memory until the spill's usual threshold). The trace is the same either
+/// way; the others are there for the bench to measure what each costs.
 pub const ENV_CONVERT: &str = "ORDO_CONVERT";
 
 /// When the in-process converter works while the program runs ([`ENV_CONVERT`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Conversion {
+    /// [`Conversion::AtEnd`] with every pass spilled when there is a spill file
+    /// (`crate::spill`), else [`Conversion::OnSpareCpu`]: the drain decides once
+    /// it knows (`recording::inproc_drain`).
+    #[default]
+    Auto,
     /// Only on a CPU the program leaves spare; deferred otherwise.
     OnSpareCpu,
     /// At idle priority, whenever it gets a CPU.
@@ -772,13 +779,14 @@ pub enum Conversion {
 /// The conversion [`ENV_CONVERT`] asks for.
 fn conversion_wanted() -> Result<Conversion> {
     match std::env::var_os(ENV_CONVERT) {
-        None => Ok(Conversion::OnSpareCpu),
-        Some(v) if v == "spare" || v.is_empty() => Ok(Conversion::OnSpareCpu),
+        None => Ok(Conversion::Auto),
+        Some(v) if v == "auto" || v.is_empty() => Ok(Conversion::Auto),
+        Some(v) if v == "spare" => Ok(Conversion::OnSpareCpu),
         Some(v) if v == "alongside" => Ok(Conversion::Alongside),
         Some(v) if v == "live" => Ok(Conversion::Live),
         Some(v) if v == "end" => Ok(Conversion::AtEnd),
         Some(v) => bail!(
-            "{ENV_CONVERT}={}: expected `spare`, `alongside`, `live` or `end`",
+            "{ENV_CONVERT}={}: expected `auto`, `spare`, `alongside`, `live` or `end`",
             v.to_string_lossy()
         ),
     }
@@ -786,8 +794,9 @@ fn conversion_wanted() -> Result<Conversion> {
 
 /// Environment variable choosing when the drain spills a pass's ring units to a
 /// file instead of handing them on in memory (`crate::spill`): `auto` (the
-/// default: once half the backlog's bound in memory waits for the converter, see
-/// `recording::inproc_drain`), `always` (every pass, for tests to compare and for
+/// default: every pass while the converter waits for the program's end
+/// ([`Conversion::Auto`]), else once half the backlog's bound in memory waits for
+/// the converter, see `recording::inproc_drain`), `always` (every pass, for tests to compare and for
 /// the bench to measure what the spill costs) or `never` (memory only). The trace
 /// is the same either way.
 pub const ENV_SPILL: &str = "ORDO_SPILL";
@@ -795,7 +804,8 @@ pub const ENV_SPILL: &str = "ORDO_SPILL";
 /// When the drain spills ([`ENV_SPILL`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Spilling {
-    /// While the converter is behind by more than the drain keeps in memory.
+    /// Every pass while the converter waits for the program's end by default,
+    /// else while it is behind by more than the drain keeps in memory.
     WhileBehind,
     /// Every pass.
     Always,

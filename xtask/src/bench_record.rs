@@ -147,14 +147,18 @@ enum Knob {
     /// lock and its release into one as it copies them.
     Unfolded,
     /// `ORDO_CONVERT=alongside`: the converter works at idle priority while the
-    /// program runs, rather than only on a spare CPU.
+    /// program runs, rather than waiting for its end.
     ConvertAlongside,
-    /// `ORDO_CONVERT=end`: the converter waits for the program's end (within
-    /// the backlog's bound) rather than converting on a spare CPU.
+    /// `ORDO_CONVERT=spare`: the converter works while the machine has a CPU
+    /// the program leaves spare (the default before 2026-12-05), the passes it
+    /// is behind on in memory up to half the backlog's bound.
+    ConvertOnSpareCpu,
+    /// `ORDO_CONVERT=end`: the converter waits for the program's end, as by
+    /// default, but the passes wait in memory (up to half the backlog's bound)
+    /// rather than in the spill file.
     ConvertAtEnd,
-    /// `ORDO_SPILL=always`: every pass goes to the spill file, where plain `ordo`
-    /// keeps the passes the converter is behind on in memory up to half the
-    /// backlog's bound.
+    /// `ORDO_SPILL=always ORDO_CONVERT=spare`: every pass goes to the spill
+    /// file, and the converter works on a spare CPU.
     SpillEveryPass,
 }
 
@@ -164,19 +168,21 @@ impl Knob {
             Knob::WideUnits => "ordo wide units",
             Knob::Unfolded => "ordo unfolded",
             Knob::ConvertAlongside => "ordo converting alongside",
+            Knob::ConvertOnSpareCpu => "ordo converting on a spare CPU",
             Knob::ConvertAtEnd => "ordo converting at the end",
             Knob::SpillEveryPass => "ordo spilling every pass",
         }
     }
 
-    /// The environment variable and value that turn it.
-    fn env(self) -> (&'static str, &'static str) {
+    /// The environment variables and values that turn it.
+    fn env(self) -> &'static [(&'static str, &'static str)] {
         match self {
-            Knob::WideUnits => ("ORDO_RING_UNITS", "wide"),
-            Knob::Unfolded => ("ORDO_RING_UNITS", "unfolded"),
-            Knob::ConvertAlongside => ("ORDO_CONVERT", "alongside"),
-            Knob::ConvertAtEnd => ("ORDO_CONVERT", "end"),
-            Knob::SpillEveryPass => ("ORDO_SPILL", "always"),
+            Knob::WideUnits => &[("ORDO_RING_UNITS", "wide")],
+            Knob::Unfolded => &[("ORDO_RING_UNITS", "unfolded")],
+            Knob::ConvertAlongside => &[("ORDO_CONVERT", "alongside")],
+            Knob::ConvertAtEnd => &[("ORDO_CONVERT", "end")],
+            Knob::ConvertOnSpareCpu => &[("ORDO_CONVERT", "spare")],
+            Knob::SpillEveryPass => &[("ORDO_SPILL", "always"), ("ORDO_CONVERT", "spare")],
         }
     }
 }
@@ -717,7 +723,7 @@ impl Bench {
             Recorder::OrdoWith(knob) => {
                 let _ = std::fs::remove_file(trace);
                 let mut c = Command::new(&self.ordo);
-                c.env(knob.env().0, knob.env().1);
+                c.envs(knob.env().iter().copied());
                 c.arg("record").arg("-o").arg(trace);
                 c.arg("--").arg(program).args(args);
                 c
@@ -1375,7 +1381,7 @@ impl Bench {
             Recorder::OrdoWith(knob) => {
                 let _ = std::fs::remove_file(trace);
                 let mut c = Command::new(&self.ordo);
-                c.env(knob.env().0, knob.env().1);
+                c.envs(knob.env().iter().copied());
                 c.args(["record", "--pid", &pid, "-o"]).arg(trace);
                 c
             }
@@ -1678,6 +1684,7 @@ pub fn run_record(args: &[String]) -> Result<()> {
         Recorder::OrdoWith(Knob::WideUnits),
         Recorder::OrdoWith(Knob::Unfolded),
         Recorder::OrdoWith(Knob::ConvertAlongside),
+        Recorder::OrdoWith(Knob::ConvertOnSpareCpu),
         Recorder::OrdoWith(Knob::ConvertAtEnd),
         Recorder::OrdoWith(Knob::SpillEveryPass),
     ]);
