@@ -134,7 +134,8 @@ pub fn prepare(pid: i32, tsc_allowed: bool, sparse_times: bool) -> Result<Prepar
     }
     // SAFETY: a descriptor just made for us.
     let local = unsafe { OwnedFd::from_raw_fd(local as i32) };
-    let mapping = InprocMapping::over(local, tsc_allowed, sparse_times)?;
+    let mut mapping = InprocMapping::over(local, tsc_allowed, sparse_times)?;
+    mapping.converting_while_attached();
     // The agent need not wait for its modules to be read: they are read at attach.
     mapping.modules_read();
     Ok(Prepared {

@@ -158,6 +158,16 @@ impl InprocMapping {
         self.conversion
     }
 
+    /// For a recording that ends before its program does (`--pid`): there the
+    /// default converts on a spare CPU ([`Conversion::OnSpareCpu`]), since a
+    /// conversion deferred to the recording's end would run at normal priority
+    /// beside a server that goes on serving.
+    pub fn converting_while_attached(&mut self) {
+        if self.conversion == Conversion::Auto {
+            self.conversion = Conversion::OnSpareCpu;
+        }
+    }
+
     /// When the drain spills passes to a file ([`ENV_SPILL`]).
     pub fn spilling(&self) -> Spilling {
         self.spilling
@@ -746,7 +756,8 @@ fn ring_units_wanted() -> Result<RingUnits> {
 /// Environment variable choosing when the converter works while the program
 /// runs: `auto` (the default: when the trace's file system takes a spill file,
 /// the drain spills every pass to it and the converter waits for the program's
-/// end, within the spill's bound; without one, as `spare`), `spare` (only while
+/// end, within the spill's bound; without one, or attached to a program that
+/// outlives the recording, as `spare`), `spare` (only while
 /// the machine has a CPU the program leaves unused, else deferred within the
 /// backlog's bound until one is, or the program ends), `alongside` (whenever a
 /// CPU would be idle, at idle priority) or `live` (at normal priority
@@ -763,7 +774,8 @@ pub const ENV_CONVERT: &str = "ORDO_CONVERT";
 pub enum Conversion {
     /// [`Conversion::AtEnd`] with every pass spilled when there is a spill file
     /// (`crate::spill`), else [`Conversion::OnSpareCpu`]: the drain decides once
-    /// it knows (`recording::inproc_drain`).
+    /// it knows (`recording::inproc_drain`). Launch mode only
+    /// ([`InprocMapping::converting_while_attached`]).
     #[default]
     Auto,
     /// Only on a CPU the program leaves spare; deferred otherwise.

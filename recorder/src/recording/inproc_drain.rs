@@ -390,6 +390,16 @@ pub(super) fn drain(
         spill_while_deferring: deferring,
         ..Shared::default()
     });
+    crate::phase(&format!(
+        "conversion: {}",
+        match shared.conversion {
+            Conversion::AtEnd if deferring => "at the program's end, every pass spilled",
+            Conversion::AtEnd => "at the program's end",
+            Conversion::OnSpareCpu | Conversion::Auto => "on a spare CPU",
+            Conversion::Alongside => "alongside, at idle priority",
+            Conversion::Live => "live, at normal priority",
+        }
+    ));
     let converter = {
         let shared = shared.clone();
         std::thread::Builder::new()
