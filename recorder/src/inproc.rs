@@ -807,10 +807,10 @@ fn conversion_wanted() -> Result<Conversion> {
 /// Environment variable choosing when the drain spills a pass's ring units to a
 /// file instead of handing them on in memory (`crate::spill`): `auto` (the
 /// default: every pass while the converter waits for the program's end
-/// ([`Conversion::Auto`]), else once half the backlog's bound in memory waits for
-/// the converter, see `recording::inproc_drain`), `always` (every pass, for tests to compare and for
-/// the bench to measure what the spill costs) or `never` (memory only). The trace
-/// is the same either way.
+/// ([`Conversion::Auto`]), else once half the backlog's bound in memory waits
+/// for the converter, see `recording::inproc_drain`), `always` (every pass, for
+/// tests to compare and for the bench to measure what the spill costs) or
+/// `never` (memory only). The trace is the same either way.
 pub const ENV_SPILL: &str = "ORDO_SPILL";
 
 /// When the drain spills ([`ENV_SPILL`]).

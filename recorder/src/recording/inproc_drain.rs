@@ -15,10 +15,10 @@
 //!   (`crate::spill`, one direct write of a reused buffer) and the converter
 //!   waits for the program's end, then converts at normal priority. Converting
 //!   even on a CPU the program leaves spare took from it: on the 2-vCPU VMs
-//!   here memcached served 2.7 % ± 2.9 fewer requests a run deferred so
-//!   against 5.7 % ± 2.9 converting on a spare CPU (16 interleaved runs,
-//!   2026-12-05), the recorder taking 0.017 CPU while the program ran against
-//!   0.29. Without a spill file (a file system that refuses `O_TMPFILE` or
+//!   here the recorder took ~0.017 CPU while memcached's load ran, against
+//!   ~0.29 converting on a spare CPU, and memcached served 3.3 % ± 1.6 fewer
+//!   requests a run against 3.5 % ± 2.4 (20 interleaved runs, 2026-12-05; no
+//!   throughput difference resolved). Without a spill file (a file system that refuses `O_TMPFILE` or
 //!   `O_DIRECT`) it converts only when the machine has a CPU to spare
 //!   (`spare_cpu`; [`Conversion::OnSpareCpu`]), since a backlog in memory costs
 //!   a fresh page every 4 KiB; otherwise it leaves the passes in the backlog
@@ -28,8 +28,9 @@
 //!
 //! The merge works on the passes exactly as they were read (pass boundaries
 //! included), so the trace is the same whenever it runs. In the other modes,
-//! once [`spill_after`] bytes wait in memory, the drain writes each further pass's units to the spill
-//! file (`crate::spill`) and copies the next pass into the same buffer, so a long
+//! once [`spill_after`] bytes wait in memory, the drain writes each further
+//! pass's units to the spill file (`crate::spill`) and copies the next pass
+//! into the same buffer, so a long
 //! deferral allocates no memory; the converter reads them back in order. The
 //! backlog is bounded: past [`Backlog::normal`] bytes in memory (an eighth of the
 //! memory available when the recording starts, 256 MiB to 4 GiB), or
@@ -617,8 +618,9 @@ fn resident_bytes() -> Option<u64> {
 
 /// Whether the drain spills the pass it has just copied: always or never as
 /// asked, else while the converter waits for the program's end (the default
-/// with a spill file) or is [`spill_after`] behind, and the program runs — not when the trace's file system runs out of room (the spill file
-/// takes from it until converted) nor at the end (the converter is busy then).
+/// with a spill file) or is [`spill_after`] behind, and the program runs — not
+/// when the trace's file system runs out of room (the spill file takes from it
+/// until converted) nor at the end (the converter is busy then).
 fn spilling(when: Spilling, shared: &Shared) -> bool {
     match when {
         Spilling::Always => true,
