@@ -23,7 +23,7 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Record a program's synchronization events with eBPF.
+    /// Record a program's synchronization events (in process by default, eBPF where the agent cannot go).
     Record(record::RecordArgs),
     /// Print a trace's events.
     Dump(dump::DumpArgs),

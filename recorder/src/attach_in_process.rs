@@ -91,7 +91,12 @@ pub struct Detached {
 }
 
 /// Step 1: makes the recording's memfd in `pid` and loads the agent into it.
-pub fn prepare(pid: i32, tsc_allowed: bool, sparse_times: bool) -> Result<Prepared> {
+pub fn prepare(
+    pid: i32,
+    tsc_allowed: bool,
+    sparse_times: bool,
+    keep_trace_current: bool,
+) -> Result<Prepared> {
     let agent = agent_path()?;
     let [memfd_create, dlopen, dlerror, close] = symbols_in_target(
         pid,
@@ -136,6 +141,9 @@ pub fn prepare(pid: i32, tsc_allowed: bool, sparse_times: bool) -> Result<Prepar
     let local = unsafe { OwnedFd::from_raw_fd(local as i32) };
     let mut mapping = InprocMapping::over(local, tsc_allowed, sparse_times)?;
     mapping.converting_while_attached();
+    if keep_trace_current {
+        mapping.keep_trace_current();
+    }
     // The agent need not wait for its modules to be read: they are read at attach.
     mapping.modules_read();
     Ok(Prepared {

@@ -168,6 +168,13 @@ impl InprocMapping {
         }
     }
 
+    /// Converts as the passes come, at normal priority ([`Conversion::Live`],
+    /// `ordo record --keep-trace-current`), whatever [`ENV_CONVERT`] says: the
+    /// trace on disk keeps up with the program.
+    pub fn keep_trace_current(&mut self) {
+        self.conversion = Conversion::Live;
+    }
+
     /// When the drain spills passes to a file ([`ENV_SPILL`]).
     pub fn spilling(&self) -> Spilling {
         self.spilling

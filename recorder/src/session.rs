@@ -50,6 +50,10 @@ pub struct SessionOptions {
     /// In process: read the clock sparsely (exact order, times that are lower
     /// bounds; see `ordo_probe_common::inproc::CLOCK_SPARSE`).
     pub sparse_times: bool,
+    /// In process: convert events into the trace as they come, at the program's
+    /// priority ([`crate::inproc::Conversion::Live`]), so that a recorder killed
+    /// outright leaves what was recorded until shortly before.
+    pub keep_trace_current: bool,
     /// Find shared memory with software breakpoints on the program's memory-access
     /// instructions (see [`crate::discover`]); in process only.
     pub discover: bool,
@@ -312,10 +316,11 @@ pub fn record_launched(
     let mut agent = None;
     let mut inherit = Vec::new();
     if inproc {
-        let mapping = std::sync::Arc::new(crate::inproc::InprocMapping::create(
-            !watched,
-            options.sparse_times,
-        )?);
+        let mut mapping = crate::inproc::InprocMapping::create(!watched, options.sparse_times)?;
+        if options.keep_trace_current {
+            mapping.keep_trace_current();
+        }
+        let mapping = std::sync::Arc::new(mapping);
         crate::phase("mapping made");
         let file = ordo_agent::AgentFile::write()?;
         crate::phase("agent written");
@@ -465,7 +470,12 @@ pub fn record_attached(
     let prepared = match options.probes {
         ProbeChoice::Ebpf => None,
         ProbeChoice::Auto | ProbeChoice::Inproc => {
-            match crate::attach_in_process::prepare(pid as i32, !watched, options.sparse_times) {
+            match crate::attach_in_process::prepare(
+                pid as i32,
+                !watched,
+                options.sparse_times,
+                options.keep_trace_current,
+            ) {
                 Ok(prepared) => Some(prepared),
                 Err(e) => {
                     say(&format!(
