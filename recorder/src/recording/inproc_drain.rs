@@ -864,6 +864,14 @@ impl<'a> Inbox<'a> {
             while let Ok(message) = self.passes.try_recv() {
                 self.held.push_back(message);
             }
+            if self.at_end || self.spare.is_some() {
+                // Counted on receipt too, not only while waiting: a converter the
+                // busy program starved (it waits at low priority) finds every pass
+                // at once when the program ends, and those were held as well.
+                let passes = self.held.len()
+                    - usize::from(matches!(self.held.back(), Some(ToConverter::Finish { .. })));
+                self.most_held = self.most_held.max(passes);
+            }
             let now = urgent()
                 || self.closed
                 || matches!(self.held.back(), Some(ToConverter::Finish { .. }))
