@@ -864,17 +864,17 @@ impl<'a> Inbox<'a> {
             while let Ok(message) = self.passes.try_recv() {
                 self.held.push_back(message);
             }
+            let end_in_sight = matches!(self.held.back(), Some(ToConverter::Finish { .. }));
             if self.at_end || self.spare.is_some() {
-                // Counted on receipt too, not only while waiting: a converter the
-                // busy program starved (it waits at low priority) finds every pass
-                // at once when the program ends, and those were held as well.
-                let passes = self.held.len()
-                    - usize::from(matches!(self.held.back(), Some(ToConverter::Finish { .. })));
+                // Counted on receipt, not only while waiting: a converter the busy
+                // program starved (it waits at low priority) finds every pass at
+                // once when the program ends, and those were held as well.
+                let passes = self.held.len() - usize::from(end_in_sight);
                 self.most_held = self.most_held.max(passes);
             }
             let now = urgent()
                 || self.closed
-                || matches!(self.held.back(), Some(ToConverter::Finish { .. }))
+                || end_in_sight
                 || (!self.at_end && self.spare.as_mut().is_none_or(|s| s.spare(&self.own)));
             if now {
                 if let Some(message) = self.held.pop_front() {
@@ -892,7 +892,6 @@ impl<'a> Inbox<'a> {
             // the next measurement, keeping the next rings' pages ready meanwhile.
             if !self.held.is_empty() {
                 self.deferrals += 1;
-                self.most_held = self.most_held.max(self.held.len());
             }
             match self.passes.recv_timeout(SPARE_WINDOW) {
                 Ok(message) => self.held.push_back(message),
