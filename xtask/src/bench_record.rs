@@ -1,8 +1,9 @@
 //! `cargo xtask bench record`: what recording costs a program, side by side in one
 //! run against the other ways of tracing the same synchronization.
 //!
-//! Every repetition runs every recorder on every workload in turn (round robin), so
-//! the machine's load drifts over all of them alike; the table shows medians, ratios
+//! Every repetition runs every recorder on every workload in turn (round robin,
+//! each repetition starting one recorder further on), so the machine's load
+//! drifts over all of them alike; the table shows medians, ratios
 //! to the native run, ordo's own figures (events, bytes per event, drops, attach and
 //! detach time) and the targets of issues 9 and 14 with met/missed and by how much.
 //! Results go to `bench/results/record-YYYYMMDD-HHMMSS.json` and `record-latest.json`.
@@ -1498,6 +1499,10 @@ impl Bench {
     }
 
     fn run_one(&mut self, workload: &str, recorder: &Recorder, last_rep: bool) -> Result<Sample> {
+        // The run before may have left a trace of ~150 MB dirty in the page cache,
+        // which the kernel would write back during this run: write it now.
+        // SAFETY: sync takes no arguments and cannot fail.
+        unsafe { libc::sync() };
         match workload {
             "pigz" => self.pigz(recorder, last_rep),
             // Attach mode's baseline is a native launch (used only when the launch
@@ -1751,7 +1756,15 @@ pub fn run_record(args: &[String]) -> Result<()> {
             let shared_baseline = workload
                 .strip_suffix("-attach")
                 .is_some_and(|launched| workloads.contains(&launched));
-            for recorder in runnable.iter().filter(|r| r.applies(workload)) {
+            // Each repetition starts one recorder further on, so that no recorder
+            // always runs first, or always right after the one whose trace was
+            // just written and read back: an order effect of the machine (the
+            // host's episodes, what a run leaves behind) falls on all alike.
+            let mut order: Vec<&Recorder> =
+                runnable.iter().filter(|r| r.applies(workload)).collect();
+            let turn = rep % order.len().max(1);
+            order.rotate_left(turn);
+            for recorder in order {
                 if shared_baseline && *recorder == Recorder::Native {
                     continue;
                 }
