@@ -274,15 +274,14 @@ fn within_process_loss(samples: &[Sample], row: &mut Row) {
         .iter()
         .filter(|s| s.workload == row.workload && s.recorder == row.recorder)
         .collect();
-    let losses: Option<Vec<f64>> = group
+    let ratios: Option<Vec<f64>> = group
         .iter()
-        .map(|s| Some(1.0 - s.value / s.paired_off?))
+        .map(|s| Some(s.value / s.paired_off?))
         .collect();
-    let Some(losses) = losses.filter(|l| !l.is_empty()) else {
+    let Some(ratios) = ratios.filter(|r| !r.is_empty()) else {
         return;
     };
-    row.vs_native = median(losses.iter().copied());
-    let ratios: Vec<f64> = losses.iter().map(|l| 1.0 - l).collect();
+    row.vs_native = median(ratios.iter().map(|r| 1.0 - r));
     row.per_rep = PerRep::of_ratios(&ratios, Metric::Throughput);
 }
 
