@@ -99,6 +99,15 @@ const WINDOWS_WARM_UP: Duration = Duration::from_secs(5);
 /// unrecorded ones.
 const WINDOWS_CYCLES: usize = 3;
 
+/// How long each of an alternating workload's turns is measured: short enough
+/// that the two servers' turns next to each other see the machine at the same
+/// speed (this VM's memcached jumps between two speeds within seconds).
+const ALTERNATING_TURN: Duration = Duration::from_secs(1);
+
+/// How long a load resumed for its turn runs before the turn is measured (its
+/// connections had been idle while the other server's turn ran).
+const ALTERNATING_SETTLE: Duration = Duration::from_millis(200);
+
 const WORKLOADS: &[&str] = &[
     "lock",
     "rust-lock",
@@ -109,6 +118,7 @@ const WORKLOADS: &[&str] = &[
     "memcached",
     "memcached-attach",
     "memcached-windows",
+    "memcached-alternating",
     "mariadb",
     "mariadb-attach",
     "true",
@@ -359,9 +369,28 @@ struct Bench {
     /// (workload, recorder, reason) for runs that failed.
     failures: Vec<(String, String, String)>,
     lttng_runs: u64,
+    /// Runs of an alternating workload so far: each starts its turns with the
+    /// other server than the run before.
+    alternations: usize,
     /// MariaDB's data directory with sysbench's tables, made on first use (or
     /// why it could not be).
     mariadb_data: Option<std::result::Result<PathBuf, String>>,
+}
+
+/// When a launched run's recorder started, its server was told to stop and the
+/// recorder returned (CLOCK_MONOTONIC s), and LTTng's event and lost counts.
+struct LaunchEnd {
+    spawned: f64,
+    stopped: f64,
+    returned: f64,
+    lttng: Option<(Option<u64>, Option<u64>)>,
+}
+
+impl LaunchEnd {
+    /// The whole command's wall time.
+    fn wall_s(&self) -> f64 {
+        self.returned - self.spawned
+    }
 }
 
 /// A workspace crate's example built in release (as `ordo` is): its binary.
@@ -527,6 +556,7 @@ impl Bench {
             unavailable: Vec::new(),
             failures: Vec::new(),
             lttng_runs: 0,
+            alternations: 0,
             mariadb_data: None,
         };
         if wanted.iter().any(|w| w == "rust-lock") {
@@ -1151,45 +1181,80 @@ impl Bench {
             steal = before.zip(cpu_ticks()).and_then(|(a, b)| steal_pct(a, b));
             load
         })();
-        let pid = instance.find_pid();
-        let stopped = mono();
         // The load generator is reaped already: what the children's CPU time
         // gains from here on is the server's and its recorder's, both counted
         // when the recorder (or the native server) is reaped below.
         let cpu_before = children_cpu_s();
+        let (status, end) =
+            self.stop_launched(&instance, &mut child, recorder, session, spawned, last_rep);
+        let cpu_s = children_cpu_s() - cpu_before;
+        let (tps, avg, p99) = result?;
+        status?;
+        let mut sample = self.server_sample(server.name(), recorder, (tps, avg, p99), end.wall_s());
+        // LTTng's session daemon is not the server's child: its CPU is not counted.
+        if *recorder != Recorder::Lttng {
+            sample.cpu_us_per_op = per_op_us(cpu_s, tps, self.sizes.server_s);
+        }
+        sample.steal_pct = steal;
+        self.collect_launched(recorder, &mut sample, &trace, &tag, &end)?;
+        Ok(sample)
+    }
+
+    /// Stops a server launched under the recorder (SIGTERM to the server; the
+    /// recorder killed when the server's process cannot be found), waits for
+    /// the recorder and ends LTTng's session: the recorder's exit, and when.
+    fn stop_launched(
+        &mut self,
+        instance: &Instance,
+        child: &mut Child,
+        recorder: &Recorder,
+        session: Option<String>,
+        spawned: f64,
+        last_rep: bool,
+    ) -> (Result<std::process::ExitStatus>, LaunchEnd) {
+        let pid = instance.find_pid();
+        let stopped = mono();
         match pid {
             Some(pid) => signal(pid, libc::SIGTERM),
             None => {
                 let _ = child.kill();
             }
         }
-        let status = wait_bounded(&mut child, Duration::from_secs(120), &recorder.label());
+        let status = wait_bounded(child, Duration::from_secs(120), &recorder.label());
         let returned = mono();
-        let cpu_s = children_cpu_s() - cpu_before;
         let lttng = session.map(|s| self.end_lttng(&s, last_rep));
-        let (tps, avg, p99) = result?;
-        status?;
-        let mut sample =
-            self.server_sample(server.name(), recorder, (tps, avg, p99), returned - spawned);
-        // LTTng's session daemon is not the server's child: its CPU is not counted.
-        if *recorder != Recorder::Lttng {
-            sample.cpu_us_per_op = per_op_us(cpu_s, tps, self.sizes.server_s);
-        }
-        sample.steal_pct = steal;
+        let end = LaunchEnd {
+            spawned,
+            stopped,
+            returned,
+            lttng,
+        };
+        (status, end)
+    }
+
+    /// A launched run's recorder figures ([`Bench::collect`], and LTTng's counts).
+    fn collect_launched(
+        &self,
+        recorder: &Recorder,
+        sample: &mut Sample,
+        trace: &Path,
+        tag: &str,
+        end: &LaunchEnd,
+    ) -> Result<()> {
         self.collect(
             recorder,
-            &mut sample,
-            &trace,
-            &tag,
-            spawned,
-            Some(stopped),
-            returned,
+            sample,
+            trace,
+            tag,
+            end.spawned,
+            Some(end.stopped),
+            end.returned,
         )?;
-        if let Some((events, lost)) = lttng {
+        if let Some((events, lost)) = end.lttng {
             sample.events = events;
             sample.lost = lost;
         }
-        Ok(sample)
+        Ok(())
     }
 
     /// A running server; the recorder attaches (`--pid`), the load runs, the
@@ -1332,6 +1397,114 @@ impl Bench {
         signal(running.id(), libc::SIGTERM);
         let _ = wait_bounded(&mut running, Duration::from_secs(60), server.name());
         result
+    }
+
+    /// Two servers started together, one under the recorder and one natively
+    /// (for `native` both natively: the method's own noise), each with a load
+    /// generator of its own, and the loads take turns: one runs while the other
+    /// is stopped (SIGSTOP), each turn measured for [`ALTERNATING_TURN`] after
+    /// [`ALTERNATING_SETTLE`] by the server's own counters, as many turns each
+    /// as the launch workload's load lasts seconds, the server that goes first
+    /// in a pair of turns alternating (and from one run to the next). The
+    /// sample is the recorded server's mean over its turns against the native
+    /// one's. Why: separate starts in separate runs differ by up to a quarter
+    /// here, and the machine jumps between two speeds within seconds; turns a
+    /// second apart mostly see the same speed, so one run compares the two far
+    /// more closely than the `memcached` workload's two runs of a repetition.
+    fn server_alternating(
+        &mut self,
+        server: Server,
+        recorder: &Recorder,
+        last_rep: bool,
+    ) -> Result<Sample> {
+        let workload = format!("{}-alternating", server.name());
+        let recorded = self.instance(server)?;
+        let beside = self.instance(server)?;
+        let tag = format!("{workload}-{}", recorder.label().replace(' ', "_"));
+        let trace = self.dir.join(format!("{tag}.ordo"));
+        let mut native = Command::new(server.binary())
+            .args(&beside.args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .with_context(|| format!("run {}", server.binary().display()))?;
+        let (mut cmd, session) =
+            self.wrap(recorder, server.binary(), &recorded.args, &trace, &tag)?;
+        let spawned = mono();
+        let mut child = match cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+        {
+            Ok(child) => child,
+            Err(e) => {
+                signal(native.id(), libc::SIGTERM);
+                let _ = wait_bounded(&mut native, Duration::from_secs(60), server.name());
+                return Err(e).with_context(|| format!("run {cmd:?}"));
+            }
+        };
+        let recorded_first = self.alternations.is_multiple_of(2);
+        self.alternations += 1;
+        let turns = self.sizes.server_s as usize;
+        let mut loads: Vec<Child> = Vec::new();
+        let mut steal = None;
+        let result = (|| -> Result<(Vec<f64>, Vec<f64>)> {
+            recorded.wait_ready(Duration::from_secs(60))?;
+            beside.wait_ready(Duration::from_secs(60))?;
+            // Outlasts every turn of both, stopped half the time.
+            let seconds = 3 * turns as u64 + 60;
+            for instance in [&recorded, &beside] {
+                let load = instance.start_load(seconds)?;
+                signal(load.id(), libc::SIGSTOP);
+                loads.push(load);
+            }
+            let before = cpu_ticks();
+            let (mut on, mut off) = (Vec::new(), Vec::new());
+            for turn in 0..turns {
+                let first = recorded_first == turn.is_multiple_of(2);
+                for recorded_turn in [first, !first] {
+                    let (instance, load, rates) = if recorded_turn {
+                        (&recorded, &loads[0], &mut on)
+                    } else {
+                        (&beside, &loads[1], &mut off)
+                    };
+                    signal(load.id(), libc::SIGCONT);
+                    std::thread::sleep(ALTERNATING_SETTLE);
+                    let rate = instance.rate_over(ALTERNATING_TURN);
+                    signal(load.id(), libc::SIGSTOP);
+                    rates.push(rate?);
+                }
+            }
+            steal = before.zip(cpu_ticks()).and_then(|(a, b)| steal_pct(a, b));
+            Ok((off, on))
+        })();
+        for mut load in loads {
+            let _ = load.kill();
+            let _ = load.wait();
+        }
+        signal(native.id(), libc::SIGTERM);
+        let _ = wait_bounded(&mut native, Duration::from_secs(60), server.name());
+        let (status, end) =
+            self.stop_launched(&recorded, &mut child, recorder, session, spawned, last_rep);
+        let (off, on) = result?;
+        status?;
+        let mean = |rates: &[f64]| rates.iter().sum::<f64>() / rates.len().max(1) as f64;
+        let mut sample = Sample {
+            workload,
+            recorder: recorder.label(),
+            value: mean(&on),
+            paired_off: Some(mean(&off)),
+            windows: Some((off, on)),
+            wall_s: end.wall_s(),
+            scale: 1.0,
+            active_s: Some(turns as f64 * (ALTERNATING_TURN + ALTERNATING_SETTLE).as_secs_f64()),
+            steal_pct: steal,
+            ..Sample::default()
+        };
+        self.collect_launched(recorder, &mut sample, &trace, &tag, &end)?;
+        Ok(sample)
     }
 
     /// Asks an attached recorder to stop (SIGINT) and waits for it; a failure
@@ -1510,6 +1683,10 @@ impl Bench {
             w if w.ends_with("-windows") => {
                 let server = Server::of(w).context("no such server")?;
                 self.server_windows(server, recorder)
+            }
+            w if w.ends_with("-alternating") => {
+                let server = Server::of(w).context("no such server")?;
+                self.server_alternating(server, recorder, last_rep)
             }
             w if w.ends_with("-attach") => {
                 let server = Server::of(w).context("no such server")?;
@@ -1828,7 +2005,7 @@ pub fn run_record(args: &[String]) -> Result<()> {
         s.lock_iters, s.pair_iters, s.pingpong_rounds, s.rwlock_iters, s.pigz_mb,
         Server::Memcached.describe(s.server_s), Server::Mariadb.describe(s.server_s)
     );
-    println!("Times are the program's own span (pigz: from its first to its last MiB read); memcached is ops/s, mariadb transactions/s; memcached-windows is the recorded {} s window's ops/s, its loss against the mean of the unrecorded windows before and after it in the same server under the same load. Probe sites: {}.", s.server_s.div_ceil(2), bench.sites.as_ref().map(|s| s.source.as_str()).unwrap_or("not needed"));
+    println!("Times are the program's own span (pigz: from its first to its last MiB read); memcached is ops/s, mariadb transactions/s; memcached-windows is the recorded {} s window's ops/s, its loss against the mean of the unrecorded windows before and after it in the same server under the same load; memcached-alternating is the recorded server's ops/s over {} turns of {} s, its loss against a native server's turns beside it. Probe sites: {}.", s.server_s.div_ceil(2), s.server_s, ALTERNATING_TURN.as_secs(), bench.sites.as_ref().map(|s| s.source.as_str()).unwrap_or("not needed"));
     println!("{}", report::table(&rows));
     if let Some((e, _)) = &bench.empty_program {
         println!("{}", empty_note(e, &rows, &kernel_ordo));
@@ -2009,6 +2186,11 @@ Run time: 3.0s Ops: 345836 TPS: 115269 Net_rate: 129.0M/s\n";
         assert!(Recorder::Native.applies("memcached-windows"));
         assert!(Recorder::OrdoSparse.applies("memcached-windows"));
         assert!(!Recorder::Ordo(Some("inproc".into())).applies("memcached-windows"));
+        // Alternating turns are launch mode beside a native server.
+        assert!(Recorder::Lttng.applies("memcached-alternating"));
+        assert!(Recorder::DormantAgent.applies("memcached-alternating"));
+        assert!(Recorder::Ordo(Some("inproc".into())).applies("memcached-alternating"));
+        assert!(!Recorder::Tsan.applies("memcached-alternating"));
         // The dormant agent is preloaded at launch: no attach, no Rust std locks.
         assert!(Recorder::DormantAgent.applies("memcached"));
         assert!(Recorder::DormantAgent.applies("pair"));

@@ -53,13 +53,17 @@ pub struct Sample {
     /// thread, the recorder's conversion after the load included) per operation
     /// served, µs (servers launched under the recorder).
     pub cpu_us_per_op: Option<f64>,
-    /// Windows workloads: the same server's throughput in the unrecorded windows
-    /// around the recorded ones, under the same load (the mean, over the recorded
-    /// windows, of the two around each; `value` is the recorded windows' mean):
-    /// the run's loss is measured within one process.
+    /// What the run's recorded throughput is compared with inside the run
+    /// itself. Windows workloads: the same server's throughput in the unrecorded
+    /// windows around the recorded ones, under the same load (the mean, over the
+    /// recorded windows, of the two around each; `value` is the recorded windows'
+    /// mean). Alternating workloads: the native server's mean over its turns,
+    /// taken beside the recorded server's (`value`).
     pub paired_off: Option<f64>,
     /// Windows workloads: every unrecorded window's throughput in order, and every
     /// recorded one's (recorded window `k` lies between unrecorded `k` and `k+1`).
+    /// Alternating workloads: the native server's turns and the recorded one's,
+    /// each in order (turn `k` of each lie next to each other).
     pub windows: Option<(Vec<f64>, Vec<f64>)>,
     /// Server workloads launched under the recorder: the share of the machine's
     /// CPU time the hypervisor gave other guests during the load (`steal` in
@@ -665,6 +669,22 @@ pub fn targets(
         loss("memcached", d),
         per_rep("memcached", d),
     );
+    push(
+        27,
+        &format!("memcached launched ({d}), its turns against those of a native server started beside it: throughput loss ≤ 5 %"),
+        0.05,
+        Unit::Percent,
+        loss("memcached-alternating", d),
+        per_rep("memcached-alternating", d),
+    );
+    push(
+        27,
+        &format!("memcached launched beside a native server ({d}): events lost = 0"),
+        0.0,
+        Unit::Count,
+        lost("memcached-alternating", d),
+        None,
+    );
     out
 }
 
@@ -675,7 +695,7 @@ fn opt(v: Option<f64>, f: impl Fn(f64) -> String) -> String {
 /// The side-by-side table, one line per (workload, recorder).
 pub fn table(rows: &[Row]) -> String {
     let mut s = format!(
-        "{:<17} {:<19} {:>5} {:>12} {:>12} {:>8} {:>10} {:>10} {:>7} {:>8} {:>7} {:>7} {:>9} {:>9}\n",
+        "{:<21} {:<19} {:>5} {:>12} {:>12} {:>8} {:>10} {:>10} {:>7} {:>8} {:>7} {:>7} {:>9} {:>9}\n",
         "workload",
         "recorder",
         "runs",
@@ -722,7 +742,7 @@ pub fn table(rows: &[Row]) -> String {
             String::new()
         };
         s.push_str(&format!(
-            "{:<17} {:<19} {:>5} {:>12} {:>12} {:>8.2} {:>10} {:>10} {:>7} {:>8} {:>7} {:>7} {:>9} {:>9}{}{}\n",
+            "{:<21} {:<19} {:>5} {:>12} {:>12} {:>8.2} {:>10} {:>10} {:>7} {:>8} {:>7} {:>7} {:>9} {:>9}{}{}\n",
             r.workload,
             r.recorder,
             r.runs,
@@ -911,6 +931,53 @@ mod tests {
             .find(|t| t.what.contains("memcached-windows") || t.what.contains("recorded window"))
             .unwrap();
         assert_eq!(w.met(), Some(true), "{}", w.verdict());
+    }
+
+    #[test]
+    fn an_alternating_run_is_compared_with_the_native_server_beside_it() {
+        let run = |recorder: &str, rep: usize, native: f64, recorded: f64| Sample {
+            rep,
+            paired_off: Some(native),
+            lost: recorder.starts_with("ordo").then_some(0),
+            ..sample("memcached-alternating", recorder, recorded)
+        };
+        // The runs' servers differ by half; beside its own native server the
+        // recorded one lost 3 %, 4 % and 5 %, and the control's two native
+        // servers differ by −1 %, 0 % and 1 %.
+        let samples = vec![
+            run("native", 0, 100_000.0, 101_000.0),
+            run("ordo", 0, 100_000.0, 97_000.0),
+            run("native", 1, 150_000.0, 150_000.0),
+            run("ordo", 1, 150_000.0, 144_000.0),
+            run("native", 2, 80_000.0, 79_200.0),
+            run("ordo", 2, 80_000.0, 76_000.0),
+        ];
+        let rows = rows(&samples, metric);
+        let (native, ordo) = (&rows[0], &rows[1]);
+        assert!((ordo.vs_native.unwrap() - 0.04).abs() < 1e-9, "{ordo:?}");
+        assert!(native.vs_native.unwrap().abs() < 1e-9, "{native:?}");
+        let t = targets(&rows, "ordo --probes ebpf", "ordo", true);
+        let get = |what: &str| t.iter().find(|t| t.what.contains(what)).unwrap();
+        let loss = get("turns against those of a native server");
+        // The median, 4 %, meets it; the runs' own geometric mean says how
+        // surely.
+        assert_eq!(loss.met(), Some(true), "{}", loss.verdict());
+        assert!(
+            loss.verdict().contains("per rep 4.0 %"),
+            "{}",
+            loss.verdict()
+        );
+        assert_eq!(
+            get("beside a native server (ordo): events lost").met(),
+            Some(true)
+        );
+        // Without the workload the target says what is missing.
+        let none = targets(&rows[..0], "ordo --probes ebpf", "ordo", true);
+        let missing = none
+            .iter()
+            .find(|t| t.what.contains("turns against those of a native server"))
+            .unwrap();
+        assert_eq!(missing.met(), None, "{}", missing.verdict());
     }
 
     #[test]

@@ -29,6 +29,7 @@ impl Server {
         let server = workload
             .strip_suffix("-attach")
             .or_else(|| workload.strip_suffix("-windows"))
+            .or_else(|| workload.strip_suffix("-alternating"))
             .unwrap_or(workload);
         match server {
             "memcached" => Some(Server::Memcached),
