@@ -1204,7 +1204,7 @@ impl Bench {
     /// recorder killed when the server's process cannot be found), waits for
     /// the recorder and ends LTTng's session: the recorder's exit, and when.
     fn stop_launched(
-        &mut self,
+        &self,
         instance: &Instance,
         child: &mut Child,
         recorder: &Recorder,
@@ -1265,11 +1265,7 @@ impl Bench {
         let workload = format!("{}-attach", server.name());
         let tag = format!("{workload}-{}", recorder.label().replace(' ', "_"));
         let trace = self.dir.join(format!("{tag}.ordo"));
-        let mut running = Command::new(server.binary())
-            .args(&instance.args)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()?;
+        let mut running = instance.start_native()?;
         let result = (|| -> Result<Sample> {
             instance.wait_ready(Duration::from_secs(60))?;
             let (mut rec, spawned) =
@@ -1328,11 +1324,7 @@ impl Bench {
         let tag = format!("{workload}-{}", recorder.label().replace(' ', "_"));
         let trace = self.dir.join(format!("{tag}.ordo"));
         let window = Duration::from_secs(self.sizes.server_s.div_ceil(2));
-        let mut running = Command::new(server.binary())
-            .args(&instance.args)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()?;
+        let mut running = instance.start_native()?;
         let mut load = None;
         let result = (|| -> Result<Sample> {
             instance.wait_ready(Duration::from_secs(60))?;
@@ -1422,15 +1414,10 @@ impl Bench {
         let beside = self.instance(server)?;
         let tag = format!("{workload}-{}", recorder.label().replace(' ', "_"));
         let trace = self.dir.join(format!("{tag}.ordo"));
-        let mut native = Command::new(server.binary())
-            .args(&beside.args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .with_context(|| format!("run {}", server.binary().display()))?;
+        // Wrapped first: a recorder that cannot be set up leaves no server behind.
         let (mut cmd, session) =
             self.wrap(recorder, server.binary(), &recorded.args, &trace, &tag)?;
+        let mut native = beside.start_native()?;
         let spawned = mono();
         let mut child = match cmd
             .stdin(Stdio::null())

@@ -115,6 +115,18 @@ impl Instance {
         }
     }
 
+    /// Starts this instance's server natively (no recorder), its output discarded.
+    pub fn start_native(&self) -> Result<Child> {
+        let binary = self.server.binary();
+        Command::new(binary)
+            .args(&self.args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .with_context(|| format!("run {}", binary.display()))
+    }
+
     /// Waits until the server accepts connections.
     pub fn wait_ready(&self, limit: Duration) -> Result<()> {
         let started = Instant::now();
