@@ -1900,6 +1900,13 @@ pub fn run_record(args: &[String]) -> Result<()> {
         .copied()
         .filter(|w| wanted.iter().any(|x| x == w) && *w != "true")
         .collect();
+    // An alternating run compares the recorded server with the native one beside
+    // it; its `native` row, two native servers, is only the method's control: it
+    // doubles the run's time, so a `--recorders` list runs it only when it names it.
+    let alternating_control = options
+        .recorders
+        .as_ref()
+        .is_none_or(|chosen| chosen.iter().any(|c| c.trim_end_matches('$') == "native"));
     let mut samples: Vec<Sample> = Vec::new();
     let results_dir = crate::root().join("bench/results");
     std::fs::create_dir_all(&results_dir)?;
@@ -1929,7 +1936,10 @@ pub fn run_record(args: &[String]) -> Result<()> {
             let turn = rep % order.len().max(1);
             order.rotate_left(turn);
             for recorder in order {
-                if shared_baseline && *recorder == Recorder::Native {
+                if *recorder == Recorder::Native
+                    && (shared_baseline
+                        || (workload.ends_with("-alternating") && !alternating_control))
+                {
                     continue;
                 }
                 eprint!(
