@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};
 
-use report::{Metric, Sample};
+use report::{Metric, Sample, TurnCpu};
 use server::{Instance, Server};
 use sites::{EmptyProgram, Sites};
 
@@ -1437,9 +1437,12 @@ impl Bench {
         let turns = self.sizes.server_s as usize;
         let mut loads: Vec<Child> = Vec::new();
         let mut steal = None;
+        let mut turn_cpu = None;
         let result = (|| -> Result<(Vec<f64>, Vec<f64>)> {
             recorded.wait_ready(Duration::from_secs(60))?;
             beside.wait_ready(Duration::from_secs(60))?;
+            let recorded_pid = recorded.find_pid().context("find the recorded server")?;
+            let beside_pid = beside.find_pid().context("find the native server")?;
             // Outlasts every turn of both, stopped half the time.
             let seconds = 3 * turns as u64 + 60;
             for instance in [&recorded, &beside] {
@@ -1449,22 +1452,40 @@ impl Bench {
             }
             let before = cpu_ticks();
             let (mut on, mut off) = (Vec::new(), Vec::new());
+            // User and system seconds over the turns, and the operations served.
+            let (mut cpu_on, mut cpu_off) = ((0.0, 0.0, 0.0), (0.0, 0.0, 0.0));
             for turn in 0..turns {
                 let first = recorded_first == turn.is_multiple_of(2);
                 for recorded_turn in [first, !first] {
-                    let (instance, load, rates) = if recorded_turn {
-                        (&recorded, &loads[0], &mut on)
+                    let (instance, pid, load, rates, cpu) = if recorded_turn {
+                        (&recorded, recorded_pid, &loads[0], &mut on, &mut cpu_on)
                     } else {
-                        (&beside, &loads[1], &mut off)
+                        (&beside, beside_pid, &loads[1], &mut off, &mut cpu_off)
                     };
                     signal(load.id(), libc::SIGCONT);
                     std::thread::sleep(ALTERNATING_SETTLE);
+                    let cpu_before = process_user_system_s(pid);
                     let rate = instance.rate_over(ALTERNATING_TURN);
+                    let cpu_after = process_user_system_s(pid);
                     signal(load.id(), libc::SIGSTOP);
-                    rates.push(rate?);
+                    let rate = rate?;
+                    rates.push(rate);
+                    let (a, b) = cpu_before
+                        .zip(cpu_after)
+                        .context("read the server's CPU time")?;
+                    cpu.0 += b.0 - a.0;
+                    cpu.1 += b.1 - a.1;
+                    cpu.2 += rate * ALTERNATING_TURN.as_secs_f64();
                 }
             }
             steal = before.zip(cpu_ticks()).and_then(|(a, b)| steal_pct(a, b));
+            let per_op = |seconds: f64, ops: f64| seconds * 1e6 / ops.max(1.0);
+            turn_cpu = Some(TurnCpu {
+                recorded_user: per_op(cpu_on.0, cpu_on.2),
+                recorded_system: per_op(cpu_on.1, cpu_on.2),
+                native_user: per_op(cpu_off.0, cpu_off.2),
+                native_system: per_op(cpu_off.1, cpu_off.2),
+            });
             Ok((off, on))
         })();
         for mut load in loads {
@@ -1488,6 +1509,7 @@ impl Bench {
             scale: 1.0,
             active_s: Some(turns as f64 * (ALTERNATING_TURN + ALTERNATING_SETTLE).as_secs_f64()),
             steal_pct: steal,
+            turn_cpu,
             ..Sample::default()
         };
         self.collect_launched(recorder, &mut sample, &trace, &tag, &end)?;
@@ -1781,15 +1803,23 @@ fn children_cpu_s() -> f64 {
 /// CPU seconds (user and system, all threads) process `pid` has used so far,
 /// from `/proc/PID/stat`.
 fn process_cpu_s(pid: u32) -> Option<f64> {
+    let (user, system) = process_user_system_s(pid)?;
+    Some(user + system)
+}
+
+/// User and system CPU seconds (all threads) process `pid` has used so far,
+/// from `/proc/PID/stat`.
+fn process_user_system_s(pid: u32) -> Option<(f64, f64)> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // Fields after the command name (which may hold spaces): utime is the 14th
     // field of the line, stime the 15th.
     let rest = &stat[stat.rfind(')')? + 2..];
     let fields: Vec<&str> = rest.split(' ').collect();
-    let ticks: f64 = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
+    let user: f64 = fields.get(11)?.parse().ok()?;
+    let system: f64 = fields.get(12)?.parse().ok()?;
     // SAFETY: sysconf has no preconditions.
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-    Some(ticks / hz)
+    Some((user / hz, system / hz))
 }
 
 /// CPU µs per operation served, for `cpu_s` over a load of `seconds` at `tps`.
@@ -2004,6 +2034,9 @@ pub fn run_record(args: &[String]) -> Result<()> {
     );
     println!("Times are the program's own span (pigz: from its first to its last MiB read); memcached is ops/s, mariadb transactions/s; memcached-windows is the recorded {} s window's ops/s, its loss against the mean of the unrecorded windows before and after it in the same server under the same load; memcached-alternating is the recorded server's ops/s over {} turns of {} s, its loss against a native server's turns beside it. Probe sites: {}.", s.server_s.div_ceil(2), s.server_s, ALTERNATING_TURN.as_secs(), bench.sites.as_ref().map(|s| s.source.as_str()).unwrap_or("not needed"));
     println!("{}", report::table(&rows));
+    for line in report::turn_cpu_lines(&samples) {
+        println!("{line}");
+    }
     if let Some((e, _)) = &bench.empty_program {
         println!("{}", empty_note(e, &rows, &kernel_ordo));
     }

@@ -69,6 +69,23 @@ pub struct Sample {
     /// CPU time the hypervisor gave other guests during the load (`steal` in
     /// /proc/stat), %: whether a run's swing came from the neighbours.
     pub steal_pct: Option<f64>,
+    /// Alternating workloads: each server process's CPU time per operation over
+    /// its own measured turns.
+    pub turn_cpu: Option<TurnCpu>,
+}
+
+/// CPU time per operation served, µs, of the two servers of an alternating run
+/// over their measured turns, from each process's own user and system time
+/// (`/proc/PID/stat`, every thread). What the agent adds in the program's
+/// threads shows in the user time, read without the throughput's noise: the
+/// machine's two speeds move a run's throughput by ~5 %, its user time per
+/// operation far less.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct TurnCpu {
+    pub recorded_user: f64,
+    pub recorded_system: f64,
+    pub native_user: f64,
+    pub native_system: f64,
 }
 
 impl Sample {
@@ -792,7 +809,51 @@ pub fn sample_json(s: &Sample) -> Value {
         "paired_off": s.paired_off,
         "steal_pct": s.steal_pct,
         "windows": s.windows.as_ref().map(|(off, on)| json!({"unrecorded": off, "recorded": on})),
+        "turn_cpu_us_per_op": s.turn_cpu.map(|c| json!({
+            "recorded": {"user": c.recorded_user, "system": c.recorded_system},
+            "native": {"user": c.native_user, "system": c.native_system},
+        })),
     })
+}
+
+/// One line per alternating row whose runs measured their turns' CPU: the
+/// recorded server's user and system time per operation against the native
+/// server's beside it, and the user time's difference as the runs' mean ± its
+/// standard error — the agent's own cost in the program's threads.
+pub fn turn_cpu_lines(samples: &[Sample]) -> Vec<String> {
+    let mut keys: Vec<(&str, &str)> = Vec::new();
+    for s in samples.iter().filter(|s| s.turn_cpu.is_some()) {
+        if !keys.contains(&(s.workload.as_str(), s.recorder.as_str())) {
+            keys.push((&s.workload, &s.recorder));
+        }
+    }
+    keys.into_iter()
+        .map(|(workload, recorder)| {
+            let cpu: Vec<TurnCpu> = samples
+                .iter()
+                .filter(|s| s.workload == workload && s.recorder == recorder)
+                .filter_map(|s| s.turn_cpu)
+                .collect();
+            let n = cpu.len() as f64;
+            let mean = |f: &dyn Fn(&TurnCpu) -> f64| cpu.iter().map(f).sum::<f64>() / n;
+            let added: Vec<f64> = cpu.iter().map(|c| c.recorded_user - c.native_user).collect();
+            let added_mean = added.iter().sum::<f64>() / n;
+            let se = (cpu.len() > 1).then(|| {
+                let var = added.iter().map(|a| (a - added_mean).powi(2)).sum::<f64>() / (n - 1.0);
+                (var / n).sqrt()
+            });
+            format!(
+                "{workload}, {recorder}: CPU per operation in the servers' turns, user {:.3} µs against {:.3} beside it ({:+.3} µs{}, {} runs), system {:.3} against {:.3}",
+                mean(&|c| c.recorded_user),
+                mean(&|c| c.native_user),
+                added_mean,
+                se.map(|e| format!(" ± {e:.3}")).unwrap_or_default(),
+                cpu.len(),
+                mean(&|c| c.recorded_system),
+                mean(&|c| c.native_system),
+            )
+        })
+        .collect()
 }
 
 pub fn row_json(r: &Row) -> Value {
@@ -978,6 +1039,44 @@ mod tests {
             .find(|t| t.what.contains("turns against those of a native server"))
             .unwrap();
         assert_eq!(missing.met(), None, "{}", missing.verdict());
+    }
+
+    #[test]
+    fn alternating_runs_give_the_user_time_the_recording_adds_per_operation() {
+        let run = |recorded_user: f64| Sample {
+            turn_cpu: Some(TurnCpu {
+                recorded_user,
+                recorded_system: 6.0,
+                native_user: 1.0,
+                native_system: 5.8,
+            }),
+            ..sample("memcached-alternating", "ordo", 150_000.0)
+        };
+        // Added: 0.1, 0.2 and 0.3 µs; mean 0.2, standard error 0.1 / √3.
+        let samples = vec![
+            run(1.1),
+            run(1.2),
+            run(1.3),
+            sample("memcached", "ordo", 150_000.0),
+        ];
+        let lines = turn_cpu_lines(&samples);
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        assert!(
+            lines[0].starts_with("memcached-alternating, ordo:"),
+            "{}",
+            lines[0]
+        );
+        assert!(
+            lines[0].contains("user 1.200 µs against 1.000 beside it (+0.200 µs ± 0.058, 3 runs)"),
+            "{}",
+            lines[0]
+        );
+        assert!(
+            lines[0].contains("system 6.000 against 5.800"),
+            "{}",
+            lines[0]
+        );
+        assert!(turn_cpu_lines(&samples[3..]).is_empty());
     }
 
     #[test]
