@@ -1452,8 +1452,7 @@ impl Bench {
             }
             let before = cpu_ticks();
             let (mut on, mut off) = (Vec::new(), Vec::new());
-            // User and system seconds over the turns, and the operations served.
-            let (mut cpu_on, mut cpu_off) = ((0.0, 0.0, 0.0), (0.0, 0.0, 0.0));
+            let (mut cpu_on, mut cpu_off) = (CpuOverTurns::default(), CpuOverTurns::default());
             for turn in 0..turns {
                 let first = recorded_first == turn.is_multiple_of(2);
                 for recorded_turn in [first, !first] {
@@ -1473,18 +1472,19 @@ impl Bench {
                     let (a, b) = cpu_before
                         .zip(cpu_after)
                         .context("read the server's CPU time")?;
-                    cpu.0 += b.0 - a.0;
-                    cpu.1 += b.1 - a.1;
-                    cpu.2 += rate * ALTERNATING_TURN.as_secs_f64();
+                    cpu.user_s += b.0 - a.0;
+                    cpu.system_s += b.1 - a.1;
+                    cpu.ops += rate * ALTERNATING_TURN.as_secs_f64();
                 }
             }
             steal = before.zip(cpu_ticks()).and_then(|(a, b)| steal_pct(a, b));
-            let per_op = |seconds: f64, ops: f64| seconds * 1e6 / ops.max(1.0);
+            let ((recorded_user, recorded_system), (native_user, native_system)) =
+                (cpu_on.per_op_us(), cpu_off.per_op_us());
             turn_cpu = Some(TurnCpu {
-                recorded_user: per_op(cpu_on.0, cpu_on.2),
-                recorded_system: per_op(cpu_on.1, cpu_on.2),
-                native_user: per_op(cpu_off.0, cpu_off.2),
-                native_system: per_op(cpu_off.1, cpu_off.2),
+                recorded_user,
+                recorded_system,
+                native_user,
+                native_system,
             });
             Ok((off, on))
         })();
@@ -1805,6 +1805,22 @@ fn children_cpu_s() -> f64 {
 fn process_cpu_s(pid: u32) -> Option<f64> {
     let (user, system) = process_user_system_s(pid)?;
     Some(user + system)
+}
+
+/// One server's CPU time and operations over an alternating run's turns.
+#[derive(Default)]
+struct CpuOverTurns {
+    user_s: f64,
+    system_s: f64,
+    ops: f64,
+}
+
+impl CpuOverTurns {
+    /// User and system time per operation, µs.
+    fn per_op_us(&self) -> (f64, f64) {
+        let ops = self.ops.max(1.0);
+        (self.user_s * 1e6 / ops, self.system_s * 1e6 / ops)
+    }
 }
 
 /// User and system CPU seconds (all threads) process `pid` has used so far,

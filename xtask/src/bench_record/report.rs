@@ -162,6 +162,17 @@ pub struct PerRep {
     pub bounds: Option<(f64, f64)>,
 }
 
+/// The mean of `values` and its standard error (none for fewer than two).
+fn mean_and_standard_error(values: &[f64]) -> (f64, Option<f64>) {
+    let n = values.len() as f64;
+    let mean = values.iter().sum::<f64>() / n;
+    let se = (values.len() >= 2).then(|| {
+        let var = values.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0);
+        (var / n).sqrt()
+    });
+    (mean, se)
+}
+
 impl PerRep {
     /// From each repetition's ratio to its native run (non-finite and
     /// non-positive ones left out); `metric` says whether a value is the ratio
@@ -173,12 +184,7 @@ impl PerRep {
             .filter(|r| r.is_finite() && *r > 0.0)
             .map(f64::ln)
             .collect();
-        let n = logs.len() as f64;
-        let m = logs.iter().sum::<f64>() / n;
-        let se_log = (logs.len() >= 2).then(|| {
-            let var = logs.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (n - 1.0);
-            (var / n).sqrt()
-        });
+        let (m, se_log) = mean_and_standard_error(&logs);
         let value = |log: f64| match metric {
             Metric::Time => log.exp(),
             Metric::Throughput => 1.0 - log.exp(),
@@ -837,11 +843,7 @@ pub fn turn_cpu_lines(samples: &[Sample]) -> Vec<String> {
             let n = cpu.len() as f64;
             let mean = |f: &dyn Fn(&TurnCpu) -> f64| cpu.iter().map(f).sum::<f64>() / n;
             let added: Vec<f64> = cpu.iter().map(|c| c.recorded_user - c.native_user).collect();
-            let added_mean = added.iter().sum::<f64>() / n;
-            let se = (cpu.len() > 1).then(|| {
-                let var = added.iter().map(|a| (a - added_mean).powi(2)).sum::<f64>() / (n - 1.0);
-                (var / n).sqrt()
-            });
+            let (added_mean, se) = mean_and_standard_error(&added);
             format!(
                 "{workload}, {recorder}: CPU per operation in the servers' turns, user {:.3} µs against {:.3} beside it ({:+.3} µs{}, {} runs), system {:.3} against {:.3}",
                 mean(&|c| c.recorded_user),
