@@ -65,24 +65,69 @@ static ATTACHMENT: AtomicU32 = AtomicU32::new(0);
 /// The calling thread's ring in the current recording, [`NO_RING`] if none yet.
 #[inline(always)]
 fn my_ring() -> u32 {
-    let (i, attachment) = RING.with(|r| r.get());
-    if attachment == ATTACHMENT.load(Relaxed) {
-        i
+    let mine = RING.with(|r| r.get());
+    if mine.attachment == ATTACHMENT.load(Relaxed) {
+        mine.ring
     } else {
         NO_RING
     }
 }
 
-/// Makes `i` the calling thread's ring in the current recording.
+/// Makes `i` the calling thread's ring in the current recording (with no room
+/// known in it yet).
 fn set_my_ring(i: u32) {
-    RING.with(|r| r.set((i, ATTACHMENT.load(Relaxed))));
+    RING.with(|r| {
+        r.set(MyRing {
+            ring: i,
+            attachment: ATTACHMENT.load(Relaxed),
+            room_until: 0,
+        })
+    });
+}
+
+/// How far the calling thread's ring is known to have room: [`publish`] may
+/// write units up to (not including) this `head` without reading the ring's
+/// `tail`.
+///
+/// Why: the drain writes `tail` after each pass, so the owner's read of it
+/// missed the cache once a pass; with the last `tail` read kept here, the
+/// owner reads it again only once it has written a ring's worth since.
+#[inline(always)]
+fn room_until() -> u64 {
+    RING.with(|r| r.get().room_until)
+}
+
+/// Notes that the ring has room up to `head` `until` ([`room_until`]).
+#[inline(always)]
+fn set_room_until(until: u64) {
+    RING.with(|r| {
+        let mut mine = r.get();
+        mine.room_until = until;
+        r.set(mine)
+    });
+}
+
+/// What [`RING`] holds.
+#[derive(Clone, Copy)]
+struct MyRing {
+    /// The ring, [`NO_RING`] until the thread's first event.
+    ring: u32,
+    /// The [`ATTACHMENT`] it was claimed in (a ring of an earlier one is not
+    /// this thread's any more).
+    attachment: u32,
+    /// See [`room_until`].
+    room_until: u64,
 }
 
 thread_local! {
-    /// This thread's ring, [`NO_RING`] until its first event, and the
-    /// [`ATTACHMENT`] it was claimed in (a ring of an earlier one is not this
-    /// thread's any more).
-    static RING: Cell<(u32, u32)> = const { Cell::new((NO_RING, 0)) };
+    /// This thread's ring ([`MyRing`]).
+    static RING: Cell<MyRing> = const {
+        Cell::new(MyRing {
+            ring: NO_RING,
+            attachment: 0,
+            room_until: 0,
+        })
+    };
     /// A wait for room timed out (the drain is gone or far behind): drop without
     /// waiting until the ring has room again.
     static GAVE_UP: Cell<bool> = const { Cell::new(false) };
@@ -427,6 +472,19 @@ pub(crate) fn prefetch_counter(addr: u64) {
     prefetch_for_write((SEQ_TABLE.load(Relaxed) as *const SeqSlot).wrapping_add(seq_home(addr)));
 }
 
+/// Fetches the line of the calling thread's site dictionary where an event at
+/// `site` will be looked up (`Codec::against`), so that a wrapper's miss on it
+/// overlaps the real call rather than following it. The dictionary's 32
+/// lines are the owner's alone, but the program's own data evicts those of
+/// sites it calls rarely.
+#[inline(always)]
+pub(crate) fn prefetch_site(site: u64) {
+    let i = my_ring();
+    if i != NO_RING {
+        prefetch_for_write(&ring_header(i).codec.0.sites[site_set(site)]);
+    }
+}
+
 /// The counter slot of the object at `addr` (`None`, counted, when the table is full).
 ///
 /// Where it looks: first at the object's *home*, one slot for every 32 bytes
@@ -716,14 +774,9 @@ fn publish_long(i: u32, r: &RingHeader, event: Event, short: bool) {
 fn publish(i: u32, r: &RingHeader, units: &[Unit], event: &Event, short: bool) {
     let n = units.len();
     let head = r.head.0.load(Relaxed);
-    let used = head - r.tail.0.load(Acquire);
-    if used + n as u64 > RING_UNITS as u64 {
-        if !wait_for_room(r, head, n as u64) {
-            r.dropped.fetch_add(1, Relaxed);
-            return;
-        }
-    } else if GAVE_UP.with(|g| g.get()) {
-        GAVE_UP.with(|g| g.set(false));
+    if head + n as u64 > room_until() && !make_room(r, head, n as u64) {
+        r.dropped.fetch_add(1, Relaxed);
+        return;
     }
     let ring = ring_units(i);
     let codec = &r.codec.0;
@@ -740,10 +793,37 @@ fn publish(i: u32, r: &RingHeader, units: &[Unit], event: &Event, short: bool) {
     // blocked): plain stores, ordered before the records by the release below.
     codec.note(event, n, short);
     r.head.0.store(head + n as u64, Release);
+}
+
+/// [`publish`]'s path when the ring is not known to have room for `n` units at
+/// `head` ([`room_until`]): reads `tail`; rings the drain's doorbell when the
+/// ring is at least half full, so the drain empties it before it fills up;
+/// waits for room when it is full ([`wait_for_room`]). Whether there is room
+/// now (`false`: the event is to be dropped).
+///
+/// The room it notes reaches only to where the ring would be half full, so
+/// that the doorbell rings then rather than only once the ring is full; past
+/// half full, to full.
+#[cold]
+#[inline(never)]
+fn make_room(r: &RingHeader, head: u64, n: u64) -> bool {
     let half = RING_UNITS as u64 / 2;
-    if used < half && used + n as u64 >= half {
-        ring_doorbell();
+    let mut tail = r.tail.0.load(Acquire);
+    if head + n - tail > RING_UNITS as u64 {
+        if !wait_for_room(r, head, n) {
+            return false;
+        }
+        tail = r.tail.0.load(Acquire);
     }
+    GAVE_UP.with(|g| g.set(false));
+    let until = if head + n - tail < half {
+        tail + half - 1
+    } else {
+        ring_doorbell();
+        tail + RING_UNITS as u64
+    };
+    set_room_until(until);
+    true
 }
 
 /// How far ahead of `head` [`publish`] asks for the ring's line: two lines of
