@@ -126,23 +126,26 @@ fn release(kind: u16, via: u8, addr: P, site: u64, call: impl FnOnce() -> c_int)
         c.gate(kind, addr, GateObject::Addr);
         stamp = c.stamp_before(kind);
     }
-    // The number is taken while the effect has not happened; the record is written
-    // after the call, which keeps it out of the program's critical section.
-    let seq = if !record::on() {
+    // The number and the time are taken while the effect has not happened (as the
+    // eBPF path's entry probe takes them); the record is written after the call,
+    // which keeps it out of the program's critical section. Stamped before the
+    // call, the clock's read (`rdtsc`, whose result the record waits for) overlaps
+    // the call rather than following it; the site's dictionary line is fetched
+    // meanwhile too (`record::prefetch_site`).
+    let numbered = if !record::on() {
         None
     } else {
-        // The record follows the call: its site's dictionary line is fetched
-        // meanwhile (`record::prefetch_site`).
         record::prefetch_site(site);
-        Some(if kind == kind::MUTEX_UNLOCK {
+        let seq = if kind == kind::MUTEX_UNLOCK {
             record::next_seq_held(addr)
         } else {
             record::next_seq(addr)
-        })
+        };
+        Some((seq, record::stamp_now(kind, via, addr)))
     };
     let r = call();
-    if let Some(seq) = seq {
-        record::emit(kind, via, addr, site, seq, 0, 0);
+    if let Some((seq, ts)) = numbered {
+        record::emit_at(ts, kind, via, addr, site, seq, 0, 0);
     }
     if let Some(c) = gate {
         let saved = errno();

@@ -19,7 +19,9 @@
 //!   it (the kernel's clocksource is the TSC and no watches are recorded); the
 //!   recorder converts it to CLOCK_MONOTONIC, the clock `bpf_ktime_get_ns` reads,
 //!   so a thread's agent and eBPF events interleave by time. Otherwise
-//!   CLOCK_MONOTONIC through the vDSO (~27 ns).
+//!   CLOCK_MONOTONIC through the vDSO (~27 ns). Taken when the number is
+//!   ([`stamp_now`], [`emit_at`]): a release before its call, an acquisition
+//!   after, so across threads the times agree with the order.
 //! - **Nothing silently lost**: a full ring rings the drain's doorbell (a futex in
 //!   the mapping) and waits for room as long as the drain keeps making passes; only
 //!   when it made none for [`FULL_WAIT_NS`] (the recorder is gone) is the event
@@ -720,11 +722,46 @@ fn wait_for_room(r: &RingHeader, head: u64, units: u64) -> bool {
     })
 }
 
-/// Appends one event to the calling thread's ring, in one, two or four units
-/// ([`encode`]), and updates the ring's [`Codec`] as the recorder's copy of it
-/// expects (`DecodeState::note`).
+/// Appends one event to the calling thread's ring, stamped now ([`emit_at`]).
 #[inline(always)]
 pub(crate) fn emit(kind: u16, via: u8, addr: u64, site: u64, seq: u64, extra: u64, result: i32) {
+    emit_at(
+        stamp_now(kind, via, addr),
+        kind,
+        via,
+        addr,
+        site,
+        seq,
+        extra,
+        result,
+    )
+}
+
+/// The time stamp of an event of `kind` (by way of `via`, on `addr`) taken now,
+/// for [`emit_at`].
+#[inline(always)]
+pub(crate) fn stamp_now(kind: u16, via: u8, addr: u64) -> u64 {
+    event_stamp(WRITES.load(Relaxed), kind, via, addr)
+}
+
+/// Appends one event, stamped `ts` ([`stamp_now`]), to the calling thread's
+/// ring, in one, two or four units ([`encode`]), and updates the ring's
+/// [`Codec`] as the recorder's copy of it expects (`DecodeState::note`).
+#[inline(always)]
+#[allow(
+    clippy::too_many_arguments,
+    reason = "the event's fields, inlined into each wrapper rather than built on its stack"
+)]
+pub(crate) fn emit_at(
+    ts: u64,
+    kind: u16,
+    via: u8,
+    addr: u64,
+    site: u64,
+    seq: u64,
+    extra: u64,
+    result: i32,
+) {
     let mut i = my_ring();
     if i == NO_RING {
         i = claim_ring_waiting();
@@ -736,7 +773,7 @@ pub(crate) fn emit(kind: u16, via: u8, addr: u64, site: u64, seq: u64, extra: u6
     }
     let writes = WRITES.load(Relaxed);
     let event = Event {
-        ts: event_stamp(writes, kind, via, addr),
+        ts,
         seq,
         addr,
         site,
