@@ -88,12 +88,12 @@ fn set_my_ring(i: u32) {
 }
 
 /// How far the calling thread's ring is known to have room: [`publish`] may
-/// write units up to (not including) this `head` without reading the ring's
-/// `tail`.
+/// write while its `head` after the write stays at or below this, without
+/// reading the ring's `tail`.
 ///
-/// Why: the drain writes `tail` after each pass, so the owner's read of it
-/// missed the cache once a pass; with the last `tail` read kept here, the
-/// owner reads it again only once it has written a ring's worth since.
+/// Why: the drain writes `tail` after each pass, so reading it was a load of
+/// another CPU's line on every event; with the last `tail` read kept here, the
+/// owner reads it again about once every half ring ([`make_room`]).
 #[inline(always)]
 fn room_until() -> u64 {
     RING.with(|r| r.get().room_until)
