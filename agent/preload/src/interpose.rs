@@ -323,6 +323,22 @@ pub unsafe extern "C-unwind" fn pthread_mutex_lock(m: P) -> c_int {
     }
     let site = site!();
     let try_lock = real!("pthread_mutex_trylock", fn(P) -> c_int);
+    if !crate::gate::on() {
+        let lane = record::lane();
+        let addr = m as u64;
+        lane.fetch_ahead(addr, site);
+        // SAFETY: the caller's argument, forwarded (module doc).
+        let r = if unsafe { try_lock(m) } == 0 {
+            0
+        } else {
+            let pending = record::block_begin(kind::MUTEX_LOCK, addr, site);
+            // SAFETY: as above.
+            let r = unsafe { real(m) };
+            record::block_end(pending);
+            r
+        };
+        return mutex_acquired(lane, via::PLAIN, addr, site, r);
+    }
     acquire(
         kind::MUTEX_LOCK,
         kind::MUTEX_LOCK_FAILED,
@@ -346,6 +362,14 @@ pub unsafe extern "C-unwind" fn pthread_mutex_trylock(m: P) -> c_int {
         return unsafe { real(m) };
     }
     let site = site!();
+    if !crate::gate::on() {
+        let lane = record::lane();
+        let addr = m as u64;
+        lane.fetch_ahead(addr, site);
+        // SAFETY: the caller's argument, forwarded (module doc).
+        let r = unsafe { real(m) };
+        return mutex_acquired(lane, via::TRY, addr, site, r);
+    }
     let unlock = real!("pthread_mutex_unlock", fn(P) -> c_int);
     try_acquire(
         kind::MUTEX_LOCK,
@@ -373,10 +397,40 @@ pub unsafe extern "C-unwind" fn pthread_mutex_unlock(m: P) -> c_int {
         return unsafe { real(m) };
     }
     let site = site!();
+    if !crate::gate::on() {
+        // `release`'s path without a gate, on one lookup of the recording.
+        let lane = record::lane();
+        let addr = m as u64;
+        lane.fetch_site(site);
+        let seq = record::next_seq_held(addr);
+        let ts = lane.stamp(kind::MUTEX_UNLOCK, via::PLAIN, addr);
+        // SAFETY: the caller's argument, forwarded (module doc).
+        let r = unsafe { real(m) };
+        lane.emit_at(ts, kind::MUTEX_UNLOCK, via::PLAIN, addr, site, seq, 0);
+        return r;
+    }
     // SAFETY: the caller's argument, forwarded (module doc).
     release(kind::MUTEX_UNLOCK, via::PLAIN, m, site, || unsafe {
         real(m)
     })
+}
+
+/// `acquired`'s path without a gate for a mutex lock or trylock (`via`) that
+/// returned `r`, on the [`record::Lane`] looked up before the call.
+#[inline(always)]
+fn mutex_acquired(lane: record::Lane, via: u8, addr: u64, site: u64, r: c_int) -> c_int {
+    // A recorder may have detached during the call.
+    if record::on() {
+        if r == 0 {
+            let seq = record::next_seq_held(addr);
+            let ts = lane.stamp(kind::MUTEX_LOCK, via, addr);
+            lane.emit_at(ts, kind::MUTEX_LOCK, via, addr, site, seq, 0);
+        } else {
+            let ts = lane.stamp(kind::MUTEX_LOCK_FAILED, via, addr);
+            lane.emit_at(ts, kind::MUTEX_LOCK_FAILED, via, addr, site, 0, r);
+        }
+    }
+    r
 }
 
 // ---------------------------------------------------------------------------------

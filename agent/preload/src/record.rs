@@ -771,27 +771,138 @@ pub(crate) fn emit_at(
         }
         set_my_ring(i);
     }
-    let writes = WRITES.load(Relaxed);
-    let event = Event {
-        ts,
-        seq,
-        addr,
-        site,
-        extra,
-        result,
-        kind: kind as u8,
-        via,
-    };
+    write_event(
+        i,
+        WRITES.load(Relaxed),
+        Event {
+            ts,
+            seq,
+            addr,
+            site,
+            extra,
+            result,
+            kind: kind as u8,
+            via,
+        },
+    );
+}
+
+/// Writes `event` into ring `i`, this thread's in the current recording,
+/// as [`emit_at`] says (`writes`: [`WRITES`]).
+#[inline(always)]
+fn write_event(i: u32, writes: u8, event: Event) {
     let r = ring_header(i);
     let short = writes & WRITES_SHORT != 0;
     // The common case, one short unit, goes without `encode`'s four zeroed
     // units (their stores showed in a `perf` of the recorded lock/unlock pair).
     match short
-        .then(|| r.codec.0.against(site))
+        .then(|| r.codec.0.against(event.site))
         .and_then(|against| encode_short(&event, against))
     {
         Some(unit) => publish(i, r, &[unit], &event, short),
         None => publish_long(i, r, event, short),
+    }
+}
+
+/// The recording as one event's path reads it, looked up once at the wrapper's
+/// start: the calling thread's ring in this recording ([`NO_RING`] before its
+/// first event), the [`ATTACHMENT`] that ring belongs to, and [`WRITES`].
+///
+/// Why: the generic path ([`emit`], `interpose::acquire`) looked the ring up
+/// twice, read [`WRITES`], [`HEADER`] and the recording switch two or three
+/// times each and hashed the call site and the object twice, because each
+/// piece reads the atomics itself and the real call between them keeps the
+/// compiler from merging the reads: ~190 of the agent's instructions for a
+/// lock, ~165 for an unlock (counted by single-stepping a recorded
+/// `sync_bench pair`). The mutex wrappers' common path (recording, no schedule
+/// enforced: `interpose::pthread_mutex_lock`) takes this one instead.
+#[derive(Clone, Copy)]
+pub(crate) struct Lane {
+    ring: u32,
+    attachment: u32,
+    writes: u8,
+}
+
+/// The calling thread's [`Lane`].
+#[inline(always)]
+pub(crate) fn lane() -> Lane {
+    let mine = RING.with(|r| r.get());
+    let attachment = ATTACHMENT.load(Relaxed);
+    Lane {
+        ring: if mine.attachment == attachment {
+            mine.ring
+        } else {
+            NO_RING
+        },
+        attachment,
+        writes: WRITES.load(Relaxed),
+    }
+}
+
+impl Lane {
+    /// Fetches, for writing, the lines an event on `addr` at `site` will
+    /// touch after the real call: the object's counter ([`prefetch_counter`])
+    /// and the ring's site dictionary set ([`prefetch_site`]).
+    #[inline(always)]
+    pub(crate) fn fetch_ahead(self, addr: u64, site: u64) {
+        prefetch_counter(addr);
+        self.fetch_site(site);
+    }
+
+    /// Fetches the ring's site dictionary set for `site` ([`prefetch_site`]).
+    #[inline(always)]
+    pub(crate) fn fetch_site(self, site: u64) {
+        if self.ring != NO_RING {
+            prefetch_for_write(&ring_header(self.ring).codec.0.sites[site_set(site)]);
+        }
+    }
+
+    /// The event's time stamp taken now ([`stamp_now`]).
+    #[inline(always)]
+    pub(crate) fn stamp(self, kind: u16, via: u8, addr: u64) -> u64 {
+        event_stamp(self.writes, kind, via, addr)
+    }
+
+    /// [`emit_at`] on this lane, after the real call: if a recorder attached
+    /// anew meanwhile (a thread blocked in its lock through a detach and an
+    /// attach), the ring looked up before the call is the old recording's and
+    /// the generic path claims one in the new.
+    #[inline(always)]
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "the event's fields, as emit_at takes them"
+    )]
+    pub(crate) fn emit_at(
+        self,
+        ts: u64,
+        kind: u16,
+        via: u8,
+        addr: u64,
+        site: u64,
+        seq: u64,
+        result: i32,
+    ) {
+        if ATTACHMENT.load(Relaxed) != self.attachment {
+            // `ts` may be in the former recording's unit.
+            return emit(kind, via, addr, site, seq, 0, result);
+        }
+        if self.ring == NO_RING {
+            return emit_at(ts, kind, via, addr, site, seq, 0, result);
+        }
+        write_event(
+            self.ring,
+            self.writes,
+            Event {
+                ts,
+                seq,
+                addr,
+                site,
+                extra: 0,
+                result,
+                kind: kind as u8,
+                via,
+            },
+        );
     }
 }
 
