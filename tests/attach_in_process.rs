@@ -298,3 +298,134 @@ fn a_recorder_killed_at_any_moment_leaves_the_target_as_it_was() {
     }
     end(child, out);
 }
+
+/// Starts `ordo record --pid PID --duration SECONDS -o TRACE` and returns once
+/// it has redirected the target's GOT (some read-only memory differs from
+/// `before`).
+fn attach_for(pid: u32, seconds: &str, trace: &Path, before: &[(String, Vec<u8>)]) -> Child {
+    let rec = Command::new(ordo())
+        .args([
+            "record",
+            "--pid",
+            &pid.to_string(),
+            "--duration",
+            seconds,
+            "-o",
+        ])
+        .arg(trace)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    while changed(before, &read_only_memory(pid)).is_empty() {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "never attached"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    rec
+}
+
+/// A thread that had recorded in one attachment, then entered
+/// `pthread_mutex_lock` and got the mutex only in the next attachment: the
+/// first recording shows it blocked on the mutex, the second its acquisition —
+/// as its own thread's, numbered after the holder's release and stamped within
+/// that recording. (The wrapper looks the thread's ring up before the real
+/// call; after it, the ring of that number in the new mapping may be another
+/// thread's or no one's.)
+#[test]
+fn a_lock_waited_for_across_two_attachments_is_recorded_in_the_second() {
+    if !have_root("a_lock_waited_for_across_two_attachments_is_recorded_in_the_second") {
+        return;
+    }
+    let dir = scratch("attach_in_process_across");
+    let (mut child, mut out) = target();
+    let pid = child.id();
+    let before = read_only_memory(pid);
+    let first = dir.join("first.ordo");
+    let second = dir.join("second.ordo");
+
+    let rec = attach_for(pid, "1", &first, &before);
+    std::thread::sleep(Duration::from_millis(100));
+    tell(&mut child, "block");
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    let blocker: u64 = line
+        .trim()
+        .strip_prefix("blocker ")
+        .unwrap_or_else(|| panic!("{line}"))
+        .parse()
+        .unwrap();
+    let output = rec.wait_with_output().unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let events = crate::common::dump_json(&first);
+    let of_blocker = |events: &[serde_json::Value], kind: &str, object: &str| {
+        events
+            .iter()
+            .filter(|e| {
+                e["tid"].as_u64() == Some(blocker) && e["kind"] == kind && e["object"] == object
+            })
+            .cloned()
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(of_blocker(&events, "mutex_lock", "own_lock").len(), 1);
+    assert_eq!(
+        of_blocker(&events, "blocked", "held_lock").len(),
+        1,
+        "{:?}",
+        events
+            .iter()
+            .filter(|e| e["tid"].as_u64() == Some(blocker))
+            .collect::<Vec<_>>()
+    );
+
+    let rec = attach_for(pid, "1", &second, &before);
+    std::thread::sleep(Duration::from_millis(100));
+    tell(&mut child, "release");
+    let output = rec.wait_with_output().unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let s = stats(&second);
+    assert_eq!(s["lost"].as_u64(), Some(0), "{s}");
+    let events = crate::common::dump_json(&second);
+    let on_held: Vec<_> = events
+        .iter()
+        .filter(|e| e["object"] == "held_lock")
+        .collect();
+    let locks = of_blocker(&events, "mutex_lock", "held_lock");
+    assert_eq!(locks.len(), 1, "{on_held:?}");
+    let release = on_held
+        .iter()
+        .find(|e| e["kind"] == "mutex_unlock" && e["tid"].as_u64() != Some(blocker))
+        .unwrap_or_else(|| panic!("the holder's release: {on_held:?}"));
+    let lock = &locks[0];
+    assert!(
+        lock["seq"].as_u64() > release["seq"].as_u64(),
+        "{lock} {release}"
+    );
+    let first_ts = events
+        .iter()
+        .filter_map(|e| e["ts_ns"].as_u64())
+        .min()
+        .unwrap();
+    let lock_ts = lock["ts_ns"].as_u64().unwrap();
+    assert!(
+        lock_ts >= release["ts_ns"].as_u64().unwrap() && lock_ts >= first_ts,
+        "{lock} {release} first {first_ts}"
+    );
+    assert_eq!(of_blocker(&events, "mutex_unlock", "held_lock").len(), 1);
+    assert_eq!(
+        changed(&before, &read_only_memory(pid)),
+        Vec::<String>::new()
+    );
+    end(child, out);
+}

@@ -3,10 +3,13 @@
 // sits in pthread_cond_wait on `go` the whole time; a holder takes `held_lock`
 // before anyone attaches and releases it when told. Commands on stdin:
 //   release   the holder releases `held_lock` (it took it at start-up)
+//   block     a new thread takes and releases `own_lock`, prints "blocker TID",
+//             then waits for `held_lock` (until `release`) and releases it
 //   end       everyone stops; prints "counter N" and exits 0 once all joined
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 static pthread_mutex_t work_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -15,8 +18,9 @@ static pthread_mutex_t go_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t go = PTHREAD_COND_INITIALIZER;
 static pthread_mutex_t release_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t release_cond = PTHREAD_COND_INITIALIZER;
+static pthread_mutex_t own_lock = PTHREAD_MUTEX_INITIALIZER;
 static int stop, released;
-static long counter;
+static long counter, blocker_count;
 
 static void *worker(void *arg) {
     (void)arg;
@@ -48,8 +52,22 @@ static void *holder(void *arg) {
     return NULL;
 }
 
+static void *blocker(void *arg) {
+    (void)arg;
+    pthread_mutex_lock(&own_lock);
+    blocker_count++;
+    pthread_mutex_unlock(&own_lock);
+    printf("blocker %ld\n", (long)syscall(SYS_gettid));
+    fflush(stdout);
+    pthread_mutex_lock(&held_lock);
+    blocker_count++;
+    pthread_mutex_unlock(&held_lock);
+    return NULL;
+}
+
 int main(void) {
-    pthread_t t[4];
+    pthread_t t[4], b;
+    int blocking = 0;
     pthread_create(&t[0], NULL, worker, NULL);
     pthread_create(&t[1], NULL, worker, NULL);
     pthread_create(&t[2], NULL, waiter, NULL);
@@ -63,6 +81,9 @@ int main(void) {
             released = 1;
             pthread_cond_signal(&release_cond);
             pthread_mutex_unlock(&release_lock);
+        } else if (strncmp(line, "block", 5) == 0 && !blocking) {
+            blocking = 1;
+            pthread_create(&b, NULL, blocker, NULL);
         } else if (strncmp(line, "end", 3) == 0) {
             break;
         }
@@ -78,6 +99,7 @@ int main(void) {
     pthread_cond_signal(&release_cond);
     pthread_mutex_unlock(&release_lock);
     for (int i = 0; i < 4; i++) pthread_join(t[i], NULL);
+    if (blocking) pthread_join(b, NULL);
     printf("counter %ld\n", counter);
     return 0;
 }

@@ -121,10 +121,17 @@ fn find(table: &[(AtomicU64, AtomicU64)], n: &AtomicUsize, pc: u64) -> Option<u6
     })
 }
 
-/// Whether `pc` lies in a sanitizer runtime.
+/// Whether `pc` lies in a sanitizer runtime: one load where none is loaded; the
+/// search out of line, so that it does not sit inside every wrapper's path.
 #[inline(always)]
 pub(crate) fn in_runtime(pc: u64) -> bool {
-    N_RUNTIME.load(Relaxed) != 0 && find(&RUNTIME, &N_RUNTIME, pc).is_some()
+    N_RUNTIME.load(Relaxed) != 0 && in_a_runtime(pc)
+}
+
+/// [`in_runtime`]'s search, once a runtime is loaded.
+#[inline(never)]
+fn in_a_runtime(pc: u64) -> bool {
+    find(&RUNTIME, &N_RUNTIME, pc).is_some()
 }
 
 /// Whether the bytes before `ret` (in a code range starting at `start`) end with a

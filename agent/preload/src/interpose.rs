@@ -114,6 +114,9 @@ macro_rules! site {
 
 type P = *mut c_void;
 
+/// A real libc function taking one object (a mutex's lock, trylock, unlock).
+type MutexFn = unsafe extern "C-unwind" fn(P) -> c_int;
+
 /// Runs `call`, an event of `kind` on `addr` that takes effect inside it and lets
 /// others proceed (a release, signal, post): gated, stamped and numbered before the
 /// call, recorded after it.
@@ -314,6 +317,12 @@ macro_rules! mutex_acquire {
 
 /// `pthread_mutex_lock`, interposed: gated and recorded as a mutex acquisition,
 /// tried first without waiting (see [`acquire`]).
+///
+/// The three mutex wrappers keep their path while recording with no schedule
+/// enforced (`record::Lane`) in line and everything else out of line (the gated
+/// path, a lock that has to wait), so that the path a server takes millions of
+/// times a second is a short run of code: a network server's kernel side evicts
+/// the instruction cache between its calls.
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C-unwind" fn pthread_mutex_lock(m: P) -> c_int {
     let real = real!("pthread_mutex_lock", fn(P) -> c_int);
@@ -323,22 +332,46 @@ pub unsafe extern "C-unwind" fn pthread_mutex_lock(m: P) -> c_int {
     }
     let site = site!();
     let try_lock = real!("pthread_mutex_trylock", fn(P) -> c_int);
-    if !crate::gate::on() {
-        let lane = record::lane();
-        let addr = m as u64;
-        lane.fetch_ahead(addr, site);
-        // SAFETY: the caller's argument, forwarded (module doc).
-        let r = if unsafe { try_lock(m) } == 0 {
-            0
-        } else {
-            let pending = record::block_begin(kind::MUTEX_LOCK, addr, site);
-            // SAFETY: as above.
-            let r = unsafe { real(m) };
-            record::block_end(pending);
-            r
-        };
-        return mutex_acquired(lane, via::PLAIN, addr, site, r);
+    if crate::gate::on() {
+        // SAFETY: the caller's argument, forwarded.
+        return unsafe { mutex_lock_gated(m, site, real, try_lock) };
     }
+    let lane = record::lane();
+    let addr = m as u64;
+    lane.fetch_ahead(addr, site);
+    // SAFETY: the caller's argument, forwarded (module doc).
+    let r = if unsafe { try_lock(m) } == 0 {
+        0
+    } else {
+        // SAFETY: as above.
+        unsafe { mutex_lock_waiting(m, site, real) }
+    };
+    mutex_acquired(lane, via::PLAIN, addr, site, r)
+}
+
+/// `pthread_mutex_lock`'s real call after its first try failed: noted in the
+/// ring's pending slot while it may block (`record::block_begin`).
+///
+/// # Safety
+/// `pthread_mutex_lock`'s contract (module doc).
+#[cold]
+#[inline(never)]
+unsafe fn mutex_lock_waiting(m: P, site: u64, real: MutexFn) -> c_int {
+    let pending = record::block_begin(kind::MUTEX_LOCK, m as u64, site);
+    // SAFETY: the caller's argument, forwarded (module doc).
+    let r = unsafe { real(m) };
+    record::block_end(pending);
+    r
+}
+
+/// `pthread_mutex_lock` while a schedule is enforced (the generic path, see
+/// [`acquire`]).
+///
+/// # Safety
+/// `pthread_mutex_lock`'s contract (module doc).
+#[cold]
+#[inline(never)]
+unsafe fn mutex_lock_gated(m: P, site: u64, real: MutexFn, try_lock: MutexFn) -> c_int {
     acquire(
         kind::MUTEX_LOCK,
         kind::MUTEX_LOCK_FAILED,
@@ -353,7 +386,8 @@ pub unsafe extern "C-unwind" fn pthread_mutex_lock(m: P) -> c_int {
     )
 }
 
-/// `pthread_mutex_trylock`, interposed: see `try_acquire`.
+/// `pthread_mutex_trylock`, interposed: see `try_acquire` (and, for the path
+/// while recording, `pthread_mutex_lock`).
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C-unwind" fn pthread_mutex_trylock(m: P) -> c_int {
     let real = real!("pthread_mutex_trylock", fn(P) -> c_int);
@@ -362,14 +396,25 @@ pub unsafe extern "C-unwind" fn pthread_mutex_trylock(m: P) -> c_int {
         return unsafe { real(m) };
     }
     let site = site!();
-    if !crate::gate::on() {
-        let lane = record::lane();
-        let addr = m as u64;
-        lane.fetch_ahead(addr, site);
-        // SAFETY: the caller's argument, forwarded (module doc).
-        let r = unsafe { real(m) };
-        return mutex_acquired(lane, via::TRY, addr, site, r);
+    if crate::gate::on() {
+        // SAFETY: the caller's argument, forwarded.
+        return unsafe { mutex_trylock_gated(m, site, real) };
     }
+    let lane = record::lane();
+    let addr = m as u64;
+    lane.fetch_ahead(addr, site);
+    // SAFETY: the caller's argument, forwarded (module doc).
+    let r = unsafe { real(m) };
+    mutex_acquired(lane, via::TRY, addr, site, r)
+}
+
+/// `pthread_mutex_trylock` while a schedule is enforced (see `try_acquire`).
+///
+/// # Safety
+/// `pthread_mutex_trylock`'s contract (module doc).
+#[cold]
+#[inline(never)]
+unsafe fn mutex_trylock_gated(m: P, site: u64, real: MutexFn) -> c_int {
     let unlock = real!("pthread_mutex_unlock", fn(P) -> c_int);
     try_acquire(
         kind::MUTEX_LOCK,
@@ -397,18 +442,29 @@ pub unsafe extern "C-unwind" fn pthread_mutex_unlock(m: P) -> c_int {
         return unsafe { real(m) };
     }
     let site = site!();
-    if !crate::gate::on() {
-        // `release`'s path without a gate, on one lookup of the recording.
-        let lane = record::lane();
-        let addr = m as u64;
-        lane.fetch_site(site);
-        let seq = record::next_seq_held(addr);
-        let ts = lane.stamp(kind::MUTEX_UNLOCK, via::PLAIN, addr);
-        // SAFETY: the caller's argument, forwarded (module doc).
-        let r = unsafe { real(m) };
-        lane.emit_at(ts, kind::MUTEX_UNLOCK, via::PLAIN, addr, site, seq, 0);
-        return r;
+    if crate::gate::on() {
+        // SAFETY: the caller's argument, forwarded.
+        return unsafe { mutex_unlock_gated(m, site, real) };
     }
+    // `release`'s path without a gate, on one lookup of the recording.
+    let lane = record::lane();
+    let addr = m as u64;
+    lane.fetch_site(site);
+    let seq = record::next_seq_held(addr);
+    let ts = lane.stamp(kind::MUTEX_UNLOCK, via::PLAIN, addr);
+    // SAFETY: the caller's argument, forwarded (module doc).
+    let r = unsafe { real(m) };
+    lane.emit_at(ts, kind::MUTEX_UNLOCK, via::PLAIN, addr, site, seq, 0);
+    r
+}
+
+/// `pthread_mutex_unlock` while a schedule is enforced (see [`release`]).
+///
+/// # Safety
+/// `pthread_mutex_unlock`'s contract (module doc).
+#[cold]
+#[inline(never)]
+unsafe fn mutex_unlock_gated(m: P, site: u64, real: MutexFn) -> c_int {
     // SAFETY: the caller's argument, forwarded (module doc).
     release(kind::MUTEX_UNLOCK, via::PLAIN, m, site, || unsafe {
         real(m)
