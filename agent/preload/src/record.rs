@@ -67,8 +67,14 @@ static ATTACHMENT: AtomicU32 = AtomicU32::new(0);
 /// The calling thread's ring in the current recording, [`NO_RING`] if none yet.
 #[inline(always)]
 fn my_ring() -> u32 {
+    my_ring_in(ATTACHMENT.load(Relaxed))
+}
+
+/// The calling thread's ring if it was claimed in `attachment`, else [`NO_RING`].
+#[inline(always)]
+fn my_ring_in(attachment: u32) -> u32 {
     let mine = RING.with(|r| r.get());
-    if mine.attachment == ATTACHMENT.load(Relaxed) {
+    if mine.attachment == attachment {
         mine.ring
     } else {
         NO_RING
@@ -488,7 +494,12 @@ pub(crate) fn prefetch_counter(addr: u64) {
 /// sites it calls rarely.
 #[inline(always)]
 pub(crate) fn prefetch_site(site: u64) {
-    let i = my_ring();
+    prefetch_site_in(my_ring(), site);
+}
+
+/// [`prefetch_site`] in ring `i` ([`NO_RING`]: none to fetch).
+#[inline(always)]
+fn prefetch_site_in(i: u32, site: u64) {
     if i != NO_RING {
         prefetch_for_write(&ring_header(i).codec.0.sites[site_set(site)]);
     }
@@ -848,14 +859,9 @@ pub(crate) struct Lane {
 /// The calling thread's [`Lane`].
 #[inline(always)]
 pub(crate) fn lane() -> Lane {
-    let mine = RING.with(|r| r.get());
     let attachment = ATTACHMENT.load(Relaxed);
     Lane {
-        ring: if mine.attachment == attachment {
-            mine.ring
-        } else {
-            NO_RING
-        },
+        ring: my_ring_in(attachment),
         attachment,
         writes: WRITES.load(Relaxed),
     }
@@ -874,9 +880,7 @@ impl Lane {
     /// Fetches the ring's site dictionary set for `site` ([`prefetch_site`]).
     #[inline(always)]
     pub(crate) fn fetch_site(self, site: u64) {
-        if self.ring != NO_RING {
-            prefetch_for_write(&ring_header(self.ring).codec.0.sites[site_set(site)]);
-        }
+        prefetch_site_in(self.ring, site);
     }
 
     /// The event's time stamp taken now ([`stamp_now`]).
