@@ -884,9 +884,43 @@ impl Lane {
     }
 
     /// The event's time stamp taken now ([`stamp_now`]).
+    ///
+    /// With sparse stamps the step that takes none (the thread's previous
+    /// stamp plus one tick) is here, in line, where `kind` and `via` are the
+    /// wrapper's constants, so that only the event's own test is left of
+    /// [`cannot_have_waited`], and the clock's read is out of line
+    /// ([`Lane::sparse_clock`]). Why: out of line, with the kinds matched
+    /// at run time and the attachment read again, the step cost about what the
+    /// read of the clock it saves does (memcached: the agent's user time an
+    /// operation +0.007 ± 0.058 µs against exact stamps, 30 runs,
+    /// `-20261206-202503`).
     #[inline(always)]
     pub(crate) fn stamp(self, kind: u16, via: u8, addr: u64) -> u64 {
-        event_stamp(self.writes, kind, via, addr)
+        if self.writes & WRITES_SPARSE == 0 {
+            return stamp(self.writes);
+        }
+        let (last, run, attachment) = LAST_STAMP.with(|s| s.get());
+        if cannot_have_waited(kind, via, addr)
+            && last != 0
+            && attachment == self.attachment
+            && run < SPARSE_RUN
+        {
+            LAST_STAMP.with(|s| s.set((last + 1, run + 1, attachment)));
+            return last + 1;
+        }
+        self.sparse_clock()
+    }
+
+    /// [`Lane::stamp`]'s read of the clock with sparse stamps: the event may
+    /// have waited, or follows the thread's first event in this attachment,
+    /// or ends a run of [`SPARSE_RUN`]. A stamp taken in an attachment that
+    /// has ended meanwhile is taken again by [`Lane::emit_at`]'s generic path.
+    #[cold]
+    #[inline(never)]
+    fn sparse_clock(self) -> u64 {
+        let now = stamp(self.writes);
+        LAST_STAMP.with(|s| s.set((now, 0, self.attachment)));
+        now
     }
 
     /// [`emit_at`] on this lane, after the real call: if a recorder attached
