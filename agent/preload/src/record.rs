@@ -430,19 +430,35 @@ fn event_stamp(writes: u8, kind: u16, via: u8, addr: u64) -> u64 {
 /// path with exact times (the default) stays short in the instruction cache.
 #[inline(never)]
 fn sparse_stamp(writes: u8, kind: u16, via: u8, addr: u64) -> u64 {
-    let (last, run, attachment) = LAST_STAMP.with(|s| s.get());
-    let now_attached = ATTACHMENT.load(Relaxed);
-    let next = if last != 0
-        && attachment == now_attached
-        && run < SPARSE_RUN
-        && cannot_have_waited(kind, via, addr)
-    {
-        (last + 1, run + 1, now_attached)
-    } else {
-        (stamp(writes), 0, now_attached)
-    };
-    LAST_STAMP.with(|s| s.set(next));
-    next.0
+    let attachment = ATTACHMENT.load(Relaxed);
+    sparse_step(attachment, cannot_have_waited(kind, via, addr))
+        .unwrap_or_else(|| sparse_clock(writes, attachment))
+}
+
+/// The rule of [`CLOCK_SPARSE`] without the clock: the thread's previous stamp
+/// plus one tick, if the event `may_skip` the clock ([`cannot_have_waited`]),
+/// the previous stamp was taken in the same `attachment` and the run of such
+/// stamps is shorter than [`SPARSE_RUN`]; otherwise none, and the caller reads
+/// the clock ([`sparse_clock`]).
+#[inline(always)]
+fn sparse_step(attachment: u32, may_skip: bool) -> Option<u64> {
+    let (last, run, stamped_in) = LAST_STAMP.with(|s| s.get());
+    if may_skip && last != 0 && stamped_in == attachment && run < SPARSE_RUN {
+        LAST_STAMP.with(|s| s.set((last + 1, run + 1, attachment)));
+        return Some(last + 1);
+    }
+    None
+}
+
+/// The clock's read with [`CLOCK_SPARSE`], where [`sparse_step`] gave none: it
+/// starts a new run in `attachment`. Cold, so that the step stays short where
+/// it is in line ([`Lane::stamp`]).
+#[cold]
+#[inline(never)]
+fn sparse_clock(writes: u8, attachment: u32) -> u64 {
+    let now = stamp(writes);
+    LAST_STAMP.with(|s| s.set((now, 0, attachment)));
+    now
 }
 
 /// The next sequence number of the object at `addr`.
@@ -885,43 +901,26 @@ impl Lane {
 
     /// The event's time stamp taken now ([`stamp_now`]).
     ///
-    /// With sparse stamps the step that takes none (the thread's previous
-    /// stamp plus one tick) is here, in line, where `kind` and `via` are the
-    /// wrapper's constants, so that only the event's own test is left of
-    /// [`cannot_have_waited`], and the clock's read is out of line
-    /// ([`Lane::sparse_clock`]). Why: out of line, with the kinds matched
-    /// at run time and the attachment read again, the step took 240
-    /// instructions for a lock and 212 for an unlock against 216 and 186 here
-    /// (single-stepped; exact stamps 201 and 177). In a hot loop of pairs it
-    /// saves ~24 ns of ~66; in memcached neither form measurably lowers the
-    /// agent's time, whose clock reads overlap its misses (docs/BENCHMARKS.md).
+    /// With sparse stamps the step that takes none ([`sparse_step`]: the
+    /// thread's previous stamp plus one tick) is here, in line, where `kind`
+    /// and `via` are the wrapper's constants, so that only the event's own
+    /// test is left of [`cannot_have_waited`]; the clock's read is out of line
+    /// ([`sparse_clock`]). A stamp taken in an attachment that has ended
+    /// meanwhile is taken again by [`Lane::emit_at`]'s generic path.
+    ///
+    /// Why: out of line, with the kinds matched at run time and the attachment
+    /// read again, the step took 240 instructions for a lock and 212 for an
+    /// unlock against 213 and 185 here (single-stepped; exact stamps 201 and
+    /// 178). In a hot loop of pairs it saves 7–24 ns of 45–66; in memcached
+    /// neither form measurably lowers the agent's time, whose clock reads
+    /// overlap its misses (docs/BENCHMARKS.md).
     #[inline(always)]
     pub(crate) fn stamp(self, kind: u16, via: u8, addr: u64) -> u64 {
         if self.writes & WRITES_SPARSE == 0 {
             return stamp(self.writes);
         }
-        let (last, run, attachment) = LAST_STAMP.with(|s| s.get());
-        if cannot_have_waited(kind, via, addr)
-            && last != 0
-            && attachment == self.attachment
-            && run < SPARSE_RUN
-        {
-            LAST_STAMP.with(|s| s.set((last + 1, run + 1, attachment)));
-            return last + 1;
-        }
-        self.sparse_clock()
-    }
-
-    /// [`Lane::stamp`]'s read of the clock with sparse stamps: the event may
-    /// have waited, or follows the thread's first event in this attachment,
-    /// or ends a run of [`SPARSE_RUN`]. A stamp taken in an attachment that
-    /// has ended meanwhile is taken again by [`Lane::emit_at`]'s generic path.
-    #[cold]
-    #[inline(never)]
-    fn sparse_clock(self) -> u64 {
-        let now = stamp(self.writes);
-        LAST_STAMP.with(|s| s.set((now, 0, self.attachment)));
-        now
+        sparse_step(self.attachment, cannot_have_waited(kind, via, addr))
+            .unwrap_or_else(|| sparse_clock(self.writes, self.attachment))
     }
 
     /// [`emit_at`] on this lane, after the real call: if a recorder attached
