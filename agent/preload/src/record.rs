@@ -430,7 +430,14 @@ fn event_stamp(writes: u8, kind: u16, via: u8, addr: u64) -> u64 {
 /// path with exact times (the default) stays short in the instruction cache.
 #[inline(never)]
 fn sparse_stamp(writes: u8, kind: u16, via: u8, addr: u64) -> u64 {
-    let attachment = ATTACHMENT.load(Relaxed);
+    sparse_stamp_in(ATTACHMENT.load(Relaxed), writes, kind, via, addr)
+}
+
+/// A sparse stamp of an event in `attachment`: [`sparse_step`], else
+/// [`sparse_clock`]. In line, so that where `kind` and `via` are constants
+/// ([`Lane::stamp`]) only the event's own test is left of [`cannot_have_waited`].
+#[inline(always)]
+fn sparse_stamp_in(attachment: u32, writes: u8, kind: u16, via: u8, addr: u64) -> u64 {
     sparse_step(attachment, cannot_have_waited(kind, via, addr))
         .unwrap_or_else(|| sparse_clock(writes, attachment))
 }
@@ -901,11 +908,11 @@ impl Lane {
 
     /// The event's time stamp taken now ([`stamp_now`]).
     ///
-    /// With sparse stamps the step that takes none ([`sparse_step`]: the
-    /// thread's previous stamp plus one tick) is here, in line, where `kind`
-    /// and `via` are the wrapper's constants, so that only the event's own
-    /// test is left of [`cannot_have_waited`]; the clock's read is out of line
-    /// ([`sparse_clock`]). A stamp taken in an attachment that has ended
+    /// With sparse stamps ([`sparse_stamp_in`]) the step that takes none
+    /// ([`sparse_step`]: the thread's previous stamp plus one tick) is here,
+    /// in line, where `kind` and `via` are the wrapper's constants, so that
+    /// only the event's own test is left of [`cannot_have_waited`]; the
+    /// clock's read is out of line ([`sparse_clock`]). A stamp taken in an attachment that has ended
     /// meanwhile is taken again by [`Lane::emit_at`]'s generic path.
     ///
     /// Why: out of line, with the kinds matched at run time and the attachment
@@ -919,8 +926,7 @@ impl Lane {
         if self.writes & WRITES_SPARSE == 0 {
             return stamp(self.writes);
         }
-        sparse_step(self.attachment, cannot_have_waited(kind, via, addr))
-            .unwrap_or_else(|| sparse_clock(self.writes, self.attachment))
+        sparse_stamp_in(self.attachment, self.writes, kind, via, addr)
     }
 
     /// [`emit_at`] on this lane, after the real call: if a recorder attached
