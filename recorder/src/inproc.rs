@@ -48,7 +48,7 @@ use ordo_probe_common::inproc::{
 };
 use ordo_probe_common::{kind, RawEvent};
 
-use crate::prefault::{PassBuf, PrefaultPool};
+use crate::prefault::{CopyWatch, PassBuf, PrefaultPool};
 
 /// The shared mapping, owned by the recorder.
 pub struct InprocMapping {
@@ -79,6 +79,41 @@ unsafe impl Sync for InprocMapping {}
 impl std::fmt::Debug for InprocMapping {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "InprocMapping(fd {})", self.fd.as_raw_fd())
+    }
+}
+
+/// What the drain learns from a ring's units as it copies them
+/// ([`PassBuf::extend_streaming`]): the call sites carried in full, in order
+/// (`sites`), and, when `folds`, each lock taken and released at once as one
+/// folded pair ([`fold_pair`]).
+struct RingCopy<'a> {
+    scan: SiteScan,
+    sites: &'a mut Vec<u64>,
+    folds: bool,
+}
+
+impl RingCopy<'_> {
+    #[inline(always)]
+    fn see(&mut self, unit: &Unit) {
+        if let Some(site) = self.scan.see(unit) {
+            if self.sites.last() != Some(&site) {
+                self.sites.push(site);
+            }
+        }
+    }
+}
+
+impl CopyWatch<Unit> for RingCopy<'_> {
+    #[inline(always)]
+    fn take(&mut self, unit: &Unit, next: Option<&Unit>) -> Option<Unit> {
+        // A later unit of a longer event can look like a short one: only a unit
+        // that starts an event may start a pair.
+        let starts_event = self.scan.at_event_start();
+        self.see(unit);
+        let next = next.filter(|_| self.folds && starts_event)?;
+        let pair = fold_pair(unit, next)?;
+        self.see(next);
+        Some(pair)
     }
 }
 
@@ -343,33 +378,18 @@ impl InprocMapping {
                 };
                 let from = tail as usize & (RING_UNITS - 1);
                 let n = (head - tail) as usize;
-                let mut scan = SiteScan::default();
-                let sites = &mut pass.full_sites;
-                let mut see = |scan: &mut SiteScan, u: &Unit| {
-                    if let Some(site) = scan.see(u) {
-                        if sites.last() != Some(&site) {
-                            sites.push(site);
-                        }
-                    }
-                };
-                let folds = self.fold;
-                // A later unit of a longer event can look like a short one: only
-                // a unit that starts an event may start a pair.
-                let mut take = |u: &Unit, next: Option<&Unit>| {
-                    let starts_event = scan.at_event_start();
-                    see(&mut scan, u);
-                    let next = next.filter(|_| folds && starts_event)?;
-                    let pair = fold_pair(u, next)?;
-                    see(&mut scan, next);
-                    Some(pair)
+                let mut copy = RingCopy {
+                    scan: SiteScan::default(),
+                    sites: &mut pass.full_sites,
+                    folds: self.fold,
                 };
                 if from + n <= RING_UNITS {
                     pass.records
-                        .extend_streaming(&units[from..from + n], &mut take);
+                        .extend_streaming(&units[from..from + n], &mut copy);
                 } else {
-                    pass.records.extend_streaming(&units[from..], &mut take);
+                    pass.records.extend_streaming(&units[from..], &mut copy);
                     pass.records
-                        .extend_streaming(&units[..from + n - RING_UNITS], &mut take);
+                        .extend_streaming(&units[..from + n - RING_UNITS], &mut copy);
                 }
                 pass.batches.push(Batch {
                     tid,

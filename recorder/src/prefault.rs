@@ -19,8 +19,34 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 
+/// Records ahead of the copy whose line [`PassBuf::extend_streaming`] fetches:
+/// a ring's lines were last written on the producer's CPU, and fetching 8 lines
+/// (of 16-byte units) ahead overlaps their transfers — in a hot loop of recorded
+/// pairs the drain took ~10 % less time an event (by hand, 2026-12-07). Never
+/// past the slice: the line at the ring's head may be the one its producer is
+/// writing, and fetching it would take it away from that CPU.
+const PREFETCH_AHEAD: usize = 32;
+
 /// Reservations are made in multiples of this.
 const GRANULE: usize = 64 << 10;
+
+/// What [`PassBuf::extend_streaming`] shows each record as it copies it.
+///
+/// A trait rather than a closure so that the drain's (`inproc`) is in line in
+/// the copy's loop: as a closure it was a call a record, a fifth of the drain's
+/// samples in a recorded memcached.
+pub(crate) trait CopyWatch<T> {
+    /// Sees `record`, with the record after it in the same piece; returns the one
+    /// record to store instead of the two, or `None` to store `record` alone.
+    fn take(&mut self, record: &T, next: Option<&T>) -> Option<T>;
+}
+
+impl<T, F: FnMut(&T, Option<&T>) -> Option<T>> CopyWatch<T> for F {
+    #[inline(always)]
+    fn take(&mut self, record: &T, next: Option<&T>) -> Option<T> {
+        self(record, next)
+    }
+}
 
 /// A buffer of `T`s with a fixed reserved capacity in its own anonymous mapping.
 pub(crate) struct PassBuf<T: Copy> {
@@ -150,18 +176,21 @@ impl<T: Copy> PassBuf<T> {
     /// line from memory again. Where `take` makes one record of the two, that one
     /// is stored instead of both and the next is not shown again; the buffer then
     /// holds fewer records than it was given.
-    pub(crate) fn extend_streaming(
-        &mut self,
-        records: &[T],
-        mut take: impl FnMut(&T, Option<&T>) -> Option<T>,
-    ) {
+    #[inline(always)]
+    pub(crate) fn extend_streaming(&mut self, records: &[T], take: &mut impl CopyWatch<T>) {
         self.check_room(records.len());
         #[cfg(target_arch = "x86_64")]
         let streaming = std::mem::size_of::<T>().is_multiple_of(16)
             && (self.ptr.as_ptr() as usize).is_multiple_of(16);
         let mut i = 0;
         while i < records.len() {
-            let one = match take(&records[i], records.get(i + 1)) {
+            #[cfg(target_arch = "x86_64")]
+            if let Some(ahead) = records.get(i + PREFETCH_AHEAD) {
+                use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+                // SAFETY: a prefetch of a record in the slice.
+                unsafe { _mm_prefetch::<_MM_HINT_T0>((ahead as *const T).cast()) };
+            }
+            let one = match take.take(&records[i], records.get(i + 1)) {
                 Some(one) => {
                     i += 2;
                     one
