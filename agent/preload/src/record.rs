@@ -912,8 +912,9 @@ impl Lane {
     /// ([`sparse_step`]: the thread's previous stamp plus one tick) is here,
     /// in line, where `kind` and `via` are the wrapper's constants, so that
     /// only the event's own test is left of [`cannot_have_waited`]; the
-    /// clock's read is out of line ([`sparse_clock`]). A stamp taken in an attachment that has ended
-    /// meanwhile is taken again by [`Lane::emit_at`]'s generic path.
+    /// clock's read is out of line ([`sparse_clock`]). A stamp taken in an
+    /// attachment that has ended meanwhile is taken again by
+    /// [`Lane::emit_at`]'s generic path.
     ///
     /// Why: out of line, with the kinds matched at run time and the attachment
     /// read again, the step took 240 instructions for a lock and 212 for an
