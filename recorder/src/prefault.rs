@@ -19,36 +19,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 
-/// Records ahead of the copy whose line [`PassBuf::extend_streaming`] fetches:
-/// a ring's lines were last written on the producer's CPU, and fetching 8 lines
-/// (of 16-byte units) ahead overlaps their transfers — in a hot loop of recorded
-/// pairs the drain took ~13 % less time an event (by hand, 2026-12-07). Never
-/// past the slice: the line at the ring's head may be the one its producer is
-/// writing, and fetching it would take it away from that CPU.
-const PREFETCH_AHEAD: usize = 32;
-
 /// Reservations are made in multiples of this.
 const GRANULE: usize = 64 << 10;
-
-/// What [`PassBuf::extend_streaming`] shows each record as it copies it.
-///
-/// A trait rather than a closure so that the drain's (`inproc`) is in line in
-/// the copy's loop: the closure was called once a record, not in line, and held
-/// 44 % of the drain's samples in a recorded memcached (`perf`, by hand).
-pub(crate) trait CopyWatch<T> {
-    /// Sees `record`, with the record after it in the same piece; returns the one
-    /// record to store instead of the two, or `None` to store `record` alone.
-    fn take(&mut self, record: &T, next: Option<&T>) -> Option<T>;
-}
-
-/// Closures watch the copies in the tests; the drain has its own watch.
-#[cfg(test)]
-impl<T, F: FnMut(&T, Option<&T>) -> Option<T>> CopyWatch<T> for F {
-    #[inline(always)]
-    fn take(&mut self, record: &T, next: Option<&T>) -> Option<T> {
-        self(record, next)
-    }
-}
 
 /// A buffer of `T`s with a fixed reserved capacity in its own anonymous mapping.
 pub(crate) struct PassBuf<T: Copy> {
@@ -61,6 +33,70 @@ pub(crate) struct PassBuf<T: Copy> {
     /// Bytes from the start known to be faulted in ([`PassBuf::populate_to`]).
     faulted: usize,
     _owns: PhantomData<T>,
+}
+
+/// The room [`PassBuf::append_streaming`] lends a copier: records pushed here
+/// are stored one after another, with non-temporal stores where they are whole
+/// 16-byte words.
+pub(crate) struct StreamOut<T> {
+    at: *mut T,
+    room: usize,
+    written: usize,
+}
+
+/// No room: what a copier holds while it lends its room on.
+impl<T> Default for StreamOut<T> {
+    fn default() -> Self {
+        StreamOut {
+            at: std::ptr::null_mut(),
+            room: 0,
+            written: 0,
+        }
+    }
+}
+
+impl<T: Copy> StreamOut<T> {
+    /// Whether records are stored with non-temporal stores: whole 16-byte words
+    /// (the buffer's mapping is page-aligned, so every record is 16-byte aligned).
+    const STREAMING: bool =
+        cfg!(target_arch = "x86_64") && std::mem::size_of::<T>().is_multiple_of(16);
+
+    /// Records that may still be pushed.
+    #[inline(always)]
+    pub(crate) fn room_left(&self) -> usize {
+        self.room - self.written
+    }
+
+    /// Stores `record` after the ones pushed before, without a check of its
+    /// own: a copier checks its whole output against [`StreamOut::room_left`]
+    /// once, before its loop.
+    ///
+    /// # Safety
+    /// Fewer than [`StreamOut::room_left`] records were pushed since that check.
+    #[inline(always)]
+    pub(crate) unsafe fn push_unchecked(&mut self, record: T) {
+        // SAFETY: below the room (the caller's contract), which was checked
+        // against the reservation (`append_streaming`), so in bounds.
+        let to = unsafe { self.at.add(self.written) };
+        #[cfg(target_arch = "x86_64")]
+        if Self::STREAMING {
+            use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_stream_si128};
+            // SAFETY: as above; `to` is 16-byte aligned (a page-aligned mapping
+            // of records a multiple of 16 bytes long); SSE2 is part of x86_64.
+            unsafe {
+                let to = to.cast::<__m128i>();
+                let from = (&record as *const T).cast::<__m128i>();
+                for w in 0..std::mem::size_of::<T>() / 16 {
+                    _mm_stream_si128(to.add(w), _mm_loadu_si128(from.add(w)));
+                }
+            }
+            self.written += 1;
+            return;
+        }
+        // SAFETY: as above; T is Copy.
+        unsafe { to.write(record) };
+        self.written += 1;
+    }
 }
 
 // SAFETY: the buffer owns its mapping exclusively, like a Vec<T>.
@@ -167,68 +203,35 @@ impl<T: Copy> PassBuf<T> {
         self.len += records.len();
     }
 
-    /// Appends records like [`PassBuf::extend_from_slice`], with non-temporal
-    /// stores where the records are whole 16-byte words: nothing reads a pass until
-    /// the converter, usually seconds later, so its lines need not take cache room
-    /// from the program while the drain fills it (the stores go to memory through
-    /// write-combining buffers, and the `sfence` at the end orders them before the
-    /// pass is handed on). `take` is shown each record with the one after it, as
-    /// it is copied: whatever the drain needs from the records it learns then,
-    /// from the source's lines, because reading the copy back would fetch each
-    /// line from memory again. Where `take` makes one record of the two, that one
-    /// is stored instead of both and the next is not shown again; the buffer then
-    /// holds fewer records than it was given.
+    /// Appends the records `copy` pushes, at most `most` of them, with
+    /// non-temporal stores where the records are whole 16-byte words: nothing
+    /// reads a pass until the converter, usually seconds later, so its lines
+    /// need not take cache room from the program while the drain fills it (the
+    /// stores go to memory through write-combining buffers, and the `sfence` at
+    /// the end orders them before the pass is handed on). Whatever the copier
+    /// needs from the records it learns from its source as it copies, because
+    /// reading the copy back would fetch each line from memory again.
+    ///
+    /// The copier gets the room as a [`StreamOut`] of its own, in its frame, so
+    /// that its loop keeps the position in a register: the length behind `self`
+    /// was read and written once a record when the loop stored through the
+    /// buffer's pointer, which the compiler could not tell from `self.len`.
     #[inline(always)]
-    pub(crate) fn extend_streaming(&mut self, records: &[T], take: &mut impl CopyWatch<T>) {
-        self.check_room(records.len());
+    pub(crate) fn append_streaming(&mut self, most: usize, copy: impl FnOnce(&mut StreamOut<T>)) {
+        self.check_room(most);
+        let mut out = StreamOut {
+            // SAFETY: `len` is within the reservation.
+            at: unsafe { self.ptr.as_ptr().add(self.len) },
+            room: most,
+            written: 0,
+        };
+        copy(&mut out);
         #[cfg(target_arch = "x86_64")]
-        let streaming = std::mem::size_of::<T>().is_multiple_of(16)
-            && (self.ptr.as_ptr() as usize).is_multiple_of(16);
-        let mut i = 0;
-        while i < records.len() {
-            #[cfg(target_arch = "x86_64")]
-            if let Some(ahead) = records.get(i + PREFETCH_AHEAD) {
-                use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-                // SAFETY: a prefetch of a record in the slice.
-                unsafe { _mm_prefetch::<_MM_HINT_T0>((ahead as *const T).cast()) };
-            }
-            let one = match take.take(&records[i], records.get(i + 1)) {
-                Some(one) => {
-                    i += 2;
-                    one
-                }
-                None => {
-                    i += 1;
-                    records[i - 1]
-                }
-            };
-            // SAFETY (both stores): at most `records.len()` records stored, in
-            // bounds of the reservation (checked above).
-            #[cfg(target_arch = "x86_64")]
-            if streaming {
-                use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_stream_si128};
-                let words = std::mem::size_of::<T>() / 16;
-                // SAFETY: as above; 16-byte aligned (the mapping is page-aligned
-                // and T a multiple of 16 bytes); SSE2 is part of x86_64.
-                unsafe {
-                    let to = self.ptr.as_ptr().add(self.len).cast::<__m128i>();
-                    let from = (&one as *const T).cast::<__m128i>();
-                    for w in 0..words {
-                        _mm_stream_si128(to.add(w), _mm_loadu_si128(from.add(w)));
-                    }
-                }
-                self.len += 1;
-                continue;
-            }
-            // SAFETY: as above; T is Copy.
-            unsafe { self.ptr.as_ptr().add(self.len).write(one) };
-            self.len += 1;
-        }
-        #[cfg(target_arch = "x86_64")]
-        if streaming {
+        if StreamOut::<T>::STREAMING {
             // SAFETY: SSE2 is part of x86_64.
             unsafe { std::arch::x86_64::_mm_sfence() };
         }
+        self.len += out.written;
     }
 
     /// The records' bytes rounded up to a multiple of `align` (a power of two
@@ -494,64 +497,39 @@ mod tests {
     }
 
     #[test]
-    fn streaming_copies_keep_and_show_every_record_in_order() {
+    fn streaming_copies_keep_every_record_in_order() {
         #[derive(Clone, Copy, Debug, PartialEq)]
         #[repr(C)]
         struct Word(u64, u64);
-        // A source that is not 16-byte aligned (the stores' side must be, the
-        // loads' need not), copied in pieces of odd lengths, as a ring wraps.
-        let words: Vec<u64> = (0..20_001u64).collect();
-        // SAFETY: 10 000 `Word`s of initialized u64 pairs starting one u64 in;
-        // `Word` is two u64s with their alignment.
-        let source: &[Word] =
-            unsafe { std::slice::from_raw_parts(words.as_ptr().add(1).cast(), 10_000) };
+        // Appended in pieces of odd lengths, as a ring wraps, each piece given
+        // more room than it uses (a copier that folds pushes fewer).
+        let source: Vec<Word> = (0..10_000u64).map(|i| Word(2 * i + 1, 2 * i + 2)).collect();
         let mut b = PassBuf::<Word>::default();
-        assert!(b.reserve_total(source.len()));
-        let mut seen = Vec::new();
-        let mut see = |w: &Word, _: Option<&Word>| {
-            seen.push(*w);
-            None
-        };
-        b.extend_streaming(&source[..3], &mut see);
-        b.extend_streaming(&source[3..9_999], &mut see);
-        b.extend_streaming(&source[9_999..], &mut see);
+        assert!(b.reserve_total(source.len() + 10));
+        for piece in [&source[..3], &source[3..9_999], &source[9_999..]] {
+            b.append_streaming(piece.len() + 3, |out| {
+                assert!(out.room_left() >= piece.len());
+                for &w in piece {
+                    // SAFETY: within the room checked above.
+                    unsafe { out.push_unchecked(w) };
+                }
+            });
+        }
         assert_eq!(b.len(), 10_000);
-        assert_eq!(
-            &seen[..],
-            &b[..],
-            "each record is shown as it is copied, in order"
-        );
-        for (i, w) in b.iter().enumerate() {
-            assert_eq!(*w, Word(2 * i as u64 + 1, 2 * i as u64 + 2));
-        }
+        assert_eq!(&b[..], &source[..]);
+        // A copier that pushes fewer than its room leaves the rest unclaimed.
+        // SAFETY: one record in a room of 10.
+        b.append_streaming(10, |out| unsafe { out.push_unchecked(Word(7, 7)) });
+        assert_eq!(b.len(), 10_001);
+        assert_eq!(b[10_000], Word(7, 7));
+    }
 
-        // Folding: a record whose first word is a multiple of 6 and the one after
-        // it become one (their sum); every record is still shown, once, in order.
-        let mut f = PassBuf::<Word>::default();
-        assert!(f.reserve_total(source.len()));
-        let mut seen = Vec::new();
-        let mut fold = |a: &Word, next: Option<&Word>| {
-            seen.push(*a);
-            let b = next.filter(|_| a.0 % 6 == 1)?;
-            seen.push(*b);
-            Some(Word(a.0 + b.0, 0))
-        };
-        f.extend_streaming(&source[..5], &mut fold);
-        f.extend_streaming(&source[5..], &mut fold);
-        assert_eq!(&seen[..], source, "every record shown once, in order");
-        let mut expected = Vec::new();
-        let mut i = 0;
-        while i < source.len() {
-            if source[i].0 % 6 == 1 && i + 1 < source.len() && i + 1 != 5 {
-                expected.push(Word(source[i].0 + source[i + 1].0, 0));
-                i += 2;
-            } else {
-                expected.push(source[i]);
-                i += 1;
-            }
-        }
-        assert!(expected.len() < 7_000, "{}", expected.len());
-        assert_eq!(&f[..], &expected[..]);
+    #[test]
+    #[should_panic(expected = "beyond the reservation")]
+    fn a_copier_gets_no_room_past_the_reservation() {
+        let mut b = PassBuf::<[u64; 2]>::default();
+        assert!(b.reserve_total(100));
+        b.append_streaming(5_000, |_| {});
     }
 
     #[test]

@@ -983,42 +983,70 @@ pub mod inproc {
     /// acquisition's place in `PAIR_KINDS`.
     #[inline(always)]
     pub fn fold_pair(first: &Unit, second: &Unit) -> Option<Unit> {
-        use super::via;
-        if !first.is_short() || !second.is_short() {
-            return None;
-        }
-        let addr = first.a & LOW48;
-        let kind1 = (first.a >> 48) as u16 & 0x1f;
-        let via1 = (first.a >> 53) as u8 & 0x7;
-        let kind2 = (second.a >> 48) as u16 & 0x1f;
-        let via2 = (second.a >> 53) as u8 & 0x7;
-        let code = PAIR_KINDS
-            .iter()
-            .position(|&(k1, k2)| k1 == kind1 && k2 == kind2)?;
-        let seq = first.b & 0xffff_ffff;
-        let before = (first.b >> 32) & ((1 << SHORT_DELTA_BITS) - 1);
-        let held = (second.b >> 32) & ((1 << SHORT_DELTA_BITS) - 1);
-        let fits = second.a & LOW48 == addr
-            && addr & 7 == 0
-            && addr >> 47 == 0
-            && (via1 == via::PLAIN || via1 == via::TRY)
-            && via2 == via::PLAIN
-            && second.b & 0xffff_ffff == seq + 1
-            && before >> PAIR_BEFORE_BITS == 0
-            && held >> PAIR_HELD_BITS == 0;
-        if !fits {
-            return None;
-        }
-        Some(Unit {
-            a: addr >> 3
+        let (pair, fits) = fold_pair_parts(first, second);
+        fits.then_some(pair)
+    }
+
+    /// [`fold_pair`] as the folded unit and whether it applies (the unit is
+    /// meaningless where it does not), for the drain's copy to choose between
+    /// the pair and `first` with one test.
+    ///
+    /// Each condition is a mask of whole words, all of them ORed into one
+    /// value that is zero when the pair fits, and the kinds and vias are one
+    /// look-up of the acquisition's byte ([`PAIR_FIRST`]), where the field-by-field
+    /// form (kept as the tests' reference) extracted each field and returned at
+    /// the first that did not fit.
+    #[inline(always)]
+    pub fn fold_pair_parts(first: &Unit, second: &Unit) -> (Unit, bool) {
+        /// The form bits, and the bits of a short unit's time difference
+        /// above what a pair keeps of the acquisition's (`before`) …
+        const FIRST_B: u64 =
+            PAIR | ((1 << SHORT_DELTA_BITS) - 1) << (32 + PAIR_BEFORE_BITS) & !PAIR;
+        /// … and of the release's (`held`).
+        const SECOND_B: u64 = PAIR | ((1 << SHORT_DELTA_BITS) - 1) << (32 + PAIR_HELD_BITS) & !PAIR;
+        /// An object below 2^47 and 8-byte aligned.
+        const ADDR_FITS: u64 = 1 << 47 | 7;
+        let entry = PAIR_FIRST[(first.a >> 48) as u8 as usize];
+        // Every condition as bits that are all clear when it holds, so that the
+        // test is one OR of them.
+        let misfit = ((first.b & FIRST_B) ^ SHORT)
+            | ((second.b & SECOND_B) ^ SHORT)
+            | ((first.a ^ second.a) & LOW48)
+            | (first.a & ADDR_FITS)
+            // The release numbered right after (a number of 2^32 − 1 has none).
+            | (((first.b & 0xffff_ffff) + 1) ^ (second.b & 0xffff_ffff))
+            | ((entry >> 16) ^ ((second.a >> 48) & 0xff));
+        let fits = misfit == 0;
+        let pair = Unit {
+            a: (first.a & LOW48) >> 3
                 | (first.a >> 56) << 44
                 | (second.a >> 56) << 52
-                | (code as u64) << 60
-                | ((via1 == via::TRY) as u64) << 62
-                | (before >> 16) << 63,
-            b: seq | (before & 0xffff) << 32 | held << 48 | PAIR,
-        })
+                | (entry & 0xffff) << 60
+                | (first.b >> 48) << 63,
+            b: first.b & LOW48 | (second.b << 16) & ((1 << PAIR_HELD_BITS) - 1) << 48 | PAIR,
+        };
+        (pair, fits)
     }
+
+    /// By an acquisition's byte 6 of [`Unit::a`] (its kind, and its via above
+    /// bit 5): the byte of the release a folded pair may end with, shifted by 16
+    /// (256, which no byte is, where the acquisition folds with none), and the
+    /// pair unit's bits 60–62 (the code of [`PAIR_KINDS`], then whether it was
+    /// a try) shifted down by 60.
+    const PAIR_FIRST: [u64; 256] = {
+        let mut table = [256 << 16; 256];
+        let mut code = 0;
+        while code < PAIR_KINDS.len() {
+            let (acquired, released) = PAIR_KINDS[code];
+            let release = (released as u64 | (super::via::PLAIN as u64) << 5) << 16;
+            let plain = acquired as usize | (super::via::PLAIN as usize) << 5;
+            let tried = acquired as usize | (super::via::TRY as usize) << 5;
+            table[plain] = release | code as u64;
+            table[tried] = release | code as u64 | 4;
+            code += 1;
+        }
+        table
+    };
 
     /// The two events of a folded pair ([`fold_pair`]), as [`decode`] gives them.
     fn unfold_pair(unit: &Unit, state: Option<&mut DecodeState>) -> Decoded {
@@ -1592,6 +1620,149 @@ pub mod inproc {
 
     const _: () = assert!(core::mem::size_of::<SoftSite>() == 48);
     const _: () = assert!(core::mem::size_of::<SoftHeader>() == 24);
+
+    #[cfg(all(test, not(target_arch = "bpf")))]
+    mod fold_tests {
+        extern crate std;
+        use super::super::{kind, via};
+        use super::*;
+
+        /// What [`fold_pair`] decides, field by field, as its first form did: the
+        /// reference its word-wide, branch-free form is checked against.
+        fn fold_pair_by_fields(first: &Unit, second: &Unit) -> Option<Unit> {
+            if !first.is_short() || !second.is_short() {
+                return None;
+            }
+            let addr = first.a & LOW48;
+            let kind1 = (first.a >> 48) as u16 & 0x1f;
+            let via1 = (first.a >> 53) as u8 & 0x7;
+            let kind2 = (second.a >> 48) as u16 & 0x1f;
+            let via2 = (second.a >> 53) as u8 & 0x7;
+            let code = PAIR_KINDS
+                .iter()
+                .position(|&(k1, k2)| k1 == kind1 && k2 == kind2)?;
+            let seq = first.b & 0xffff_ffff;
+            let before = (first.b >> 32) & ((1 << SHORT_DELTA_BITS) - 1);
+            let held = (second.b >> 32) & ((1 << SHORT_DELTA_BITS) - 1);
+            let fits = second.a & LOW48 == addr
+                && addr & 7 == 0
+                && addr >> 47 == 0
+                && (via1 == via::PLAIN || via1 == via::TRY)
+                && via2 == via::PLAIN
+                && second.b & 0xffff_ffff == seq + 1
+                && before >> PAIR_BEFORE_BITS == 0
+                && held >> PAIR_HELD_BITS == 0;
+            fits.then_some(Unit {
+                a: addr >> 3
+                    | (first.a >> 56) << 44
+                    | (second.a >> 56) << 52
+                    | (code as u64) << 60
+                    | ((via1 == via::TRY) as u64) << 62
+                    | (before >> 16) << 63,
+                b: seq | (before & 0xffff) << 32 | held << 48 | PAIR,
+            })
+        }
+
+        /// The fold decides as the field-by-field reference does, on pairs near
+        /// every one of its limits and on random words.
+        #[test]
+        fn the_word_wide_fold_decides_as_the_field_by_field_one() {
+            let mut x = 0x9e37_79b9_7f4a_7c15u64;
+            let mut next = move || {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x
+            };
+            let short = |addr: u64, kind: u16, via: u8, site: u64, seq: u64, delta: u64| Unit {
+                a: addr | (kind as u64) << 48 | (via as u64) << 53 | site << 56,
+                b: seq | delta << 32 | SHORT,
+            };
+            let (mut folded, mut tried) = (0, 0);
+            for _ in 0..200_000 {
+                let r = next();
+                let pick =
+                    |values: &[u64], shift: u32| values[(r >> shift) as usize % values.len()];
+                let addr = pick(
+                    &[
+                        0x7fff_0000_1000,
+                        0x7fff_0000_2040,
+                        0x5555_0000_0010,
+                        0x7fff_0000_1004,
+                        0x8000_0000_1000,
+                        0xffff_ffff_fff8,
+                    ],
+                    0,
+                );
+                let kinds = [
+                    kind::MUTEX_LOCK,
+                    kind::MUTEX_UNLOCK,
+                    kind::RWLOCK_RDLOCK,
+                    kind::RWLOCK_WRLOCK,
+                    kind::RWLOCK_UNLOCK,
+                    kind::SEM_POST,
+                    31,
+                ];
+                let (kind1, kind2) = if r >> 4 & 3 != 0 {
+                    PAIR_KINDS[(r >> 6) as usize % PAIR_KINDS.len()]
+                } else {
+                    (
+                        kinds[(r >> 6) as usize % kinds.len()],
+                        kinds[(r >> 9) as usize % kinds.len()],
+                    )
+                };
+                let via1 = pick(&[0, 0, 0, 1, 1, 2, 7], 12) as u8;
+                let via2 = pick(&[0, 0, 0, 0, 0, 1, 5], 16) as u8;
+                let seq = pick(&[0, 41, 0xffff_fffe, 0xffff_ffff], 20);
+                let step = pick(&[1, 1, 1, 1, 1, 0, 2, 0x1_0000_0001], 24);
+                let before = pick(
+                    &[0, 5, 0xffff, 1 << 16, (1 << 17) - 1, 1 << 17, (1 << 30) - 1],
+                    28,
+                );
+                let held = pick(&[0, 9, 9, (1 << 14) - 1, 1 << 14, (1 << 30) - 1], 32);
+                let other = pick(&[0, 0, 0, 0, 0, 8, 1 << 40], 36);
+                let mut first = short(addr & LOW48, kind1, via1, r >> 40 & 0xff, seq, before);
+                let mut second = short(
+                    (addr + other) & LOW48,
+                    kind2,
+                    via2,
+                    r >> 48 & 0xff,
+                    (seq + step) & 0xffff_ffff,
+                    held,
+                );
+                // Now and then a unit of another form, or random words.
+                match r >> 56 & 15 {
+                    0 => first.b &= !SHORT,
+                    1 => second.b |= EXTENDED,
+                    2 => {
+                        first = Unit {
+                            a: next(),
+                            b: next(),
+                        }
+                    }
+                    3 => {
+                        second = Unit {
+                            a: next(),
+                            b: next(),
+                        }
+                    }
+                    _ => {}
+                }
+                let expected = fold_pair_by_fields(&first, &second);
+                assert_eq!(
+                    fold_pair(&first, &second),
+                    expected,
+                    "{first:x?} {second:x?}"
+                );
+                tried += 1;
+                folded += expected.is_some() as u32;
+            }
+            assert!(
+                folded > 2_000 && folded < tried / 2,
+                "{folded} of {tried} folded"
+            );
+        }
+    }
 }
 
 #[cfg(all(test, not(target_arch = "bpf")))]
