@@ -1426,6 +1426,18 @@ impl RingReader {
 mod tests {
     use super::*;
 
+    /// A small generator of numbers below its argument, so that the tests need
+    /// no crate and repeat.
+    fn below() -> impl FnMut(u64) -> u64 {
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        move |n| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % n
+        }
+    }
+
     /// The drain's copy of a ring, in the pieces passes and the ring's wrap cut
     /// it into (at event boundaries, and at the wrap inside an event too),
     /// folds pairs, keeps every other unit and notes each site carried in
@@ -1435,13 +1447,7 @@ mod tests {
     fn the_drains_copy_in_pieces_decodes_to_what_the_owner_encoded() {
         use ordo_probe_common::inproc::{Codec, DecodeState};
         use ordo_probe_common::{kind, via};
-        let mut x = 0x2545_f491_4f6c_dd1du64;
-        let mut next = move |n: u64| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x % n
-        };
+        let mut next = below();
         let codec = Codec::new();
         let (mut units, mut events, mut boundaries) = (Vec::new(), Vec::new(), vec![0]);
         let mut ts = 1_000u64;
@@ -1570,14 +1576,7 @@ mod tests {
 
     #[test]
     fn merging_runs_gives_what_a_stable_sort_by_time_does() {
-        // A small generator, so that the test needs no crate and repeats.
-        let mut x = 0x2545_f491_4f6c_dd1du64;
-        let mut next = move |n: u64| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x % n
-        };
+        let mut next = below();
         for round in 0..500 {
             let mut batch = Vec::new();
             let mut runs = Vec::new();
