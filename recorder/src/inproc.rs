@@ -110,8 +110,10 @@ impl RingCopy<'_> {
     /// behind a pointer, each was loaded and stored again for every unit), and
     /// a short unit that starts an event (97 % of memcached's) is tried
     /// against the next with one test of the whole fold ([`fold_pair_parts`]).
-    /// In a hot loop of recorded pairs the drain took 7.2–7.8 ns an event
-    /// against 8.8–9.4 before (3 interleaved runs each, 2026-12-07).
+    /// In a hot loop of recorded pairs the drain took 6.4–7.5 ns an event
+    /// against 6.9–9.4 before (medians 6.7 and 9.1; 5 interleaved runs each,
+    /// 2026-12-07); under memcached's load, unchanged within noise (its cost
+    /// there is the memory traffic: docs/ARCHITECTURE.md §2b).
     fn copy(&mut self, units: &[Unit], out: &mut StreamOut<Unit>) {
         if self.folds {
             self.copy_folding::<true>(units, out)

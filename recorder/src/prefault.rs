@@ -219,6 +219,12 @@ impl<T: Copy> PassBuf<T> {
     #[inline(always)]
     pub(crate) fn append_streaming(&mut self, most: usize, copy: impl FnOnce(&mut StreamOut<T>)) {
         self.check_room(most);
+        // Streaming stores need 16-byte alignment: every reservation is a
+        // mapping of its own, page-aligned (checked once a copy, not a record).
+        assert!(
+            !StreamOut::<T>::STREAMING || (self.ptr.as_ptr() as usize).is_multiple_of(16),
+            "PassBuf: a streaming copy into an unaligned buffer"
+        );
         let mut out = StreamOut {
             // SAFETY: `len` is within the reservation.
             at: unsafe { self.ptr.as_ptr().add(self.len) },
