@@ -106,8 +106,8 @@ impl RingCopy<'_> {
     /// folded pair), noting the call sites carried in full.
     ///
     /// One loop over locals: the scan's state and the output's position stay
-    /// in registers (through a callback a unit, with the buffer's length
-    /// behind a pointer, each was loaded and stored again for every unit), and
+    /// in registers (with the buffer's length behind a pointer, the length was
+    /// incremented in memory for every unit), and
     /// a short unit that starts an event (97 % of memcached's) is tried
     /// against the next with one test of the whole fold ([`fold_pair_parts`]).
     /// In a hot loop of recorded pairs the drain took 6.4–7.5 ns an event
