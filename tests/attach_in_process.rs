@@ -328,6 +328,60 @@ fn attach_for(pid: u32, seconds: &str, trace: &Path, before: &[(String, Vec<u8>)
     rec
 }
 
+/// A lock the target holds when a recording ends is in the trace: its
+/// agent held the acquisition back for the release to fold into
+/// (`Produced::deferred`), and the last pass takes it as the thread's last
+/// event.
+#[test]
+fn a_lock_held_at_detach_is_recorded() {
+    if !have_root("a_lock_held_at_detach_is_recorded") {
+        return;
+    }
+    let dir = scratch("attach_in_process_held_at_detach");
+    let (mut child, mut out) = target();
+    let pid = child.id();
+    let before = read_only_memory(pid);
+    let trace = dir.join("t.ordo");
+    let rec = attach_for(pid, "1", &trace, &before);
+    let keeper = started(&mut child, &mut out, "keep", "keeper");
+    finished(rec);
+    let events = crate::common::dump_json(&trace);
+    let count = |kind: &str| {
+        events
+            .iter()
+            .filter(|e| {
+                e["tid"].as_u64() == Some(keeper) && e["kind"] == kind && e["object"] == "keep_lock"
+            })
+            .count()
+    };
+    assert_eq!((count("mutex_lock"), count("mutex_unlock")), (101, 100));
+    end(child, out);
+}
+
+/// Tells the target `command` once a recording has attached, and returns the
+/// tid of the thread it starts (its line `NAME TID`).
+fn started(child: &mut Child, out: &mut BufReader<ChildStdout>, command: &str, name: &str) -> u64 {
+    std::thread::sleep(Duration::from_millis(100));
+    tell(child, command);
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    line.trim()
+        .strip_prefix(&format!("{name} "))
+        .unwrap_or_else(|| panic!("{line}"))
+        .parse()
+        .unwrap()
+}
+
+/// Waits for the recorder `rec` and checks that it succeeded.
+fn finished(rec: Child) {
+    let output = rec.wait_with_output().unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
 /// A thread that had recorded in one attachment, then entered
 /// `pthread_mutex_lock` and got the mutex only in the next attachment: the
 /// first recording shows it blocked on the mutex, the second its acquisition —
@@ -348,22 +402,8 @@ fn a_lock_waited_for_across_two_attachments_is_recorded_in_the_second() {
     let second = dir.join("second.ordo");
 
     let rec = attach_for(pid, "1", &first, &before);
-    std::thread::sleep(Duration::from_millis(100));
-    tell(&mut child, "block");
-    let mut line = String::new();
-    out.read_line(&mut line).unwrap();
-    let blocker: u64 = line
-        .trim()
-        .strip_prefix("blocker ")
-        .unwrap_or_else(|| panic!("{line}"))
-        .parse()
-        .unwrap();
-    let output = rec.wait_with_output().unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    let blocker = started(&mut child, &mut out, "block", "blocker");
+    finished(rec);
     let events = crate::common::dump_json(&first);
     let of_blocker = |events: &[serde_json::Value], kind: &str, object: &str| {
         events

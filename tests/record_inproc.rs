@@ -131,12 +131,17 @@ fn analysis_findings_are_the_same_on_both_paths() {
 
 /// Records `program` in process with the rings' encoding `units` (`short`,
 /// `unfolded` or `wide`, `ORDO_RING_UNITS`), and returns how many events and
-/// ring units the recording read (from `ORDO_PHASES`).
-fn record_units(units: &str, extra: &[&str], trace: &Path, program: &Path) -> (u64, u64) {
+/// ring units the recording read (from `ORDO_PHASES`): the units the drain
+/// read from the rings, and those its copy kept (fewer where it folded pairs).
+fn record_units(units: &str, extra: &[&str], trace: &Path, program: &Path) -> (u64, u64, u64) {
     let (_, stderr) = record_phases(("ORDO_RING_UNITS", units), extra, trace, program, &[]);
-    // "ring units: N events in M units of 16 bytes"
+    // "ring units: N events in M units of 16 bytes, R read from the rings"
     let words = phase_words(&stderr, "ring units: ");
-    (words[0].parse().unwrap(), words[3].parse().unwrap())
+    (
+        words[0].parse().unwrap(),
+        words[8].parse().unwrap(),
+        words[3].parse().unwrap(),
+    )
 }
 
 /// Records `program args` in process with the environment variable `var` set and
@@ -231,10 +236,11 @@ fn short_ring_units_record_what_wide_ones_do() {
             dir.join(format!("units-{tag}-unfolded.ordo")),
             dir.join(format!("units-{tag}-wide.ordo")),
         );
-        let (short_events, short_units) = record_units("short", extra, &short, &program);
-        let (unfolded_events, unfolded_units) =
+        let (short_events, short_read, short_units) =
+            record_units("short", extra, &short, &program);
+        let (unfolded_events, unfolded_units, _) =
             record_units("unfolded", extra, &unfolded, &program);
-        let (wide_events, wide_units) = record_units("wide", extra, &wide, &program);
+        let (wide_events, wide_units, _) = record_units("wide", extra, &wide, &program);
         assert_eq!(short_events, wide_events, "{tag}");
         assert_eq!(unfolded_events, wide_events, "{tag}");
         // 5 threads × ~12 000 pair events; each of the 300 sites' first use per
@@ -251,6 +257,19 @@ fn short_ring_units_record_what_wide_ones_do() {
             short_units * 10 < unfolded_units * 7,
             "{tag}: folding did not shrink the copy ({short_units} against {unfolded_units})"
         );
+        // With exact times the agent folds them in its ring; with sparse ones
+        // only the drain's copy does.
+        if extra.is_empty() {
+            assert!(
+                short_read * 10 < unfolded_units * 7,
+                "{tag}: the agent did not fold ({short_read} read against {unfolded_units})"
+            );
+        } else {
+            assert!(
+                short_read * 10 > unfolded_units * 9,
+                "{tag}: the agent folded ({short_read} read against {unfolded_units})"
+            );
+        }
         let wide_seen = comparable_events(&wide);
         for (name, trace) in [("short", &short), ("unfolded", &unfolded)] {
             let seen = comparable_events(trace);
@@ -573,6 +592,82 @@ fn a_sigkilled_program_leaves_its_events_readable() {
         [("0".to_string(), 5000), ("1".to_string(), 5000)]
             .into_iter()
             .collect()
+    );
+}
+
+/// A lock held when the program is SIGKILLed is in the trace: the agent holds
+/// an acquisition back for its release to fold into (`Produced::deferred`),
+/// and the recording's end takes it.
+#[test]
+fn a_lock_held_when_the_program_is_killed_is_recorded() {
+    if !have_root("a_lock_held_when_the_program_is_killed_is_recorded") {
+        return;
+    }
+    let dir = scratch("inproc-kill-holding");
+    let program = build_program("record_lifecycle");
+    let trace = dir.join("t.ordo");
+    let out = record_probes("inproc", &trace, &program, &["kill-holding", "3000"]);
+    assert_eq!(
+        out.status.code(),
+        Some(137),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (lock, kept) = (printed(&out.stdout, "lock"), printed(&out.stdout, "kept"));
+    let events = dump_json(&trace);
+    let both = |n| {
+        [("0".to_string(), n), ("1".to_string(), n)]
+            .into_iter()
+            .collect()
+    };
+    assert_eq!(count_by_thread(&events, "mutex_lock", &lock), both(3000));
+    assert_eq!(count_by_thread(&events, "mutex_unlock", &lock), both(3000));
+    let main = |n| [("0".to_string(), n)].into_iter().collect();
+    assert_eq!(count_by_thread(&events, "mutex_lock", &kept), main(3001));
+    assert_eq!(count_by_thread(&events, "mutex_unlock", &kept), main(3000));
+}
+
+/// A thread that exits holding a lock has that lock in the trace, before its
+/// exit: the drain takes the unit its agent held back once it has seen the
+/// thread exit, and a thread started later that takes over the ring records
+/// its own events only.
+#[test]
+fn a_lock_held_by_a_thread_that_exits_is_recorded_before_its_exit() {
+    if !have_root("a_lock_held_by_a_thread_that_exits_is_recorded_before_its_exit") {
+        return;
+    }
+    let dir = scratch("inproc-exit-holding");
+    let program = build_program("record_lifecycle");
+    let trace = dir.join("t.ordo");
+    let out = record_probes("inproc", &trace, &program, &["exit-holding", "3000"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (lock, kept) = (printed(&out.stdout, "lock"), printed(&out.stdout, "kept"));
+    let events = dump_json(&trace);
+    let all = |n| {
+        ["0", "1", "2"]
+            .into_iter()
+            .map(|t| (t.to_string(), n))
+            .collect()
+    };
+    assert_eq!(count_by_thread(&events, "mutex_lock", &lock), all(3000));
+    assert_eq!(count_by_thread(&events, "mutex_unlock", &lock), all(3000));
+    let first = |n| [("1".to_string(), n)].into_iter().collect();
+    assert_eq!(count_by_thread(&events, "mutex_lock", &kept), first(3001));
+    assert_eq!(count_by_thread(&events, "mutex_unlock", &kept), first(3000));
+    let kinds: Vec<&str> = events
+        .iter()
+        .filter(|e| e["thread"] == "1")
+        .map(|e| e["kind"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(
+        kinds[kinds.len() - 2..],
+        ["mutex_lock", "thread_exit"],
+        "thread 1's last events: {:?}",
+        &kinds[kinds.len().saturating_sub(4)..]
     );
 }
 

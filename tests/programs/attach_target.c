@@ -5,6 +5,9 @@
 //   release   the holder releases `held_lock` (it took it at start-up)
 //   block     a new thread takes and releases `own_lock`, prints "blocker TID",
 //             then waits for `held_lock` (until `release`) and releases it
+//   keep      a new thread locks and unlocks `keep_lock` 100 times at one call
+//             site, locks it once more there, prints "keeper TID" and holds it
+//             (sleeping, no pthread call) until `end`
 //   end       everyone stops; prints "counter N" and exits 0 once all joined
 #include <pthread.h>
 #include <stdio.h>
@@ -19,6 +22,8 @@ static pthread_cond_t go = PTHREAD_COND_INITIALIZER;
 static pthread_mutex_t release_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t release_cond = PTHREAD_COND_INITIALIZER;
 static pthread_mutex_t own_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t keep_lock = PTHREAD_MUTEX_INITIALIZER;
+static volatile int let_go;
 static int stop, released;
 static long counter, blocker_count;
 
@@ -65,9 +70,23 @@ static void *blocker(void *arg) {
     return NULL;
 }
 
+static void *keeper(void *arg) {
+    (void)arg;
+    for (int i = 0;; i++) {
+        pthread_mutex_lock(&keep_lock);
+        if (i == 100) break;
+        pthread_mutex_unlock(&keep_lock);
+    }
+    printf("keeper %ld\n", (long)syscall(SYS_gettid));
+    fflush(stdout);
+    while (!let_go) usleep(1000);
+    pthread_mutex_unlock(&keep_lock);
+    return NULL;
+}
+
 int main(void) {
-    pthread_t t[4], b;
-    int blocking = 0;
+    pthread_t t[4], b, k;
+    int blocking = 0, keeping = 0;
     pthread_create(&t[0], NULL, worker, NULL);
     pthread_create(&t[1], NULL, worker, NULL);
     pthread_create(&t[2], NULL, waiter, NULL);
@@ -84,6 +103,9 @@ int main(void) {
         } else if (strncmp(line, "block", 5) == 0 && !blocking) {
             blocking = 1;
             pthread_create(&b, NULL, blocker, NULL);
+        } else if (strncmp(line, "keep", 4) == 0 && !keeping) {
+            keeping = 1;
+            pthread_create(&k, NULL, keeper, NULL);
         } else if (strncmp(line, "end", 3) == 0) {
             break;
         }
@@ -100,6 +122,8 @@ int main(void) {
     pthread_mutex_unlock(&release_lock);
     for (int i = 0; i < 4; i++) pthread_join(t[i], NULL);
     if (blocking) pthread_join(b, NULL);
+    let_go = 1;
+    if (keeping) pthread_join(k, NULL);
     printf("counter %ld\n", counter);
     return 0;
 }

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t kept = PTHREAD_MUTEX_INITIALIZER;
 static long counter;
 
 static void lock_n(int n) {
@@ -23,6 +24,26 @@ static void lock_n(int n) {
 
 static void *worker(void *arg) {
     lock_n((int)(long)arg);
+    return NULL;
+}
+
+// `kept` locked and unlocked N times, then locked once more at the same call
+// site and left held (a site the recording knows by then, so the lock's record
+// is the short kind the agent holds back for its release to fold into).
+static void lock_n_keep_last(int n) {
+    for (int i = 0;; i++) {
+        pthread_mutex_lock(&kept);
+        if (i == n)
+            break;
+        counter++;
+        pthread_mutex_unlock(&kept);
+    }
+}
+
+// N locks of each, then the thread exits holding `kept`.
+static void *worker_keeping(void *arg) {
+    lock_n((int)(long)arg);
+    lock_n_keep_last((int)(long)arg);
     return NULL;
 }
 
@@ -39,6 +60,36 @@ int main(int argc, char **argv) {
         lock_n(n);
         kill(getpid(), SIGKILL);
         return 1;
+    }
+    if (strcmp(mode, "kill-holding") == 0) {
+        // N locks in a thread and in main, then main locks `kept` N + 1 times,
+        // unlocks it N times and the process is SIGKILLed holding it.
+        int n = argc > 2 ? atoi(argv[2]) : 1000;
+        printf("kept %p\n", (void *)&kept);
+        fflush(stdout);
+        pthread_t t;
+        pthread_create(&t, NULL, worker, (void *)(long)n);
+        pthread_join(t, NULL);
+        lock_n(n);
+        lock_n_keep_last(n);
+        kill(getpid(), SIGKILL);
+        return 1;
+    }
+    if (strcmp(mode, "exit-holding") == 0) {
+        // A thread makes N locks, N + 1 of `kept`, and exits holding it; a while later
+        // (the recorder has seen it exit) another thread makes N locks; main
+        // makes N. The program then ends normally.
+        int n = argc > 2 ? atoi(argv[2]) : 1000;
+        printf("kept %p\n", (void *)&kept);
+        fflush(stdout);
+        pthread_t t;
+        pthread_create(&t, NULL, worker_keeping, (void *)(long)n);
+        pthread_join(t, NULL);
+        usleep(300 * 1000);
+        pthread_create(&t, NULL, worker, (void *)(long)n);
+        pthread_join(t, NULL);
+        lock_n(n);
+        return 0;
     }
     if (strcmp(mode, "fork") == 0) {
         // The child locks 10 times; the parent 5 times, after the child exited.
@@ -66,6 +117,6 @@ int main(int argc, char **argv) {
         printf("after-exec fd=%s preload=%s\n", fd ? fd : "-", preload ? preload : "-");
         return 0;
     }
-    fprintf(stderr, "usage: record_lifecycle kill N | fork | exec\n");
+    fprintf(stderr, "usage: record_lifecycle kill N | kill-holding N | exit-holding N | fork | exec\n");
     return 2;
 }

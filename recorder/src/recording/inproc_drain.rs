@@ -443,7 +443,7 @@ pub(super) fn drain(
                 modules,
                 ring,
             } = sources;
-            reader.copy_rings(&mapping, pass);
+            reader.copy_rings(&mapping, pass, all);
             if all {
                 reader.pending_blocked(&mapping, pass);
             }
@@ -697,8 +697,8 @@ fn convert(
                     return Err(e);
                 }
                 crate::phase(&format!(
-                    "ring units: {} events in {} units of 16 bytes",
-                    merger.events_read, merger.units_read
+                    "ring units: {} events in {} units of 16 bytes, {} read from the rings",
+                    merger.events_read, merger.units_read, merger.ring_units_read
                 ));
                 crate::phase(&format!(
                     "conversion: deferred {} times while the program ran, {} passes held at most",
