@@ -328,10 +328,8 @@ fn attach_for(pid: u32, seconds: &str, trace: &Path, before: &[(String, Vec<u8>)
     rec
 }
 
-/// A lock the target holds when a recording ends is in the trace: its
-/// agent held the acquisition back for the release to fold into
-/// (`Produced::deferred`), and the last pass takes it as the thread's last
-/// event.
+/// A lock the target holds when a recording ends, taken at a call site its
+/// ring knows, is in the trace as the thread's last event.
 #[test]
 fn a_lock_held_at_detach_is_recorded() {
     if !have_root("a_lock_held_at_detach_is_recorded") {

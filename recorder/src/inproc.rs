@@ -25,14 +25,6 @@
 //!   them for the length of a whole pass (milliseconds), which a BPF program cannot
 //!   take without being preempted for that long.
 //!
-//! One agent event is the exception to the first rule: an acquisition its agent
-//! holds back for the release to fold into (`Produced::deferred`) may still be
-//! unpublished when the kernel's later event of the thread is read. The pass
-//! reads a ring's `deferred` before its `head`, so such a unit is either
-//! published by the `head` it reads or seen held back, and then the thread is
-//! in [`RawPass::deferring`]: nothing of it later than its last agent event read
-//! is released in that pass ([`Merger::take_pass`]).
-//!
 //! **Thread creation** must carry the child's tid (from the kernel's clone, in the
 //! parent) and the pthread_t handle (from the agent, after pthread_create returns)
 //! exactly once. In T's merged stream the clone's THREAD_CREATE comes right before
@@ -52,7 +44,7 @@ use ordo_probe_common::inproc::{
     decode, encode, fold_pair_parts, mapping_size, ring_header_offset, ring_records_offset,
     seq_table_offset, DecodeState, Event, Header, RingHeader, SiteScan, Unit, CLOCK_MONOTONIC_NS,
     CLOCK_SPARSE, CLOCK_TSC, ENV_FD, MAGIC, MAX_RINGS, RING_FREE, RING_START_UNITS, RING_UNITS,
-    SHORT_UNITS_FOLDED, VERSION,
+    VERSION,
 };
 use ordo_probe_common::{kind, RawEvent};
 
@@ -245,14 +237,7 @@ impl InprocMapping {
             (*header).clock = if tsc { CLOCK_TSC } else { CLOCK_MONOTONIC_NS }
                 | if sparse { CLOCK_SPARSE } else { 0 };
             (*header).recorder_pid = std::process::id();
-            // The agent folds pairs only with exact times: a sparse stamp is
-            // raised to the previous copy's time (`Merger::floor`), which a unit
-            // held back across that copy was written before.
-            (*header).short_units = match ring_units {
-                RingUnits::Wide => 0,
-                RingUnits::Folded if !sparse => SHORT_UNITS_FOLDED,
-                RingUnits::Folded | RingUnits::Short => 1,
-            };
+            (*header).short_units = (ring_units != RingUnits::Wide) as u32;
             let mapping = InprocMapping {
                 fd,
                 base: p.cast(),
@@ -310,8 +295,7 @@ impl InprocMapping {
         self.prefault_starts(used + RINGS_AHEAD);
         for (i, whole) in self.whole.iter().enumerate().take(used) {
             if !whole.load(Ordering::Relaxed)
-                && self.ring(i).produced.0.head.load(Ordering::Relaxed)
-                    >= RING_START_UNITS as u64 / 2
+                && self.ring(i).head.0.load(Ordering::Relaxed) >= RING_START_UNITS as u64 / 2
             {
                 let start = ring_records_offset(i);
                 self.populate(start, ring_records_offset(i + 1) - start);
@@ -408,7 +392,6 @@ impl InprocMapping {
         first_seen: &mut [(u32, u64)],
         pass_number: u64,
         pool: Option<&PrefaultPool<Unit>>,
-        last: bool,
     ) {
         let used = (self.header().rings_used.load(Ordering::Acquire) as usize).min(MAX_RINGS);
         // Heads first, so the whole pass is reserved at once (`PassBuf` never grows
@@ -416,43 +399,16 @@ impl InprocMapping {
         // wait for the next pass.
         let mut heads = std::mem::take(&mut pass.heads);
         heads.clear();
-        pass.deferring.clear();
         let mut total = pass.records.len();
-        for (i, &(seen_tid, seen_pass)) in first_seen.iter().enumerate().take(used) {
+        for i in 0..used {
             let ring = self.ring(i);
             if ring.state.0.load(Ordering::Acquire) == RING_FREE {
                 continue;
             }
-            // `deferred` before `head`: a unit held back before an eBPF event the
-            // last pass read is then either published by this `head` or seen
-            // held back here (see the module doc).
-            let deferred = ring.produced.0.deferred.load(Ordering::Acquire);
-            // `head` next: its release store orders the owner's `tid` before it.
-            let mut head = ring.produced.0.head.load(Ordering::Acquire);
-            let mut held = None;
-            if deferred == head + 1 {
-                let tid = ring.tid.load(Ordering::Relaxed);
-                if exited.contains(&tid)
-                    && seen_tid == tid
-                    && seen_pass != 0
-                    && seen_pass < pass_number
-                {
-                    // Its owner is gone: the ring is the drain's, and the unit
-                    // is published as the owner's last.
-                    head += 1;
-                    ring.produced.0.head.store(head, Ordering::Release);
-                } else if last {
-                    // The recording ends with the owner alive (a detach, or
-                    // the program killed with its threads): the unit as the
-                    // owner's last, read whole since it may be rewriting it.
-                    held = Some(self.held_unit(i, head));
-                } else {
-                    pass.deferring.push(tid);
-                }
-            }
-            total +=
-                (head - ring.tail.0.load(Ordering::Relaxed)) as usize + held.is_some() as usize;
-            heads.push((i, head, held));
+            // `head` first: its release store orders the owner's `tid` before it.
+            let head = ring.head.0.load(Ordering::Acquire);
+            total += (head - ring.tail.0.load(Ordering::Relaxed)) as usize;
+            heads.push((i, head));
         }
         if pass.records.is_empty() && !pass.records.has_room(total) {
             if let Some(ready) = pool.and_then(|p| p.take(total)) {
@@ -468,7 +424,7 @@ impl InprocMapping {
         }
         pass.records.populate_to(total);
         pass.copied = true;
-        for &(i, head, held) in &heads {
+        for &(i, head) in &heads {
             let ring = self.ring(i);
             let tail = ring.tail.0.load(Ordering::Relaxed);
             let tid = ring.tid.load(Ordering::Relaxed);
@@ -476,7 +432,7 @@ impl InprocMapping {
             if seen.0 != tid || seen.1 == 0 {
                 *seen = (tid, pass_number);
             }
-            if head > tail || held.is_some() {
+            if head > tail {
                 // SAFETY: units in [tail, head) are published and not rewritten
                 // until `tail` moves past them; the ring is RING_UNITS long.
                 let units = unsafe {
@@ -492,16 +448,14 @@ impl InprocMapping {
                     sites: &mut pass.full_sites,
                     folds: self.fold,
                 };
-                let held = held.as_slice();
-                pass.ring_units += (n + held.len()) as u64;
-                pass.records.append_streaming(n + held.len(), |out| {
+                pass.ring_units += n as u64;
+                pass.records.append_streaming(n, |out| {
                     if from + n <= RING_UNITS {
                         copy.copy(&units[from..from + n], out);
                     } else {
                         copy.copy(&units[from..], out);
                         copy.copy(&units[..from + n - RING_UNITS], out);
                     }
-                    copy.copy(held, out);
                 });
                 pass.batches.push(Batch {
                     tid,
@@ -528,26 +482,6 @@ impl InprocMapping {
         pass.heads = heads;
     }
 
-    /// The unit ring `i`'s owner holds back at `head` (`Produced::deferred`),
-    /// read as one 16-byte load: its owner may be rewriting it as a pair with
-    /// one 16-byte store, and CPUs with AVX make both atomic.
-    fn held_unit(&self, i: usize, head: u64) -> Unit {
-        let at = ring_records_offset(i)
-            + (head as usize & (RING_UNITS - 1)) * std::mem::size_of::<Unit>();
-        let value: std::arch::x86_64::__m128i;
-        // SAFETY: a 16-byte aligned unit of ring `i` in the mapping (rings
-        // start on pages).
-        unsafe {
-            std::arch::asm!(
-                "movdqa {v}, xmmword ptr [{p}]",
-                p = in(reg) self.base.add(at),
-                v = out(xmm_reg) value,
-                options(nostack, preserves_flags, readonly),
-            );
-            std::mem::transmute::<std::arch::x86_64::__m128i, Unit>(value)
-        }
-    }
-
     /// Now, in the unit of the records' time stamps.
     fn now_stamp(&self) -> u64 {
         if self.tsc_start.is_some() {
@@ -570,10 +504,7 @@ impl InprocMapping {
         // The owner stores its last event's time stamp before publishing the
         // event (`head`'s release store), and not again while it is inside the
         // blocking call.
-        let produced = &ring.produced.0;
-        let ts = if produced.head.load(Ordering::Acquire) == 0
-            && produced.deferred.load(Ordering::Acquire) == 0
-        {
+        let ts = if ring.head.0.load(Ordering::Acquire) == 0 {
             now
         } else {
             ring.codec.0.last_ts.load(Ordering::Relaxed)
@@ -1021,10 +952,6 @@ struct ThreadQueue {
     parent_waiting_since: Option<u64>,
     /// The thread's exit was seen: the queue goes once it is empty.
     exited: bool,
-    /// The time of the last agent event read of the thread.
-    agent_ts: u64,
-    /// In the current pass, its ring held a unit back ([`RawPass::deferring`]).
-    deferring: bool,
 }
 
 /// Interleaves each thread's agent and eBPF events by time (see the module doc).
@@ -1081,7 +1008,6 @@ impl Merger {
         for q in self.threads.values_mut() {
             let last = |d: &VecDeque<RawEvent>| d.back().map(|e| e.ts_ns).unwrap_or(0);
             q.safe_ts = q.safe_ts.max(last(&q.agent)).max(last(&q.kernel));
-            q.deferring = false;
         }
     }
 
@@ -1106,8 +1032,7 @@ impl Merger {
             let state = (ring != NOT_A_RING).then(|| &mut **self.codecs.entry(ring).or_default());
             // Decoded straight into the thread's queue and stamped there: each
             // event is ~80 bytes, and a scratch buffer in between copied it once more.
-            let thread = self.threads.entry(tid).or_default();
-            let queue = &mut thread.agent;
+            let queue = &mut self.threads.entry(tid).or_default().agent;
             let before = queue.len();
             queue.extend(events(&pass.records[start..end], state).map(|e| expand(&e, tid)));
             self.events_read += (queue.len() - before) as u64;
@@ -1120,13 +1045,7 @@ impl Merger {
                     e.ts_ns = e.ts_ns.max(floor);
                 }
             }
-            if let Some(e) = queue.back() {
-                thread.agent_ts = thread.agent_ts.max(e.ts_ns);
-            }
             start = end;
-        }
-        for tid in &pass.deferring {
-            self.threads.entry(*tid).or_default().deferring = true;
         }
         if self.sparse && pass.copied {
             if let Some(point) = pass.clock {
@@ -1198,15 +1117,7 @@ impl Merger {
         while progress {
             progress = false;
             for (&tid, q) in self.threads.iter_mut() {
-                let limit = if all {
-                    u64::MAX
-                } else if q.deferring {
-                    // Its held-back unit comes after every event it published
-                    // and before whatever of it the kernel recorded since.
-                    q.safe_ts.min(q.agent_ts)
-                } else {
-                    q.safe_ts
-                };
+                let limit = if all { u64::MAX } else { q.safe_ts };
                 let mut out = |e: &RawEvent, created: &mut HashSet<u32>| {
                     progress = true;
                     if e.kind == kind::THREAD_CREATE && e.value != 0 {
@@ -1369,15 +1280,10 @@ pub(crate) struct RawPass {
     /// `records` is empty then until the converter reads them back).
     pub(crate) spilled: Option<crate::spill::Extent>,
     pub(crate) kernel: Vec<RawEvent>,
-    /// Scratch for the rings' heads at the start of the copy, and each one's
-    /// held-back unit taken at the recording's end.
-    pub(crate) heads: Vec<(usize, u64, Option<Unit>)>,
-    /// Threads whose ring held a unit back when it was read
-    /// (`Produced::deferred`): until it is published, none of their events
-    /// past the last one read is released ([`Merger::take_pass`]).
-    pub(crate) deferring: Vec<u32>,
+    /// Scratch for the rings' heads at the start of the copy.
+    pub(crate) heads: Vec<(usize, u64)>,
     /// Units read from the rings (`records` holds fewer where the drain folded
-    /// pairs the agent did not).
+    /// pairs).
     pub(crate) ring_units: u64,
     /// Snapshots of the program's modules taken before this pass's events were
     /// read (they describe the events' sites).
@@ -1401,7 +1307,6 @@ impl RawPass {
         self.full_sites.clear();
         self.spilled = None;
         self.kernel.clear();
-        self.deferring.clear();
         self.ring_units = 0;
         self.modules.clear();
         self.dropped = 0;
@@ -1489,7 +1394,7 @@ impl RingReader {
     /// (waiting agents see the drain is alive).
     /// The eBPF ring buffer is read next, into the same pass
     /// ([`RingReader::kernel_event`]).
-    pub(crate) fn copy_rings(&mut self, mapping: &InprocMapping, pass: &mut RawPass, last: bool) {
+    pub(crate) fn copy_rings(&mut self, mapping: &InprocMapping, pass: &mut RawPass) {
         for (tid, exit) in self.lifecycle_now.drain(..) {
             if exit {
                 self.exited.insert(tid);
@@ -1507,7 +1412,6 @@ impl RingReader {
             &mut self.first_seen,
             self.pass,
             self.prefaulted.as_ref(),
-            last,
         );
         mapping.header().passes.fetch_add(1, Ordering::Release);
     }
@@ -1784,67 +1688,5 @@ mod tests {
             assert_eq!(wide.len(), events.len() + 1);
             assert_eq!(merged(&events, true, cut), wide, "passes of {cut}");
         }
-    }
-
-    /// A thread's ring holds a lock back (`Produced::deferred`) while the kernel
-    /// records something of the thread after it (a clone, a futex call): the
-    /// merge keeps the kernel's event until the lock is published, so the
-    /// thread's events come out in the order it made them.
-    #[test]
-    fn a_held_back_unit_keeps_the_threads_later_kernel_events_behind_it() {
-        let tid = 7;
-        let event = |ts: u64, seq: u64, kind: u16| Event {
-            ts,
-            seq,
-            addr: 0x7fff_0000_1000,
-            site: 0x5555_0000_2000,
-            kind: kind as u8,
-            ..Event::default()
-        };
-        let before = event(100, 0, kind::MUTEX_LOCK);
-        let held = event(200, 1, kind::MUTEX_LOCK);
-        let after = event(400, 2, kind::MUTEX_UNLOCK);
-        let clone = RawEvent {
-            ts_ns: 300,
-            tid,
-            kind: kind::FUTEX_WAKE,
-            addr: 0x7fff_0000_2000,
-            ..RawEvent::default()
-        };
-        let ring_pass = |events: &[Event], deferring: bool, kernel: &[RawEvent], all: bool| {
-            let mut pass = RawPass::default();
-            let mut units = Vec::new();
-            for e in events {
-                let (encoded, n) = encode(e, None);
-                units.extend_from_slice(&encoded[..n]);
-            }
-            assert!(pass.records.reserve_total(units.len()));
-            pass.records.extend_from_slice(&units);
-            pass.batches.push(Batch {
-                tid,
-                ring: 0,
-                end: pass.records.len(),
-            });
-            if deferring {
-                pass.deferring.push(tid);
-            }
-            pass.kernel.extend_from_slice(kernel);
-            pass.all = all;
-            pass
-        };
-        let mut merger = Merger::default();
-        let mut out = Vec::new();
-        // The lock at 200 is held back through two passes; the kernel's event
-        // at 300 is read in the first.
-        for pass in [
-            ring_pass(&[before], true, &[clone], false),
-            ring_pass(&[], true, &[], false),
-            ring_pass(&[], true, &[], false),
-            ring_pass(&[held, after], false, &[], false),
-            ring_pass(&[], false, &[], true),
-        ] {
-            merger.take_pass(&pass, &mut |e| out.push(e.ts_ns));
-        }
-        assert_eq!(out, [100, 200, 300, 400]);
     }
 }

@@ -29,7 +29,7 @@ static void *worker(void *arg) {
 
 // `kept` locked and unlocked N times, then locked once more at the same call
 // site and left held (a site the recording knows by then, so the lock's record
-// is the short kind the agent holds back for its release to fold into).
+// is a short unit, the kind a lock and its release fold from).
 static void lock_n_keep_last(int n) {
     for (int i = 0;; i++) {
         pthread_mutex_lock(&kept);

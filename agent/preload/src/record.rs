@@ -56,9 +56,6 @@ const WRITES_TSC: u8 = 1;
 const WRITES_SPARSE: u8 = 2;
 /// Events are written as short units where they can be (`Header::short_units`).
 const WRITES_SHORT: u8 = 4;
-/// An acquisition that may start a pair is held back for its release to fold
-/// into ([`SHORT_UNITS_FOLDED`], [`publish`]).
-const WRITES_FOLD: u8 = 8;
 
 const NO_RING: u32 = u32::MAX;
 
@@ -201,9 +198,6 @@ pub(crate) unsafe fn start(fd: c_int) {
     }
     if header.short_units != 0 {
         writes |= WRITES_SHORT;
-    }
-    if header.short_units == SHORT_UNITS_FOLDED {
-        writes |= WRITES_FOLD;
     }
     WRITES.store(writes, Relaxed);
     // SAFETY: registers a child handler that only touches atomics.
@@ -861,8 +855,8 @@ fn write_event(i: u32, writes: u8, event: Event) {
         .then(|| r.codec.0.against(event.site))
         .and_then(|against| encode_short(&event, against))
     {
-        Some(unit) => publish(i, r, &[unit], &event, writes),
-        None => publish_long(i, r, event, writes),
+        Some(unit) => publish(i, r, &[unit], &event, short),
+        None => publish_long(i, r, event, short),
     }
 }
 
@@ -1008,110 +1002,36 @@ impl Lane {
 /// stack. Cold: in memcached 3 % of the events.
 #[cold]
 #[inline(never)]
-fn publish_long(i: u32, r: &RingHeader, event: Event, writes: u8) {
+fn publish_long(i: u32, r: &RingHeader, event: Event, short: bool) {
     let (units, n) = encode_long(&event);
-    publish(i, r, &units[..n], &event, writes);
+    publish(i, r, &units[..n], &event, short);
 }
 
 /// Writes `units`, the encoding of `event`, into ring `i` (`r`) and publishes
-/// them, waiting for room as [`emit`] says (`writes`: [`WRITES`]).
-///
-/// With [`WRITES_FOLD`], an acquisition that may start a pair (one short unit:
-/// [`may_start_pair`]) is written at `head` but held back
-/// (`Produced::deferred`), and the thread's next event decides: its release,
-/// when the two fold, rewrites that unit as the pair and publishes it; anything
-/// else publishes it with itself. Why: in a server most acquisitions are
-/// released at once (72 % of memcached's), and each pair folded here is a unit
-/// the agent does not store and the drain does not read — the drain's cost in
-/// memcached is the ring lines it reads from the program's CPUs.
-/// docs/ARCHITECTURE.md §2b ("Folding in the agent") argues why holding one
-/// unit back loses nothing: the drain takes it itself when the thread exits or
-/// the recording ends, and the merge holds back the thread's kernel events
-/// meanwhile.
+/// them, waiting for room as [`emit`] says.
 #[inline(always)]
-fn publish(i: u32, r: &RingHeader, units: &[Unit], event: &Event, writes: u8) {
+fn publish(i: u32, r: &RingHeader, units: &[Unit], event: &Event, short: bool) {
     let n = units.len();
-    let short = writes & WRITES_SHORT != 0;
-    let produced = &r.produced.0;
-    let mut head = produced.head.load(Relaxed);
-    let ring = ring_units(i);
-    let codec = &r.codec.0;
-    let slot = |at: u64| {
-        // SAFETY: masked into this thread's ring.
-        unsafe { ring.add(at as usize & (RING_UNITS - 1)) }
-    };
-    if writes & WRITES_FOLD != 0 {
-        let held = produced.deferred.load(Relaxed) == head + 1;
-        if held && n == 1 {
-            // SAFETY: the unit this thread held back at `head`.
-            let first = unsafe { slot(head).read() };
-            let (pair, fits) = fold_pair_parts(&first, &units[0]);
-            if fits {
-                store_whole(slot(head), pair);
-                codec.note(event, 1, short);
-                produced.head.store(head + 1, Release);
-                return;
-            }
-        }
-        // The held-back unit goes out with this event.
-        head += held as u64;
-        if n == 1 && may_start_pair(&units[0]) {
-            if head + 1 > room_until() && !make_room(r, head, 1) {
-                r.dropped.fetch_add(1, Relaxed);
-                if held {
-                    produced.head.store(head, Release);
-                }
-                return;
-            }
-            // SAFETY: the slot lies in this thread's ring and the drain does not
-            // read it until it is published, or its owner is gone.
-            unsafe {
-                slot(head).write(units[0]);
-                prefetch_for_write(slot(head + 1 + RING_PREFETCH_UNITS as u64));
-            }
-            codec.note(event, 1, short);
-            if held {
-                produced.head.store(head, Release);
-            }
-            produced.deferred.store(head + 1, Release);
-            return;
-        }
-    }
+    let head = r.head.0.load(Relaxed);
     if head + n as u64 > room_until() && !make_room(r, head, n as u64) {
         r.dropped.fetch_add(1, Relaxed);
         return;
     }
+    let ring = ring_units(i);
+    let codec = &r.codec.0;
     // SAFETY: the units lie in this thread's ring and the drain does not read them
     // until `head` is published below.
     unsafe {
         for (k, unit) in units.iter().enumerate() {
-            slot(head + k as u64).write(*unit);
+            ring.add((head as usize + k) & (RING_UNITS - 1))
+                .write(*unit);
         }
-        prefetch_for_write(slot(head + (n + RING_PREFETCH_UNITS) as u64));
+        prefetch_for_write(ring.add((head as usize + n + RING_PREFETCH_UNITS) & (RING_UNITS - 1)));
     }
     // The owner's own state (the drain reads only `last_ts`, for a thread found
     // blocked): plain stores, ordered before the records by the release below.
     codec.note(event, n, short);
-    produced.head.store(head + n as u64, Release);
-}
-
-/// Stores `unit` at `p` as one 16-byte store (`movdqa`), which CPUs with AVX
-/// make atomic: a drain that takes a held-back unit while its owner rewrites
-/// it as a pair (a recording ending while the program runs) reads the one or
-/// the other, never half of each.
-#[inline(always)]
-fn store_whole(p: *mut Unit, unit: Unit) {
-    // SAFETY: `p` is a 16-byte aligned unit of this thread's ring (the rings
-    // start on pages).
-    unsafe {
-        let value = std::arch::x86_64::_mm_set_epi64x(unit.b as i64, unit.a as i64);
-        std::arch::asm!(
-            "movdqa xmmword ptr [{p}], {v}",
-            p = in(reg) p,
-            v = in(xmm_reg) value,
-            options(nostack, preserves_flags),
-        )
-    };
+    r.head.0.store(head + n as u64, Release);
 }
 
 /// [`publish`]'s path when the ring is not known to have room for `n` units at
@@ -1205,219 +1125,12 @@ pub(crate) fn block_end(ring: Option<&'static RingHeader>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::probe_common::inproc::test_numbers as below;
-
-    /// The tests that point the agent's globals ([`HEADER`], [`SEQ_TABLE`]) at
-    /// memory of their own take turns.
-    static GLOBALS: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-    /// Folding in the agent ([`publish`] with [`WRITES_FOLD`]): after every
-    /// event, the ring's published units followed by the unit held back (as the
-    /// drain takes it when its thread exits or the recording ends) decode to
-    /// exactly the events written so far — pairs folded where they fit, and
-    /// lone, nested, tried, long-held, late and mismatched acquisitions, compact
-    /// and extended events all as written; and most pairs take one unit.
-    #[test]
-    fn held_back_acquisitions_fold_with_their_release_and_lose_nothing() {
-        use crate::probe_common::{kind as k, via as v};
-        let _turn = GLOBALS.lock().unwrap_or_else(|e| e.into_inner());
-        let size = ring_records_offset(0) + RING_UNITS * std::mem::size_of::<Unit>();
-        let layout = std::alloc::Layout::from_size_align(size, 4096).unwrap();
-        // SAFETY: zeroed memory is a mapping with no events (atomics and plain
-        // integers only); it stays allocated for the test.
-        let base = unsafe { std::alloc::alloc_zeroed(layout) };
-        HEADER.store(base.cast(), Release);
-        let writes = WRITES_SHORT | WRITES_FOLD;
-        let r = ring_header(0);
-        let mut next = below();
-        let mut events: Vec<Event> = Vec::new();
-        let mut ts = 1_000u64;
-        let mut seqs = [0u64; 16];
-        let write = |e: Event, events: &mut Vec<Event>| {
-            write_event(0, writes, e);
-            events.push(e);
-        };
-        let ring_now = || {
-            let produced = &r.produced.0;
-            let head = produced.head.load(Relaxed);
-            let held = produced.deferred.load(Relaxed) == head + 1;
-            // SAFETY: units of ring 0, written by this thread.
-            (0..head + held as u64)
-                .map(|i| unsafe { ring_units(0).add(i as usize).read() })
-                .collect::<Vec<Unit>>()
-        };
-        let decoded = |units: &[Unit]| {
-            let mut state = DecodeState::default();
-            let mut out = Vec::new();
-            let mut at = 0;
-            while at < units.len() {
-                let d = decode(&units[at..], Some(&mut state)).expect("a whole event");
-                out.extend_from_slice(d.events());
-                at += d.units;
-            }
-            out
-        };
-        for round in 0..12_000 {
-            let object = next(16);
-            let addr = 0x7fff_0000_1000 + 40 * object;
-            let site = 0x5555_0000_2000 + 0x10 * next(40);
-            // Mostly close to the previous event; now and then too far for a pair.
-            ts += if next(20) == 0 { 1 << 17 } else { 1 + next(50) };
-            let seq = seqs[object as usize];
-            let acquire = |kind: u16, via: u8, ts: u64, seq: u64| Event {
-                ts,
-                seq,
-                addr,
-                site,
-                kind: kind as u8,
-                via,
-                ..Event::default()
-            };
-            let lock = acquire(k::MUTEX_LOCK, v::PLAIN, ts, seq);
-            let release_of = |e: Event, ts: u64| Event {
-                ts,
-                seq: e.seq + 1,
-                site: e.site + 8,
-                kind: if e.kind == k::MUTEX_LOCK as u8 {
-                    k::MUTEX_UNLOCK as u8
-                } else {
-                    k::RWLOCK_UNLOCK as u8
-                },
-                via: v::PLAIN,
-                ..e
-            };
-            match next(12) {
-                // A pair, held briefly or (1 in 10) too long to fold.
-                0..=4 => {
-                    let held = if next(10) == 0 { 1 << 14 } else { 1 + next(30) };
-                    write(lock, &mut events);
-                    ts += held;
-                    write(release_of(lock, ts), &mut events);
-                    seqs[object as usize] += 2;
-                }
-                // A tried lock or a rwlock's, and its release.
-                5 => {
-                    let e = match next(3) {
-                        0 => acquire(k::MUTEX_LOCK, v::TRY, ts, seq),
-                        1 => acquire(k::RWLOCK_RDLOCK, v::PLAIN, ts, seq),
-                        _ => acquire(k::RWLOCK_WRLOCK, v::TRY, ts, seq),
-                    };
-                    write(e, &mut events);
-                    ts += 1 + next(30);
-                    write(release_of(e, ts), &mut events);
-                    seqs[object as usize] += 2;
-                }
-                // Nested: another lock taken and released inside this one's.
-                6 => {
-                    let inner = (object + 1) % 16;
-                    let inner_lock = Event {
-                        addr: 0x7fff_0000_1000 + 40 * inner,
-                        seq: seqs[inner as usize],
-                        ts: ts + 5,
-                        ..lock
-                    };
-                    write(lock, &mut events);
-                    write(inner_lock, &mut events);
-                    write(release_of(inner_lock, ts + 9), &mut events);
-                    write(release_of(lock, ts + 12), &mut events);
-                    ts += 12;
-                    seqs[object as usize] += 2;
-                    seqs[inner as usize] += 2;
-                }
-                // A lock left held (released later by a lone unlock: case 8).
-                7 => {
-                    write(lock, &mut events);
-                    seqs[object as usize] += 1;
-                }
-                // A release whose number is not right after the thread's
-                // last acquisition's (another thread's came between).
-                8 => {
-                    write(
-                        release_of(
-                            Event {
-                                seq: seq + 1,
-                                ..lock
-                            },
-                            ts,
-                        ),
-                        &mut events,
-                    );
-                    seqs[object as usize] += 3;
-                }
-                // A lock and a release of the object by a compact event.
-                9 => {
-                    write(lock, &mut events);
-                    ts += 3;
-                    write(
-                        Event {
-                            result: 0x4000,
-                            ..release_of(lock, ts)
-                        },
-                        &mut events,
-                    );
-                    seqs[object as usize] += 2;
-                }
-                // A lock, then an extended event (a futex call) before its release.
-                _ => {
-                    write(lock, &mut events);
-                    write(
-                        Event {
-                            ts: ts + 2,
-                            addr: addr + 4,
-                            extra: futex_extra(0, 7),
-                            kind: k::FUTEX_WAKE as u8,
-                            ..Event::default()
-                        },
-                        &mut events,
-                    );
-                    ts += 4;
-                    write(release_of(lock, ts), &mut events);
-                    seqs[object as usize] += 2;
-                }
-            }
-            if round % 97 == 0 {
-                assert_eq!(decoded(&ring_now()), events, "after round {round}");
-            }
-        }
-        let units = ring_now();
-        assert_eq!(decoded(&units), events);
-        let pairs = units.iter().filter(|u| u.is_pair()).count();
-        // The pairs the drain folds as it copies the ring of an agent that
-        // does not: the same.
-        let codec = Codec::new();
-        let mut plain = Vec::new();
-        for e in &events {
-            let (encoded, n) = encode(e, Some(codec.against(e.site)));
-            plain.extend_from_slice(&encoded[..n]);
-            codec.note(e, n, true);
-        }
-        let (mut scan, mut at, mut drain_pairs) = (SiteScan::default(), 0, 0);
-        while at < plain.len() {
-            if scan.at_event_start()
-                && plain[at].is_short()
-                && at + 1 < plain.len()
-                && fold_pair_parts(&plain[at], &plain[at + 1]).1
-            {
-                drain_pairs += 1;
-                at += 2;
-                continue;
-            }
-            scan.see(&plain[at]);
-            at += 1;
-        }
-        assert_eq!(pairs, drain_pairs);
-        assert!(pairs > 4_000, "{pairs} pairs folded");
-        HEADER.store(null_mut(), Release);
-        // SAFETY: allocated above with this layout; nothing refers to it now.
-        unsafe { std::alloc::dealloc(base, layout) };
-    }
 
     /// Objects side by side get counters side by side; dense 4-byte futex words
     /// overflow without filling up the table; every object keeps its slot and
     /// its own numbers.
     #[test]
     fn counters_keep_their_objects_layout_and_dense_words_overflow() {
-        let _turn = GLOBALS.lock().unwrap_or_else(|e| e.into_inner());
         let layout =
             std::alloc::Layout::from_size_align(SEQ_SLOTS * std::mem::size_of::<SeqSlot>(), 4096)
                 .unwrap();

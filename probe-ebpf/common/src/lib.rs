@@ -534,7 +534,7 @@ pub mod inproc {
     /// "ORDO_REC".
     pub const MAGIC: u64 = 0x4f52_444f_5f52_4543;
     /// Bumped whenever the layout changes.
-    pub const VERSION: u32 = 9;
+    pub const VERSION: u32 = 8;
     /// Rings in the mapping: threads recording at the same time (a ring is reused
     /// once its thread has exited and the ring is drained).
     pub const MAX_RINGS: usize = 1024;
@@ -573,10 +573,9 @@ pub mod inproc {
     ///
     /// Short units halve what the agent stores and the drain copies for the
     /// events a busy program repeats (a lock and unlock at a site it used before);
-    /// see docs/ARCHITECTURE.md, "the ring record". A fifth form: a lock and
-    /// its release, two short units in a row, folded into one ([`fold_pair`])
-    /// by the agent as it writes them ([`Produced::deferred`]) or by the drain
-    /// as it copies them.
+    /// see docs/ARCHITECTURE.md, "the ring record". A fifth form exists only in
+    /// the recorder's copy, never in a ring: a lock and its release, two short
+    /// units in a row, folded into one by the drain ([`fold_pair`]).
     #[repr(C)]
     #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
     pub struct Unit {
@@ -974,11 +973,9 @@ pub mod inproc {
     /// acquisition, and both short gaps in time (below 2^17 and 2^14 of the
     /// clock's unit). [`decode`] gives back exactly the two events.
     ///
-    /// The agent folds as it writes ([`Produced::deferred`]), and the drain,
-    /// as it copies a ring, folds what the agent did not (an agent that does
-    /// not fold: `ORDO_RING_UNITS=unfolded` or sparse times): in a server most
-    /// events are such pairs (72 % of memcached's acquisitions); folded in the
-    /// ring, they halve what the agent stores and the drain reads for them.
+    /// Only the drain folds, as it copies a ring (the agent's rings hold no pairs):
+    /// in a server most events are such pairs (72 % of memcached's acquisitions),
+    /// and the copy is what the recording keeps in memory until it is converted.
     ///
     /// The layout: `addr >> 3 | si1 << 44 | si2 << 52 | code << 60 | try << 62 |
     /// before >> 16 << 63`, `seq | (before & 0xffff) << 32 | held << 48 |`
@@ -1032,8 +1029,8 @@ pub mod inproc {
     }
 
     /// Numbers below their argument, from a fixed seed (xorshift): for the tests
-    /// of the layout's users on both sides (the agent's rings, the drain's
-    /// copy), so that they repeat and need no crate.
+    /// of the layout's users (the drain's copy, the merge), so that they repeat
+    /// and need no crate.
     #[doc(hidden)]
     pub fn test_numbers() -> impl FnMut(u64) -> u64 {
         let mut x = 0x2545_f491_4f6c_dd1du64;
@@ -1043,20 +1040,6 @@ pub mod inproc {
             x ^= x << 17;
             x % n
         }
-    }
-
-    /// Whether `first`, a short unit that starts an event, could start a folded
-    /// pair with some release ([`fold_pair_parts`]'s conditions on it alone):
-    /// an acquisition that folds, of an object below 2^47 and 8-byte aligned,
-    /// within 2^17 of the clock's unit of the ring's previous event. The
-    /// agent holds back only such units ([`Produced::deferred`]).
-    #[inline(always)]
-    pub fn may_start_pair(first: &Unit) -> bool {
-        const FIRST_B: u64 =
-            PAIR | ((1 << SHORT_DELTA_BITS) - 1) << (32 + PAIR_BEFORE_BITS) & !PAIR;
-        const ADDR_FITS: u64 = 1 << 47 | 7;
-        let entry = PAIR_FIRST[(first.a >> 48) as u8 as usize];
-        ((first.b & FIRST_B) ^ SHORT) | (first.a & ADDR_FITS) | (entry >> 24) == 0
     }
 
     /// By an acquisition's byte 6 of [`Unit::a`] (its kind, and its via above
@@ -1198,30 +1181,14 @@ pub mod inproc {
         pub waiting: AtomicU32,
         /// Events the owner dropped because the ring stayed full.
         pub dropped: AtomicU64,
-        /// What the owner has written (see [`Produced`]).
-        pub produced: Line<Produced>,
+        /// Records published (written by the owner only).
+        pub head: Line<AtomicU64>,
         /// Records consumed (written by the drain only).
         pub tail: Line<AtomicU64>,
         /// The blocking call the owner is inside right now, if any.
         pub pending: Line<Pending>,
         /// The owner's encoding state (see [`Unit`]).
         pub codec: Line<Codec>,
-    }
-
-    /// The owner's positions in its ring, on a line of their own (the owner
-    /// writes both; the drain reads them once a pass).
-    #[repr(C)]
-    pub struct Produced {
-        /// Units published: the drain copies up to here.
-        pub head: AtomicU64,
-        /// `head + 1` while the unit at `head` is written but held back: an
-        /// acquisition that may start a pair ([`may_start_pair`]), which its
-        /// release, when it is the owner's next event, turns into the folded
-        /// pair in place ([`fold_pair`]); any other next event publishes it
-        /// first ([`Header::short_units`]: [`SHORT_UNITS_FOLDED`]). Any other
-        /// value: nothing is held back. The drain takes a held-back unit itself
-        /// when its owner has exited and when the recording ends.
-        pub deferred: AtomicU64,
     }
 
     /// A thread's blocking call in progress (`pthread_mutex_lock`, a rwlock lock,
@@ -1292,14 +1259,9 @@ pub mod inproc {
         pub modules_waited_out: AtomicU32,
         /// Nonzero: the agent writes short units where it can ([`SHORT`]); 0: only
         /// compact and extended ones (`ORDO_RING_UNITS=wide`, which the tests
-        /// and the bench compare against); [`SHORT_UNITS_FOLDED`]: short units,
-        /// and the agent folds a lock and its release into one ([`Produced`]).
+        /// and the bench compare against).
         pub short_units: u32,
     }
-
-    /// [`Header::short_units`]: short units, and each acquisition that may start
-    /// a pair held back for its release to fold into ([`Produced::deferred`]).
-    pub const SHORT_UNITS_FOLDED: u32 = 2;
 
     /// [`Header::clock`]: records carry CLOCK_MONOTONIC nanoseconds (the vDSO).
     pub const CLOCK_MONOTONIC_NS: u32 = 0;

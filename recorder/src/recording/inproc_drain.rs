@@ -443,7 +443,7 @@ pub(super) fn drain(
                 modules,
                 ring,
             } = sources;
-            reader.copy_rings(&mapping, pass, all);
+            reader.copy_rings(&mapping, pass);
             if all {
                 reader.pending_blocked(&mapping, pass);
             }
