@@ -1435,7 +1435,18 @@ impl RingReader {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ordo_probe_common::inproc::test_numbers as below;
+
+    /// A small generator of numbers below its argument, so that the tests need
+    /// no crate and repeat.
+    fn below() -> impl FnMut(u64) -> u64 {
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        move |n| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % n
+        }
+    }
 
     /// The drain's copy of a ring, in the pieces passes and the ring's wrap cut
     /// it into (at event boundaries, and at the wrap inside an event too),

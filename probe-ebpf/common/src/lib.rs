@@ -1028,20 +1028,6 @@ pub mod inproc {
         (pair, fits)
     }
 
-    /// Numbers below their argument, from a fixed seed (xorshift): for the tests
-    /// of the layout's users (the drain's copy, the merge), so that they repeat
-    /// and need no crate.
-    #[doc(hidden)]
-    pub fn test_numbers() -> impl FnMut(u64) -> u64 {
-        let mut x = 0x2545_f491_4f6c_dd1du64;
-        move |n| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x % n
-        }
-    }
-
     /// By an acquisition's byte 6 of [`Unit::a`] (its kind, and its via above
     /// bit 5): the byte of the release a folded pair may end with, shifted by 16
     /// (256, which no byte is, where the acquisition folds with none), and the
