@@ -587,6 +587,11 @@ fn a_sigkilled_program_leaves_its_events_readable() {
     );
 }
 
+/// `n` events for each of `threads`, as [`count_by_thread`] counts them.
+fn each(threads: &[&str], n: usize) -> std::collections::BTreeMap<String, usize> {
+    threads.iter().map(|t| (t.to_string(), n)).collect()
+}
+
 /// A lock held when the program is SIGKILLed is in the trace, taken at a call
 /// site the ring knows (a short unit, the kind a lock and its release fold
 /// from): whatever folds pairs, in the drain or (tried, docs/ARCHITECTURE.md
@@ -608,16 +613,22 @@ fn a_lock_held_when_the_program_is_killed_is_recorded() {
     );
     let (lock, kept) = (printed(&out.stdout, "lock"), printed(&out.stdout, "kept"));
     let events = dump_json(&trace);
-    let both = |n| {
-        [("0".to_string(), n), ("1".to_string(), n)]
-            .into_iter()
-            .collect()
-    };
-    assert_eq!(count_by_thread(&events, "mutex_lock", &lock), both(3000));
-    assert_eq!(count_by_thread(&events, "mutex_unlock", &lock), both(3000));
-    let main = |n| [("0".to_string(), n)].into_iter().collect();
-    assert_eq!(count_by_thread(&events, "mutex_lock", &kept), main(3001));
-    assert_eq!(count_by_thread(&events, "mutex_unlock", &kept), main(3000));
+    assert_eq!(
+        count_by_thread(&events, "mutex_lock", &lock),
+        each(&["0", "1"], 3000)
+    );
+    assert_eq!(
+        count_by_thread(&events, "mutex_unlock", &lock),
+        each(&["0", "1"], 3000)
+    );
+    assert_eq!(
+        count_by_thread(&events, "mutex_lock", &kept),
+        each(&["0"], 3001)
+    );
+    assert_eq!(
+        count_by_thread(&events, "mutex_unlock", &kept),
+        each(&["0"], 3000)
+    );
 }
 
 /// A thread that exits holding a lock (taken at a call site its ring knows)
@@ -641,17 +652,23 @@ fn a_lock_held_by_a_thread_that_exits_is_recorded_before_its_exit() {
     );
     let (lock, kept) = (printed(&out.stdout, "lock"), printed(&out.stdout, "kept"));
     let events = dump_json(&trace);
-    let all = |n| {
-        ["0", "1", "2"]
-            .into_iter()
-            .map(|t| (t.to_string(), n))
-            .collect()
-    };
-    assert_eq!(count_by_thread(&events, "mutex_lock", &lock), all(3000));
-    assert_eq!(count_by_thread(&events, "mutex_unlock", &lock), all(3000));
-    let first = |n| [("1".to_string(), n)].into_iter().collect();
-    assert_eq!(count_by_thread(&events, "mutex_lock", &kept), first(3001));
-    assert_eq!(count_by_thread(&events, "mutex_unlock", &kept), first(3000));
+    let all = ["0", "1", "2"];
+    assert_eq!(
+        count_by_thread(&events, "mutex_lock", &lock),
+        each(&all, 3000)
+    );
+    assert_eq!(
+        count_by_thread(&events, "mutex_unlock", &lock),
+        each(&all, 3000)
+    );
+    assert_eq!(
+        count_by_thread(&events, "mutex_lock", &kept),
+        each(&["1"], 3001)
+    );
+    assert_eq!(
+        count_by_thread(&events, "mutex_unlock", &kept),
+        each(&["1"], 3000)
+    );
     let kinds: Vec<&str> = events
         .iter()
         .filter(|e| e["thread"] == "1")
