@@ -592,6 +592,33 @@ fn each(threads: &[&str], n: usize) -> std::collections::BTreeMap<String, usize>
     threads.iter().map(|t| (t.to_string(), n)).collect()
 }
 
+/// The counts of the held-lock tests (`record_lifecycle`): `n` locks and `n`
+/// unlocks of `lock` by each of `threads`, and `n + 1` locks of `kept` but `n`
+/// unlocks, all by `holder` (the last lock is still held).
+fn assert_held_lock_counts(
+    events: &[serde_json::Value],
+    (lock, threads): (&str, &[&str]),
+    (kept, holder): (&str, &str),
+    n: usize,
+) {
+    assert_eq!(
+        count_by_thread(events, "mutex_lock", lock),
+        each(threads, n)
+    );
+    assert_eq!(
+        count_by_thread(events, "mutex_unlock", lock),
+        each(threads, n)
+    );
+    assert_eq!(
+        count_by_thread(events, "mutex_lock", kept),
+        each(&[holder], n + 1)
+    );
+    assert_eq!(
+        count_by_thread(events, "mutex_unlock", kept),
+        each(&[holder], n)
+    );
+}
+
 /// A lock held when the program is SIGKILLed is in the trace, taken at a call
 /// site the ring knows (a short unit, the kind a lock and its release fold
 /// from): whatever folds pairs, in the drain or (tried, docs/ARCHITECTURE.md
@@ -613,22 +640,7 @@ fn a_lock_held_when_the_program_is_killed_is_recorded() {
     );
     let (lock, kept) = (printed(&out.stdout, "lock"), printed(&out.stdout, "kept"));
     let events = dump_json(&trace);
-    assert_eq!(
-        count_by_thread(&events, "mutex_lock", &lock),
-        each(&["0", "1"], 3000)
-    );
-    assert_eq!(
-        count_by_thread(&events, "mutex_unlock", &lock),
-        each(&["0", "1"], 3000)
-    );
-    assert_eq!(
-        count_by_thread(&events, "mutex_lock", &kept),
-        each(&["0"], 3001)
-    );
-    assert_eq!(
-        count_by_thread(&events, "mutex_unlock", &kept),
-        each(&["0"], 3000)
-    );
+    assert_held_lock_counts(&events, (&lock, &["0", "1"]), (&kept, "0"), 3000);
 }
 
 /// A thread that exits holding a lock (taken at a call site its ring knows)
@@ -652,23 +664,7 @@ fn a_lock_held_by_a_thread_that_exits_is_recorded_before_its_exit() {
     );
     let (lock, kept) = (printed(&out.stdout, "lock"), printed(&out.stdout, "kept"));
     let events = dump_json(&trace);
-    let all = ["0", "1", "2"];
-    assert_eq!(
-        count_by_thread(&events, "mutex_lock", &lock),
-        each(&all, 3000)
-    );
-    assert_eq!(
-        count_by_thread(&events, "mutex_unlock", &lock),
-        each(&all, 3000)
-    );
-    assert_eq!(
-        count_by_thread(&events, "mutex_lock", &kept),
-        each(&["1"], 3001)
-    );
-    assert_eq!(
-        count_by_thread(&events, "mutex_unlock", &kept),
-        each(&["1"], 3000)
-    );
+    assert_held_lock_counts(&events, (&lock, &["0", "1", "2"]), (&kept, "1"), 3000);
     let kinds: Vec<&str> = events
         .iter()
         .filter(|e| e["thread"] == "1")
